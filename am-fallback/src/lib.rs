@@ -1,0 +1,698 @@
+//! am-fallback: MPI point-to-point semantics built on a transport's active messages.
+//!
+//! A transport that cannot match messages itself (shared memory, TCP) names [`Am`] as its
+//! point-to-point engine and gets the whole of MPI's send/receive semantics: eager sends for
+//! short messages, rendezvous (RTS / CTS / DATA) for long ones with the threshold set by the
+//! transport, synchronous-send acknowledgement, ready-send detection, probe and matched probe,
+//! cancel of receives and of unmatched sends, truncation that never writes past the buffer,
+//! and, for transports that may reorder, sequence numbers that restore MPI's non-overtaking order.
+//!
+//! Matching happens in the core's queues, so shm and an active-message netmod share them. The
+//! engine keeps no state of its own: its per-operation state lives in the core's requests, and
+//! its per-route state (replies waiting, sends streaming, sequence numbers) in
+//! [`ch4_core::core::AmRouteState`]. It is sans-IO in the sense that matters for testing: every
+//! input is a call with bytes, every output a call on the transport trait, so an in-memory
+//! transport drives it deterministically.
+//!
+//! Large messages use CH3's LMT vocabulary; this crate implements the Null mode (data streamed
+//! through active messages with offsets). [`LmtMode`] names the others for transports that can
+//! move the data themselves (shm's cooperative copy and CMA, the OFI netmod's RDMA).
+#![deny(unsafe_code)]
+
+pub mod wire;
+
+use ch4_core::core::{Core, CtrlPacket, HeldPacket};
+use ch4_core::pool::Handle;
+use ch4_core::request::{
+    msg_flags, CancelState, Message, ReqHandle, Request, RequestKind, Route, SendState, Unexpected,
+};
+use ch4_core::transport::{AmSink, AmTransport, Cx, HandlerId, P2p, Partner, SendOp};
+use ch4_core::{Envelope, Error, ErrorKind, Gpid, Result, SendMode, Status};
+use wire::{handler, AckHeader, CancelHeader, CtsHeader, DataHeader, MatchHeader};
+
+/// How the data of a large message moves once the receiver has matched it (CH3 Nemesis LMT).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LmtMode {
+    /// Streamed as active messages after the clear-to-send (what this crate does).
+    Null,
+    /// The sender writes into the receiver's buffer (RDMA put) after the clear-to-send.
+    Put,
+    /// The receiver reads from the sender's buffer (RDMA get, CMA) after the request-to-send.
+    Get,
+    /// Both sides copy through a shared buffer (pipelined shared-memory copy).
+    Cooperative,
+}
+
+/// The active-message point-to-point engine. Name it as a transport's `P2p` type.
+pub struct Am;
+
+impl<T: AmTransport> P2p<T> for Am {
+    const NATIVE_MATCHING: bool = false;
+
+    #[inline(always)]
+    fn isend<P: Partner>(cx: &mut Cx<'_, T, P>, op: SendOp) -> Result<Option<ReqHandle>> {
+        isend(cx, op)
+    }
+
+    #[inline(always)]
+    fn irecv<P: Partner>(cx: &mut Cx<'_, T, P>, req: ReqHandle) -> Result<()> {
+        let core = &mut *cx.core;
+        let r = core.request_mut(req)?;
+        let want = match &r.kind {
+            RequestKind::Recv(r) => r.want,
+            _ => return Err(Error::new(ErrorKind::Internal, "irecv on a send request")),
+        };
+        match core.unexpected.take_match(&want) {
+            Some((_, env, msg)) => match_unexpected(core, req, env, msg),
+            None => {
+                let id = core.posted.post(want, req);
+                if let Some(r) = core.requests.get_mut(req).and_then(Request::recv_mut) {
+                    r.posted = Some(id);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn cancel_recv<P: Partner>(cx: &mut Cx<'_, T, P>, req: ReqHandle) -> Result<bool> {
+        let core = &mut *cx.core;
+        let posted = core
+            .requests
+            .get_mut(req)
+            .and_then(Request::recv_mut)
+            .and_then(|r| r.posted.take());
+        Ok(posted.is_some_and(|id| core.posted.remove(id).is_some()))
+    }
+
+    fn cancel_send<P: Partner>(cx: &mut Cx<'_, T, P>, req: ReqHandle) -> Result<()> {
+        let r = cx.core.request_mut(req)?;
+        let RequestKind::Send(s) = &mut r.kind else {
+            return Err(Error::new(ErrorKind::Internal, "cancel_send on a receive"));
+        };
+        if s.cancel != CancelState::None {
+            return Ok(());
+        }
+        s.cancel = CancelState::Requested;
+        s.pending += 1;
+        r.complete = false;
+        let hdr = CancelHeader {
+            context: s.env.context,
+            source: s.env.source,
+            tag: s.env.tag,
+            reserved: 0,
+            sreq: req.to_raw(),
+        };
+        let dest = s.dest;
+        cx.transport
+            .am_send(dest, handler::CANCEL_REQ, bytemuck::bytes_of(&hdr), &[])
+    }
+
+    fn iprobe<P: Partner>(cx: &mut Cx<'_, T, P>, want: &Envelope) -> Result<Option<Status>> {
+        Ok(cx
+            .core
+            .unexpected
+            .find(want)
+            .map(|(_, env, msg)| Status::ok(env.source, env.tag, msg.total)))
+    }
+
+    fn improbe<P: Partner>(
+        cx: &mut Cx<'_, T, P>,
+        want: &Envelope,
+    ) -> Result<Option<(Message, Status)>> {
+        Ok(cx.core.unexpected.take_match(want).map(|(_, env, msg)| {
+            let st = Status::ok(env.source, env.tag, msg.total);
+            (Message::Am { env, msg }, st)
+        }))
+    }
+
+    fn imrecv<P: Partner>(cx: &mut Cx<'_, T, P>, msg: Message, req: ReqHandle) -> Result<()> {
+        match msg {
+            Message::Am { env, msg } => match_unexpected(cx.core, req, env, msg),
+            _ => Err(Error::new(
+                ErrorKind::Internal,
+                "a native message handed to the active-message engine",
+            )),
+        }
+    }
+
+    #[inline]
+    fn progress<P: Partner>(cx: &mut Cx<'_, T, P>) -> Result<usize> {
+        progress(cx)
+    }
+}
+
+// ------------------------------------------------------------------- sends
+
+#[inline(always)]
+fn mode_flags(mode: SendMode) -> u32 {
+    match mode {
+        SendMode::Standard => 0,
+        SendMode::Synchronous => msg_flags::SYNC,
+        SendMode::Ready => msg_flags::READY,
+    }
+}
+
+/// The next sequence number towards `dest` (unordered transports only).
+#[inline(always)]
+fn next_seq<T: AmTransport>(core: &mut Core, route: Route, dest: Gpid) -> u32 {
+    if T::AM_ORDERED {
+        return 0;
+    }
+    let seq = core.am[route.index()].seq_out.entry(dest).or_insert(0);
+    let s = *seq;
+    *seq = seq.wrapping_add(1);
+    s
+}
+
+#[inline(always)]
+fn isend<T: AmTransport, P: Partner>(
+    cx: &mut Cx<'_, T, P>,
+    op: SendOp,
+) -> Result<Option<ReqHandle>> {
+    let total = op.buf.packed_len();
+    let eager = total <= cx.transport.eager_limit();
+    let sync = op.mode == SendMode::Synchronous;
+    let needs_req = op.want_request || !eager || sync;
+    let seq = next_seq::<T>(cx.core, cx.route, op.dest);
+    let mut hdr = MatchHeader {
+        context: op.env.context,
+        source: op.env.source,
+        tag: op.env.tag,
+        flags: mode_flags(op.mode),
+        seq,
+        reserved: 0,
+        sreq: 0,
+        total: total as u64,
+    };
+    if !needs_req {
+        // The iStartMsg path: a small standard send leaves at once and needs no request.
+        return send_eager(cx.transport, op.dest, &hdr, &op.buf).map(|()| None);
+    }
+    // Eager: owed only the synchronous ack. Rendezvous: owed the data streamed after the CTS
+    // (a CTS implies a match, so a synchronous rendezvous needs no separate ack).
+    let pending = u8::from(!eager || sync);
+    let dest = op.dest;
+    let h = cx.core.requests.insert(Request {
+        complete: pending == 0,
+        status: Status::EMPTY,
+        kind: RequestKind::Send(SendState {
+            route: cx.route,
+            dest,
+            env: op.env,
+            mode: op.mode,
+            buf: op.buf,
+            total,
+            sent: 0,
+            accepted: 0,
+            peer_req: 0,
+            pending,
+            cancel: CancelState::None,
+        }),
+    })?;
+    hdr.sreq = h.to_raw();
+    let sent = match cx.core.requests.get(h).map(|r| &r.kind) {
+        Some(RequestKind::Send(s)) if eager => send_eager(cx.transport, dest, &hdr, &s.buf),
+        Some(_) => cx
+            .transport
+            .am_send(dest, handler::RTS, bytemuck::bytes_of(&hdr), &[]),
+        None => Err(Error::new(ErrorKind::Internal, "send request vanished")),
+    };
+    match sent {
+        Ok(()) => Ok(Some(h)),
+        Err(e) => {
+            cx.core.requests.remove(h);
+            Err(e)
+        }
+    }
+}
+
+#[inline(always)]
+fn send_eager<T: AmTransport>(
+    transport: &mut T,
+    dest: Gpid,
+    hdr: &MatchHeader,
+    buf: &ch4_core::buffer::SendBuf,
+) -> Result<()> {
+    match buf.contiguous() {
+        Some(data) => transport.am_send(dest, handler::EAGER, bytemuck::bytes_of(hdr), &[data]),
+        None => {
+            let packed = buf.to_vec()?;
+            transport.am_send(dest, handler::EAGER, bytemuck::bytes_of(hdr), &[&packed])
+        }
+    }
+}
+
+/// Streams rendezvous data for sends whose CTS has arrived, a bounded number of pieces per call.
+fn stream_pending<T: AmTransport>(
+    core: &mut Core,
+    transport: &mut T,
+    route: Route,
+) -> Result<usize> {
+    let piece = transport.am_max_payload().max(1);
+    let mut done = 0;
+    let budget = core.config.stream_budget;
+    while done < budget {
+        let Some(h) = core.am[route.index()].streaming.pop_front() else {
+            break;
+        };
+        let mut scratch = std::mem::take(&mut core.am[route.index()].scratch);
+        let Some(RequestKind::Send(s)) = core.requests.get_mut(h).map(|r| &mut r.kind) else {
+            core.am[route.index()].scratch = scratch;
+            continue; // abandoned while streaming
+        };
+        let end = s.accepted.min(s.sent.saturating_add(piece));
+        let hdr = DataHeader {
+            rreq: s.peer_req,
+            offset: s.sent as u64,
+        };
+        let sent = match s.buf.contiguous() {
+            Some(data) => {
+                let chunk = data.get(s.sent..end).unwrap_or(&[]);
+                transport.am_send(s.dest, handler::DATA, bytemuck::bytes_of(&hdr), &[chunk])
+            }
+            None => {
+                scratch.resize(end - s.sent, 0);
+                let n = s.buf.pack_range(s.sent, &mut scratch)?;
+                transport.am_send(
+                    s.dest,
+                    handler::DATA,
+                    bytemuck::bytes_of(&hdr),
+                    &[&scratch[..n]],
+                )
+            }
+        };
+        core.am[route.index()].scratch = scratch;
+        sent?;
+        s.sent = end;
+        done += 1;
+        if s.sent >= s.accepted {
+            core.send_event_done(h);
+        } else {
+            core.am[route.index()].streaming.push_back(h);
+        }
+    }
+    Ok(done)
+}
+
+// ---------------------------------------------------------------- receives
+
+/// Delivers a message taken from the unexpected queue (or by a matched probe) to `req`.
+fn match_unexpected(core: &mut Core, req: ReqHandle, env: Envelope, msg: Unexpected) -> Result<()> {
+    match msg.data {
+        Some(data) => deliver_eager(
+            core, msg.route, msg.src, req, env, msg.flags, msg.sreq, &data,
+        ),
+        None => accept_rts(
+            core, msg.route, msg.src, req, env, msg.flags, msg.sreq, msg.total,
+        ),
+    }
+}
+
+/// Copies an eager message into a matched receive and completes it.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn deliver_eager(
+    core: &mut Core,
+    route: Route,
+    src: Gpid,
+    req: ReqHandle,
+    env: Envelope,
+    flags: u32,
+    sreq: u64,
+    data: &[u8],
+) -> Result<()> {
+    let r = core
+        .requests
+        .get_mut(req)
+        .and_then(Request::recv_mut)
+        .ok_or_else(|| Error::new(ErrorKind::Internal, "matched receive vanished"))?;
+    let written = r.buf.write_at(0, data);
+    let mut status = Status::ok(env.source, env.tag, written);
+    status.error = completion_error(flags, data.len(), written);
+    if flags & msg_flags::SYNC != 0 {
+        ack(core, route, src, handler::SYNC_ACK, sreq, 0)?;
+    }
+    core.complete_recv(req, status);
+    Ok(())
+}
+
+#[inline(always)]
+fn completion_error(flags: u32, total: usize, written: usize) -> Option<ErrorKind> {
+    if flags & msg_flags::READY_UNMATCHED != 0 {
+        Some(ErrorKind::ReadyNotPosted)
+    } else if total > written {
+        Some(ErrorKind::Truncate)
+    } else {
+        None
+    }
+}
+
+/// Answers a request-to-send matched by `req` with a clear-to-send.
+#[allow(clippy::too_many_arguments)]
+fn accept_rts(
+    core: &mut Core,
+    route: Route,
+    src: Gpid,
+    req: ReqHandle,
+    env: Envelope,
+    flags: u32,
+    sreq: u64,
+    total: usize,
+) -> Result<()> {
+    let r = core
+        .requests
+        .get_mut(req)
+        .ok_or_else(|| Error::new(ErrorKind::Internal, "matched receive vanished"))?;
+    let RequestKind::Recv(rs) = &mut r.kind else {
+        return Err(Error::new(
+            ErrorKind::Internal,
+            "RTS matched a send request",
+        ));
+    };
+    let accept = total.min(rs.buf.capacity());
+    rs.msg_bytes = total;
+    rs.expected = accept;
+    rs.received = 0;
+    r.status = Status::ok(env.source, env.tag, 0);
+    r.status.error = completion_error(flags, total, accept);
+    tracing::debug!(src, total, accept, "rendezvous matched, sending CTS");
+    let cts = CtsHeader {
+        sreq,
+        rreq: req.to_raw(),
+        accept: accept as u64,
+    };
+    let status = r.status;
+    core.queue_ctrl(
+        route,
+        CtrlPacket::new(src, handler::CTS, bytemuck::bytes_of(&cts))?,
+    );
+    if accept == 0 {
+        core.complete_recv(req, status);
+    }
+    Ok(())
+}
+
+fn ack(
+    core: &mut Core,
+    route: Route,
+    dest: Gpid,
+    handler: HandlerId,
+    sreq: u64,
+    value: u64,
+) -> Result<()> {
+    let a = AckHeader { sreq, value };
+    core.queue_ctrl(
+        route,
+        CtrlPacket::new(dest, handler, bytemuck::bytes_of(&a))?,
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------- progress
+
+fn progress<T: AmTransport, P: Partner>(cx: &mut Cx<'_, T, P>) -> Result<usize> {
+    let Cx {
+        core,
+        transport,
+        route,
+        partner,
+    } = cx;
+    let route = *route;
+    let budget = core.config.poll_budget;
+    let mut sink = Dispatch::<T, P> {
+        core,
+        partner,
+        route,
+        _transport: std::marker::PhantomData,
+    };
+    let mut n = transport.am_poll(&mut sink, budget)?;
+    // Our own route's replies go out now; the device flushes the other route's.
+    while let Some(p) = core.am[route.index()].outbox.pop_front() {
+        transport.am_send(p.dest, p.handler, p.header(), &[])?;
+    }
+    if !core.am[route.index()].streaming.is_empty() {
+        n += stream_pending(core, *transport, route)?;
+    }
+    Ok(n)
+}
+
+/// Hands each arrived active message to its handler.
+struct Dispatch<'a, T, P> {
+    core: &'a mut Core,
+    partner: &'a mut P,
+    route: Route,
+    _transport: std::marker::PhantomData<T>,
+}
+
+impl<T: AmTransport, P: Partner> AmSink for Dispatch<'_, T, P> {
+    #[inline]
+    fn deliver(&mut self, src: Gpid, h: HandlerId, header: &[u8], payload: &[u8]) -> Result<()> {
+        match h {
+            handler::EAGER | handler::RTS => {
+                let hdr: MatchHeader = wire::parse(header)?;
+                if T::AM_ORDERED {
+                    self.on_match_packet(src, h, &hdr, payload)
+                } else {
+                    self.in_order(src, h, hdr, header, payload)
+                }
+            }
+            handler::CTS => self.on_cts(wire::parse(header)?),
+            handler::DATA => self.on_data(src, wire::parse(header)?, payload),
+            handler::SYNC_ACK => {
+                let a: AckHeader = wire::parse(header)?;
+                let sreq = self.send_request(a.sreq)?;
+                self.core.send_event_done(sreq);
+                Ok(())
+            }
+            handler::CANCEL_REQ => self.on_cancel_req(src, wire::parse(header)?),
+            handler::CANCEL_ACK => self.on_cancel_ack(wire::parse(header)?),
+            other => Err(Error::new(
+                ErrorKind::Protocol,
+                format!("unknown active-message handler {other} from process {src}"),
+            )),
+        }
+    }
+}
+
+impl<T: AmTransport, P: Partner> Dispatch<'_, T, P> {
+    /// A send request named by a peer, checked: a forged or stale id is a protocol error.
+    fn send_request(&mut self, raw: u64) -> Result<ReqHandle> {
+        let h = Handle::from_raw(raw);
+        match self.core.requests.get(h).map(|r| &r.kind) {
+            Some(RequestKind::Send(_)) => Ok(h),
+            _ => Err(Error::new(
+                ErrorKind::Protocol,
+                format!("peer named send request {raw:#x}, which does not exist"),
+            )),
+        }
+    }
+
+    /// Restores per-source order on transports that may reorder.
+    #[cold]
+    fn in_order(
+        &mut self,
+        src: Gpid,
+        h: HandlerId,
+        hdr: MatchHeader,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Result<()> {
+        let state = &mut self.core.am[self.route.index()];
+        let expected = *state.seq_in.get(&src).unwrap_or(&0);
+        let ahead = hdr.seq.wrapping_sub(expected);
+        if ahead != 0 {
+            if ahead > u32::MAX / 2 {
+                return Err(Error::new(
+                    ErrorKind::Protocol,
+                    format!("process {src} sent sequence {} twice", hdr.seq),
+                ));
+            }
+            state.held.entry(src).or_default().insert(
+                hdr.seq,
+                HeldPacket {
+                    handler: h,
+                    header: header.to_vec(),
+                    payload: payload.to_vec(),
+                },
+            );
+            return Ok(());
+        }
+        self.on_match_packet(src, h, &hdr, payload)?;
+        let mut next = expected.wrapping_add(1);
+        loop {
+            let state = &mut self.core.am[self.route.index()];
+            let held = state.held.get_mut(&src).and_then(|m| m.remove(&next));
+            let Some(p) = held else { break };
+            let hdr: MatchHeader = wire::parse(&p.header)?;
+            self.on_match_packet(src, p.handler, &hdr, &p.payload)?;
+            next = next.wrapping_add(1);
+        }
+        self.core.am[self.route.index()].seq_in.insert(src, next);
+        Ok(())
+    }
+
+    /// An eager message or request-to-send: match it against posted receives, or queue it.
+    #[inline(always)]
+    fn on_match_packet(
+        &mut self,
+        src: Gpid,
+        h: HandlerId,
+        hdr: &MatchHeader,
+        payload: &[u8],
+    ) -> Result<()> {
+        let total = usize::try_from(hdr.total)
+            .map_err(|_| Error::new(ErrorKind::Protocol, "message length does not fit"))?;
+        let eager = h == handler::EAGER;
+        if (eager && payload.len() != total) || (!eager && !payload.is_empty()) {
+            return Err(Error::new(
+                ErrorKind::Protocol,
+                format!(
+                    "process {src}: packet announces {total} bytes but carries {}",
+                    payload.len()
+                ),
+            ));
+        }
+        let env = Envelope {
+            context: hdr.context,
+            source: hdr.source,
+            tag: hdr.tag,
+        };
+        while let Some((_, _, req)) = self.core.posted.take_match(&env) {
+            let partnered = match self.core.requests.get_mut(req).and_then(Request::recv_mut) {
+                Some(r) => {
+                    r.posted = None;
+                    r.partnered
+                }
+                None => continue,
+            };
+            // An ANY_SOURCE receive also posted in a natively matching netmod: take it only if
+            // its netmod half can still be cancelled; otherwise the netmod matched it first.
+            if partnered && !self.partner.cancel_partner(self.core, req)? {
+                continue;
+            }
+            return if eager {
+                deliver_eager(
+                    self.core, self.route, src, req, env, hdr.flags, hdr.sreq, payload,
+                )
+            } else {
+                accept_rts(
+                    self.core, self.route, src, req, env, hdr.flags, hdr.sreq, total,
+                )
+            };
+        }
+        let mut flags = hdr.flags;
+        if flags & msg_flags::READY != 0 {
+            tracing::warn!(
+                src,
+                tag = hdr.tag,
+                "ready-mode send arrived before its receive"
+            );
+            flags |= msg_flags::READY_UNMATCHED;
+        }
+        self.core.unexpected.push(
+            env,
+            Unexpected {
+                route: self.route,
+                src,
+                flags,
+                sreq: hdr.sreq,
+                total,
+                data: eager.then(|| payload.to_vec()),
+            },
+        );
+        Ok(())
+    }
+
+    fn on_cts(&mut self, cts: CtsHeader) -> Result<()> {
+        let h = self.send_request(cts.sreq)?;
+        let Some(RequestKind::Send(s)) = self.core.requests.get_mut(h).map(|r| &mut r.kind) else {
+            return Ok(());
+        };
+        if s.peer_req != 0 || cts.accept > s.total as u64 {
+            return Err(Error::new(
+                ErrorKind::Protocol,
+                format!(
+                    "unexpected or oversized CTS for send request {:#x}",
+                    cts.sreq
+                ),
+            ));
+        }
+        s.peer_req = cts.rreq;
+        s.accepted = cts.accept as usize;
+        if s.accepted == 0 {
+            self.core.send_event_done(h);
+        } else {
+            self.core.am[self.route.index()].streaming.push_back(h);
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn on_data(&mut self, src: Gpid, d: DataHeader, payload: &[u8]) -> Result<()> {
+        let h = Handle::from_raw(d.rreq);
+        let r = self.core.requests.get_mut(h).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Protocol,
+                format!("process {src} sent data for unknown request {:#x}", d.rreq),
+            )
+        })?;
+        let RequestKind::Recv(rs) = &mut r.kind else {
+            return Err(Error::new(ErrorKind::Protocol, "data for a send request"));
+        };
+        let offset = d.offset as usize;
+        if offset.saturating_add(payload.len()) > rs.expected || r.complete {
+            return Err(Error::new(
+                ErrorKind::Protocol,
+                format!("process {src} sent data beyond what the receive accepted"),
+            ));
+        }
+        rs.received += rs.buf.write_at(offset, payload);
+        if rs.received >= rs.expected {
+            let mut status = r.status;
+            status.bytes = rs.received;
+            self.core.complete_recv(h, status);
+        }
+        Ok(())
+    }
+
+    fn on_cancel_req(&mut self, src: Gpid, c: CancelHeader) -> Result<()> {
+        let env = Envelope {
+            context: c.context,
+            source: c.source,
+            tag: c.tag,
+        };
+        let removed = self
+            .core
+            .unexpected
+            .remove_first_where(&env, |u| u.src == src && u.sreq == c.sreq)
+            .is_some();
+        ack(
+            self.core,
+            self.route,
+            src,
+            handler::CANCEL_ACK,
+            c.sreq,
+            u64::from(removed),
+        )
+    }
+
+    fn on_cancel_ack(&mut self, a: AckHeader) -> Result<()> {
+        let h = self.send_request(a.sreq)?;
+        let Some(r) = self.core.requests.get_mut(h) else {
+            return Ok(());
+        };
+        let RequestKind::Send(s) = &mut r.kind else {
+            return Ok(());
+        };
+        let removed = a.value == 1;
+        s.cancel = CancelState::Answered(removed);
+        if removed {
+            s.pending = 0;
+            r.status.cancelled = true;
+            r.complete = true;
+        } else {
+            self.core.send_event_done(h);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,163 @@
+//! The packets of the active-message protocol (after the CH3 TCP notes' packet types).
+//!
+//! Every header is a fixed-size `#[repr(C)]` struct of plain integers with its size asserted at
+//! compile time. Parsing takes exactly that many bytes and never panics: a short, long or
+//! garbled header from a peer becomes a `Protocol` error.
+
+use bytemuck::{Pod, Zeroable};
+use ch4_core::{Error, ErrorKind, Result};
+use static_assertions::const_assert_eq;
+
+/// Handler ids of the protocol's packets.
+pub mod handler {
+    use ch4_core::transport::HandlerId;
+    /// A whole small message: [`super::MatchHeader`] + data.
+    pub const EAGER: HandlerId = 1;
+    /// Rendezvous request-to-send: [`super::MatchHeader`], no data.
+    pub const RTS: HandlerId = 2;
+    /// Rendezvous clear-to-send: [`super::CtsHeader`].
+    pub const CTS: HandlerId = 3;
+    /// A piece of rendezvous data: [`super::DataHeader`] + bytes.
+    pub const DATA: HandlerId = 4;
+    /// A synchronous send was matched: [`super::AckHeader`].
+    pub const SYNC_ACK: HandlerId = 5;
+    /// Please remove an unmatched message: [`super::CancelHeader`].
+    pub const CANCEL_REQ: HandlerId = 6;
+    /// The answer to a cancel request: [`super::AckHeader`] with value 1 = removed.
+    pub const CANCEL_ACK: HandlerId = 7;
+}
+
+/// The header of a message that takes part in matching (eager data or request-to-send).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Pod, Zeroable)]
+pub struct MatchHeader {
+    /// Context id of the communicator.
+    pub context: u32,
+    /// Sender's rank in that communicator.
+    pub source: i32,
+    /// Tag.
+    pub tag: i32,
+    /// `ch4_core::request::msg_flags` (SYNC, READY).
+    pub flags: u32,
+    /// Per-destination sequence number, used only on unordered transports.
+    pub seq: u32,
+    /// Reserved, zero.
+    pub reserved: u32,
+    /// Sender's request id (0 = none), named in CTS, SYNC_ACK and CANCEL_REQ.
+    pub sreq: u64,
+    /// Message length in bytes.
+    pub total: u64,
+}
+const_assert_eq!(std::mem::size_of::<MatchHeader>(), 40);
+
+/// Clear-to-send: the receiver matched a request-to-send.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Pod, Zeroable)]
+pub struct CtsHeader {
+    /// The sender's request id from the RTS.
+    pub sreq: u64,
+    /// The receiver's request id, named in every DATA piece.
+    pub rreq: u64,
+    /// How many bytes the receiver takes (less than the message when its buffer is smaller).
+    pub accept: u64,
+}
+const_assert_eq!(std::mem::size_of::<CtsHeader>(), 24);
+
+/// One piece of rendezvous data.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Pod, Zeroable)]
+pub struct DataHeader {
+    /// The receiver's request id from the CTS.
+    pub rreq: u64,
+    /// Where the piece starts in the message (streaming offset).
+    pub offset: u64,
+}
+const_assert_eq!(std::mem::size_of::<DataHeader>(), 16);
+
+/// An acknowledgement naming a send request.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Pod, Zeroable)]
+pub struct AckHeader {
+    /// The sender's request id.
+    pub sreq: u64,
+    /// Meaning depends on the handler (CANCEL_ACK: 1 = the message was removed).
+    pub value: u64,
+}
+const_assert_eq!(std::mem::size_of::<AckHeader>(), 16);
+
+/// Asks the receiver to drop a message it has not matched yet.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Pod, Zeroable)]
+pub struct CancelHeader {
+    /// Context id of the message.
+    pub context: u32,
+    /// Sender's rank in the communicator.
+    pub source: i32,
+    /// Tag of the message.
+    pub tag: i32,
+    /// Reserved, zero.
+    pub reserved: u32,
+    /// The sender's request id carried by the message.
+    pub sreq: u64,
+}
+const_assert_eq!(std::mem::size_of::<CancelHeader>(), 24);
+
+/// Reads a header of type `H` from exactly `bytes`.
+#[inline(always)]
+pub fn parse<H: Pod>(bytes: &[u8]) -> Result<H> {
+    match bytemuck::try_pod_read_unaligned(bytes) {
+        Ok(h) => Ok(h),
+        Err(_) => Err(bad_header::<H>(bytes.len())),
+    }
+}
+
+#[cold]
+fn bad_header<H>(len: usize) -> Error {
+    Error::new(
+        ErrorKind::Protocol,
+        format!(
+            "header of {len} bytes where {} expected ({})",
+            std::mem::size_of::<H>(),
+            std::any::type_name::<H>()
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn headers_round_trip() {
+        let h = MatchHeader {
+            context: 4,
+            source: 3,
+            tag: 99,
+            flags: 1,
+            seq: 7,
+            reserved: 0,
+            sreq: 0xdead_beef,
+            total: 1 << 40,
+        };
+        assert_eq!(parse::<MatchHeader>(bytemuck::bytes_of(&h)).unwrap(), h);
+    }
+
+    proptest! {
+        /// Any byte string parses to a header or to a Protocol error, never a panic.
+        #[test]
+        fn parsing_garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            for r in [
+                parse::<MatchHeader>(&bytes).map(drop),
+                parse::<CtsHeader>(&bytes).map(drop),
+                parse::<DataHeader>(&bytes).map(drop),
+                parse::<AckHeader>(&bytes).map(drop),
+                parse::<CancelHeader>(&bytes).map(drop),
+            ] {
+                if let Err(e) = r {
+                    prop_assert_eq!(e.kind(), ErrorKind::Protocol);
+                }
+            }
+        }
+    }
+}

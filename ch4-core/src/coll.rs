@@ -1,0 +1,1 @@
+//! Collectives (being written)

@@ -1,0 +1,850 @@
+//! `Device<N, S>`: the point-to-point engine of one process.
+//!
+//! Each operation validates its arguments, translates the communicator rank to a process id,
+//! and routes: peers on this node (and self) to the shared-memory layer `S`, the others to the
+//! netmod `N`. Both are type parameters and each route's engine is an associated type, so the
+//! branch a build does not need disappears after monomorphization.
+//!
+//! ANY_SOURCE receives: shm and an active-message netmod match in the same core queues, so the
+//! receive is one posted entry. When the netmod matches natively, the receive is posted to both
+//! and the two halves resolve through [`Partner`]: whoever matches first cancels the other, and a
+//! failed cancel means the other side won.
+
+use crate::buffer::{RecvBuf, SendBuf};
+use crate::comm::CommId;
+use crate::core::{Core, DeviceConfig};
+use crate::request::{CancelState, Message, RecvState, ReqHandle, Request, RequestKind, Route};
+use crate::transport::{Cx, Netmod, NoPartner, P2p, Partner, SendOp, Shm};
+use crate::types::{
+    Envelope, Gpid, Rank, SendMode, Status, Tag, ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB,
+};
+use crate::{Error, ErrorKind, Result};
+
+/// The device of one process, generic over its netmod `N` and shared-memory layer `S`.
+pub struct Device<N: Netmod, S: Shm> {
+    pub(crate) core: Core,
+    pub(crate) net: N,
+    pub(crate) shm: S,
+}
+
+/// Cancels the netmod half of an ANY_SOURCE receive on behalf of the shm engine.
+struct NetPartner<'a, N>(&'a mut N);
+
+impl<N: Netmod> Partner for NetPartner<'_, N> {
+    #[inline]
+    fn cancel_partner(&mut self, core: &mut Core, req: ReqHandle) -> Result<bool> {
+        let cx = &mut Cx {
+            core,
+            transport: &mut *self.0,
+            route: Route::Net,
+            partner: &mut NoPartner,
+        };
+        let cancelled = <N::P2p as P2p<N>>::cancel_recv(cx, req)?;
+        if cancelled {
+            if let Some(r) = cx.core.requests.get_mut(req).and_then(Request::recv_mut) {
+                r.partnered = false;
+                r.native = false;
+            }
+        }
+        Ok(cancelled)
+    }
+}
+
+/// Runs `$body` with `$cx` lent to the shm engine.
+macro_rules! on_shm {
+    ($dev:expr, |$cx:ident| $body:expr) => {{
+        let Device { core, net, shm } = $dev;
+        let mut partner = NetPartner(net);
+        let $cx = &mut Cx {
+            core,
+            transport: shm,
+            route: Route::Shm,
+            partner: &mut partner,
+        };
+        $body
+    }};
+}
+
+/// Runs `$body` with `$cx` lent to the netmod engine.
+macro_rules! on_net {
+    ($dev:expr, |$cx:ident| $body:expr) => {{
+        let Device { core, net, .. } = $dev;
+        let $cx = &mut Cx {
+            core,
+            transport: net,
+            route: Route::Net,
+            partner: &mut NoPartner,
+        };
+        $body
+    }};
+}
+
+/// Calls `$method` on the engine that owns the core's queues: shm when present, else the netmod.
+macro_rules! on_core_queues {
+    ($dev:expr, $method:ident($($arg:expr),*)) => {{
+        if S::PRESENT {
+            on_shm!($dev, |cx| ShmP2p::<S>::$method(cx, $($arg),*))
+        } else {
+            on_net!($dev, |cx| NetP2p::<N>::$method(cx, $($arg),*))
+        }
+    }};
+}
+
+type ShmP2p<S> = <S as Shm>::P2p;
+type NetP2p<N> = <N as Netmod>::P2p;
+
+impl<N: Netmod, S: Shm> Device<N, S> {
+    /// A device for process `gpid` of a job of `world_size` processes, over transports that are
+    /// already connected (or connect on demand).
+    pub fn new(net: N, shm: S, gpid: Gpid, world_size: u32, config: DeviceConfig) -> Result<Self> {
+        const {
+            assert!(
+                !<S::P2p as P2p<S>>::NATIVE_MATCHING,
+                "the shm layer must match in the core's queues"
+            )
+        };
+        Ok(Device {
+            core: Core::new(gpid, world_size, config)?,
+            net,
+            shm,
+        })
+    }
+
+    /// The world communicator (every process of the job).
+    #[inline(always)]
+    pub fn world(&self) -> CommId {
+        self.core.world
+    }
+
+    /// The communicator holding only this process.
+    #[inline(always)]
+    pub fn self_comm(&self) -> CommId {
+        self.core.self_comm
+    }
+
+    /// This process's rank in `comm`.
+    pub fn rank(&self, comm: CommId) -> Result<Rank> {
+        Ok(self.core.comm(comm)?.rank)
+    }
+
+    /// Number of processes in `comm`.
+    pub fn size(&self, comm: CommId) -> Result<Rank> {
+        Ok(self.core.comm(comm)?.size())
+    }
+
+    /// This process's id in the job.
+    pub fn gpid(&self) -> Gpid {
+        self.core.gpid
+    }
+
+    /// The netmod, for its own settings and statistics.
+    pub fn netmod(&self) -> &N {
+        &self.net
+    }
+
+    /// The shared-memory layer.
+    pub fn shm(&self) -> &S {
+        &self.shm
+    }
+
+    /// Requests currently alive in the pool (for leak checks and statistics).
+    pub fn live_requests(&self) -> usize {
+        self.core.requests.len()
+    }
+
+    /// Messages waiting in the core's unexpected queue.
+    pub fn unexpected_len(&self) -> usize {
+        self.core.unexpected.len()
+    }
+
+    #[inline(always)]
+    fn route_of(&self, gpid: Gpid) -> Route {
+        if S::PRESENT && self.shm.is_local(gpid) {
+            Route::Shm
+        } else {
+            Route::Net
+        }
+    }
+
+    // ---------------------------------------------------------------- sends
+
+    /// Checks a send's arguments; `None` for PROC_NULL.
+    #[inline(always)]
+    fn send_target(
+        &self,
+        comm: CommId,
+        dest: Rank,
+        tag: Tag,
+        coll: bool,
+    ) -> Result<Option<(Gpid, Envelope)>> {
+        let c = self.core.comm(comm)?;
+        if !(0..=TAG_UB).contains(&tag) {
+            return Err(bad_tag(tag, false));
+        }
+        if dest == PROC_NULL {
+            return Ok(None);
+        }
+        let gpid = c.gpid(dest)?;
+        let context = if coll { c.coll_context() } else { c.context };
+        Ok(Some((
+            gpid,
+            Envelope {
+                context,
+                source: c.rank,
+                tag,
+            },
+        )))
+    }
+
+    #[inline(always)]
+    fn start_send(&mut self, op: SendOp) -> Result<Option<ReqHandle>> {
+        let sent = if self.route_of(op.dest) == Route::Shm {
+            on_shm!(self, |cx| ShmP2p::<S>::isend(cx, op))
+        } else {
+            on_net!(self, |cx| NetP2p::<N>::isend(cx, op))
+        };
+        self.flush_replies()?;
+        sent
+    }
+
+    /// Blocking send of contiguous bytes. Completes without creating a request when the
+    /// message can leave at once (small standard sends).
+    #[inline]
+    pub fn send(
+        &mut self,
+        comm: CommId,
+        dest: Rank,
+        tag: Tag,
+        data: &[u8],
+        mode: SendMode,
+    ) -> Result<()> {
+        self.send_on(comm, dest, tag, data, mode, false)
+    }
+
+    #[inline(always)]
+    pub(crate) fn send_on(
+        &mut self,
+        comm: CommId,
+        dest: Rank,
+        tag: Tag,
+        data: &[u8],
+        mode: SendMode,
+        coll: bool,
+    ) -> Result<()> {
+        let Some((gpid, env)) = self.send_target(comm, dest, tag, coll)? else {
+            return Ok(());
+        };
+        #[allow(unsafe_code)]
+        // SAFETY: `data` is borrowed for this whole call. If the engine keeps the buffer in a
+        // request, we wait for that request below, or remove it on failure, before returning.
+        let buf = unsafe { SendBuf::borrowed(data) };
+        let op = SendOp {
+            dest: gpid,
+            env,
+            buf,
+            mode,
+            want_request: false,
+        };
+        match self.start_send(op)? {
+            None => Ok(()),
+            Some(h) => self.wait_or_abandon(h).map(drop),
+        }
+    }
+
+    /// Starts a nonblocking send of `buf`, which stays lent to the request until it completes.
+    pub fn isend(
+        &mut self,
+        comm: CommId,
+        dest: Rank,
+        tag: Tag,
+        buf: SendBuf,
+        mode: SendMode,
+    ) -> Result<ReqHandle> {
+        self.isend_on(comm, dest, tag, buf, mode, false)
+    }
+
+    pub(crate) fn isend_on(
+        &mut self,
+        comm: CommId,
+        dest: Rank,
+        tag: Tag,
+        buf: SendBuf,
+        mode: SendMode,
+        coll: bool,
+    ) -> Result<ReqHandle> {
+        let Some((gpid, env)) = self.send_target(comm, dest, tag, coll)? else {
+            return self.core.requests.insert(Request::completed(Status::EMPTY));
+        };
+        let op = SendOp {
+            dest: gpid,
+            env,
+            buf,
+            mode,
+            want_request: true,
+        };
+        match self.start_send(op)? {
+            Some(h) => Ok(h),
+            None => Err(Error::new(
+                ErrorKind::Internal,
+                "engine made no request for a nonblocking send",
+            )),
+        }
+    }
+
+    // ------------------------------------------------------------- receives
+
+    /// Checks a receive's arguments: the envelope to match and, for a specific source, its
+    /// process id. `None` for PROC_NULL.
+    #[inline(always)]
+    fn recv_target(
+        &self,
+        comm: CommId,
+        src: Rank,
+        tag: Tag,
+        coll: bool,
+    ) -> Result<Option<(Envelope, Option<Gpid>)>> {
+        let c = self.core.comm(comm)?;
+        if tag != ANY_TAG && !(0..=TAG_UB).contains(&tag) {
+            return Err(bad_tag(tag, true));
+        }
+        if src == PROC_NULL {
+            return Ok(None);
+        }
+        let gpid = if src == ANY_SOURCE {
+            None
+        } else {
+            Some(c.gpid(src)?)
+        };
+        let context = if coll { c.coll_context() } else { c.context };
+        Ok(Some((
+            Envelope {
+                context,
+                source: src,
+                tag,
+            },
+            gpid,
+        )))
+    }
+
+    /// Starts a nonblocking receive into `buf`, which stays lent to the request until it
+    /// completes. `src` may be [`ANY_SOURCE`], `tag` may be [`ANY_TAG`].
+    pub fn irecv(&mut self, comm: CommId, src: Rank, tag: Tag, buf: RecvBuf) -> Result<ReqHandle> {
+        self.irecv_on(comm, src, tag, buf, false)
+    }
+
+    pub(crate) fn irecv_on(
+        &mut self,
+        comm: CommId,
+        src: Rank,
+        tag: Tag,
+        buf: RecvBuf,
+        coll: bool,
+    ) -> Result<ReqHandle> {
+        let Some((want, gpid)) = self.recv_target(comm, src, tag, coll)? else {
+            return self
+                .core
+                .requests
+                .insert(Request::completed(proc_null_status()));
+        };
+        let h = self.core.requests.insert(Request {
+            complete: false,
+            status: Status::EMPTY,
+            kind: RequestKind::Recv(RecvState {
+                want,
+                buf,
+                posted: None,
+                partnered: false,
+                native: false,
+                expected: 0,
+                received: 0,
+                msg_bytes: 0,
+            }),
+        })?;
+        let started = self.start_recv(h, gpid);
+        if let Err(e) = started {
+            self.abandon(h);
+            return Err(e);
+        }
+        self.flush_replies()?;
+        Ok(h)
+    }
+
+    #[inline(always)]
+    fn start_recv(&mut self, h: ReqHandle, gpid: Option<Gpid>) -> Result<()> {
+        match gpid {
+            Some(g) if self.route_of(g) == Route::Shm => {
+                on_shm!(self, |cx| ShmP2p::<S>::irecv(cx, h))
+            }
+            Some(_) => {
+                if NetP2p::<N>::NATIVE_MATCHING {
+                    self.mark_native(h, false);
+                }
+                on_net!(self, |cx| NetP2p::<N>::irecv(cx, h))
+            }
+            None => {
+                // ANY_SOURCE: the core's queues first (shm, and the netmod when it is AM-only)...
+                on_core_queues!(self, irecv(h))?;
+                // ...then, for a natively matching netmod, its partner half in the network.
+                if S::PRESENT && NetP2p::<N>::NATIVE_MATCHING && !self.is_complete(h) {
+                    self.mark_native(h, true);
+                    on_net!(self, |cx| NetP2p::<N>::irecv(cx, h))?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn mark_native(&mut self, h: ReqHandle, partnered: bool) {
+        if let Some(r) = self.core.requests.get_mut(h).and_then(Request::recv_mut) {
+            r.native = true;
+            r.partnered = partnered;
+        }
+    }
+
+    #[inline(always)]
+    fn is_complete(&self, h: ReqHandle) -> bool {
+        self.core.requests.get(h).is_none_or(|r| r.complete)
+    }
+
+    /// Blocking receive into contiguous bytes.
+    #[inline]
+    pub fn recv(&mut self, comm: CommId, src: Rank, tag: Tag, buf: &mut [u8]) -> Result<Status> {
+        self.recv_on(comm, src, tag, buf, false)
+    }
+
+    #[inline(always)]
+    pub(crate) fn recv_on(
+        &mut self,
+        comm: CommId,
+        src: Rank,
+        tag: Tag,
+        buf: &mut [u8],
+        coll: bool,
+    ) -> Result<Status> {
+        #[allow(unsafe_code)]
+        // SAFETY: `buf` is borrowed mutably for this whole call; we wait for the request, or
+        // abandon it on failure (which drops every reference to the buffer), before returning.
+        let rbuf = unsafe { RecvBuf::borrowed(buf) };
+        let h = self.irecv_on(comm, src, tag, rbuf, coll)?;
+        self.wait_or_abandon(h)
+    }
+
+    // ------------------------------------------------------------ completion
+
+    /// Drives progress until `h` completes, frees it, and returns its status. A status that
+    /// carries an error (truncation, ready-send without receive, peer failure) is returned as
+    /// that error; use [`Device::wait_status`] to see such statuses as values.
+    pub fn wait(&mut self, h: ReqHandle) -> Result<Status> {
+        status_result(self.wait_status(h)?)
+    }
+
+    /// Like [`Device::wait`], but an error status is returned as `Ok(status)` with
+    /// `status.error` set; `Err` only for a bad handle or a failing device.
+    pub fn wait_status(&mut self, h: ReqHandle) -> Result<Status> {
+        let mut idle = 0u32;
+        loop {
+            if let Some(st) = self.take_if_complete(h)? {
+                return Ok(st);
+            }
+            if self.progress()? == 0 {
+                idle += 1;
+                if idle % 256 == 0 {
+                    self.check_peer_failure(h);
+                }
+                backoff(idle);
+            } else {
+                idle = 0;
+            }
+        }
+    }
+
+    /// Waits for `h`; if that fails, removes the request so nothing refers to its buffer.
+    fn wait_or_abandon(&mut self, h: ReqHandle) -> Result<Status> {
+        match self.wait(h) {
+            Ok(st) => Ok(st),
+            Err(e) => {
+                self.abandon(h);
+                Err(e)
+            }
+        }
+    }
+
+    /// One progress step, then whether `h` has completed: `Some(status)` frees it.
+    pub fn test(&mut self, h: ReqHandle) -> Result<Option<Status>> {
+        if let Some(st) = self.take_if_complete(h)? {
+            return status_result(st).map(Some);
+        }
+        self.progress()?;
+        self.check_peer_failure(h);
+        match self.take_if_complete(h)? {
+            Some(st) => status_result(st).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Like [`Device::test`] but returns error statuses as values.
+    pub fn test_status(&mut self, h: ReqHandle) -> Result<Option<Status>> {
+        if let Some(st) = self.take_if_complete(h)? {
+            return Ok(Some(st));
+        }
+        self.progress()?;
+        self.check_peer_failure(h);
+        self.take_if_complete(h)
+    }
+
+    /// Whether `h` has completed, without freeing it or making progress.
+    pub fn is_done(&self, h: ReqHandle) -> Result<bool> {
+        match self.core.requests.get(h) {
+            Some(r) => Ok(r.complete),
+            None => Err(stale_request()),
+        }
+    }
+
+    #[inline(always)]
+    fn take_if_complete(&mut self, h: ReqHandle) -> Result<Option<Status>> {
+        match self.core.requests.get(h) {
+            None => Err(stale_request()),
+            Some(r) if !r.complete => Ok(None),
+            Some(_) => {
+                let r = self.core.requests.remove(h).ok_or_else(stale_request)?;
+                Ok(Some(r.status))
+            }
+        }
+    }
+
+    /// Fails `h` if the one peer it depends on is known to have died.
+    fn check_peer_failure(&mut self, h: ReqHandle) {
+        let Some(req) = self.core.requests.get(h) else {
+            return;
+        };
+        if req.complete {
+            return;
+        }
+        let peer = match &req.kind {
+            RequestKind::Send(s) => Some(s.dest),
+            RequestKind::Recv(r) if r.want.source != ANY_SOURCE => self
+                .core
+                .comms
+                .iter()
+                .find(|(_, c)| c.context == r.want.context & !1)
+                .and_then(|(_, c)| c.group.gpid(r.want.source)),
+            _ => None,
+        };
+        let Some(peer) = peer else { return };
+        let failed = if self.route_of(peer) == Route::Shm {
+            self.shm.peer_failed(peer)
+        } else {
+            self.net.peer_failed(peer)
+        };
+        if failed {
+            tracing::warn!(peer, "failing a request: its peer process died");
+            if matches!(req.kind, RequestKind::Recv(_)) {
+                let _ = self.cancel_recv_halves(h);
+            }
+            if let Some(r) = self.core.requests.get_mut(h) {
+                r.status.error = Some(ErrorKind::PeerFailed);
+                r.complete = true;
+            }
+        }
+    }
+
+    /// Removes a request that will not be waited for: unposts a receive everywhere, so no
+    /// transport writes its buffer later, and drops the request.
+    fn abandon(&mut self, h: ReqHandle) {
+        let _ = self.cancel_recv_halves(h);
+        self.core.requests.remove(h);
+    }
+
+    // -------------------------------------------------------------- cancel
+
+    /// Asks to cancel `h` (MPI_Cancel). The request still has to be waited for or tested; its
+    /// status says whether the cancel took effect.
+    pub fn cancel(&mut self, h: ReqHandle) -> Result<()> {
+        let req = self.core.requests.get_mut(h).ok_or_else(stale_request)?;
+        if req.complete {
+            return Ok(());
+        }
+        match &mut req.kind {
+            RequestKind::Recv(_) => {
+                if self.cancel_recv_halves(h)? {
+                    self.core.complete_recv(
+                        h,
+                        Status {
+                            cancelled: true,
+                            ..Status::EMPTY
+                        },
+                    );
+                }
+                Ok(())
+            }
+            RequestKind::Send(s) => {
+                if s.cancel != CancelState::None {
+                    return Ok(());
+                }
+                let route = s.route;
+                let r = if route == Route::Shm {
+                    on_shm!(self, |cx| ShmP2p::<S>::cancel_send(cx, h))
+                } else {
+                    on_net!(self, |cx| NetP2p::<N>::cancel_send(cx, h))
+                };
+                self.flush_replies()?;
+                r
+            }
+            RequestKind::Done => Ok(()),
+        }
+    }
+
+    /// Unposts a receive from the core's queue and from the netmod; true when no transport
+    /// can match it any more and it had not matched.
+    fn cancel_recv_halves(&mut self, h: ReqHandle) -> Result<bool> {
+        let Some(r) = self.core.requests.get_mut(h).and_then(Request::recv_mut) else {
+            return Ok(false);
+        };
+        let posted = r.posted.take();
+        let native = r.native;
+        let mut unmatched = false;
+        if let Some(id) = posted {
+            unmatched = self.core.posted.remove(id).is_some();
+        }
+        if native {
+            let cancelled = on_net!(self, |cx| NetP2p::<N>::cancel_recv(cx, h))?;
+            if let Some(r) = self.core.requests.get_mut(h).and_then(Request::recv_mut) {
+                r.native = !cancelled;
+                r.partnered = false;
+            }
+            // Posted in both: cancelled only if both halves were still unmatched.
+            unmatched = if posted.is_some() {
+                unmatched && cancelled
+            } else {
+                cancelled
+            };
+        }
+        Ok(unmatched)
+    }
+
+    // -------------------------------------------------------------- probes
+
+    /// Whether a message matching (`src`, `tag`) has arrived, without receiving it.
+    pub fn iprobe(&mut self, comm: CommId, src: Rank, tag: Tag) -> Result<Option<Status>> {
+        self.progress()?;
+        self.iprobe_no_progress(comm, src, tag)
+    }
+
+    fn iprobe_no_progress(&mut self, comm: CommId, src: Rank, tag: Tag) -> Result<Option<Status>> {
+        let Some((want, gpid)) = self.recv_target(comm, src, tag, false)? else {
+            return Ok(Some(proc_null_status()));
+        };
+        match gpid {
+            Some(g) if self.route_of(g) == Route::Shm => {
+                on_shm!(self, |cx| ShmP2p::<S>::iprobe(cx, &want))
+            }
+            Some(_) => on_net!(self, |cx| NetP2p::<N>::iprobe(cx, &want)),
+            None => {
+                let found = on_core_queues!(self, iprobe(&want))?;
+                if found.is_none() && S::PRESENT && NetP2p::<N>::NATIVE_MATCHING {
+                    return on_net!(self, |cx| NetP2p::<N>::iprobe(cx, &want));
+                }
+                Ok(found)
+            }
+        }
+    }
+
+    /// Blocks until a message matching (`src`, `tag`) has arrived; returns its status.
+    pub fn probe(&mut self, comm: CommId, src: Rank, tag: Tag) -> Result<Status> {
+        let mut idle = 0;
+        loop {
+            if let Some(st) = self.iprobe_no_progress(comm, src, tag)? {
+                return Ok(st);
+            }
+            idle = if self.progress()? == 0 { idle + 1 } else { 0 };
+            backoff(idle);
+        }
+    }
+
+    /// Matched probe (MPI_Improbe): takes a matching message out of matching so that only
+    /// [`Device::imrecv`] with the returned [`Message`] can receive it.
+    pub fn improbe(
+        &mut self,
+        comm: CommId,
+        src: Rank,
+        tag: Tag,
+    ) -> Result<Option<(Message, Status)>> {
+        self.progress()?;
+        self.improbe_no_progress(comm, src, tag)
+    }
+
+    fn improbe_no_progress(
+        &mut self,
+        comm: CommId,
+        src: Rank,
+        tag: Tag,
+    ) -> Result<Option<(Message, Status)>> {
+        let Some((want, gpid)) = self.recv_target(comm, src, tag, false)? else {
+            return Ok(Some((Message::NoProc, proc_null_status())));
+        };
+        match gpid {
+            Some(g) if self.route_of(g) == Route::Shm => {
+                on_shm!(self, |cx| ShmP2p::<S>::improbe(cx, &want))
+            }
+            Some(_) => on_net!(self, |cx| NetP2p::<N>::improbe(cx, &want)),
+            None => {
+                let found = on_core_queues!(self, improbe(&want))?;
+                if found.is_none() && S::PRESENT && NetP2p::<N>::NATIVE_MATCHING {
+                    return on_net!(self, |cx| NetP2p::<N>::improbe(cx, &want));
+                }
+                Ok(found)
+            }
+        }
+    }
+
+    /// Blocking matched probe (MPI_Mprobe).
+    pub fn mprobe(&mut self, comm: CommId, src: Rank, tag: Tag) -> Result<(Message, Status)> {
+        let mut idle = 0;
+        loop {
+            if let Some(found) = self.improbe_no_progress(comm, src, tag)? {
+                return Ok(found);
+            }
+            idle = if self.progress()? == 0 { idle + 1 } else { 0 };
+            backoff(idle);
+        }
+    }
+
+    /// Receives a message taken by a matched probe into `buf` (MPI_Imrecv).
+    pub fn imrecv(&mut self, msg: Message, buf: RecvBuf) -> Result<ReqHandle> {
+        let want = match &msg {
+            Message::Am { env, .. } | Message::Native { env, .. } => *env,
+            Message::NoProc => {
+                return self
+                    .core
+                    .requests
+                    .insert(Request::completed(proc_null_status()))
+            }
+        };
+        let h = self.core.requests.insert(Request {
+            complete: false,
+            status: Status::EMPTY,
+            kind: RequestKind::Recv(RecvState {
+                want,
+                buf,
+                posted: None,
+                partnered: false,
+                native: matches!(msg, Message::Native { .. }),
+                expected: 0,
+                received: 0,
+                msg_bytes: 0,
+            }),
+        })?;
+        let r = match msg {
+            Message::Native { .. } => on_net!(self, |cx| NetP2p::<N>::imrecv(cx, msg, h)),
+            _ => on_core_queues!(self, imrecv(msg, h)),
+        };
+        if let Err(e) = r {
+            self.core.requests.remove(h);
+            return Err(e);
+        }
+        self.flush_replies()?;
+        Ok(h)
+    }
+
+    /// Blocking receive of a matched-probe message into contiguous bytes (MPI_Mrecv).
+    pub fn mrecv(&mut self, msg: Message, buf: &mut [u8]) -> Result<Status> {
+        #[allow(unsafe_code)]
+        // SAFETY: `buf` is borrowed for this whole call; we wait for the request or abandon it
+        // before returning.
+        let rbuf = unsafe { RecvBuf::borrowed(buf) };
+        let h = self.imrecv(msg, rbuf)?;
+        self.wait_or_abandon(h)
+    }
+
+    // ------------------------------------------------------------ progress
+
+    /// Makes bounded progress on shared memory and the netmod; returns how many events were
+    /// handled (0 when idle).
+    #[inline]
+    pub fn progress(&mut self) -> Result<usize> {
+        let mut n = 0;
+        if S::PRESENT {
+            n += on_shm!(self, |cx| ShmP2p::<S>::progress(cx))?;
+        }
+        n += on_net!(self, |cx| NetP2p::<N>::progress(cx))?;
+        if n != 0 {
+            self.flush_replies()?;
+        }
+        Ok(n)
+    }
+
+    /// Sends replies that engines queued for a route other than the one they were driving.
+    #[inline(always)]
+    fn flush_replies(&mut self) -> Result<()> {
+        if S::PRESENT {
+            while let Some(p) = self.core.am[Route::Shm.index()].outbox.pop_front() {
+                self.shm.am_send(p.dest, p.handler, p.header(), &[])?;
+            }
+        }
+        while let Some(p) = self.core.am[Route::Net.index()].outbox.pop_front() {
+            self.net.am_send(p.dest, p.handler, p.header(), &[])?;
+        }
+        Ok(())
+    }
+
+    /// Borrow the core (for collectives and tests inside this crate).
+    pub(crate) fn core(&self) -> &Core {
+        &self.core
+    }
+}
+
+/// Gives the other ranks' threads the core now and then while waiting, without sleeping on a
+/// busy path.
+#[inline(always)]
+fn backoff(idle: u32) {
+    if idle > 64 {
+        std::thread::yield_now();
+    } else {
+        std::hint::spin_loop();
+    }
+}
+
+#[cold]
+fn stale_request() -> Error {
+    Error::new(
+        ErrorKind::Request,
+        "request handle is stale: already completed and freed, or never made",
+    )
+}
+
+#[cold]
+fn bad_tag(tag: Tag, wildcard_ok: bool) -> Error {
+    let allowed = if wildcard_ok {
+        format!("0..={TAG_UB} or ANY_TAG")
+    } else {
+        format!("0..={TAG_UB}")
+    };
+    Error::new(ErrorKind::Tag, format!("tag {tag} is not in {allowed}"))
+}
+
+fn proc_null_status() -> Status {
+    Status::ok(PROC_NULL, ANY_TAG, 0)
+}
+
+/// Turns an error status into an error that names it.
+#[inline(always)]
+pub fn status_result(st: Status) -> Result<Status> {
+    match st.error {
+        None => Ok(st),
+        Some(kind) => Err(status_error(kind, &st)),
+    }
+}
+
+#[cold]
+fn status_error(kind: ErrorKind, st: &Status) -> Error {
+    Error::new(
+        kind,
+        format!(
+            "{} (source {}, tag {}, {} bytes delivered)",
+            kind.describe(),
+            st.source,
+            st.tag,
+            st.bytes
+        ),
+    )
+}

@@ -1,0 +1,235 @@
+//! The contracts between the device and the transports under it.
+//!
+//! Every transport speaks the mandatory active-message API ([`AmTransport`]): send a message made
+//! of a handler id, a small header and a payload; poll for arrived ones and hand each to a sink.
+//! How MPI send/receive is carried out over a transport is its [`P2p`] engine, named by an
+//! associated type: a network that matches in hardware or in its library brings its own engine,
+//! the others name `am_fallback::Am` and get MPI semantics built on active messages with matching
+//! in the core. The choice is made at compile time, so after monomorphization each call goes
+//! straight into one engine — no function table, no `dyn`.
+
+use crate::buffer::SendBuf;
+use crate::core::Core;
+use crate::request::{Message, ReqHandle, Route};
+use crate::types::{Envelope, Gpid, SendMode, Status};
+use crate::Result;
+
+/// Names the handler an active message is delivered to on the receiving side.
+pub type HandlerId = u8;
+
+/// The mandatory active-message API every transport implements (CH4's AM API; Nemesis's iSend /
+/// handle_pkt pair).
+///
+/// Rules, from the Nemesis netmod API: `am_send` never blocks — a transport that cannot put the
+/// bytes on the wire at once copies them into its own send queue and finishes from `am_poll`;
+/// messages are delivered whole (a transport that receives fragments reassembles them).
+pub trait AmTransport: Sized {
+    /// Whether two active messages to the same peer always arrive in the order they were sent
+    /// (Nemesis `get_ordering`). When false, the AM fallback numbers and reorders them.
+    const AM_ORDERED: bool;
+    /// A short name for logs and benchmark output.
+    const NAME: &'static str;
+
+    /// Messages up to this many bytes go eagerly; longer ones by rendezvous.
+    fn eager_limit(&self) -> usize;
+    /// The largest payload one active message may carry; longer data is streamed in pieces,
+    /// each tagged with its offset.
+    fn am_max_payload(&self) -> usize;
+    /// Sends one active message to `dest`. The payload is the concatenation of `payload`'s
+    /// slices. On return the transport no longer needs any of the borrowed bytes.
+    fn am_send(
+        &mut self,
+        dest: Gpid,
+        handler: HandlerId,
+        header: &[u8],
+        payload: &[&[u8]],
+    ) -> Result<()>;
+    /// Delivers up to `budget` arrived messages to `sink`, finishes queued sends, and returns
+    /// how many messages it delivered.
+    fn am_poll<K: AmSink>(&mut self, sink: &mut K, budget: usize) -> Result<usize>;
+    /// Whether `gpid` is known to have failed (its connection broke, its process died).
+    fn peer_failed(&self, _gpid: Gpid) -> bool {
+        false
+    }
+}
+
+/// Receives the active messages a transport delivers.
+pub trait AmSink {
+    /// One whole message from `src`. `header` and `payload` are only valid during the call.
+    fn deliver(
+        &mut self,
+        src: Gpid,
+        handler: HandlerId,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Result<()>;
+}
+
+/// A network module: the transport to processes on other nodes.
+pub trait Netmod: AmTransport {
+    /// How MPI send/receive is carried out on this network: its native engine, or
+    /// `am_fallback::Am` for networks without tag matching.
+    type P2p: P2p<Self>;
+}
+
+/// The integrated shared-memory layer: the transport to processes on this node (and to self).
+///
+/// Shared memory always matches in the core's queues (its engine must have
+/// `NATIVE_MATCHING == false`), which is what lets an ANY_SOURCE receive over shm and an
+/// active-message netmod be one posted entry.
+pub trait Shm: AmTransport {
+    /// The engine; in practice `am_fallback::Am`.
+    type P2p: P2p<Self>;
+    /// False only for [`NoShm`]: then every peer, self included, goes through the netmod.
+    const PRESENT: bool = true;
+    /// Whether `gpid` is reached through shared memory.
+    fn is_local(&self, gpid: Gpid) -> bool;
+}
+
+/// What an engine call may borrow: the core's queues and pool, its own transport, and a way to
+/// cancel an ANY_SOURCE receive's partner in the other transport.
+pub struct Cx<'a, T, P> {
+    /// Requests, matching queues, communicators, per-route protocol state.
+    pub core: &'a mut Core,
+    /// The transport this engine drives.
+    pub transport: &'a mut T,
+    /// Which route `transport` is.
+    pub route: Route,
+    /// Resolves ANY_SOURCE partners (see [`Partner`]).
+    pub partner: &'a mut P,
+}
+
+/// Cancels the netmod half of an ANY_SOURCE receive before the core's half takes a message.
+///
+/// The rule (CH4's anysource partner, done right): whoever matches first must first cancel the
+/// other half; if that cancel fails, the other half has already matched and will complete the
+/// request, so the first must leave its message for another receive. A message is never
+/// delivered twice and never lost.
+pub trait Partner {
+    /// Tries to cancel the netmod half of `req`. `Ok(true)`: cancelled, the caller may take the
+    /// message. `Ok(false)`: the netmod matched first.
+    fn cancel_partner(&mut self, core: &mut Core, req: ReqHandle) -> Result<bool>;
+}
+
+/// The partner resolver for calls that can never meet a partnered request.
+pub struct NoPartner;
+
+impl Partner for NoPartner {
+    #[inline(always)]
+    fn cancel_partner(&mut self, _core: &mut Core, _req: ReqHandle) -> Result<bool> {
+        Ok(true)
+    }
+}
+
+/// The arguments of one send, as the device hands them to an engine.
+pub struct SendOp {
+    /// The receiving process.
+    pub dest: Gpid,
+    /// Context, the sender's rank in the communicator, tag.
+    pub env: Envelope,
+    /// The data. For a blocking send the device waits for the request (if the engine made
+    /// one) before the user's borrow ends.
+    pub buf: SendBuf,
+    /// Standard, synchronous or ready.
+    pub mode: SendMode,
+    /// Nonblocking sends always get a request; blocking ones only when they cannot finish at
+    /// once (CH3's iStartMsg: most small blocking sends create no request at all).
+    pub want_request: bool,
+}
+
+/// A point-to-point engine: MPI send/receive semantics over one transport.
+///
+/// Engines keep their per-operation state in the core's requests and their unmatched messages
+/// in the core's queues (AM fallback) or inside the network (native engines).
+pub trait P2p<T: AmTransport> {
+    /// Whether this engine matches messages itself (in the network) instead of in the core.
+    const NATIVE_MATCHING: bool;
+
+    /// Starts a send. Returns the request when one was made (always when `op.want_request`).
+    fn isend<P: Partner>(cx: &mut Cx<'_, T, P>, op: SendOp) -> Result<Option<ReqHandle>>;
+    /// Starts the receive `req` (already in the pool with its [`crate::RecvState`]); may
+    /// complete it at once.
+    fn irecv<P: Partner>(cx: &mut Cx<'_, T, P>, req: ReqHandle) -> Result<()>;
+    /// Cancels an unmatched receive. `Ok(true)`: cancelled; `Ok(false)`: already matched.
+    fn cancel_recv<P: Partner>(cx: &mut Cx<'_, T, P>, req: ReqHandle) -> Result<bool>;
+    /// Asks to cancel a send; the request completes (cancelled or not) when the answer is in.
+    fn cancel_send<P: Partner>(cx: &mut Cx<'_, T, P>, req: ReqHandle) -> Result<()>;
+    /// Looks for a matching message without receiving it.
+    fn iprobe<P: Partner>(cx: &mut Cx<'_, T, P>, want: &Envelope) -> Result<Option<Status>>;
+    /// Takes a matching message out of matching, for a later [`P2p::imrecv`].
+    fn improbe<P: Partner>(
+        cx: &mut Cx<'_, T, P>,
+        want: &Envelope,
+    ) -> Result<Option<(Message, Status)>>;
+    /// Receives a message taken by [`P2p::improbe`] into request `req`.
+    fn imrecv<P: Partner>(cx: &mut Cx<'_, T, P>, msg: Message, req: ReqHandle) -> Result<()>;
+    /// Moves pending work forward: delivers arrivals, streams rendezvous data, sends replies.
+    /// Bounded work per call; returns a count of events handled (0 = idle).
+    fn progress<P: Partner>(cx: &mut Cx<'_, T, P>) -> Result<usize>;
+}
+
+/// "No shared memory": every peer, self included, is reached through the netmod.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoShm;
+
+impl AmTransport for NoShm {
+    const AM_ORDERED: bool = true;
+    const NAME: &'static str = "none";
+
+    fn eager_limit(&self) -> usize {
+        0
+    }
+    fn am_max_payload(&self) -> usize {
+        0
+    }
+    fn am_send(&mut self, dest: Gpid, _: HandlerId, _: &[u8], _: &[&[u8]]) -> Result<()> {
+        crate::bail!(Internal, "NoShm asked to send to process {dest}")
+    }
+    fn am_poll<K: AmSink>(&mut self, _sink: &mut K, _budget: usize) -> Result<usize> {
+        Ok(0)
+    }
+}
+
+impl Shm for NoShm {
+    type P2p = NoEngine;
+    const PRESENT: bool = false;
+    #[inline(always)]
+    fn is_local(&self, _gpid: Gpid) -> bool {
+        false
+    }
+}
+
+/// The engine of [`NoShm`]: never called, because no peer routes to it.
+pub struct NoEngine;
+
+impl<T: AmTransport> P2p<T> for NoEngine {
+    const NATIVE_MATCHING: bool = false;
+
+    fn isend<P: Partner>(_: &mut Cx<'_, T, P>, _: SendOp) -> Result<Option<ReqHandle>> {
+        crate::bail!(Internal, "send routed to a transport that is not there")
+    }
+    fn irecv<P: Partner>(_: &mut Cx<'_, T, P>, _: ReqHandle) -> Result<()> {
+        crate::bail!(Internal, "receive routed to a transport that is not there")
+    }
+    fn cancel_recv<P: Partner>(_: &mut Cx<'_, T, P>, _: ReqHandle) -> Result<bool> {
+        Ok(false)
+    }
+    fn cancel_send<P: Partner>(_: &mut Cx<'_, T, P>, _: ReqHandle) -> Result<()> {
+        Ok(())
+    }
+    fn iprobe<P: Partner>(_: &mut Cx<'_, T, P>, _: &Envelope) -> Result<Option<Status>> {
+        Ok(None)
+    }
+    fn improbe<P: Partner>(
+        _: &mut Cx<'_, T, P>,
+        _: &Envelope,
+    ) -> Result<Option<(Message, Status)>> {
+        Ok(None)
+    }
+    fn imrecv<P: Partner>(_: &mut Cx<'_, T, P>, _: Message, _: ReqHandle) -> Result<()> {
+        crate::bail!(Internal, "message routed to a transport that is not there")
+    }
+    fn progress<P: Partner>(_: &mut Cx<'_, T, P>) -> Result<usize> {
+        Ok(0)
+    }
+}
