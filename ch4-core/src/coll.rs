@@ -1,1 +1,464 @@
-//! Collectives (being written)
+//! Collectives built on the device's point-to-point, and the communicator constructors that
+//! need them.
+//!
+//! Every collective runs on its communicator's collective context, so it can never match a
+//! user's point-to-point message, and uses a fixed tag per operation: collectives are called in
+//! the same order by every member, and non-overtaking keeps consecutive ones apart. The
+//! algorithms are the classic latency-optimal ones (dissemination barrier, binomial trees); they
+//! are what benchmarks and frameworks need, not a tuned collective library.
+
+use crate::buffer::SendBuf;
+use crate::comm::{Comm, CommId, CONTEXT_WORDS};
+use crate::device::Device;
+use crate::rankmap::Group;
+use crate::transport::{Netmod, Shm};
+use crate::types::{Rank, SendMode, Status, Tag};
+use crate::{Error, ErrorKind, Result};
+
+const TAG_BARRIER: Tag = 1;
+const TAG_BCAST: Tag = 2;
+const TAG_REDUCE: Tag = 3;
+const TAG_GATHER: Tag = 4;
+const TAG_CONTEXT: Tag = 5;
+const TAG_SPLIT: Tag = 6;
+
+/// Color for [`Device::comm_split`] meaning "not a member of any new communicator".
+pub const UNDEFINED: i32 = -32766;
+
+impl<N: Netmod, S: Shm> Device<N, S> {
+    fn csend(&mut self, comm: CommId, dest: Rank, tag: Tag, data: &[u8]) -> Result<()> {
+        self.send_on(comm, dest, tag, data, SendMode::Standard, true)
+    }
+
+    fn crecv(&mut self, comm: CommId, src: Rank, tag: Tag, buf: &mut [u8]) -> Result<Status> {
+        let st = self.recv_on(comm, src, tag, buf, true)?;
+        if st.bytes != buf.len() {
+            return Err(Error::new(
+                ErrorKind::Count,
+                format!(
+                    "collective expected {} bytes from rank {src}, got {}",
+                    buf.len(),
+                    st.bytes
+                ),
+            ));
+        }
+        Ok(st)
+    }
+
+    /// Sends `send` to `dest` and receives into `recv` from `src` at the same time
+    /// (MPI_Sendrecv), so exchanges in a ring or pairs cannot deadlock.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sendrecv(
+        &mut self,
+        comm: CommId,
+        send: &[u8],
+        dest: Rank,
+        send_tag: Tag,
+        recv: &mut [u8],
+        src: Rank,
+        recv_tag: Tag,
+    ) -> Result<Status> {
+        self.sendrecv_on(comm, send, dest, send_tag, recv, src, recv_tag, false)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn sendrecv_on(
+        &mut self,
+        comm: CommId,
+        send: &[u8],
+        dest: Rank,
+        send_tag: Tag,
+        recv: &mut [u8],
+        src: Rank,
+        recv_tag: Tag,
+        coll: bool,
+    ) -> Result<Status> {
+        #[allow(unsafe_code)]
+        // SAFETY: `send` is borrowed for this whole call and the send request is waited for (or
+        // its wait fails and the device drops it) before we return.
+        let buf = unsafe { SendBuf::borrowed(send) };
+        let sreq = self.isend_on(comm, dest, send_tag, buf, SendMode::Standard, coll)?;
+        let received = self.recv_on(comm, src, recv_tag, recv, coll);
+        let sent = self.wait(sreq);
+        let st = received?;
+        sent?;
+        Ok(st)
+    }
+
+    /// Blocks until every member of `comm` has called it (dissemination algorithm:
+    /// ceil(log2 n) rounds of one zero-byte exchange).
+    pub fn barrier(&mut self, comm: CommId) -> Result<()> {
+        let (rank, size) = self.rank_size(comm)?;
+        let mut dist = 1;
+        while dist < size {
+            let to = (rank + dist) % size;
+            let from = (rank - dist + size) % size;
+            self.sendrecv_on(comm, &[], to, TAG_BARRIER, &mut [], from, TAG_BARRIER, true)?;
+            dist *= 2;
+        }
+        Ok(())
+    }
+
+    /// Copies `buf` of `root` into `buf` of every member (binomial tree).
+    pub fn bcast(&mut self, comm: CommId, root: Rank, buf: &mut [u8]) -> Result<()> {
+        let (rank, size) = self.rank_size(comm)?;
+        check_root(root, size)?;
+        let rel = (rank - root + size) % size;
+        let mut mask = 1;
+        while mask < size {
+            if rel & mask != 0 {
+                let parent = (rank - mask + size) % size;
+                self.crecv(comm, parent, TAG_BCAST, buf)?;
+                break;
+            }
+            mask <<= 1;
+        }
+        mask >>= 1;
+        while mask > 0 {
+            if rel + mask < size {
+                let child = (rank + mask) % size;
+                self.csend(comm, child, TAG_BCAST, buf)?;
+            }
+            mask >>= 1;
+        }
+        Ok(())
+    }
+
+    /// Combines every member's `send` with `op` into `recv` at `root` (binomial tree).
+    ///
+    /// `op(acc, other)` folds `other` into `acc`; it must be associative and commutative
+    /// (sum, min, max, bitwise ops). `recv` is only written at the root, and must have the
+    /// length of `send` there.
+    pub fn reduce<F: FnMut(&mut [u8], &[u8])>(
+        &mut self,
+        comm: CommId,
+        root: Rank,
+        send: &[u8],
+        recv: &mut [u8],
+        mut op: F,
+    ) -> Result<()> {
+        let (rank, size) = self.rank_size(comm)?;
+        check_root(root, size)?;
+        if rank == root && recv.len() != send.len() {
+            return Err(Error::new(
+                ErrorKind::Count,
+                format!(
+                    "reduce: receive buffer of {} bytes for {} bytes of data",
+                    recv.len(),
+                    send.len()
+                ),
+            ));
+        }
+        let rel = (rank - root + size) % size;
+        let mut acc = send.to_vec();
+        let mut incoming = vec![0u8; send.len()];
+        let mut mask = 1;
+        while mask < size {
+            if rel & mask != 0 {
+                let parent = (rank - mask + size) % size;
+                self.csend(comm, parent, TAG_REDUCE, &acc)?;
+                break;
+            }
+            if rel + mask < size {
+                let child = (rank + mask) % size;
+                self.crecv(comm, child, TAG_REDUCE, &mut incoming)?;
+                op(&mut acc, &incoming);
+            }
+            mask <<= 1;
+        }
+        if rank == root {
+            recv.copy_from_slice(&acc);
+        }
+        Ok(())
+    }
+
+    /// Combines every member's `send` with `op` into `recv` at every member.
+    pub fn allreduce<F: FnMut(&mut [u8], &[u8])>(
+        &mut self,
+        comm: CommId,
+        send: &[u8],
+        recv: &mut [u8],
+        op: F,
+    ) -> Result<()> {
+        if recv.len() != send.len() {
+            return Err(Error::new(
+                ErrorKind::Count,
+                "allreduce: send and receive buffers differ in length",
+            ));
+        }
+        self.reduce(comm, 0, send, recv, op)?;
+        self.bcast(comm, 0, recv)
+    }
+
+    /// Collects every member's `send` (all of one length) into `recv` at `root`, in rank order.
+    pub fn gather(&mut self, comm: CommId, root: Rank, send: &[u8], recv: &mut [u8]) -> Result<()> {
+        let (rank, size) = self.rank_size(comm)?;
+        check_root(root, size)?;
+        if rank != root {
+            return self.csend(comm, root, TAG_GATHER, send);
+        }
+        let n = send.len();
+        if recv.len() != n * size as usize {
+            return Err(Error::new(
+                ErrorKind::Count,
+                format!(
+                    "gather: root buffer of {} bytes for {size} x {n} bytes",
+                    recv.len()
+                ),
+            ));
+        }
+        for (r, slot) in recv.chunks_mut(n.max(1)).enumerate().take(size as usize) {
+            if r as Rank == rank {
+                slot.copy_from_slice(send);
+            } else {
+                self.crecv(comm, r as Rank, TAG_GATHER, &mut slot[..n])?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Collects every member's `send` into `recv` at every member, in rank order.
+    pub fn allgather(&mut self, comm: CommId, send: &[u8], recv: &mut [u8]) -> Result<()> {
+        let (_, size) = self.rank_size(comm)?;
+        if recv.len() != send.len() * size as usize {
+            return Err(Error::new(
+                ErrorKind::Count,
+                format!(
+                    "allgather: buffer of {} bytes for {size} x {} bytes",
+                    recv.len(),
+                    send.len()
+                ),
+            ));
+        }
+        self.gather(comm, 0, send, recv)?;
+        self.bcast(comm, 0, recv)
+    }
+
+    fn rank_size(&self, comm: CommId) -> Result<(Rank, Rank)> {
+        let c = self.core.comm(comm)?;
+        Ok((c.rank, c.size()))
+    }
+
+    // ------------------------------------------------------- communicators
+
+    /// Agrees with every member of `parent` on a context id free at all of them.
+    fn agree_context(&mut self, parent: CommId) -> Result<u32> {
+        let mine = self.core.contexts.words();
+        let mut bytes = [0u8; CONTEXT_WORDS * 8];
+        for (chunk, w) in bytes.chunks_exact_mut(8).zip(mine.iter()) {
+            chunk.copy_from_slice(&w.to_le_bytes());
+        }
+        let send = bytes;
+        self.allreduce_tagged(parent, &send, &mut bytes, TAG_CONTEXT)?;
+        let mut agreed = [0u64; CONTEXT_WORDS];
+        for (w, chunk) in agreed.iter_mut().zip(bytes.chunks_exact(8)) {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(chunk);
+            *w = u64::from_le_bytes(b);
+        }
+        self.core.contexts.take_lowest(&agreed)
+    }
+
+    /// A bitwise-AND allreduce with its own tag (the context agreement must not be confused with
+    /// a user's reduction that is still in flight on another communicator).
+    fn allreduce_tagged(
+        &mut self,
+        comm: CommId,
+        send: &[u8],
+        recv: &mut [u8],
+        tag: Tag,
+    ) -> Result<()> {
+        let (rank, size) = self.rank_size(comm)?;
+        let mut acc = send.to_vec();
+        let mut incoming = vec![0u8; send.len()];
+        let mut mask = 1;
+        while mask < size {
+            if rank & mask != 0 {
+                self.csend(comm, rank - mask, tag, &acc)?;
+                break;
+            }
+            if rank + mask < size {
+                self.crecv(comm, rank + mask, tag, &mut incoming)?;
+                for (a, b) in acc.iter_mut().zip(&incoming) {
+                    *a &= b;
+                }
+            }
+            mask <<= 1;
+        }
+        recv.copy_from_slice(&acc);
+        // Broadcast rank 0's result on the same tag.
+        let mut mask = 1;
+        while mask < size {
+            if rank & mask != 0 {
+                self.crecv(comm, rank - mask, tag, recv)?;
+                break;
+            }
+            mask <<= 1;
+        }
+        mask >>= 1;
+        while mask > 0 {
+            if rank + mask < size {
+                self.csend(comm, rank + mask, tag, recv)?;
+            }
+            mask >>= 1;
+        }
+        Ok(())
+    }
+
+    /// A new communicator with the same members as `comm` and its own context (MPI_Comm_dup).
+    /// The rank map is shared with `comm`, not copied. Collective over `comm`.
+    pub fn comm_dup(&mut self, comm: CommId) -> Result<CommId> {
+        let context = self.agree_context(comm)?;
+        let c = self.core.comm(comm)?;
+        let dup = Comm {
+            context,
+            rank: c.rank,
+            group: c.group.clone(),
+        };
+        self.insert_comm(dup)
+    }
+
+    /// Splits `comm` by `color` into disjoint communicators, ordering each by `key` then by
+    /// rank in `comm` (MPI_Comm_split). A member passing [`UNDEFINED`] gets `None`.
+    /// Collective over `comm`.
+    pub fn comm_split(&mut self, comm: CommId, color: i32, key: i32) -> Result<Option<CommId>> {
+        if color < 0 && color != UNDEFINED {
+            return Err(Error::new(
+                ErrorKind::Arg,
+                format!("split color {color} is negative and not UNDEFINED"),
+            ));
+        }
+        let (_, size) = self.rank_size(comm)?;
+        let mut mine = [0u8; 8];
+        mine[..4].copy_from_slice(&color.to_le_bytes());
+        mine[4..].copy_from_slice(&key.to_le_bytes());
+        let mut all = vec![0u8; 8 * size as usize];
+        self.gather(comm, 0, &mine, &mut all)?;
+        self.bcast_tagged(comm, &mut all)?;
+        let context = self.agree_context(comm)?;
+        if color == UNDEFINED {
+            self.core.contexts.release(context);
+            return Ok(None);
+        }
+        let mut members: Vec<(i32, Rank)> = all
+            .chunks_exact(8)
+            .enumerate()
+            .filter_map(|(r, e)| {
+                let c = i32::from_le_bytes([e[0], e[1], e[2], e[3]]);
+                let k = i32::from_le_bytes([e[4], e[5], e[6], e[7]]);
+                (c == color).then_some((k, r as Rank))
+            })
+            .collect();
+        members.sort_unstable();
+        let ranks: Vec<Rank> = members.iter().map(|&(_, r)| r).collect();
+        let parent = self.core.comm(comm)?;
+        let group = parent.group.incl(&ranks)?;
+        let me = parent.rank;
+        let rank = ranks
+            .iter()
+            .position(|&r| r == me)
+            .ok_or_else(|| Error::new(ErrorKind::Internal, "split lost the calling rank"))?;
+        self.insert_comm(Comm {
+            context,
+            rank: rank as Rank,
+            group,
+        })
+        .map(Some)
+    }
+
+    fn bcast_tagged(&mut self, comm: CommId, buf: &mut [u8]) -> Result<()> {
+        // The split exchange reuses the split tag so it cannot meet a user bcast in flight.
+        let (rank, size) = self.rank_size(comm)?;
+        let mut mask = 1;
+        while mask < size {
+            if rank & mask != 0 {
+                self.crecv(comm, rank - mask, TAG_SPLIT, buf)?;
+                break;
+            }
+            mask <<= 1;
+        }
+        mask >>= 1;
+        while mask > 0 {
+            if rank + mask < size {
+                self.csend(comm, rank + mask, TAG_SPLIT, buf)?;
+            }
+            mask >>= 1;
+        }
+        Ok(())
+    }
+
+    /// A communicator of the members of `group`, which must be a subset of `comm`'s
+    /// (MPI_Comm_create). Collective over `comm`; members outside `group` get `None`.
+    pub fn comm_create(&mut self, comm: CommId, group: &Group) -> Result<Option<CommId>> {
+        let parent = self.core.comm(comm)?;
+        let pg = parent.group.clone();
+        for r in 0..group.size() as Rank {
+            let member = group.gpid(r).and_then(|g| pg.rank_of(g));
+            if member.is_none() {
+                return Err(Error::new(
+                    ErrorKind::Arg,
+                    format!("group member {r} is not in the parent communicator"),
+                ));
+            }
+        }
+        let context = self.agree_context(comm)?;
+        match group.rank_of(self.core.gpid) {
+            Some(rank) => self
+                .insert_comm(Comm {
+                    context,
+                    rank,
+                    group: group.clone(),
+                })
+                .map(Some),
+            None => {
+                self.core.contexts.release(context);
+                Ok(None)
+            }
+        }
+    }
+
+    /// The group of `comm` (MPI_Comm_group).
+    pub fn comm_group(&self, comm: CommId) -> Result<Group> {
+        Ok(self.core.comm(comm)?.group.clone())
+    }
+
+    /// Frees `comm`; using its id afterwards is a `Comm` error. The world and self
+    /// communicators cannot be freed. Operations already started on it still complete.
+    pub fn comm_free(&mut self, comm: CommId) -> Result<()> {
+        if comm == self.core.world || comm == self.core.self_comm {
+            return Err(Error::new(
+                ErrorKind::Comm,
+                "the world and self communicators cannot be freed",
+            ));
+        }
+        let c = self
+            .core
+            .comms
+            .remove(comm.0)
+            .ok_or_else(|| Error::new(ErrorKind::Comm, "communicator already freed"))?;
+        self.core.contexts.release(c.context);
+        Ok(())
+    }
+
+    fn insert_comm(&mut self, c: Comm) -> Result<CommId> {
+        let context = c.context;
+        match self.core.comms.insert(c) {
+            Ok(h) => Ok(CommId(h)),
+            Err(e) => {
+                self.core.contexts.release(context);
+                Err(e)
+            }
+        }
+    }
+}
+
+fn check_root(root: Rank, size: Rank) -> Result<()> {
+    if (0..size).contains(&root) {
+        Ok(())
+    } else {
+        Err(Error::new(
+            ErrorKind::Rank,
+            format!("root {root} outside communicator of size {size}"),
+        ))
+    }
+}

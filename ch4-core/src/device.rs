@@ -549,7 +549,11 @@ impl<N: Netmod, S: Shm> Device<N, S> {
     }
 
     /// Removes a request that will not be waited for: unposts a receive everywhere, so no
-    /// transport writes its buffer later, and drops the request.
+    /// transport writes its buffer later, and drops the request. A send's data stops streaming.
+    pub fn release(&mut self, h: ReqHandle) {
+        self.abandon(h)
+    }
+
     fn abandon(&mut self, h: ReqHandle) {
         let _ = self.cancel_recv_halves(h);
         self.core.requests.remove(h);
@@ -785,11 +789,6 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             self.net.am_send(p.dest, p.handler, p.header(), &[])?;
         }
         Ok(())
-    }
-
-    /// Borrow the core (for collectives and tests inside this crate).
-    pub(crate) fn core(&self) -> &Core {
-        &self.core
     }
 }
 

@@ -1,0 +1,404 @@
+//! Typed communicators: point-to-point, probes, nonblocking operations and collectives on
+//! slices of any [`Pod`] type.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use ch4_core::buffer::{RecvBuf, SendBuf};
+use ch4_core::comm::CommId;
+use ch4_core::datatype::{as_bytes, as_bytes_mut, Layout, Pod};
+use ch4_core::rankmap::Group;
+use ch4_core::transport::{Netmod, Shm};
+use ch4_core::{Device, Error, ErrorKind, Rank, Result, SendMode, Status, Tag};
+
+use crate::request::{Request, Scope};
+use crate::{borrow, Context};
+
+/// A communicator of one rank's device: a group of processes with its own message space.
+///
+/// Cheap to clone (all clones name the same communicator). Methods take `&self`: the device is
+/// shared by every communicator of the rank and borrowed for the length of each call.
+pub struct Communicator<N: Netmod, S: Shm> {
+    dev: Rc<RefCell<Device<N, S>>>,
+    id: CommId,
+    rank: Rank,
+    size: Rank,
+}
+
+impl<N: Netmod, S: Shm> Clone for Communicator<N, S> {
+    fn clone(&self) -> Self {
+        Communicator {
+            dev: self.dev.clone(),
+            id: self.id,
+            rank: self.rank,
+            size: self.size,
+        }
+    }
+}
+
+impl<N: Netmod, S: Shm> Communicator<N, S> {
+    pub(crate) fn new(dev: Rc<RefCell<Device<N, S>>>, id: CommId) -> Communicator<N, S> {
+        let (rank, size) = {
+            let d = dev.borrow();
+            (d.rank(id).unwrap_or(-1), d.size(id).unwrap_or(0))
+        };
+        Communicator {
+            dev,
+            id,
+            rank,
+            size,
+        }
+    }
+
+    /// This process's rank in the communicator.
+    pub fn rank(&self) -> Rank {
+        self.rank
+    }
+
+    /// Number of processes in the communicator.
+    pub fn size(&self) -> Rank {
+        self.size
+    }
+
+    /// The device-level id, for use with [`Context::device`].
+    pub fn id(&self) -> CommId {
+        self.id
+    }
+
+    /// The rank's context (to open scopes, reach the world communicator).
+    pub fn context(&self) -> Context<N, S> {
+        Context {
+            dev: self.dev.clone(),
+        }
+    }
+
+    // ------------------------------------------------------------ blocking
+
+    /// Sends `buf` to `dest` with `tag` (MPI_Send). Returns once `buf` may be reused.
+    #[inline]
+    pub fn send<T: Pod>(&self, buf: &[T], dest: Rank, tag: Tag) -> Result<()> {
+        borrow(&self.dev)?.send(self.id, dest, tag, as_bytes(buf), SendMode::Standard)
+    }
+
+    /// Synchronous send (MPI_Ssend): returns only after the receiver has matched the message.
+    pub fn ssend<T: Pod>(&self, buf: &[T], dest: Rank, tag: Tag) -> Result<()> {
+        borrow(&self.dev)?.send(self.id, dest, tag, as_bytes(buf), SendMode::Synchronous)
+    }
+
+    /// Ready send (MPI_Rsend): the caller asserts the receive is posted; if it is not, the
+    /// receive that later matches fails with [`ErrorKind::ReadyNotPosted`].
+    pub fn rsend<T: Pod>(&self, buf: &[T], dest: Rank, tag: Tag) -> Result<()> {
+        borrow(&self.dev)?.send(self.id, dest, tag, as_bytes(buf), SendMode::Ready)
+    }
+
+    /// Receives into `buf` from `src` (or [`crate::ANY_SOURCE`]) with `tag` (or
+    /// [`crate::ANY_TAG`]). A message longer than `buf` fills it and fails with
+    /// [`ErrorKind::Truncate`]; nothing past `buf` is written.
+    #[inline]
+    pub fn recv<T: Pod>(&self, buf: &mut [T], src: Rank, tag: Tag) -> Result<Status> {
+        borrow(&self.dev)?.recv(self.id, src, tag, as_bytes_mut(buf))
+    }
+
+    /// Receives a message of any length into a new vector (probe, then receive exactly it).
+    pub fn recv_vec<T: Pod>(&self, src: Rank, tag: Tag) -> Result<(Vec<T>, Status)> {
+        let (msg, st) = self.mprobe(src, tag)?;
+        let n = st.count(std::mem::size_of::<T>()).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Count,
+                format!(
+                    "message of {} bytes is not a whole number of {}-byte elements",
+                    st.bytes,
+                    std::mem::size_of::<T>()
+                ),
+            )
+        })?;
+        let mut v = vec![T::zeroed(); n];
+        let st = msg.recv(&mut v)?;
+        Ok((v, st))
+    }
+
+    /// Sends `send` to `dest` while receiving into `recv` from `src` (MPI_Sendrecv).
+    #[allow(clippy::too_many_arguments)]
+    pub fn sendrecv<T: Pod, U: Pod>(
+        &self,
+        send: &[T],
+        dest: Rank,
+        send_tag: Tag,
+        recv: &mut [U],
+        src: Rank,
+        recv_tag: Tag,
+    ) -> Result<Status> {
+        borrow(&self.dev)?.sendrecv(
+            self.id,
+            as_bytes(send),
+            dest,
+            send_tag,
+            as_bytes_mut(recv),
+            src,
+            recv_tag,
+        )
+    }
+
+    /// Sends the elements of `buf` selected by `layout` (a vector or indexed datatype).
+    pub fn send_layout<T: Pod>(
+        &self,
+        buf: &[T],
+        layout: &Layout,
+        dest: Rank,
+        tag: Tag,
+    ) -> Result<()> {
+        let packed = layout.pack(as_bytes(buf))?;
+        borrow(&self.dev)?.send(self.id, dest, tag, &packed, SendMode::Standard)
+    }
+
+    /// Receives into the elements of `buf` selected by `layout`; other elements are untouched.
+    pub fn recv_layout<T: Pod>(
+        &self,
+        buf: &mut [T],
+        layout: &Layout,
+        src: Rank,
+        tag: Tag,
+    ) -> Result<Status> {
+        let bytes = as_bytes_mut(buf);
+        // SAFETY: `bytes` is borrowed for this whole call, and the request is waited for or
+        // released before we return.
+        let rbuf = unsafe { RecvBuf::borrowed_with_layout(bytes, layout.clone())? };
+        let mut dev = borrow(&self.dev)?;
+        let h = dev.irecv(self.id, src, tag, rbuf)?;
+        match dev.wait(h) {
+            Ok(st) => Ok(st),
+            Err(e) => {
+                // A completed request is already gone; anything else must not keep `bytes`.
+                dev.release(h);
+                Err(e)
+            }
+        }
+    }
+
+    // -------------------------------------------------------------- probes
+
+    /// Blocks until a matching message has arrived and returns its status (MPI_Probe).
+    pub fn probe(&self, src: Rank, tag: Tag) -> Result<Status> {
+        borrow(&self.dev)?.probe(self.id, src, tag)
+    }
+
+    /// Whether a matching message has arrived (MPI_Iprobe).
+    pub fn iprobe(&self, src: Rank, tag: Tag) -> Result<Option<Status>> {
+        borrow(&self.dev)?.iprobe(self.id, src, tag)
+    }
+
+    /// Takes a matching message out of matching; only the returned [`Message`] can receive it
+    /// (MPI_Mprobe), so another thread's or library's receive cannot steal it.
+    pub fn mprobe(&self, src: Rank, tag: Tag) -> Result<(Message<N, S>, Status)> {
+        let (m, st) = borrow(&self.dev)?.mprobe(self.id, src, tag)?;
+        Ok((
+            Message {
+                dev: self.dev.clone(),
+                msg: m,
+            },
+            st,
+        ))
+    }
+
+    /// Nonblocking matched probe (MPI_Improbe).
+    pub fn improbe(&self, src: Rank, tag: Tag) -> Result<Option<(Message<N, S>, Status)>> {
+        let found = borrow(&self.dev)?.improbe(self.id, src, tag)?;
+        Ok(found.map(|(m, st)| {
+            (
+                Message {
+                    dev: self.dev.clone(),
+                    msg: m,
+                },
+                st,
+            )
+        }))
+    }
+
+    // ---------------------------------------------------------- nonblocking
+
+    /// Starts a send of `buf`, borrowed until the request completes (MPI_Isend).
+    pub fn isend<'a, 's, T: Pod>(
+        &self,
+        scope: &'s Scope<'a, N, S>,
+        buf: &'a [T],
+        dest: Rank,
+        tag: Tag,
+    ) -> Result<Request<'a, 's, N, S>> {
+        self.isend_mode(scope, buf, dest, tag, SendMode::Standard)
+    }
+
+    /// Starts a synchronous send (MPI_Issend).
+    pub fn issend<'a, 's, T: Pod>(
+        &self,
+        scope: &'s Scope<'a, N, S>,
+        buf: &'a [T],
+        dest: Rank,
+        tag: Tag,
+    ) -> Result<Request<'a, 's, N, S>> {
+        self.isend_mode(scope, buf, dest, tag, SendMode::Synchronous)
+    }
+
+    /// Starts a ready send (MPI_Irsend).
+    pub fn irsend<'a, 's, T: Pod>(
+        &self,
+        scope: &'s Scope<'a, N, S>,
+        buf: &'a [T],
+        dest: Rank,
+        tag: Tag,
+    ) -> Result<Request<'a, 's, N, S>> {
+        self.isend_mode(scope, buf, dest, tag, SendMode::Ready)
+    }
+
+    /// Starts a send in the given mode.
+    pub fn isend_mode<'a, 's, T: Pod>(
+        &self,
+        scope: &'s Scope<'a, N, S>,
+        buf: &'a [T],
+        dest: Rank,
+        tag: Tag,
+        mode: SendMode,
+    ) -> Result<Request<'a, 's, N, S>> {
+        self.same_device(scope)?;
+        // SAFETY: `buf` is borrowed for `'a`, which outlives the scope; the scope completes (or
+        // releases) the request before it returns, so the device never reads `buf` after 'a.
+        let sbuf = unsafe { SendBuf::borrowed(as_bytes(buf)) };
+        let h = borrow(&self.dev)?.isend(self.id, dest, tag, sbuf, mode)?;
+        Ok(scope.register(h))
+    }
+
+    /// Starts a receive into `buf`, borrowed until the request completes (MPI_Irecv).
+    pub fn irecv<'a, 's, T: Pod>(
+        &self,
+        scope: &'s Scope<'a, N, S>,
+        buf: &'a mut [T],
+        src: Rank,
+        tag: Tag,
+    ) -> Result<Request<'a, 's, N, S>> {
+        self.same_device(scope)?;
+        // SAFETY: `buf` is mutably borrowed for `'a`, which outlives the scope; the scope
+        // completes or releases the request before it returns, so no write happens after 'a.
+        let rbuf = unsafe { RecvBuf::borrowed(as_bytes_mut(buf)) };
+        let h = borrow(&self.dev)?.irecv(self.id, src, tag, rbuf)?;
+        Ok(scope.register(h))
+    }
+
+    fn same_device(&self, scope: &Scope<'_, N, S>) -> Result<()> {
+        if Rc::ptr_eq(&self.dev, &scope.dev) {
+            Ok(())
+        } else {
+            Err(Error::new(
+                ErrorKind::Arg,
+                "the scope belongs to another rank's device",
+            ))
+        }
+    }
+
+    // --------------------------------------------------------- collectives
+
+    /// Waits for every member (MPI_Barrier).
+    pub fn barrier(&self) -> Result<()> {
+        borrow(&self.dev)?.barrier(self.id)
+    }
+
+    /// Copies `root`'s `buf` to every member's `buf` (MPI_Bcast).
+    pub fn bcast<T: Pod>(&self, root: Rank, buf: &mut [T]) -> Result<()> {
+        borrow(&self.dev)?.bcast(self.id, root, as_bytes_mut(buf))
+    }
+
+    /// Combines every member's `send` element-wise with `op` into `recv` at `root`
+    /// (MPI_Reduce). `op` must be associative and commutative; see [`crate::op`].
+    pub fn reduce<T: Pod>(
+        &self,
+        root: Rank,
+        send: &[T],
+        recv: &mut [T],
+        op: impl FnMut(&mut T, &T),
+    ) -> Result<()> {
+        let recv_bytes: &mut [u8] = if self.rank == root {
+            as_bytes_mut(recv)
+        } else {
+            &mut []
+        };
+        borrow(&self.dev)?.reduce(self.id, root, as_bytes(send), recv_bytes, elementwise(op))
+    }
+
+    /// Combines every member's `send` element-wise with `op` into every member's `recv`
+    /// (MPI_Allreduce).
+    pub fn allreduce<T: Pod>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: impl FnMut(&mut T, &T),
+    ) -> Result<()> {
+        borrow(&self.dev)?.allreduce(self.id, as_bytes(send), as_bytes_mut(recv), elementwise(op))
+    }
+
+    /// Collects every member's `send` at `root`, in rank order (MPI_Gather). `recv` is only
+    /// used at the root and must hold `size * send.len()` elements there.
+    pub fn gather<T: Pod>(&self, root: Rank, send: &[T], recv: &mut [T]) -> Result<()> {
+        borrow(&self.dev)?.gather(self.id, root, as_bytes(send), as_bytes_mut(recv))
+    }
+
+    /// Collects every member's `send` at every member, in rank order (MPI_Allgather).
+    pub fn allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
+        borrow(&self.dev)?.allgather(self.id, as_bytes(send), as_bytes_mut(recv))
+    }
+
+    // ------------------------------------------------------- communicators
+
+    /// A communicator with the same members and a separate message space (MPI_Comm_dup).
+    pub fn dup(&self) -> Result<Communicator<N, S>> {
+        let id = borrow(&self.dev)?.comm_dup(self.id)?;
+        Ok(Communicator::new(self.dev.clone(), id))
+    }
+
+    /// Splits by `color`, ordered by `key` (MPI_Comm_split); [`crate::UNDEFINED`] opts out.
+    pub fn split(&self, color: i32, key: i32) -> Result<Option<Communicator<N, S>>> {
+        let id = borrow(&self.dev)?.comm_split(self.id, color, key)?;
+        Ok(id.map(|id| Communicator::new(self.dev.clone(), id)))
+    }
+
+    /// A communicator of the members of `group` (MPI_Comm_create); collective over `self`.
+    pub fn create(&self, group: &Group) -> Result<Option<Communicator<N, S>>> {
+        let id = borrow(&self.dev)?.comm_create(self.id, group)?;
+        Ok(id.map(|id| Communicator::new(self.dev.clone(), id)))
+    }
+
+    /// The members (MPI_Comm_group).
+    pub fn group(&self) -> Result<Group> {
+        borrow(&self.dev)?.comm_group(self.id)
+    }
+
+    /// Frees the communicator (MPI_Comm_free). Clones become invalid: using one is a
+    /// [`ErrorKind::Comm`] error.
+    pub fn free(self) -> Result<()> {
+        borrow(&self.dev)?.comm_free(self.id)
+    }
+}
+
+/// Lifts an element operator to the byte-level fold the device runs. Reads and writes go
+/// through unaligned loads, since the device's buffers are plain bytes.
+fn elementwise<T: Pod>(mut op: impl FnMut(&mut T, &T)) -> impl FnMut(&mut [u8], &[u8]) {
+    move |acc: &mut [u8], other: &[u8]| {
+        let size = std::mem::size_of::<T>().max(1);
+        for (a, b) in acc.chunks_exact_mut(size).zip(other.chunks_exact(size)) {
+            let mut x: T = bytemuck::pod_read_unaligned(a);
+            let y: T = bytemuck::pod_read_unaligned(b);
+            op(&mut x, &y);
+            a.copy_from_slice(bytemuck::bytes_of(&x));
+        }
+    }
+}
+
+/// A message taken by a matched probe; receive it with [`Message::recv`].
+pub struct Message<N: Netmod, S: Shm> {
+    dev: Rc<RefCell<Device<N, S>>>,
+    msg: ch4_core::Message,
+}
+
+impl<N: Netmod, S: Shm> Message<N, S> {
+    /// Receives the message into `buf` (MPI_Mrecv).
+    pub fn recv<T: Pod>(self, buf: &mut [T]) -> Result<Status> {
+        borrow(&self.dev)?.mrecv(self.msg, as_bytes_mut(buf))
+    }
+}

@@ -1,0 +1,140 @@
+//! Ranks as threads: run an SPMD closure on N threads of this process, each with its own device
+//! (MPC's thread-based mode). No launcher, no network; the ranks talk through the in-process
+//! transports of the `inproc` crate. Ranks can be grouped into simulated nodes so that the
+//! shared-memory route and the netmod route are both exercised.
+
+use std::sync::Arc;
+
+use ch4_core::core::DeviceConfig;
+use ch4_core::transport::Netmod;
+use ch4_core::{Device, Error, ErrorKind, Result};
+use inproc::{AmOnly, Fabric, FabricConfig, InprocNet, InprocShm};
+
+use crate::Context;
+
+/// A thread job under construction.
+#[derive(Debug, Clone)]
+pub struct Threads {
+    fabric: FabricConfig,
+    device: DeviceConfig,
+}
+
+/// The context type of a rank run by [`Threads::run`].
+pub type ThreadContext<M = AmOnly> = Context<InprocNet<M>, InprocShm>;
+
+impl Threads {
+    /// A job of `ranks` ranks on one simulated node.
+    pub fn new(ranks: u32) -> Threads {
+        Threads {
+            fabric: FabricConfig::new(ranks),
+            device: DeviceConfig::default(),
+        }
+    }
+
+    /// Groups the ranks into nodes of `n`: ranks on one node use shared memory, the others the
+    /// netmod.
+    pub fn ranks_per_node(mut self, n: u32) -> Threads {
+        self.fabric.ranks_per_node = n;
+        self
+    }
+
+    /// Messages up to `bytes` go eagerly; longer ones by rendezvous.
+    pub fn eager_limit(mut self, bytes: usize) -> Threads {
+        self.fabric.eager_limit = bytes;
+        self
+    }
+
+    /// The largest single active-message payload (rendezvous data moves in pieces this big).
+    pub fn max_payload(mut self, bytes: usize) -> Threads {
+        self.fabric.max_payload = bytes;
+        self
+    }
+
+    /// Device settings (request pool sizes, progress budgets).
+    pub fn device_config(mut self, config: DeviceConfig) -> Threads {
+        self.device = config;
+        self
+    }
+
+    /// Runs `f` on every rank with the active-message netmod; returns the ranks' results in rank
+    /// order, or the first failure (an error a rank returned, or a rank that panicked).
+    pub fn run<R, F>(self, f: F) -> Result<Vec<R>>
+    where
+        R: Send,
+        F: Fn(ThreadContext<AmOnly>) -> Result<R> + Sync,
+    {
+        self.run_with::<InprocNet<AmOnly>, R, F>(f)
+    }
+
+    /// Like [`Threads::run`], with the in-process netmod flavour `Net`
+    /// (`InprocNet<AmOnly>` or the natively matching `InprocNet<Native>`).
+    pub fn run_with<Net, R, F>(self, f: F) -> Result<Vec<R>>
+    where
+        Net: Netmod + FromFabric + Send,
+        R: Send,
+        F: Fn(Context<Net, InprocShm>) -> Result<R> + Sync,
+    {
+        let fabric = Fabric::new(self.fabric)?;
+        let n = self.fabric.ranks;
+        let device = self.device;
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..n)
+                .map(|rank| {
+                    let fabric = Arc::clone(&fabric);
+                    let f = &f;
+                    std::thread::Builder::new()
+                        .name(format!("ch4-rank-{rank}"))
+                        .spawn_scoped(s, move || -> Result<R> {
+                            let net = Net::from_fabric(fabric.clone(), rank)?;
+                            let shm = InprocShm::new(fabric, rank)?;
+                            let dev = Device::new(net, shm, rank, n, device)?;
+                            f(Context::new(dev))
+                        })
+                        .map_err(|e| Error::new(ErrorKind::Internal, format!("spawn: {e}")))
+                })
+                .collect();
+            let mut out = Vec::with_capacity(n as usize);
+            let mut first_err = None;
+            for (rank, h) in handles.into_iter().enumerate() {
+                let r = match h {
+                    Ok(h) => h.join().unwrap_or_else(|p| {
+                        let msg = p
+                            .downcast_ref::<&str>()
+                            .map(|s| s.to_string())
+                            .or_else(|| p.downcast_ref::<String>().cloned())
+                            .unwrap_or_default();
+                        Err(Error::new(
+                            ErrorKind::PeerFailed,
+                            format!("rank {rank} panicked: {msg}"),
+                        ))
+                    }),
+                    Err(e) => Err(e),
+                };
+                match r {
+                    Ok(v) => out.push(v),
+                    Err(e) => {
+                        first_err.get_or_insert_with(|| {
+                            Error::new(e.kind(), format!("rank {rank}: {}", e.detail()))
+                        });
+                    }
+                }
+            }
+            match first_err {
+                None => Ok(out),
+                Some(e) => Err(e),
+            }
+        })
+    }
+}
+
+/// In-process netmods that can be made from a fabric (both flavours of [`InprocNet`]).
+pub trait FromFabric: Sized {
+    /// The endpoint of rank `me`.
+    fn from_fabric(fabric: Arc<Fabric>, me: u32) -> Result<Self>;
+}
+
+impl<M> FromFabric for InprocNet<M> {
+    fn from_fabric(fabric: Arc<Fabric>, me: u32) -> Result<Self> {
+        InprocNet::new(fabric, me)
+    }
+}
