@@ -384,8 +384,10 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             None => {
                 // ANY_SOURCE: the core's queues first (shm, and the netmod when it is AM-only)...
                 on_core_queues!(self, irecv(h))?;
-                // ...then, for a natively matching netmod, its partner half in the network.
-                if S::PRESENT && NetP2p::<N>::NATIVE_MATCHING && !self.is_complete(h) {
+                // ...then, for a natively matching netmod, its partner half in the network —
+                // only while the core's half is still unmatched (a matched rendezvous is not
+                // complete yet, but it is taken).
+                if S::PRESENT && NetP2p::<N>::NATIVE_MATCHING && self.still_posted(h) {
                     self.mark_native(h, true);
                     on_net!(self, |cx| NetP2p::<N>::irecv(cx, h))?;
                 }
@@ -401,9 +403,14 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         }
     }
 
+    /// Whether receive `h` still waits unmatched in the core's posted queue.
     #[inline(always)]
-    fn is_complete(&self, h: ReqHandle) -> bool {
-        self.core.requests.get(h).is_none_or(|r| r.complete)
+    fn still_posted(&mut self, h: ReqHandle) -> bool {
+        self.core
+            .requests
+            .get_mut(h)
+            .and_then(Request::recv_mut)
+            .is_some_and(|r| r.posted.is_some())
     }
 
     /// Blocking receive into contiguous bytes.

@@ -1,0 +1,59 @@
+//! Shared harness: run one SPMD test body over every route configuration of the device.
+//!
+//! - `shm`: all ranks on one node, everything through the shared-memory layer;
+//! - `net_am`: one rank per node, everything through the active-message netmod;
+//! - `native_mixed`: two ranks per node with the natively matching netmod, so shm, native
+//!   matching and the ANY_SOURCE partner logic all take part.
+//!
+//! The thresholds are tiny (eager 64 bytes, AM payload 100 bytes) so that small test messages
+//! already cross the eager/rendezvous boundary and rendezvous data moves in several pieces.
+
+#![allow(dead_code)]
+
+use ch4::threads::Threads;
+
+/// Eager threshold used by the route tests.
+pub const EAGER: usize = 64;
+
+pub fn small(ranks: u32) -> Threads {
+    Threads::new(ranks).eager_limit(EAGER).max_payload(100)
+}
+
+/// Generates `shm`, `net_am` and `native_mixed` tests that run `$body(ctx)` on `$ranks` ranks.
+#[macro_export]
+macro_rules! on_all_routes {
+    ($name:ident, $ranks:expr, $body:path) => {
+        mod $name {
+            use super::*;
+
+            #[test]
+            fn shm() {
+                common::small($ranks)
+                    .ranks_per_node($ranks)
+                    .run(|ctx| $body(ctx))
+                    .unwrap();
+            }
+
+            #[test]
+            fn net_am() {
+                common::small($ranks)
+                    .ranks_per_node(1)
+                    .run(|ctx| $body(ctx))
+                    .unwrap();
+            }
+
+            #[test]
+            fn native_mixed() {
+                common::small($ranks)
+                    .ranks_per_node(2)
+                    .run_with::<inproc::InprocNet<inproc::Native>, _, _>(|ctx| $body(ctx))
+                    .unwrap();
+            }
+        }
+    };
+}
+
+/// A recognizable byte pattern for message `seq` of length `len`.
+pub fn pattern(seq: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (seq * 31 + i * 7) as u8).collect()
+}

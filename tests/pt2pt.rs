@@ -1,0 +1,585 @@
+//! Point-to-point semantics, ranks as threads, over every route (see `common`).
+
+mod common;
+
+use ch4::{
+    Context, ErrorKind, Netmod, Result, Shm, Status, ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB,
+};
+use common::{pattern, EAGER};
+
+/// Messages of sizes on both sides of the eager limit arrive intact and in order.
+fn ordered_mixed_sizes<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
+    let w = ctx.world();
+    let sizes = [0, 1, EAGER - 1, EAGER, EAGER + 1, 1000, 3, 4096, 0, 250];
+    match w.rank() {
+        0 => {
+            for (i, &n) in sizes.iter().enumerate() {
+                w.send(&pattern(i, n), 1, 5)?;
+            }
+        }
+        1 => {
+            for (i, &n) in sizes.iter().enumerate() {
+                let mut buf = vec![0u8; 5000];
+                let st = w.recv(&mut buf, 0, 5)?;
+                assert_eq!(st.bytes, n, "message {i}");
+                assert_eq!(&buf[..n], &pattern(i, n)[..], "message {i}");
+                assert_eq!((st.source, st.tag), (0, 5));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+on_all_routes!(order_mixed, 2, ordered_mixed_sizes);
+
+/// Nonblocking receives posted in advance (expected path) and after arrival (unexpected path)
+/// both see messages in send order, including with ANY_TAG.
+fn nonblocking_order<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
+    let w = ctx.world();
+    let sizes: Vec<usize> = (0..24).map(|i| (i * 37) % 300).collect();
+    if w.rank() == 0 {
+        let bufs: Vec<Vec<u8>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| pattern(i, n))
+            .collect();
+        ctx.scope(|s| {
+            let reqs = bufs
+                .iter()
+                .enumerate()
+                .map(|(i, b)| w.isend(s, b, 1, (i % 3) as i32))
+                .collect::<Result<Vec<_>>>()?;
+            s.wait_all(reqs).map(drop)
+        })?;
+    } else if w.rank() == 1 {
+        let mut bufs = vec![vec![0u8; 300]; sizes.len()];
+        let statuses = ctx.scope(|s| {
+            let mut reqs = Vec::new();
+            // Post the first half before the messages can arrive, the rest after a barrier
+            // on the other side has certainly sent them.
+            for b in bufs.iter_mut() {
+                reqs.push(w.irecv(s, b, 0, ANY_TAG)?);
+            }
+            s.wait_all(reqs)
+        })?;
+        for (i, st) in statuses.iter().enumerate() {
+            assert_eq!(st.bytes, sizes[i]);
+            assert_eq!(st.tag, (i % 3) as i32);
+            assert_eq!(&bufs[i][..sizes[i]], &pattern(i, sizes[i])[..]);
+        }
+    }
+    Ok(())
+}
+on_all_routes!(nonblocking_in_order, 2, nonblocking_order);
+
+/// ANY_SOURCE receives get every message exactly once, and per sender in order.
+fn any_source_fan_in<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
+    let w = ctx.world();
+    let per_sender = 20usize;
+    if w.rank() == 0 {
+        let senders = (w.size() - 1) as usize;
+        let mut next = vec![0usize; w.size() as usize];
+        for _ in 0..senders * per_sender {
+            let mut buf = [0u64; 40];
+            let st = w.recv(&mut buf, ANY_SOURCE, ANY_TAG)?;
+            let src = st.source as usize;
+            let seq = buf[0] as usize;
+            assert_eq!(seq, next[src], "from {src}");
+            assert_eq!(st.tag as usize, seq % 4);
+            next[src] += 1;
+        }
+        assert!(next[1..].iter().all(|&n| n == per_sender));
+        assert!(
+            w.iprobe(ANY_SOURCE, ANY_TAG)?.is_none(),
+            "a message was duplicated"
+        );
+    } else {
+        for seq in 0..per_sender {
+            // Every third message is long enough to go by rendezvous.
+            let len = if seq % 3 == 0 { 40 } else { 2 };
+            let mut msg = vec![seq as u64; len];
+            msg[0] = seq as u64;
+            w.send(&msg, 0, (seq % 4) as i32)?;
+        }
+    }
+    w.barrier()
+}
+on_all_routes!(any_source, 5, any_source_fan_in);
+
+/// A message longer than the buffer: truncation error, the buffer is filled, nothing past it
+/// is written — eager and rendezvous.
+fn truncation<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
+    let w = ctx.world();
+    for (round, len) in [(0, 20usize), (1, 500)] {
+        if w.rank() == 0 {
+            w.send(&pattern(round, len), 1, round as i32)?;
+        } else if w.rank() == 1 {
+            let mut mem = vec![0xEEu8; 30];
+            let err = w.recv(&mut mem[..10], 0, round as i32).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Truncate);
+            assert_eq!(&mem[..10], &pattern(round, len)[..10]);
+            assert!(
+                mem[10..].iter().all(|&b| b == 0xEE),
+                "wrote past the buffer"
+            );
+        }
+    }
+    w.barrier()
+}
+on_all_routes!(truncate, 2, truncation);
+
+/// probe reports the size; mprobe takes the message so a wildcard receive cannot steal it.
+fn probes<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
+    let w = ctx.world();
+    if w.rank() == 0 {
+        w.send(&[1u32; 3], 1, 7)?;
+        w.send(&[2u32; 50], 1, 8)?;
+        w.send(&[3u32; 1], 1, 9)?;
+    } else if w.rank() == 1 {
+        assert!(w.iprobe(0, 100)?.is_none());
+        let st = w.probe(0, 7)?;
+        assert_eq!((st.source, st.tag, st.bytes), (0, 7, 12));
+        let (msg, st) = w.mprobe(0, 8)?;
+        assert_eq!(st.bytes, 200);
+        // The probed message is out of matching: ANY_TAG now sees tag 7 first, then tag 9.
+        let mut a = [0u32; 3];
+        assert_eq!(w.recv(&mut a, 0, ANY_TAG)?.tag, 7);
+        let mut b = [0u32; 50];
+        msg.recv(&mut b)?;
+        assert_eq!(b, [2u32; 50]);
+        let (v, st) = w.recv_vec::<u32>(0, ANY_TAG)?;
+        assert_eq!((v, st.tag), (vec![3], 9));
+        assert!(w.improbe(ANY_SOURCE, ANY_TAG)?.is_none());
+    }
+    w.barrier()
+}
+on_all_routes!(probe, 2, probes);
+
+/// A synchronous send does not complete before the receiver has matched it.
+fn ssend_waits_for_match<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
+    let w = ctx.world();
+    for len in [4usize, 400] {
+        if w.rank() == 0 {
+            let data = pattern(1, len);
+            ctx.scope(|s| {
+                let mut req = w.issend(s, &data, 1, 1)?;
+                for _ in 0..200 {
+                    assert!(req.test()?.is_none(), "ssend completed before the match");
+                }
+                w.send(&[0u8], 1, 2)?; // tell rank 1 to post its receive now
+                req.wait().map(drop)
+            })?;
+        } else if w.rank() == 1 {
+            let mut go = [0u8];
+            w.recv(&mut go, 0, 2)?;
+            let mut buf = vec![0u8; len];
+            w.recv(&mut buf, 0, 1)?;
+            assert_eq!(buf, pattern(1, len));
+        }
+    }
+    w.barrier()
+}
+on_all_routes!(ssend, 2, ssend_waits_for_match);
+
+/// A ready send that arrives before its receive is reported at the receive; a correct one
+/// works.
+fn ready_send<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
+    let w = ctx.world();
+    if w.rank() == 0 {
+        w.rsend(&[9u8; 8], 1, 3)?; // nobody is waiting for it
+        w.barrier()?;
+        w.barrier()?; // rank 1 has posted tag 4 by now
+        w.rsend(&[5u8; 8], 1, 4)?;
+    } else if w.rank() == 1 {
+        while w.iprobe(0, 3)?.is_none() {}
+        let mut buf = [0u8; 8];
+        let err = w.recv(&mut buf, 0, 3).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ReadyNotPosted);
+        w.barrier()?;
+        let mut good = [0u8; 8];
+        ctx.scope(|s| {
+            let req = w.irecv(s, &mut good, 0, 4)?;
+            w.barrier()?;
+            req.wait().map(drop)
+        })?;
+        assert_eq!(good, [5u8; 8]);
+    } else {
+        w.barrier()?;
+        w.barrier()?;
+    }
+    Ok(())
+}
+on_all_routes!(rsend, 2, ready_send);
+
+/// Cancel: an unmatched receive is cancelled; an unmatched send is cancelled at the receiver
+/// (where the network allows it) and never delivered; a matched receive is not.
+fn cancels<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
+    let w = ctx.world();
+    let mut buf = [0u8; 4];
+    let st = ctx.scope(|s| {
+        let req = w.irecv(s, &mut buf, ANY_SOURCE, 99)?;
+        req.cancel()?;
+        req.wait()
+    })?;
+    assert!(st.cancelled);
+    if w.rank() == 0 {
+        let data = [1u8; 16];
+        let big = [2u8; 500];
+        let (small, large) = ctx.scope(|s| {
+            let a = w.isend(s, &data, 1, 50)?;
+            let b = w.isend(s, &big, 1, 51)?;
+            a.cancel()?;
+            b.cancel()?;
+            Ok::<_, ch4::Error>((a.wait()?, b.wait()?))
+        })?;
+        w.send(
+            &[u8::from(small.cancelled), u8::from(large.cancelled)],
+            1,
+            52,
+        )?;
+    } else if w.rank() == 1 {
+        let mut flags = [0u8; 2];
+        w.recv(&mut flags, 0, 52)?;
+        // Whatever was not cancelled must still be receivable; whatever was must be gone.
+        for (i, tag) in [50, 51].into_iter().enumerate() {
+            if flags[i] == 1 {
+                assert!(w.iprobe(0, tag)?.is_none(), "cancelled send was delivered");
+            } else {
+                let mut b = [0u8; 500];
+                w.recv(&mut b, 0, tag)?;
+            }
+        }
+    }
+    w.barrier()
+}
+on_all_routes!(cancel, 2, cancels);
+
+/// Self-sends, zero-byte messages and PROC_NULL.
+fn self_and_empty<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
+    let w = ctx.world();
+    let me = w.rank();
+    w.send(&[42u16], me, 0)?;
+    let mut x = [0u16];
+    assert_eq!(w.recv(&mut x, me, 0)?.bytes, 2);
+    assert_eq!(x, [42]);
+    let big = pattern(3, 700);
+    let mut back = vec![0u8; 700];
+    ctx.scope(|s| {
+        let r = w.isend(s, &big, me, 1)?;
+        w.recv(&mut back, me, 1)?;
+        r.wait().map(drop)
+    })?;
+    assert_eq!(back, big);
+    let sc = ctx.self_comm();
+    assert_eq!((sc.rank(), sc.size()), (0, 1));
+    sc.send::<u8>(&[], 0, 3)?;
+    assert_eq!(sc.recv::<u8>(&mut [], 0, 3)?.bytes, 0);
+    let peer = (me + 1) % w.size();
+    let from = (me + w.size() - 1) % w.size();
+    w.sendrecv::<u8, u8>(&[], peer, 4, &mut [], from, 4)?;
+    w.send(&[1u8], PROC_NULL, 0)?;
+    let st: Status = w.recv(&mut [0u8; 4], PROC_NULL, 0)?;
+    assert_eq!((st.source, st.bytes), (PROC_NULL, 0));
+    w.barrier()
+}
+on_all_routes!(self_zero_procnull, 3, self_and_empty);
+
+/// Every misuse is an error of the right kind, never a panic.
+fn misuse<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
+    let w = ctx.world();
+    let n = w.size();
+    assert_eq!(w.send(&[0u8], n, 0).unwrap_err().kind(), ErrorKind::Rank);
+    assert_eq!(w.send(&[0u8], -7, 0).unwrap_err().kind(), ErrorKind::Rank);
+    assert_eq!(w.send(&[0u8], 0, -3).unwrap_err().kind(), ErrorKind::Tag);
+    assert_eq!(
+        w.send(&[0u8], 0, TAG_UB + 1).unwrap_err().kind(),
+        ErrorKind::Tag
+    );
+    assert_eq!(
+        w.send(&[0u8], 0, ANY_TAG).unwrap_err().kind(),
+        ErrorKind::Tag
+    );
+    assert_eq!(
+        w.recv(&mut [0u8], n + 3, 0).unwrap_err().kind(),
+        ErrorKind::Rank
+    );
+    assert_eq!(
+        w.recv(&mut [0u8], 0, -9).unwrap_err().kind(),
+        ErrorKind::Tag
+    );
+    assert_eq!(w.bcast(n, &mut [0u8]).unwrap_err().kind(), ErrorKind::Rank);
+    let d = w.dup()?;
+    let stale = d.clone();
+    d.free()?;
+    assert_eq!(
+        stale.send(&[0u8], 0, 0).unwrap_err().kind(),
+        ErrorKind::Comm
+    );
+    assert_eq!(
+        stale.recv(&mut [0u8], 0, 0).unwrap_err().kind(),
+        ErrorKind::Comm
+    );
+    assert_eq!(stale.clone().free().unwrap_err().kind(), ErrorKind::Comm);
+    assert_eq!(w.clone().free().unwrap_err().kind(), ErrorKind::Comm);
+    // A spent request.
+    let me = w.rank();
+    ctx.scope(|s| {
+        let mut r = w.isend(s, &[1u8], me, 0)?;
+        while r.test()?.is_none() {}
+        assert_eq!(r.test().unwrap_err().kind(), ErrorKind::Request);
+        Ok::<_, ch4::Error>(())
+    })?;
+    w.recv(&mut [0u8], me, 0)?;
+    // A stale device-level handle.
+    {
+        let mut dev = ctx.device()?;
+        let h = dev.isend(
+            w.id(),
+            me,
+            0,
+            ch4_core::buffer::SendBuf::owned(vec![1, 2]),
+            ch4::SendMode::Standard,
+        )?;
+        dev.wait(h)?;
+        assert_eq!(dev.wait(h).unwrap_err().kind(), ErrorKind::Request);
+        assert_eq!(dev.cancel(h).unwrap_err().kind(), ErrorKind::Request);
+        let mut b = [0u8; 2];
+        dev.recv(w.id(), me, 0, &mut b)?;
+    }
+    w.barrier()
+}
+on_all_routes!(errors, 3, misuse);
+
+/// More outstanding requests than the pool's minimum: it grows in chunks and all complete.
+fn many_outstanding<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
+    let w = ctx.world();
+    const COUNT: usize = 10_000;
+    if w.rank() == 0 {
+        let mut bufs = vec![[0u32; 1]; COUNT];
+        ctx.scope(|s| {
+            let reqs = bufs
+                .iter_mut()
+                .enumerate()
+                .map(|(i, b)| w.irecv(s, b, 1, (i % 1000) as i32))
+                .collect::<Result<Vec<_>>>()?;
+            w.barrier()?;
+            s.wait_all(reqs).map(drop)
+        })?;
+        for (i, b) in bufs.iter().enumerate() {
+            assert_eq!(b[0] as usize, i);
+        }
+        assert!(ctx.device()?.live_requests() == 0, "requests leaked");
+    } else if w.rank() == 1 {
+        w.barrier()?;
+        for i in 0..COUNT {
+            w.send(&[i as u32], 0, (i % 1000) as i32)?;
+        }
+    } else {
+        w.barrier()?;
+    }
+    Ok(())
+}
+on_all_routes!(ten_thousand_requests, 2, many_outstanding);
+
+/// The same tag on a communicator and its dup never crosses; split groups are isolated.
+fn comm_isolation<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
+    let w = ctx.world();
+    let d = w.dup()?;
+    assert_eq!((d.rank(), d.size()), (w.rank(), w.size()));
+    if w.rank() == 0 {
+        d.send(&[1u8], 1, 0)?;
+        w.send(&[2u8], 1, 0)?;
+    } else if w.rank() == 1 {
+        let mut b = [0u8];
+        w.recv(&mut b, ANY_SOURCE, ANY_TAG)?;
+        assert_eq!(b, [2], "a dup's message crossed into world");
+        d.recv(&mut b, 0, 0)?;
+        assert_eq!(b, [1]);
+    }
+    // Split into evens and odds, reversed order by key.
+    let half = w
+        .split(w.rank() % 2, -w.rank())?
+        .expect("every rank has a color");
+    let expected_size = (w.size() + 1 - w.rank() % 2) / 2;
+    assert_eq!(half.size(), expected_size);
+    let mut sum = [0i32];
+    half.allreduce(&[w.rank()], &mut sum, ch4::op::sum)?;
+    let want: i32 = (0..w.size()).filter(|r| r % 2 == w.rank() % 2).sum();
+    assert_eq!(sum[0], want);
+    // Highest world rank first.
+    let mut first = [0i32];
+    if half.rank() == 0 {
+        first[0] = w.rank();
+    }
+    half.bcast(0, &mut first)?;
+    let top = (0..w.size())
+        .filter(|r| r % 2 == w.rank() % 2)
+        .max()
+        .unwrap_or(0);
+    assert_eq!(first[0], top);
+    // UNDEFINED opts out; create() from a group.
+    let none = w.split(if w.rank() == 0 { ch4::UNDEFINED } else { 1 }, 0)?;
+    assert_eq!(none.is_none(), w.rank() == 0);
+    let g = w.group()?.incl(&[0, 2])?;
+    let sub = w.create(&g)?;
+    assert_eq!(sub.is_some(), w.rank() == 0 || w.rank() == 2);
+    if let Some(sub) = sub {
+        let mut v = [sub.rank()];
+        sub.bcast(1, &mut v)?;
+        assert_eq!(v, [1]);
+        sub.free()?;
+    }
+    half.free()?;
+    d.free()?;
+    w.barrier()
+}
+on_all_routes!(comms, 4, comm_isolation);
+
+/// The collectives agree with a serial computation.
+fn collectives<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
+    let w = ctx.world();
+    let (r, n) = (w.rank(), w.size());
+    w.barrier()?;
+    let mut v = vec![0f64; 100];
+    if r == 2 {
+        v.iter_mut().enumerate().for_each(|(i, x)| *x = i as f64);
+    }
+    w.bcast(2, &mut v)?;
+    assert!(v.iter().enumerate().all(|(i, &x)| x == i as f64));
+    let mine = [r as i64, -(r as i64), 1];
+    let mut out = [0i64; 3];
+    w.reduce(1, &mine, &mut out, ch4::op::sum)?;
+    if r == 1 {
+        let s: i64 = (0..n as i64).sum();
+        assert_eq!(out, [s, -s, n as i64]);
+    }
+    let mut mx = [0i64; 3];
+    w.allreduce(&mine, &mut mx, ch4::op::max)?;
+    assert_eq!(mx, [n as i64 - 1, 0, 1]);
+    let mut mn = [0u8; 1];
+    w.allreduce(&[r as u8 + 3], &mut mn, ch4::op::min)?;
+    assert_eq!(mn, [3]);
+    let mut custom = [0u32];
+    w.allreduce(&[1u32 << r], &mut custom, |a, b| *a |= *b)?;
+    assert_eq!(custom[0], (1u32 << n) - 1);
+    let mut all = vec![0u16; 2 * n as usize];
+    w.allgather(&[r as u16, 100 + r as u16], &mut all)?;
+    for q in 0..n as usize {
+        assert_eq!(&all[2 * q..2 * q + 2], &[q as u16, 100 + q as u16]);
+    }
+    let mut at_root = vec![0u8; n as usize];
+    w.gather(0, &[r as u8], &mut at_root)?;
+    if r == 0 {
+        assert_eq!(at_root, (0..n as u8).collect::<Vec<_>>());
+    }
+    Ok(())
+}
+on_all_routes!(coll, 5, collectives);
+
+/// Noncontiguous layouts: a strided column is sent and lands in a strided column.
+fn layouts<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
+    let w = ctx.world();
+    // An 8x8 matrix of u32, row-major; send column 3 (8 elements, stride 8).
+    let col = ch4::Layout::vector::<u32>(8, 1, 8)?;
+    if w.rank() == 0 {
+        let m: Vec<u32> = (0..64).collect();
+        w.send_layout(&m[3..], &ch4::Layout::vector::<u32>(8, 1, 8)?, 1, 0)?;
+        // Also a long strided message through rendezvous (more than EAGER bytes).
+        let big: Vec<u32> = (0..1000).collect();
+        w.send_layout(&big, &ch4::Layout::vector::<u32>(100, 3, 10)?, 1, 1)?;
+    } else if w.rank() == 1 {
+        let mut m = vec![0u32; 64];
+        let st = w.recv_layout(&mut m[5..], &col, 0, 0)?;
+        assert_eq!(st.bytes, 32);
+        for row in 0..8 {
+            for c in 0..8 {
+                let want = if c == 5 { (row * 8 + 3) as u32 } else { 0 };
+                assert_eq!(m[row * 8 + c], want, "row {row} col {c}");
+            }
+        }
+        let mut big = vec![u32::MAX; 1000];
+        let lay = ch4::Layout::vector::<u32>(100, 3, 10)?;
+        w.recv_layout(&mut big, &lay, 0, 1)?;
+        for (i, &x) in big.iter().enumerate() {
+            let want = if i % 10 < 3 { i as u32 } else { u32::MAX };
+            assert_eq!(x, want);
+        }
+    }
+    w.barrier()
+}
+on_all_routes!(noncontiguous, 2, layouts);
+
+/// wait_any and test_some hand back every completion exactly once.
+fn completion_sets<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
+    let w = ctx.world();
+    if w.rank() == 0 {
+        for i in 0..8u8 {
+            w.send(&[i], 1, i as i32)?;
+        }
+    } else if w.rank() == 1 {
+        let mut bufs = [[0u8; 1]; 8];
+        let seen = ctx.scope(|s| {
+            let mut reqs = Vec::new();
+            for (i, b) in bufs.iter_mut().enumerate().rev() {
+                reqs.push(w.irecv(s, b, 0, i as i32)?);
+            }
+            let mut seen = 0;
+            let (_, first) = s.wait_any(&mut reqs)?;
+            assert!(first.tag < 8);
+            seen += 1;
+            while !reqs.is_empty() {
+                for (_, st) in s.test_some(&mut reqs)? {
+                    st?;
+                    seen += 1;
+                }
+            }
+            Ok::<_, ch4::Error>(seen)
+        })?;
+        assert_eq!(seen, 8);
+        for (i, b) in bufs.iter().enumerate() {
+            assert_eq!(b[0] as usize, i);
+        }
+    }
+    w.barrier()
+}
+on_all_routes!(wait_any_test_some, 2, completion_sets);
+
+/// A request forgotten with mem::forget is still completed by its scope before the buffer's
+/// borrow ends.
+fn forgotten_request<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
+    let w = ctx.world();
+    if w.rank() == 0 {
+        let mut buf = [0u64; 16];
+        ctx.scope(|s| {
+            let r = w.irecv(s, &mut buf, 1, 0)?;
+            std::mem::forget(r);
+            w.send(&[1u8], 1, 1) // let rank 1 send now
+        })?;
+        assert_eq!(
+            buf, [7u64; 16],
+            "the scope returned before the receive completed"
+        );
+    } else if w.rank() == 1 {
+        w.recv(&mut [0u8], 0, 1)?;
+        w.send(&[7u64; 16], 0, 0)?;
+    }
+    w.barrier()
+}
+on_all_routes!(forget_is_sound, 2, forgotten_request);
+
+/// A peer that dies makes a receive from it fail instead of hanging.
+#[test]
+fn dead_peer_fails_the_request() {
+    let results = ch4::threads::Threads::new(2)
+        .ranks_per_node(1)
+        .run(|ctx| {
+            let w = ctx.world();
+            if w.rank() == 1 {
+                return Ok(None); // exits without sending: its endpoints close
+            }
+            let mut b = [0u8; 4];
+            Ok(Some(w.recv(&mut b, 1, 0).unwrap_err().kind()))
+        })
+        .unwrap();
+    assert_eq!(results[0], Some(ErrorKind::PeerFailed));
+}
