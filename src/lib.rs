@@ -129,3 +129,8 @@ pub(crate) fn borrow<D>(dev: &RefCell<D>) -> Result<RefMut<'_, D>> {
         )
     })
 }
+
+/// The README's code runs as a doctest, so the example users copy first cannot rot.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

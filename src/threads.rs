@@ -138,3 +138,15 @@ impl<M> FromFabric for InprocNet<M> {
         InprocNet::new(fabric, me)
     }
 }
+
+/// The active-message netmod behind the reordering wrapper, seeded with the rank number (every
+/// rank shuffles differently, and a failing run can be replayed): lets whole MPI programs run
+/// over an unordered transport, which drives the AM fallback's sequence-number path.
+impl FromFabric for inproc::Shuffled<InprocNet<AmOnly>> {
+    fn from_fabric(fabric: Arc<Fabric>, me: u32) -> Result<Self> {
+        Ok(inproc::Shuffled::new(
+            InprocNet::new(fabric, me)?,
+            u64::from(me),
+        ))
+    }
+}

@@ -77,7 +77,9 @@ fn unexpected(depth: usize, want: Envelope, iters: u64) -> f64 {
 }
 
 fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
+    // `cargo bench` passes `--bench`; under `cargo test` (no `--bench`) only a smoke run is wanted.
+    let quick =
+        std::env::args().any(|a| a == "--quick") || !std::env::args().any(|a| a == "--bench");
     // O(1) cases get a fixed count; the linear wildcard scan gets a fixed budget of steps.
     let (fixed, budget): (u64, u64) = if quick {
         (20_000, 2_000_000)

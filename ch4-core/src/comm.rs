@@ -101,7 +101,7 @@ impl ContextMask {
     /// Returns a context id's slot to the free set.
     pub fn release(&mut self, context: ContextId) {
         let slot = context as usize / 2;
-        if slot >= 2 && slot < CONTEXT_SLOTS {
+        if (2..CONTEXT_SLOTS).contains(&slot) {
             self.free[slot / 64] |= 1u64 << (slot % 64);
         }
     }

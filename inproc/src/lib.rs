@@ -18,6 +18,7 @@
 
 mod mailbox;
 mod native;
+mod shuffle;
 
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,6 +29,7 @@ use ch4_core::{Error, ErrorKind, Gpid, Result};
 
 use mailbox::{Inbox, Mailbox};
 pub use native::NativeEngine;
+pub use shuffle::Shuffled;
 
 /// Sizes that decide the protocol; small values let tests drive the rendezvous path.
 #[derive(Debug, Clone, Copy)]
