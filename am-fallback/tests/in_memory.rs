@@ -1,0 +1,320 @@
+//! The AM fallback driven in memory: two devices in one thread over a hand-made transport whose
+//! wire the test can read and write. Nothing runs unless the test calls `progress`, so each
+//! scenario is deterministic — and the test can inject the malformed packets a hostile or broken
+//! peer might send.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use am_fallback::wire::{handler, CtsHeader, DataHeader, MatchHeader};
+use ch4_core::buffer::{RecvBuf, SendBuf};
+use ch4_core::core::DeviceConfig;
+use ch4_core::pool::PoolConfig;
+use ch4_core::transport::{AmSink, AmTransport, HandlerId, Netmod, NoShm};
+use ch4_core::{Device, ErrorKind, Gpid, Result, SendMode};
+
+/// One message on the wire.
+#[derive(Clone, Debug)]
+struct Frame {
+    src: Gpid,
+    handler: HandlerId,
+    header: Vec<u8>,
+    payload: Vec<u8>,
+}
+
+type Wire = Rc<RefCell<Vec<VecDeque<Frame>>>>;
+
+/// An ordered in-memory transport: `wire[dest]` is dest's inbox.
+struct Pipe {
+    me: Gpid,
+    wire: Wire,
+}
+
+impl AmTransport for Pipe {
+    const AM_ORDERED: bool = true;
+    const NAME: &'static str = "pipe";
+    fn eager_limit(&self) -> usize {
+        32
+    }
+    fn am_max_payload(&self) -> usize {
+        40
+    }
+    fn am_send(
+        &mut self,
+        dest: Gpid,
+        h: HandlerId,
+        header: &[u8],
+        payload: &[&[u8]],
+    ) -> Result<()> {
+        self.wire.borrow_mut()[dest as usize].push_back(Frame {
+            src: self.me,
+            handler: h,
+            header: header.to_vec(),
+            payload: payload.concat(),
+        });
+        Ok(())
+    }
+    fn am_poll<K: AmSink>(&mut self, sink: &mut K, budget: usize) -> Result<usize> {
+        let mut n = 0;
+        while n < budget {
+            let Some(f) = self.wire.borrow_mut()[self.me as usize].pop_front() else {
+                break;
+            };
+            n += 1;
+            sink.deliver(f.src, f.handler, &f.header, &f.payload)?;
+        }
+        Ok(n)
+    }
+}
+
+impl Netmod for Pipe {
+    type P2p = am_fallback::Am;
+}
+
+type Dev = Device<Pipe, NoShm>;
+
+fn pair(config: DeviceConfig) -> (Wire, Dev, Dev) {
+    let wire: Wire = Rc::new(RefCell::new(vec![VecDeque::new(), VecDeque::new()]));
+    let mk = |me| {
+        Device::new(
+            Pipe {
+                me,
+                wire: wire.clone(),
+            },
+            NoShm,
+            me,
+            2,
+            config,
+        )
+        .unwrap()
+    };
+    let (a, b) = (mk(0), mk(1));
+    (wire, a, b)
+}
+
+fn inject(wire: &Wire, dest: usize, handler: HandlerId, header: &[u8], payload: &[u8]) {
+    wire.borrow_mut()[dest].push_back(Frame {
+        src: 1 - dest as Gpid,
+        handler,
+        header: header.to_vec(),
+        payload: payload.to_vec(),
+    });
+}
+
+fn match_header(tag: i32, total: u64) -> MatchHeader {
+    MatchHeader {
+        context: 0,
+        source: 1,
+        tag,
+        flags: 0,
+        seq: 0,
+        reserved: 0,
+        sreq: 0,
+        total,
+    }
+}
+
+/// After a protocol error the device still works: a normal message goes through.
+fn still_works(wire: &Wire, a: &mut Dev, b: &mut Dev) {
+    assert!(
+        wire.borrow()[0].is_empty(),
+        "the bad packet was not consumed"
+    );
+    let w = b.world();
+    b.send(w, 0, 9, b"ok", SendMode::Standard).unwrap();
+    let mut buf = [0u8; 2];
+    let w = a.world();
+    let st = a.recv(w, 1, 9, &mut buf).unwrap();
+    assert_eq!((st.bytes, &buf), (2, b"ok"));
+}
+
+#[test]
+fn malformed_packets_are_protocol_errors_not_panics() {
+    let (wire, mut a, mut b) = pair(DeviceConfig::default());
+    let hdr = match_header(1, 10);
+    let cases: Vec<(HandlerId, Vec<u8>, Vec<u8>)> = vec![
+        (99, vec![], vec![]),                    // unknown handler
+        (handler::EAGER, vec![1, 2, 3], vec![]), // short header
+        (
+            handler::EAGER,
+            bytemuck::bytes_of(&hdr).to_vec(),
+            vec![0; 3],
+        ), // length mismatch
+        (handler::RTS, bytemuck::bytes_of(&hdr).to_vec(), vec![1]), // RTS with data
+        (
+            handler::DATA,
+            bytemuck::bytes_of(&DataHeader {
+                rreq: 12345,
+                offset: 0,
+            })
+            .to_vec(),
+            vec![1, 2],
+        ), // data for a request that does not exist
+        (
+            handler::CTS,
+            bytemuck::bytes_of(&CtsHeader {
+                sreq: 7,
+                rreq: 1,
+                accept: 1,
+            })
+            .to_vec(),
+            vec![],
+        ), // clear-to-send for a send that does not exist
+        (handler::SYNC_ACK, vec![0; 16], vec![]), // ack for nobody
+        (handler::CANCEL_ACK, vec![0; 5], vec![]), // short ack
+    ];
+    for (i, (h, header, payload)) in cases.into_iter().enumerate() {
+        inject(&wire, 0, h, &header, &payload);
+        let err = a.progress().expect_err(&format!("case {i} was accepted"));
+        assert_eq!(err.kind(), ErrorKind::Protocol, "case {i}: {err}");
+        still_works(&wire, &mut a, &mut b);
+    }
+}
+
+#[test]
+fn data_beyond_the_accepted_length_is_refused() {
+    let (wire, mut a, mut b) = pair(DeviceConfig::default());
+    // A rendezvous receive of 8 bytes for a 100-byte message.
+    let mut mem = vec![0u8; 8];
+    let ptr: *mut [u8] = mem.as_mut_slice();
+    // SAFETY: `mem` lives until the end of the test and is read only after the request is gone.
+    let rbuf = unsafe { RecvBuf::borrowed(&mut *ptr) };
+    let w = a.world();
+    let r = a.irecv(w, 1, 3, rbuf).unwrap();
+    let w = b.world();
+    let s = b
+        .isend(w, 0, 3, SendBuf::owned(vec![7; 100]), SendMode::Standard)
+        .unwrap();
+    // RTS reaches a, which answers with a CTS accepting 8 bytes.
+    a.progress().unwrap();
+    let cts = wire.borrow()[1].front().cloned().expect("a CTS");
+    assert_eq!(cts.handler, handler::CTS);
+    let c: CtsHeader = am_fallback::wire::parse(&cts.header).unwrap();
+    assert_eq!(c.accept, 8, "the receiver accepts only what fits");
+    // A forged DATA piece past the accepted length is refused, and nothing is written.
+    inject(
+        &wire,
+        0,
+        handler::DATA,
+        bytemuck::bytes_of(&DataHeader {
+            rreq: c.rreq,
+            offset: 4,
+        }),
+        &[9; 10],
+    );
+    assert_eq!(a.progress().unwrap_err().kind(), ErrorKind::Protocol);
+    assert_eq!(mem[..], [0u8; 8][..]);
+    // The real transfer then completes with a truncation error for the receiver only.
+    loop {
+        b.progress().unwrap();
+        a.progress().unwrap();
+        if a.is_done(r).unwrap() && b.is_done(s).unwrap() {
+            break;
+        }
+    }
+    assert!(b.wait(s).is_ok());
+    let err = a.wait(r).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Truncate);
+    assert_eq!(mem, vec![7u8; 8]);
+}
+
+#[test]
+fn request_pool_exhaustion_is_an_error_then_recovers() {
+    let config = DeviceConfig {
+        requests: PoolConfig {
+            min: 4,
+            chunk: 4,
+            max: 8,
+        },
+        ..DeviceConfig::default()
+    };
+    let (_wire, mut a, mut b) = pair(config);
+    let w = a.world();
+    let mut reqs = Vec::new();
+    for i in 0..8 {
+        reqs.push(
+            a.isend(w, 1, i, SendBuf::owned(vec![1]), SendMode::Standard)
+                .unwrap(),
+        );
+    }
+    let err = a
+        .isend(w, 1, 8, SendBuf::owned(vec![1]), SendMode::Standard)
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Exhausted);
+    // Small blocking sends need no request, so they still work at the limit.
+    a.send(w, 1, 9, &[2], SendMode::Standard).unwrap();
+    for r in reqs {
+        a.wait(r).unwrap();
+    }
+    let r = a
+        .isend(w, 1, 10, SendBuf::owned(vec![3]), SendMode::Standard)
+        .unwrap();
+    a.wait(r).unwrap();
+    let wb = b.world();
+    for tag in (0..8).chain([9, 10]) {
+        let mut x = [0u8];
+        b.recv(wb, 0, tag, &mut x).unwrap();
+    }
+}
+
+#[test]
+fn unordered_delivery_is_reordered_by_sequence_number() {
+    // Sent 0,1,2; delivered 2,0,1 by hand on a transport that declares itself unordered.
+    struct Unordered(Pipe);
+    impl AmTransport for Unordered {
+        const AM_ORDERED: bool = false;
+        const NAME: &'static str = "unordered";
+        fn eager_limit(&self) -> usize {
+            self.0.eager_limit()
+        }
+        fn am_max_payload(&self) -> usize {
+            self.0.am_max_payload()
+        }
+        fn am_send(&mut self, d: Gpid, h: HandlerId, hd: &[u8], p: &[&[u8]]) -> Result<()> {
+            self.0.am_send(d, h, hd, p)
+        }
+        fn am_poll<K: AmSink>(&mut self, sink: &mut K, budget: usize) -> Result<usize> {
+            self.0.am_poll(sink, budget)
+        }
+    }
+    impl Netmod for Unordered {
+        type P2p = am_fallback::Am;
+    }
+    let wire: Wire = Rc::new(RefCell::new(vec![VecDeque::new(), VecDeque::new()]));
+    let mk = |me| {
+        Device::new(
+            Unordered(Pipe {
+                me,
+                wire: wire.clone(),
+            }),
+            NoShm,
+            me,
+            2,
+            DeviceConfig::default(),
+        )
+        .unwrap()
+    };
+    let (mut a, mut b) = (mk(0), mk(1));
+    let wb = b.world();
+    for v in 0u8..3 {
+        b.send(wb, 0, 5, &[v], SendMode::Standard).unwrap();
+    }
+    {
+        let mut w = wire.borrow_mut();
+        let f2 = w[0].pop_back().unwrap();
+        w[0].push_front(f2);
+    }
+    let wa = a.world();
+    for v in 0u8..3 {
+        let mut x = [9u8];
+        a.recv(wa, 1, 5, &mut x).unwrap();
+        assert_eq!(x[0], v, "non-overtaking broken on an unordered transport");
+    }
+    // A duplicated sequence number is a protocol error.
+    b.send(wb, 0, 5, &[3], SendMode::Standard).unwrap();
+    let dup = wire.borrow()[0].front().cloned().unwrap();
+    a.progress().unwrap();
+    wire.borrow_mut()[0].push_back(dup);
+    assert_eq!(a.progress().unwrap_err().kind(), ErrorKind::Protocol);
+}
