@@ -586,3 +586,40 @@ fn dead_peer_fails_the_request() {
         .unwrap();
     assert_eq!(results[0], Some(ErrorKind::PeerFailed));
 }
+
+/// A peer's last messages are still delivered after it died: a receive for one of them must
+/// not fail with PeerFailed just because the death was noticed first (regression: `test` used
+/// to check for peer failure while progress was still delivering).
+#[test]
+fn messages_of_a_dead_peer_are_still_delivered() {
+    let results = ch4::threads::Threads::new(2)
+        .ranks_per_node(1)
+        .run(|ctx| {
+            let w = ctx.world();
+            if w.rank() == 1 {
+                for tag in 0..100 {
+                    w.send(&[tag as u8], 0, tag)?;
+                }
+                return Ok(true);
+            }
+            use ch4_core::AmTransport;
+            while !ctx.device()?.netmod().peer_failed(1) {
+                std::thread::yield_now();
+            }
+            let mut b = [0u8];
+            let got = ctx.scope(|s| {
+                let mut r = w.irecv(s, &mut b, 1, 99)?;
+                loop {
+                    if let Some(st) = r.test()? {
+                        return Ok::<_, ch4::Error>(st);
+                    }
+                }
+            })?;
+            assert_eq!((got.tag, b[0]), (99, 99));
+            let mut c = [0u8];
+            w.recv(&mut c, 1, 98)?;
+            Ok(c[0] == 98)
+        })
+        .unwrap();
+    assert!(results.iter().all(|&ok| ok));
+}

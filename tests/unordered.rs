@@ -9,7 +9,7 @@
 mod common;
 
 use ch4::threads::Threads;
-use ch4::{Context, Result, Status, ANY_SOURCE, ANY_TAG};
+use ch4::{Context, Result, SendMode, Status, ANY_SOURCE, ANY_TAG};
 use ch4_core::transport::{AmSink, AmTransport, HandlerId};
 use common::{pattern, EAGER};
 use inproc::{AmOnly, Fabric, FabricConfig, InprocNet, InprocShm, Shuffled};
@@ -330,9 +330,56 @@ fn synchronous_sends_wait_for_the_match_and_keep_order() {
     run(2, synchronous_sends);
 }
 
-/// (c2) Cancel: an unmatched receive is cancelled; sends cancelled in a burst are either gone
-/// at the receiver or still received, in order, exactly once; a cancelled synchronous send
-/// either vanishes or completes by being received.
+/// A message of the cancel burst: its index in the first byte, never empty.
+fn cancel_msg(i: usize) -> Vec<u8> {
+    let mut m = pattern(4000 + i, size_of(i).max(1));
+    m[0] = i as u8;
+    m
+}
+
+/// Receives messages on `tag` from rank 0 until the verdict (a message on `tag + 1`) arrives,
+/// then the ones still owed: `flags[i] == 0` means message `i` was not cancelled and must be
+/// received. Rendezvous and synchronous sends whose cancel failed complete only once received,
+/// so the receiver has to keep receiving while the sender waits for them. Returns the indices
+/// received, in order.
+fn receive_until_verdict(ctx: &Ctx, tag: i32, n: usize) -> Result<(Vec<usize>, Vec<u8>)> {
+    let w = ctx.world();
+    let mut got = Vec::new();
+    let take = |got: &mut Vec<usize>| -> Result<()> {
+        let mut b = vec![0xEEu8; BUF];
+        let st = w.recv(&mut b, 0, tag)?;
+        let i = b[0] as usize;
+        let want = cancel_msg(i);
+        assert_eq!(st.bytes, want.len(), "message {i}");
+        assert_eq!(&b[..want.len()], &want[..], "message {i}");
+        assert!(
+            got.last().map_or(true, |&l| l < i),
+            "message {i} after {got:?}"
+        );
+        got.push(i);
+        Ok(())
+    };
+    let mut flags = vec![0u8; n];
+    loop {
+        if w.iprobe(0, tag)?.is_some() {
+            take(&mut got)?;
+        }
+        if w.iprobe(0, tag + 1)?.is_some() {
+            w.recv(&mut flags, 0, tag + 1)?;
+            break;
+        }
+    }
+    // Everything sent before the verdict has been matched or queued by now (the verdict is
+    // delivered in order after it), so a probe tells exactly what is still owed.
+    while w.iprobe(0, tag)?.is_some() {
+        take(&mut got)?;
+    }
+    Ok((got, flags))
+}
+
+/// (c2) Cancel: an unmatched receive is cancelled; in a burst of standard and synchronous
+/// sends, eager and rendezvous, with every other one cancelled, each message is either gone at
+/// the receiver or received exactly once, in send order.
 fn cancels(ctx: Ctx) -> Result<()> {
     let w = ctx.world();
     let mut buf = [0u8; 4];
@@ -343,71 +390,39 @@ fn cancels(ctx: Ctx) -> Result<()> {
     })?;
     assert!(st.cancelled);
 
-    // Standard sends: cancel every other one of a burst, all on one tag.
     const N: usize = 40;
-    if w.rank() == 0 {
-        let data: Vec<Vec<u8>> = (0..N).map(|i| pattern(4000 + i, size_of(i))).collect();
-        let statuses = ctx.scope(|s| {
-            let reqs = data
-                .iter()
-                .map(|d| w.isend(s, d, 1, 50))
-                .collect::<Result<Vec<_>>>()?;
-            for r in reqs.iter().step_by(2) {
-                r.cancel()?;
-            }
-            s.wait_all(reqs)
-        })?;
-        let flags: Vec<u8> = statuses.iter().map(|st| u8::from(st.cancelled)).collect();
-        assert!(
-            flags.iter().skip(1).step_by(2).all(|&c| c == 0),
-            "a send that was not cancelled reports cancelled"
-        );
-        w.send(&flags, 1, 51)?;
-    } else {
-        let mut flags = [0u8; N];
-        w.recv(&mut flags, 0, 51)?;
-        // Whatever was not cancelled must still be receivable, in send order; the rest is gone.
-        for (i, _) in flags.iter().enumerate().filter(|(_, &c)| c == 0) {
-            let mut b = vec![0xEEu8; BUF];
-            let st = w.recv(&mut b, 0, 50)?;
-            check(4, i, &st, &b, 50);
-        }
-        assert!(w.iprobe(0, 50)?.is_none(), "cancelled send was delivered");
-    }
-    w.barrier()?;
-
-    // Synchronous sends: if the cancel fails, the send completes only once received, so the
-    // receiver keeps receiving until the verdict comes.
-    for (round, len) in [(0usize, 8usize), (1, 300)] {
+    for round in 0..3 {
+        let tag = 50 + 2 * round as i32;
         if w.rank() == 0 {
-            let data = pattern(5000 + round, len);
-            let st = ctx.scope(|s| {
-                let r = w.issend(s, &data, 1, 60)?;
-                r.cancel()?;
-                r.wait()
+            let data: Vec<Vec<u8>> = (0..N).map(cancel_msg).collect();
+            let statuses = ctx.scope(|s| {
+                let reqs = data
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| {
+                        let mode = if (i + round) % 3 == 0 {
+                            SendMode::Synchronous
+                        } else {
+                            SendMode::Standard
+                        };
+                        w.isend_mode(s, d, 1, tag, mode)
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                for r in reqs.iter().skip(round % 2).step_by(2) {
+                    r.cancel()?;
+                }
+                s.wait_all(reqs)
             })?;
-            w.send(&[u8::from(st.cancelled)], 1, 61)?;
-        } else {
-            let mut got = false;
-            let mut verdict = [0u8];
-            loop {
-                if w.iprobe(0, 60)?.is_some() {
-                    let mut b = vec![0u8; len];
-                    w.recv(&mut b, 0, 60)?;
-                    assert_eq!(b, pattern(5000 + round, len));
-                    got = true;
-                }
-                if w.iprobe(0, 61)?.is_some() {
-                    w.recv(&mut verdict, 0, 61)?;
-                    break;
-                }
-            }
-            assert_eq!(
-                verdict[0] == 1,
-                !got,
-                "cancelled and also received, or neither"
+            let flags: Vec<u8> = statuses.iter().map(|st| u8::from(st.cancelled)).collect();
+            assert!(
+                flags.iter().skip(1 - round % 2).step_by(2).all(|&c| c == 0),
+                "a send that was not cancelled reports cancelled"
             );
-            assert!(w.iprobe(0, 60)?.is_none());
+            w.send(&flags, 1, tag + 1)?;
+        } else {
+            let (got, flags) = receive_until_verdict(&ctx, tag, N)?;
+            let owed: Vec<usize> = (0..N).filter(|&i| flags[i] == 0).collect();
+            assert_eq!(got, owed, "received vs. not cancelled (flags {flags:?})");
         }
         w.barrier()?;
     }

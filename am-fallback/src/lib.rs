@@ -152,7 +152,9 @@ fn mode_flags(mode: SendMode) -> u32 {
     }
 }
 
-/// The next sequence number towards `dest` (unordered transports only).
+/// The next sequence number towards `dest` (unordered transports only). Taken only right before
+/// the packet goes out; a send that fails gives it back with [`unsend_seq`], or the receiver
+/// would wait for the gap forever.
 #[inline(always)]
 fn next_seq<T: AmTransport>(core: &mut Core, route: Route, dest: Gpid) -> u32 {
     if T::AM_ORDERED {
@@ -164,6 +166,16 @@ fn next_seq<T: AmTransport>(core: &mut Core, route: Route, dest: Gpid) -> u32 {
     s
 }
 
+/// Returns the sequence number of a packet that was not sent after all.
+#[cold]
+fn unsend_seq<T: AmTransport>(core: &mut Core, route: Route, dest: Gpid) {
+    if !T::AM_ORDERED {
+        if let Some(seq) = core.am[route.index()].seq_out.get_mut(&dest) {
+            *seq = seq.wrapping_sub(1);
+        }
+    }
+}
+
 #[inline(always)]
 fn isend<T: AmTransport, P: Partner>(
     cx: &mut Cx<'_, T, P>,
@@ -173,20 +185,24 @@ fn isend<T: AmTransport, P: Partner>(
     let eager = total <= cx.transport.eager_limit();
     let sync = op.mode == SendMode::Synchronous;
     let needs_req = op.want_request || !eager || sync;
-    let seq = next_seq::<T>(cx.core, cx.route, op.dest);
     let mut hdr = MatchHeader {
         context: op.env.context,
         source: op.env.source,
         tag: op.env.tag,
         flags: mode_flags(op.mode),
-        seq,
+        seq: 0,
         reserved: 0,
         sreq: 0,
         total: total as u64,
     };
     if !needs_req {
         // The iStartMsg path: a small standard send leaves at once and needs no request.
-        return send_eager(cx.transport, op.dest, &hdr, &op.buf).map(|()| None);
+        hdr.seq = next_seq::<T>(cx.core, cx.route, op.dest);
+        let sent = send_eager(cx.transport, op.dest, &hdr, &op.buf);
+        if sent.is_err() {
+            unsend_seq::<T>(cx.core, cx.route, op.dest);
+        }
+        return sent.map(|()| None);
     }
     // Eager: owed only the synchronous ack. Rendezvous: owed the data streamed after the CTS
     // (a CTS implies a match, so a synchronous rendezvous needs no separate ack).
@@ -210,6 +226,7 @@ fn isend<T: AmTransport, P: Partner>(
         }),
     })?;
     hdr.sreq = h.to_raw();
+    hdr.seq = next_seq::<T>(cx.core, cx.route, dest);
     let sent = match cx.core.requests.get(h).map(|r| &r.kind) {
         Some(RequestKind::Send(s)) if eager => send_eager(cx.transport, dest, &hdr, &s.buf),
         Some(_) => cx
@@ -220,6 +237,7 @@ fn isend<T: AmTransport, P: Partner>(
     match sent {
         Ok(()) => Ok(Some(h)),
         Err(e) => {
+            unsend_seq::<T>(cx.core, cx.route, dest);
             cx.core.requests.remove(h);
             Err(e)
         }

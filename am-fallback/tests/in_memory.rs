@@ -72,6 +72,28 @@ impl Netmod for Pipe {
     type P2p = am_fallback::Am;
 }
 
+/// The same pipe, declared unordered: the fallback must number and reorder its packets.
+struct Unordered(Pipe);
+impl AmTransport for Unordered {
+    const AM_ORDERED: bool = false;
+    const NAME: &'static str = "unordered";
+    fn eager_limit(&self) -> usize {
+        self.0.eager_limit()
+    }
+    fn am_max_payload(&self) -> usize {
+        self.0.am_max_payload()
+    }
+    fn am_send(&mut self, d: Gpid, h: HandlerId, hd: &[u8], p: &[&[u8]]) -> Result<()> {
+        self.0.am_send(d, h, hd, p)
+    }
+    fn am_poll<K: AmSink>(&mut self, sink: &mut K, budget: usize) -> Result<usize> {
+        self.0.am_poll(sink, budget)
+    }
+}
+impl Netmod for Unordered {
+    type P2p = am_fallback::Am;
+}
+
 type Dev = Device<Pipe, NoShm>;
 
 fn pair(config: DeviceConfig) -> (Wire, Dev, Dev) {
@@ -261,26 +283,6 @@ fn request_pool_exhaustion_is_an_error_then_recovers() {
 #[test]
 fn unordered_delivery_is_reordered_by_sequence_number() {
     // Sent 0,1,2; delivered 2,0,1 by hand on a transport that declares itself unordered.
-    struct Unordered(Pipe);
-    impl AmTransport for Unordered {
-        const AM_ORDERED: bool = false;
-        const NAME: &'static str = "unordered";
-        fn eager_limit(&self) -> usize {
-            self.0.eager_limit()
-        }
-        fn am_max_payload(&self) -> usize {
-            self.0.am_max_payload()
-        }
-        fn am_send(&mut self, d: Gpid, h: HandlerId, hd: &[u8], p: &[&[u8]]) -> Result<()> {
-            self.0.am_send(d, h, hd, p)
-        }
-        fn am_poll<K: AmSink>(&mut self, sink: &mut K, budget: usize) -> Result<usize> {
-            self.0.am_poll(sink, budget)
-        }
-    }
-    impl Netmod for Unordered {
-        type P2p = am_fallback::Am;
-    }
     let wire: Wire = Rc::new(RefCell::new(vec![VecDeque::new(), VecDeque::new()]));
     let mk = |me| {
         Device::new(
@@ -317,4 +319,65 @@ fn unordered_delivery_is_reordered_by_sequence_number() {
     a.progress().unwrap();
     wire.borrow_mut()[0].push_back(dup);
     assert_eq!(a.progress().unwrap_err().kind(), ErrorKind::Protocol);
+}
+
+#[test]
+fn a_failed_send_leaves_no_gap_in_sequence_numbers() {
+    // Regression: on an unordered transport the sequence number used to be taken before the
+    // request pool could refuse the send, so the receiver waited forever for the missing number.
+    let wire: Wire = Rc::new(RefCell::new(vec![VecDeque::new(), VecDeque::new()]));
+    let config = DeviceConfig {
+        requests: PoolConfig {
+            min: 4,
+            chunk: 4,
+            max: 8,
+        },
+        ..DeviceConfig::default()
+    };
+    let mk = |me| {
+        Device::new(
+            Unordered(Pipe {
+                me,
+                wire: wire.clone(),
+            }),
+            NoShm,
+            me,
+            2,
+            config,
+        )
+        .unwrap()
+    };
+    let (mut a, mut b) = (mk(0), mk(1));
+    let wa = a.world();
+    let mut sends = Vec::new();
+    loop {
+        match a.isend(wa, 1, 0, SendBuf::owned(vec![1]), SendMode::Standard) {
+            Ok(h) => sends.push(h),
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::Exhausted);
+                break;
+            }
+        }
+    }
+    for h in sends {
+        a.wait(h).unwrap();
+    }
+    a.send(wa, 1, 1, &[2], SendMode::Standard).unwrap();
+    let mut x = [0u8];
+    // SAFETY: `x` outlives the request, which completes (or the test fails) before `x` is read.
+    let rbuf = unsafe { RecvBuf::borrowed(&mut x) };
+    let wb = b.world();
+    let r = b.irecv(wb, 0, 1, rbuf).unwrap();
+    let mut done = false;
+    for _ in 0..1000 {
+        if b.test(r).unwrap().is_some() {
+            done = true;
+            break;
+        }
+    }
+    assert!(
+        done,
+        "the message after the refused send never became matchable"
+    );
+    assert_eq!(x, [2]);
 }

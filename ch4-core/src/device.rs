@@ -481,8 +481,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         if let Some(st) = self.take_if_complete(h)? {
             return status_result(st).map(Some);
         }
-        self.progress()?;
-        self.check_peer_failure(h);
+        self.progress_or_check_peer(h)?;
         match self.take_if_complete(h)? {
             Some(st) => status_result(st).map(Some),
             None => Ok(None),
@@ -494,9 +493,17 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         if let Some(st) = self.take_if_complete(h)? {
             return Ok(Some(st));
         }
-        self.progress()?;
-        self.check_peer_failure(h);
+        self.progress_or_check_peer(h)?;
         self.take_if_complete(h)
+    }
+
+    /// One progress step; only when it found nothing to do may `h` be failed for a dead peer —
+    /// a peer's last messages can still be in flight after it died.
+    fn progress_or_check_peer(&mut self, h: ReqHandle) -> Result<()> {
+        if self.progress()? == 0 {
+            self.check_peer_failure(h);
+        }
+        Ok(())
     }
 
     /// Whether `h` has completed, without freeing it or making progress.

@@ -1,0 +1,180 @@
+//! The operating-system edge of ch4run: every `unsafe` call it makes lives here.
+//!
+//! std's `Command` does the fork and exec; what it lacks is process-group signalling, reaping
+//! any child (including orphaned grandchildren we adopt as subreaper), async-signal handling,
+//! and a parent-death signal for the children. Those are thin `libc` calls, each wrapped so the
+//! rest of the launcher is safe code.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Command, ExitStatus};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// The last SIGINT / SIGTERM / SIGHUP received and not yet handled, or 0.
+static PENDING_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    // Only an atomic store: the one thing that is async-signal-safe and enough for a poll loop.
+    PENDING_SIGNAL.store(sig, Ordering::SeqCst);
+}
+
+/// Routes SIGINT, SIGTERM and SIGHUP to [`take_signal`] instead of killing ch4run, so they can
+/// be forwarded to the ranks (which live in their own process groups and so do not get the
+/// terminal's Ctrl-C themselves).
+pub fn install_signal_handlers() -> io::Result<()> {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: an all-zero sigaction is a valid "no flags, empty mask" value; we then set
+        // the handler to a function with the signature the kernel calls.
+        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+        action.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        action.sa_flags = libc::SA_RESTART;
+        // SAFETY: `action.sa_mask` is a valid sigset_t owned by this frame.
+        unsafe { libc::sigemptyset(&mut action.sa_mask) };
+        // SAFETY: `action` is fully initialised and outlives the call; the old action is not
+        // requested. The handler only performs an atomic store, which is async-signal-safe.
+        if unsafe { libc::sigaction(sig, &action, std::ptr::null_mut()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The signal received since the last call, if any.
+pub fn take_signal() -> Option<i32> {
+    match PENDING_SIGNAL.swap(0, Ordering::SeqCst) {
+        0 => None,
+        sig => Some(sig),
+    }
+}
+
+/// Makes ch4run the reaper of any process its ranks orphan, so a rank's children that outlive
+/// it are re-parented to us (and reaped by [`reap_any`]) rather than left to init.
+pub fn become_subreaper() -> io::Result<()> {
+    // SAFETY: prctl(PR_SET_CHILD_SUBREAPER, 1) takes integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Sends `sig` to every process in the process group `pgid` (a rank and anything it started).
+/// A group that no longer exists is not an error.
+pub fn kill_group(pgid: i32, sig: i32) -> io::Result<()> {
+    if pgid <= 1 {
+        // Never signal "every process" (-1) or our own group (0) by accident.
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    // SAFETY: killpg takes integer arguments only; pgid > 1 names one specific group.
+    if unsafe { libc::killpg(pgid, sig) } != 0 {
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::ESRCH) {
+            return Err(err);
+        }
+    }
+    Ok(())
+}
+
+/// Reaps one exited child, if any has exited: its pid and exit status. `None` when no child
+/// has exited (or there are no children).
+pub fn reap_any() -> Option<(i32, ExitStatus)> {
+    let mut status: libc::c_int = 0;
+    loop {
+        // SAFETY: `status` is a valid, writable c_int for the duration of the call.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid > 0 {
+            return Some((pid, ExitStatus::from_raw(status)));
+        }
+        if pid < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        return None;
+    }
+}
+
+/// Whether reading our stdin would stop ch4run with SIGTTIN: it is a terminal and we are not
+/// in its foreground process group (started with `&`).
+pub fn stdin_is_background_tty() -> bool {
+    // SAFETY: isatty, tcgetpgrp and getpgrp take integer arguments and touch no memory of ours.
+    unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) != libc::getpgrp() }
+}
+
+/// Prepares a rank's `Command`: own process group, killed with SIGKILL if ch4run dies (even by
+/// SIGKILL, when no cleanup code runs), and `pmi_fd` inherited across exec.
+///
+/// Call from the thread that stays alive for the job's lifetime (the main thread): Linux sends
+/// the parent-death signal when the *thread* that forked exits.
+pub fn prepare_rank(cmd: &mut Command, pmi_fd: Option<RawFd>) {
+    cmd.process_group(0);
+    // SAFETY: getpid takes no arguments and cannot fail.
+    let parent = unsafe { libc::getpid() };
+    let hook = move || -> io::Result<()> {
+        // SAFETY: prctl(PR_SET_PDEATHSIG, SIGKILL) takes integers only and is async-signal-safe
+        // in practice (a plain syscall), as required between fork and exec.
+        if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // If ch4run died before the prctl took effect, no signal will come: bail out now.
+        // SAFETY: getppid is async-signal-safe and takes no arguments.
+        if unsafe { libc::getppid() } != parent {
+            // A raw errno: the child must not allocate, and std reports only the errno.
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        if let Some(fd) = pmi_fd {
+            // The socket was created close-on-exec (so no other rank inherits it); clear the
+            // flag for this rank only.
+            // SAFETY: fcntl(F_SETFD) on a descriptor number, async-signal-safe, no memory.
+            if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    };
+    // SAFETY: the hook runs in the forked child before exec. It allocates nothing, takes no
+    // locks and only makes async-signal-safe system calls (prctl, getppid, fcntl), which is
+    // what `pre_exec` requires.
+    unsafe { cmd.pre_exec(hook) };
+}
+
+/// The conventional name of a signal, for messages.
+pub fn signal_name(sig: i32) -> &'static str {
+    match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGUSR1 => "SIGUSR1",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGUSR2 => "SIGUSR2",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGXCPU => "SIGXCPU",
+        libc::SIGXFSZ => "SIGXFSZ",
+        _ => "unknown signal",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signal_names() {
+        assert_eq!(signal_name(9), "SIGKILL");
+        assert_eq!(signal_name(15), "SIGTERM");
+        assert_eq!(signal_name(1000), "unknown signal");
+    }
+
+    #[test]
+    fn refuses_to_signal_everyone() {
+        assert!(kill_group(0, 0).is_err());
+        assert!(kill_group(1, 0).is_err());
+        assert!(kill_group(-1, 0).is_err());
+    }
+}

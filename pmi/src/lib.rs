@@ -1,0 +1,47 @@
+//! pmi: the PMI-1 process-management interface of ch4, client and server, in pure Rust.
+//!
+//! An MPI job needs, before any message moves, three things from whoever started it: each
+//! process's rank, the job size, and a key-value space in which ranks publish their transport
+//! addresses ("business cards"), fence, and read each other's. PMI-1 is the line protocol MPICH's
+//! launchers speak for that. Speaking it makes ch4 programs start under ch4's own one-host
+//! launcher `ch4run` *and*, unchanged, under MPICH's Hydra `mpiexec`, which reaches many hosts
+//! through ssh, Slurm or PBS.
+//!
+//! Layering, bottom to top:
+//!
+//! * [`wire`]: parse and format PMI-1 lines; sans-IO, never panics, fuzzed.
+//! * [`server`]: the sans-IO server state machine for one job (key-value space, barriers,
+//!   abort), and [`SocketServer`], which runs it over sockets for `ch4run`.
+//! * [`client`]: the blocking client a rank uses; connects by `PMI_FD`, `PMI_PORT`, or becomes
+//!   a singleton when started without a launcher.
+//! * [`mapping`] and [`hex`]: `PMI_process_mapping` (which ranks share a node) and binary
+//!   values.
+//!
+//! ```
+//! # fn main() -> pmi::Result<()> {
+//! // With no launcher this is a singleton: rank 0 of 1.
+//! let mut pmi = pmi::Client::from_env()?;
+//! pmi.init()?;
+//! pmi.put_bytes(&format!("card-{}", pmi.rank()), b"\x01\x02")?;
+//! pmi.barrier()?;
+//! assert_eq!(pmi.get_bytes("card-0")?, Some(vec![1, 2]));
+//! pmi.finalize()?;
+//! # Ok(())
+//! # }
+//! ```
+#![deny(unsafe_code)]
+
+pub mod client;
+pub mod error;
+pub mod hex;
+pub mod mapping;
+pub mod server;
+pub mod socket;
+pub mod wire;
+
+pub use client::{Client, ConnectionKind, Maxes};
+pub use error::{Error, ErrorKind, Result};
+pub use mapping::{node_ids, MapBlock, ProcessMapping, PROCESS_MAPPING_KEY};
+pub use server::{ClientId, JobConfig, Output, Server};
+pub use socket::{JobEvent, SocketServer};
+pub use wire::{Command, Decoder, WireError};
