@@ -36,6 +36,7 @@
 
 mod communicator;
 pub mod op;
+pub mod process;
 mod request;
 pub mod threads;
 
@@ -61,8 +62,8 @@ pub use ch4_core::Device as GenericDevice;
 /// The netmod of this build. Until a network netmod is enabled by a Cargo feature, the default
 /// is the in-process active-message netmod (ranks as threads).
 pub type SelectedNetmod = inproc::InprocNet<inproc::AmOnly>;
-/// The shared-memory layer of this build.
-pub type SelectedShm = inproc::InprocShm;
+/// The shared-memory layer of this build: lock-free per-pair rings in a node segment.
+pub type SelectedShm = shm::ShmTransport;
 /// The device of this build.
 pub type Device = ch4_core::Device<SelectedNetmod, SelectedShm>;
 

@@ -1,14 +1,16 @@
 //! Ranks as threads: run an SPMD closure on N threads of this process, each with its own device
-//! (MPC's thread-based mode). No launcher, no network; the ranks talk through the in-process
-//! transports of the `inproc` crate. Ranks can be grouped into simulated nodes so that the
-//! shared-memory route and the netmod route are both exercised.
+//! (MPC's thread-based mode). No launcher, no network: ranks of one (simulated) node talk through
+//! the shared-memory layer's lock-free rings, placed in anonymous memory, and ranks of different
+//! nodes through an in-process netmod from the `inproc` crate. Grouping ranks into nodes lets
+//! one process exercise both routes.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use ch4_core::core::DeviceConfig;
-use ch4_core::transport::Netmod;
-use ch4_core::{Device, Error, ErrorKind, Result};
+use ch4_core::transport::{Netmod, Shm};
+use ch4_core::{Device, Error, ErrorKind, Gpid, Result};
 use inproc::{AmOnly, Fabric, FabricConfig, InprocNet, InprocShm};
+use shm::{Segment, ShmConfig, ShmTransport};
 
 use crate::Context;
 
@@ -20,7 +22,7 @@ pub struct Threads {
 }
 
 /// The context type of a rank run by [`Threads::run`].
-pub type ThreadContext<M = AmOnly> = Context<InprocNet<M>, InprocShm>;
+pub type ThreadContext<M = AmOnly> = Context<InprocNet<M>, ShmTransport>;
 
 impl Threads {
     /// A job of `ranks` ranks on one simulated node.
@@ -67,16 +69,35 @@ impl Threads {
     }
 
     /// Like [`Threads::run`], with the in-process netmod flavour `Net`
-    /// (`InprocNet<AmOnly>` or the natively matching `InprocNet<Native>`).
+    /// (`InprocNet<AmOnly>`, the natively matching `InprocNet<Native>`, or the reordering
+    /// `Shuffled<InprocNet<AmOnly>>`).
     pub fn run_with<Net, R, F>(self, f: F) -> Result<Vec<R>>
     where
         Net: Netmod + FromFabric + Send,
         R: Send,
-        F: Fn(Context<Net, InprocShm>) -> Result<R> + Sync,
+        F: Fn(Context<Net, ShmTransport>) -> Result<R> + Sync,
+    {
+        self.run_with_shm::<Net, ShmTransport, R, F>(f)
+    }
+
+    /// Like [`Threads::run_with`], also choosing the shared-memory layer `Sh` (the real rings,
+    /// [`ShmTransport`], or the simple locked mailboxes of [`InprocShm`]).
+    pub fn run_with_shm<Net, Sh, R, F>(self, f: F) -> Result<Vec<R>>
+    where
+        Net: Netmod + FromFabric + Send,
+        Sh: Shm + ThreadShm + Send,
+        R: Send,
+        F: Fn(Context<Net, Sh>) -> Result<R> + Sync,
     {
         let fabric = Fabric::new(self.fabric)?;
         let n = self.fabric.ranks;
         let device = self.device;
+        let nodes = n.div_ceil(self.fabric.ranks_per_node.max(1));
+        let job = ThreadJob {
+            fabric: fabric.clone(),
+            segments: (0..nodes).map(|_| Mutex::new(None)).collect(),
+        };
+        let job = &job;
         std::thread::scope(|s| {
             let handles: Vec<_> = (0..n)
                 .map(|rank| {
@@ -85,8 +106,8 @@ impl Threads {
                     std::thread::Builder::new()
                         .name(format!("ch4-rank-{rank}"))
                         .spawn_scoped(s, move || -> Result<R> {
-                            let net = Net::from_fabric(fabric.clone(), rank)?;
-                            let shm = InprocShm::new(fabric, rank)?;
+                            let net = Net::from_fabric(fabric, rank)?;
+                            let shm = Sh::for_thread(job, rank)?;
                             let dev = Device::new(net, shm, rank, n, device)?;
                             f(Context::new(dev))
                         })
@@ -148,5 +169,67 @@ impl FromFabric for inproc::Shuffled<InprocNet<AmOnly>> {
             InprocNet::new(fabric, me)?,
             u64::from(me),
         ))
+    }
+}
+
+/// What a thread job shares between its ranks: the in-process fabric and one shared-memory
+/// segment per simulated node (made by the first rank of the node to need it).
+pub struct ThreadJob {
+    fabric: Arc<Fabric>,
+    segments: Vec<Mutex<Option<Arc<Segment>>>>,
+}
+
+impl ThreadJob {
+    /// The process ids on `rank`'s node, in local-rank order.
+    fn node_ranks(&self, rank: Gpid) -> Vec<Gpid> {
+        let node = self.fabric.node_of(rank);
+        (0..self.fabric.config().ranks)
+            .filter(|&g| self.fabric.node_of(g) == node)
+            .collect()
+    }
+}
+
+/// Shared-memory layers that ranks-as-threads can use.
+pub trait ThreadShm: Sized {
+    /// The layer of `rank` in `job`.
+    fn for_thread(job: &ThreadJob, rank: Gpid) -> Result<Self>;
+}
+
+impl ThreadShm for InprocShm {
+    fn for_thread(job: &ThreadJob, rank: Gpid) -> Result<Self> {
+        InprocShm::new(job.fabric.clone(), rank)
+    }
+}
+
+impl ThreadShm for ShmTransport {
+    fn for_thread(job: &ThreadJob, rank: Gpid) -> Result<Self> {
+        let local = job.node_ranks(rank);
+        let me = local
+            .iter()
+            .position(|&g| g == rank)
+            .ok_or_else(|| Error::new(ErrorKind::Internal, "rank missing from its node"))?;
+        let node = job.fabric.node_of(rank) as usize;
+        let cfg = ShmConfig::for_ranks(local.len());
+        let seg = {
+            let slot = job
+                .segments
+                .get(node)
+                .ok_or_else(|| Error::new(ErrorKind::Internal, "node without a segment slot"))?;
+            let mut slot = slot
+                .lock()
+                .map_err(|_| Error::new(ErrorKind::PeerFailed, "a rank panicked during setup"))?;
+            match &*slot {
+                Some(seg) => seg.clone(),
+                None => {
+                    let seg = Arc::new(Segment::anonymous(local.len(), cfg.ring_capacity)?);
+                    *slot = Some(seg.clone());
+                    seg
+                }
+            }
+        };
+        let fc = job.fabric.config();
+        let mut t = ShmTransport::new(seg, me, &local, fc.ranks, fc.eager_limit, 0)?;
+        t.limit_payload(fc.max_payload);
+        Ok(t)
     }
 }

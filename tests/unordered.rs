@@ -12,10 +12,10 @@ use ch4::threads::Threads;
 use ch4::{Context, Result, SendMode, Status, ANY_SOURCE, ANY_TAG};
 use ch4_core::transport::{AmSink, AmTransport, HandlerId};
 use common::{pattern, EAGER};
-use inproc::{AmOnly, Fabric, FabricConfig, InprocNet, InprocShm, Shuffled};
+use inproc::{AmOnly, Fabric, FabricConfig, InprocNet, Shuffled};
 
 type Net = Shuffled<InprocNet<AmOnly>>;
-type Ctx = Context<Net, InprocShm>;
+type Ctx = Context<Net, shm::ShmTransport>;
 
 /// A job of `ranks` ranks, one per node, over the shuffled netmod, with tiny thresholds so
 /// small messages already cross the eager/rendezvous boundary.

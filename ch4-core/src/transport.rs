@@ -233,3 +233,34 @@ impl<T: AmTransport> P2p<T> for NoEngine {
         Ok(0)
     }
 }
+
+/// "No network": a build without a network netmod. Every peer must be reached through shared
+/// memory; the process-mode bootstrap refuses a job that spans nodes, so nothing routes here.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoNetmod;
+
+impl AmTransport for NoNetmod {
+    const AM_ORDERED: bool = true;
+    const NAME: &'static str = "none";
+
+    fn eager_limit(&self) -> usize {
+        0
+    }
+    fn am_max_payload(&self) -> usize {
+        0
+    }
+    fn am_send(&mut self, dest: Gpid, _: HandlerId, _: &[u8], _: &[&[u8]]) -> Result<()> {
+        crate::bail!(
+            Transport,
+            "process {dest} is on another node and this build has no network netmod"
+        )
+    }
+    #[inline(always)]
+    fn am_poll<K: AmSink>(&mut self, _sink: &mut K, _budget: usize) -> Result<usize> {
+        Ok(0)
+    }
+}
+
+impl Netmod for NoNetmod {
+    type P2p = NoEngine;
+}

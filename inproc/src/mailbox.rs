@@ -2,6 +2,7 @@
 //! buffer out and parses it without holding the lock. Both buffers keep their capacity, so a
 //! warmed-up mailbox allocates nothing.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use ch4_core::transport::HandlerId;
@@ -15,6 +16,10 @@ const FRAME: usize = 12;
 #[derive(Default)]
 pub(crate) struct Mailbox {
     bytes: CachePadded<Mutex<Vec<u8>>>,
+    /// Set after an append, cleared when the owner takes the bytes: lets an idle poll skip the
+    /// lock. Release on set / Acquire on test order it with the appended bytes; a stale `false`
+    /// only delays delivery to the next poll, a stale `true` costs one lock.
+    nonempty: CachePadded<AtomicBool>,
 }
 
 impl Mailbox {
@@ -52,6 +57,7 @@ impl Mailbox {
         for p in payload {
             buf.extend_from_slice(p);
         }
+        self.nonempty.store(true, Ordering::Release);
         Ok(())
     }
 }
@@ -75,6 +81,9 @@ impl Inbox {
         if self.pos >= self.buf.len() {
             self.buf.clear();
             self.pos = 0;
+            if !mailbox.nonempty.load(Ordering::Acquire) {
+                return Ok(0);
+            }
             let mut shared = mailbox.bytes.lock().map_err(|_| {
                 Error::new(ErrorKind::PeerFailed, "a rank panicked holding a mailbox")
             })?;
@@ -82,6 +91,7 @@ impl Inbox {
                 return Ok(0);
             }
             std::mem::swap(&mut *shared, &mut self.buf);
+            mailbox.nonempty.store(false, Ordering::Relaxed);
         }
         let mut n = 0;
         while n < budget && self.pos < self.buf.len() {

@@ -575,7 +575,12 @@ impl Client {
     /// Aborts the job, as `PMI_Abort` does: prints `message` to stderr, asks the process
     /// manager to end every rank with `code` (best effort), and exits this process with `code`.
     pub fn abort(&mut self, code: i32, message: &str) -> ! {
-        eprintln!("[rank {}] aborting job: {message}", self.rank());
+        // Not eprintln!: a closed stderr must not turn an abort into a panic.
+        let _ = writeln!(
+            io::stderr(),
+            "[rank {}] aborting job: {message}",
+            self.rank()
+        );
         let _ = self.send_abort(code, message);
         std::process::exit(code)
     }

@@ -17,6 +17,17 @@
 //! * [`mapping`] and [`hex`]: `PMI_process_mapping` (which ranks share a node) and binary
 //!   values.
 //!
+//! # Launching
+//!
+//! * One host: `ch4run -n 4 target/release/examples/ring` (this crate's binary).
+//! * Many hosts: the same binary under Hydra, which speaks the same protocol:
+//!   `mpiexec.hydra -f hostfile -n 16 ./ring` (ssh to the hosts listed one per line, `host:slots`),
+//!   `mpiexec.hydra -launcher slurm -n 64 ./ring` inside a Slurm allocation, or `-launcher pbs`
+//!   under PBS. Hydra's default passes an inherited socket (`PMI_FD`); `-pmi-port` makes it use
+//!   TCP (`PMI_PORT`); the client handles both. Node locality comes from the
+//!   `PMI_process_mapping` Hydra publishes ([`Client::node_ids`]).
+//! * No launcher: the program runs as a singleton, rank 0 of 1.
+//!
 //! ```
 //! # fn main() -> pmi::Result<()> {
 //! // With no launcher this is a singleton: rank 0 of 1.

@@ -20,7 +20,7 @@
 //! next barrier (correct programs cannot tell), and a repeated `put` of a key replaces the value
 //! (as Hydra 4 does; MPICH's older gforker refused it).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::mapping::{ProcessMapping, PROCESS_MAPPING_KEY};
@@ -100,8 +100,9 @@ pub enum Output {
         /// Its rank, if known.
         rank: Option<u32>,
     },
-    /// The job can no longer make progress (a rank left while others wait for it in a
-    /// barrier); the launcher should end the job with this message. Emitted at most once.
+    /// The job can no longer make progress (a rank left or finalized while others wait for it
+    /// in a barrier, or entered one after another rank left or finalized); the launcher should
+    /// end the job with this message. Emitted at most once.
     Failed {
         /// Why, naming the rank.
         message: String,
@@ -124,7 +125,9 @@ pub struct Server {
     /// Which client holds each rank; a rank is held from registration (or `initack`) on.
     ranks: HashMap<u32, ClientId>,
     /// Ranks whose connection ended before `finalize`.
-    lost: BTreeMap<u32, ()>,
+    lost: BTreeSet<u32>,
+    /// Ranks that finalized: they will never enter another barrier.
+    finalized: BTreeSet<u32>,
     barrier_count: u32,
     failed: bool,
     out: VecDeque<Output>,
@@ -154,7 +157,8 @@ impl Server {
             kvs,
             clients: HashMap::new(),
             ranks: HashMap::new(),
-            lost: BTreeMap::new(),
+            lost: BTreeSet::new(),
+            finalized: BTreeSet::new(),
             barrier_count: 0,
             failed: false,
             out: VecDeque::new(),
@@ -278,7 +282,7 @@ impl Server {
         if state.in_barrier {
             self.barrier_count = self.barrier_count.saturating_sub(1);
         }
-        self.lost.insert(rank, ());
+        self.lost.insert(rank);
         if self.barrier_count > 0 {
             self.fail(format!(
                 "rank {rank} closed its PMI connection without finalize while {} rank(s) wait \
@@ -497,10 +501,18 @@ impl Server {
         }
         state.in_barrier = true;
         self.barrier_count += 1;
-        if let Some((&lost, _)) = self.lost.iter().next() {
+        // A barrier needs every rank; one that left or finalized will never come.
+        if let Some(&lost) = self.lost.iter().next() {
             self.fail(format!(
                 "rank {rank} entered a barrier that cannot complete: rank {lost} closed its PMI \
                  connection without finalize"
+            ));
+            return;
+        }
+        if let Some(&done) = self.finalized.iter().next() {
+            self.fail(format!(
+                "rank {rank} entered a barrier that cannot complete: rank {done} already \
+                 finalized"
             ));
             return;
         }
@@ -534,6 +546,15 @@ impl Server {
         }
         self.send(from, Command::new("finalize_ack"));
         self.out.push_back(Output::Finalized { client: from, rank });
+        if let Some(rank) = rank {
+            self.finalized.insert(rank);
+            if self.barrier_count > 0 {
+                let waiting = self.barrier_count;
+                self.fail(format!(
+                    "rank {rank} finalized while {waiting} rank(s) wait for it in a barrier"
+                ));
+            }
+        }
     }
 
     fn on_abort(&mut self, from: ClientId, cmd: &Command) {
@@ -813,6 +834,29 @@ mod tests {
         assert!(
             matches!(out.as_slice(), [Output::Failed { message }] if message.contains("rank 1"))
         );
+    }
+
+    #[test]
+    fn finalizing_while_others_wait_in_a_barrier_fails_the_job() {
+        let mut s = server(2);
+        s.add_client(A, Some(0)).unwrap();
+        s.add_client(B, Some(1)).unwrap();
+        assert!(feed(&mut s, A, "cmd=barrier_in").is_empty());
+        let out = feed(&mut s, B, "cmd=finalize");
+        assert!(matches!(
+            out.last(),
+            Some(Output::Failed { message }) if message.contains("rank 1 finalized")
+        ));
+
+        let mut s = server(2);
+        s.add_client(A, Some(0)).unwrap();
+        s.add_client(B, Some(1)).unwrap();
+        feed(&mut s, B, "cmd=finalize");
+        let out = feed(&mut s, A, "cmd=barrier_in");
+        assert!(matches!(
+            out.as_slice(),
+            [Output::Failed { message }] if message.contains("rank 1 already finalized")
+        ));
     }
 
     #[test]

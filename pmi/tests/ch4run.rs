@@ -54,7 +54,10 @@ fn output_can_be_prefixed_with_the_rank() {
 
 #[test]
 fn pmi_port_mode_works_too() {
-    let r = run(ch4run(&["-n", "3", "--pmi-port"], &["--expect-size", "3"]), LIMIT);
+    let r = run(
+        ch4run(&["-n", "3", "--pmi-port"], &["--expect-size", "3"]),
+        LIMIT,
+    );
     assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
     assert_eq!(r.stdout.matches(": ok").count(), 3, "{}", r.stdout);
 }
@@ -115,7 +118,10 @@ fn kill_9_of_one_rank_ends_the_job_within_a_second_and_leaves_nothing() {
         stderr.contains("rank 1 (pid") && stderr.contains("signal 9 (SIGKILL)"),
         "{stderr}"
     );
-    assert!(took < Duration::from_secs(1), "ch4run took {took:?} after the kill");
+    assert!(
+        took < Duration::from_secs(1),
+        "ch4run took {took:?} after the kill"
+    );
     assert_eq!(pids.len(), 4, "every rank reported its pid");
     let left = survivors(&pids, "pmi_hello", Duration::ZERO);
     assert!(left.is_empty(), "ranks left behind: {left:?}");
@@ -123,10 +129,14 @@ fn kill_9_of_one_rank_ends_the_job_within_a_second_and_leaves_nothing() {
 
 #[test]
 fn pmi_abort_ends_the_job_with_its_code() {
-    let r = run(ch4run(&["-n", "3"], &["--print-pid", "--abort", "1", "7"]), LIMIT);
+    let r = run(
+        ch4run(&["-n", "3"], &["--print-pid", "--abort", "1", "7"]),
+        LIMIT,
+    );
     assert_eq!(r.status.code(), Some(7), "{}", r.stderr);
     assert!(
-        r.stderr.contains("rank 1 called PMI abort with exit code 7"),
+        r.stderr
+            .contains("rank 1 called PMI abort with exit code 7"),
         "{}",
         r.stderr
     );
@@ -138,7 +148,8 @@ fn leaving_without_finalize_while_others_wait_fails_instead_of_hanging() {
     let r = run(ch4run(&["-n", "3"], &["--leave", "2"]), LIMIT);
     assert_eq!(r.status.code(), Some(1), "{}", r.stderr);
     assert!(
-        r.stderr.contains("rank 2 closed its PMI connection without finalize"),
+        r.stderr
+            .contains("rank 2 closed its PMI connection without finalize"),
         "{}",
         r.stderr
     );
@@ -183,7 +194,10 @@ fn sigterm_and_sigint_are_forwarded_to_every_rank() {
         assert_eq!(status.code(), Some(code));
         assert!(start.elapsed() < Duration::from_secs(2));
         let left = survivors(&pids, "pmi_hello", Duration::ZERO);
-        assert!(left.is_empty(), "ranks left behind after signal {sig}: {left:?}");
+        assert!(
+            left.is_empty(),
+            "ranks left behind after signal {sig}: {left:?}"
+        );
     }
 }
 
@@ -204,7 +218,8 @@ fn a_missing_program_is_a_clear_error() {
     let r = run(cmd, LIMIT);
     assert_eq!(r.status.code(), Some(127));
     assert!(
-        r.stderr.contains("cannot start \"/nonexistent/program\" as rank 0"),
+        r.stderr
+            .contains("cannot start \"/nonexistent/program\" as rank 0"),
         "{}",
         r.stderr
     );

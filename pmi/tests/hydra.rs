@@ -17,7 +17,10 @@ fn hydra() -> Option<std::path::PathBuf> {
 
 fn mpiexec(hydra: &std::path::Path, extra: &[&str], hello_args: &[&str]) -> Command {
     let mut cmd = Command::new(hydra);
-    cmd.args(extra).args(["-n", "4"]).arg(HELLO).args(hello_args);
+    cmd.args(extra)
+        .args(["-n", "4"])
+        .arg(HELLO)
+        .args(hello_args);
     // An outer launcher's PMI variables would confuse Hydra's own.
     for v in ["PMI_FD", "PMI_PORT", "PMI_ID", "PMI_RANK", "PMI_SIZE"] {
         cmd.env_remove(v);

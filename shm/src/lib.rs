@@ -1,12 +1,19 @@
 //! shm: ch4's integrated shared-memory layer.
 //!
 //! Ranks on one node exchange active messages through per-pair lock-free rings in one shared
-//! segment (or in anonymous memory when ranks are threads); MPI semantics on top come from
-//! `am_fallback::Am`, with matching in the core's queues.
+//! segment ([`segment`]), or in anonymous memory when ranks are threads; MPI semantics on top
+//! come from `am_fallback::Am`, with matching in the core's queues. A small message is one
+//! record written into the receiver's ring and, on the other side, one copy from the ring into
+//! the posted receive — no detour through a generic active-message layer.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod ring;
+pub mod segment;
 mod sync;
+pub mod transport;
+
+pub use segment::Segment;
+pub use transport::{ShmConfig, ShmTransport};
 
 #[cfg(loom)]
 mod loom_tests;

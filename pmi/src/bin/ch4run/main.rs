@@ -52,21 +52,29 @@ const INHERITED_PMI_VARS: &[&str] = &[
     "MPI_LOCALRANKID",
 ];
 
+/// Writes a line to stderr. Unlike `eprintln!`, never panics: a launcher whose stderr is a
+/// closed pipe must still tear its job down.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        let _ = writeln!(io::stderr(), $($arg)*);
+    }};
+}
+
 fn main() {
     let code = match args::parse(std::env::args_os().skip(1)) {
         Ok(Parsed::Help) => {
-            println!("{}", args::USAGE);
+            let _ = writeln!(io::stdout(), "{}", args::USAGE);
             0
         }
         Ok(Parsed::Run(opts)) => match run(&opts) {
             Ok(code) => code,
             Err(msg) => {
-                eprintln!("ch4run: {msg}");
+                say!("ch4run: {msg}");
                 1
             }
         },
         Err(msg) => {
-            eprintln!("ch4run: {msg}\n\n{}", args::USAGE);
+            say!("ch4run: {msg}\n\n{}", args::USAGE);
             2
         }
     };
@@ -146,7 +154,7 @@ struct Job<'a> {
 
 fn run(opts: &Options) -> Result<i32, String> {
     if let Err(e) = sys::become_subreaper() {
-        eprintln!("ch4run: warning: cannot become child subreaper ({e}); orphaned grandchildren will be reaped by init");
+        say!("ch4run: warning: cannot become child subreaper ({e}); orphaned grandchildren will be reaped by init");
     }
     sys::install_signal_handlers().map_err(|e| format!("cannot install signal handlers: {e}"))?;
     let server = SocketServer::new(JobConfig::single_node(opts.ranks))
@@ -176,7 +184,7 @@ fn run(opts: &Options) -> Result<i32, String> {
     };
     for rank in 0..opts.ranks {
         if let Err(msg) = job.spawn(rank, port.as_deref()) {
-            eprintln!("ch4run: {msg}");
+            say!("ch4run: {msg}");
             job.fail(Failure::Spawn, None);
             break;
         }
@@ -212,6 +220,15 @@ impl Job<'_> {
                 self.server
                     .add_unix(ours, Some(rank))
                     .map_err(|e| format!("cannot serve PMI to rank {rank}: {e}"))?;
+                // Descriptors 0-2 are about to be replaced by the rank's stdio; if ch4run was
+                // started with one of them closed, the socket may sit there. Move it up.
+                let theirs = if theirs.as_raw_fd() < 3 {
+                    theirs
+                        .try_clone()
+                        .map_err(|e| format!("cannot duplicate the PMI socket: {e}"))?
+                } else {
+                    theirs
+                };
                 cmd.env("PMI_FD", theirs.as_raw_fd().to_string())
                     .env("PMI_RANK", rank.to_string())
                     .env("PMI_SIZE", opts.ranks.to_string());
@@ -289,9 +306,9 @@ impl Job<'_> {
             Failure::Spawn => "could not start every rank".to_owned(),
         };
         if matches!(failure, Failure::Signal(_)) || others == 0 {
-            eprintln!("ch4run: {what}");
+            say!("ch4run: {what}");
         } else {
-            eprintln!("ch4run: {what}; terminating the other {others} rank(s)");
+            say!("ch4run: {what}; terminating the other {others} rank(s)");
         }
         let sig = match failure {
             Failure::Signal(sig) => sig,
@@ -315,7 +332,7 @@ impl Job<'_> {
             for event in self.server.poll(TICK) {
                 self.on_pmi_event(event);
             }
-            while let Some((pid, status)) = sys::reap_any() {
+            while let sys::Reaped::Exited(pid, status) = sys::reap_any() {
                 self.on_exit(pid, status);
             }
             if let Some(sig) = sys::take_signal() {
@@ -383,10 +400,14 @@ impl Job<'_> {
         for r in &self.ranks {
             let _ = sys::kill_group(r.pid, libc::SIGKILL);
         }
-        let settle = Instant::now() + Duration::from_millis(100);
+        // Reap them (and any orphans adopted as subreaper) so nothing lingers as a zombie;
+        // SIGKILL takes effect promptly, so a short bound suffices.
+        let settle = Instant::now() + Duration::from_millis(500);
         while Instant::now() < settle {
-            if sys::reap_any().is_none() {
-                thread::sleep(Duration::from_millis(5));
+            match sys::reap_any() {
+                sys::Reaped::Exited(..) => {}
+                sys::Reaped::Running => thread::sleep(Duration::from_millis(2)),
+                sys::Reaped::NoChildren => break,
             }
         }
         // Output pipes close when the last writer dies; do not wait forever on a writer that
@@ -460,7 +481,7 @@ fn forward(
         // Out of threads: the rank's output is dropped, never blocked (the pipe closes with the
         // closure, so the rank gets EPIPE).
         Err(e) => {
-            eprintln!("ch4run: cannot forward output of rank {rank}: {e}");
+            say!("ch4run: cannot forward output of rank {rank}: {e}");
             None
         }
     }

@@ -75,20 +75,34 @@ pub fn kill_group(pgid: i32, sig: i32) -> io::Result<()> {
     Ok(())
 }
 
-/// Reaps one exited child, if any has exited: its pid and exit status. `None` when no child
-/// has exited (or there are no children).
-pub fn reap_any() -> Option<(i32, ExitStatus)> {
+/// What [`reap_any`] found.
+pub enum Reaped {
+    /// A child exited: its pid and status.
+    Exited(i32, ExitStatus),
+    /// Children exist, none has exited yet.
+    Running,
+    /// There are no children left at all (ranks or adopted orphans).
+    NoChildren,
+}
+
+/// Reaps one exited child, if any has exited, without blocking.
+pub fn reap_any() -> Reaped {
     let mut status: libc::c_int = 0;
     loop {
         // SAFETY: `status` is a valid, writable c_int for the duration of the call.
         let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
         if pid > 0 {
-            return Some((pid, ExitStatus::from_raw(status)));
+            return Reaped::Exited(pid, ExitStatus::from_raw(status));
         }
-        if pid < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-            continue;
+        if pid == 0 {
+            return Reaped::Running;
         }
-        return None;
+        match io::Error::last_os_error().raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::ECHILD) => return Reaped::NoChildren,
+            // No other error is possible with these arguments; treat it as "nothing to reap".
+            _ => return Reaped::Running,
+        }
     }
 }
 

@@ -1,0 +1,314 @@
+//! The node's shared segment: a header, one liveness word per local rank, and one ring per
+//! ordered pair of local ranks (self included, so self-sends take the same path).
+//!
+//! ```text
+//! [ header | alive[n] | pid[n] | ring indices[n*n] (256 B each) | ring data[n*n] (capacity each) ]
+//! ```
+//!
+//! Every position is an offset computed from `n` and the ring capacity, identical in every
+//! process, so nothing inside the segment is a pointer. For processes the segment is a file in
+//! /dev/shm (mode 0600) created by the node's first rank and unlinked as soon as every local rank
+//! has mapped it; for ranks as threads it is anonymous memory.
+
+use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use ch4_core::{Error, ErrorKind, Result};
+use memmap2::MmapMut;
+
+use crate::ring::{Consumer, Producer, RingIndices};
+use crate::sync::{AtomicU64, Ordering};
+
+const MAGIC: u64 = 0x6368_345f_7368_6d31; // "ch4_shm1"
+const HEADER: usize = 4096;
+const INDICES: usize = 256;
+
+/// The segment's fixed header.
+#[repr(C)]
+struct Header {
+    magic: AtomicU64,
+    ranks: AtomicU64,
+    capacity: AtomicU64,
+    /// How many local ranks have mapped the segment.
+    attached: AtomicU64,
+}
+
+/// A mapped node segment.
+pub struct Segment {
+    map: MmapMut,
+    ranks: usize,
+    capacity: usize,
+    path: Option<PathBuf>,
+}
+
+// SAFETY: the mapping is shared memory whose concurrent use goes only through atomics and the
+// SPSC ring protocol; `MmapMut` itself is Send + Sync, and the other fields are plain values.
+unsafe impl Sync for Segment {}
+
+/// The bytes a segment for `ranks` local ranks with rings of `capacity` bytes needs.
+pub fn segment_size(ranks: usize, capacity: usize) -> Result<usize> {
+    let pairs = ranks
+        .checked_mul(ranks)
+        .ok_or_else(|| Error::new(ErrorKind::Count, "too many local ranks"))?;
+    let per_pair = INDICES
+        .checked_add(capacity)
+        .ok_or_else(|| Error::new(ErrorKind::Count, "ring capacity too large"))?;
+    pairs
+        .checked_mul(per_pair)
+        .and_then(|r| r.checked_add(HEADER + 16 * ranks.div_ceil(8) * 8))
+        .ok_or_else(|| Error::new(ErrorKind::Count, "segment too large"))
+}
+
+fn check_params(ranks: usize, capacity: usize) -> Result<()> {
+    if ranks == 0 || ranks > 4096 {
+        return Err(Error::new(
+            ErrorKind::Arg,
+            format!("{ranks} local ranks (1..=4096 supported)"),
+        ));
+    }
+    if !capacity.is_power_of_two() || capacity < 4096 {
+        return Err(Error::new(
+            ErrorKind::Arg,
+            format!("ring capacity {capacity} must be a power of two ≥ 4096"),
+        ));
+    }
+    Ok(())
+}
+
+fn io_err(what: &str, path: &Path, e: std::io::Error) -> Error {
+    Error::new(
+        ErrorKind::Transport,
+        format!("{what} {}: {e}", path.display()),
+    )
+}
+
+impl Segment {
+    /// A segment in anonymous memory, for ranks that are threads of this process.
+    pub fn anonymous(ranks: usize, capacity: usize) -> Result<Segment> {
+        check_params(ranks, capacity)?;
+        let size = segment_size(ranks, capacity)?;
+        let map = MmapMut::map_anon(size).map_err(|e| {
+            Error::new(
+                ErrorKind::Exhausted,
+                format!("anonymous map of {size} bytes: {e}"),
+            )
+        })?;
+        let seg = Segment {
+            map,
+            ranks,
+            capacity,
+            path: None,
+        };
+        seg.init_header();
+        Ok(seg)
+    }
+
+    /// Creates the node's segment file (exclusively, mode 0600) and maps it. The caller makes it
+    /// known to the other local ranks and calls [`Segment::unlink`] once they have attached.
+    pub fn create(path: &Path, ranks: usize, capacity: usize) -> Result<Segment> {
+        check_params(ranks, capacity)?;
+        let size = segment_size(ranks, capacity)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| io_err("creating shared segment", path, e))?;
+        file.set_len(size as u64)
+            .map_err(|e| io_err("sizing shared segment", path, e))?;
+        // SAFETY: we created the file exclusively; other processes map it only through this
+        // module, which accesses the memory through atomics and the ring protocol.
+        let map = unsafe { MmapMut::map_mut(&file) }
+            .map_err(|e| io_err("mapping shared segment", path, e))?;
+        let seg = Segment {
+            map,
+            ranks,
+            capacity,
+            path: Some(path.to_path_buf()),
+        };
+        seg.init_header();
+        Ok(seg)
+    }
+
+    /// Maps a segment another local rank created, checking that it matches this job's layout.
+    pub fn attach(path: &Path, ranks: usize, capacity: usize) -> Result<Segment> {
+        check_params(ranks, capacity)?;
+        let size = segment_size(ranks, capacity)?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| io_err("opening shared segment", path, e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| io_err("inspecting shared segment", path, e))?
+            .len();
+        if len != size as u64 {
+            return Err(Error::new(
+                ErrorKind::Transport,
+                format!(
+                    "shared segment {} has {len} bytes, expected {size}",
+                    path.display()
+                ),
+            ));
+        }
+        // SAFETY: as in `create`; the size was checked so every offset we compute is in bounds.
+        let map = unsafe { MmapMut::map_mut(&file) }
+            .map_err(|e| io_err("mapping shared segment", path, e))?;
+        let seg = Segment {
+            map,
+            ranks,
+            capacity,
+            path: Some(path.to_path_buf()),
+        };
+        let h = seg.header();
+        if h.magic.load(Ordering::Acquire) != MAGIC
+            || h.ranks.load(Ordering::Relaxed) != ranks as u64
+            || h.capacity.load(Ordering::Relaxed) != capacity as u64
+        {
+            return Err(Error::new(
+                ErrorKind::Transport,
+                format!("{} is not a ch4 segment for this job", path.display()),
+            ));
+        }
+        h.attached.fetch_add(1, Ordering::AcqRel);
+        Ok(seg)
+    }
+
+    /// Removes the segment's name; the memory stays mapped until every rank has exited, and
+    /// nothing is left in /dev/shm even if a rank is later killed.
+    pub fn unlink(&self) -> Result<()> {
+        match &self.path {
+            Some(p) => match std::fs::remove_file(p) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(io_err("unlinking shared segment", p, e)),
+            },
+            None => Ok(()),
+        }
+    }
+
+    fn init_header(&self) {
+        let h = self.header();
+        h.ranks.store(self.ranks as u64, Ordering::Relaxed);
+        h.capacity.store(self.capacity as u64, Ordering::Relaxed);
+        h.attached.store(1, Ordering::Relaxed);
+        // Release: a rank that sees the magic also sees the fields above.
+        h.magic.store(MAGIC, Ordering::Release);
+    }
+
+    fn header(&self) -> &Header {
+        // SAFETY: the map is at least HEADER bytes, page-aligned, and `Header` is made of
+        // atomics, valid for any bit pattern including the zeroes of a new mapping.
+        unsafe { &*(self.map.as_ptr() as *const Header) }
+    }
+
+    /// Local ranks that have mapped the segment.
+    pub fn attached(&self) -> u64 {
+        self.header().attached.load(Ordering::Acquire)
+    }
+
+    /// Local ranks the segment was made for.
+    pub fn ranks(&self) -> usize {
+        self.ranks
+    }
+
+    /// Bytes of each ring's data area.
+    pub fn ring_capacity(&self) -> usize {
+        self.capacity
+    }
+
+    fn word(&self, offset: usize) -> &AtomicU64 {
+        // SAFETY: callers pass offsets of 8-aligned words inside the liveness table, which lies
+        // within the mapping (see `segment_size`); an atomic is valid for any bit pattern.
+        unsafe { &*(self.map.as_ptr().add(offset) as *const AtomicU64) }
+    }
+
+    fn alive_word(&self, local: usize) -> &AtomicU64 {
+        self.word(HEADER + 8 * local)
+    }
+
+    fn pid_word(&self, local: usize) -> &AtomicU64 {
+        self.word(HEADER + 8 * self.ranks + 8 * local)
+    }
+
+    /// Marks local rank `local` as alive, with its process id (0 for a thread).
+    pub(crate) fn set_alive(&self, local: usize, pid: u32, alive: bool) {
+        if local < self.ranks {
+            self.pid_word(local)
+                .store(u64::from(pid), Ordering::Relaxed);
+            self.alive_word(local)
+                .store(u64::from(alive), Ordering::Release);
+        }
+    }
+
+    /// Whether local rank `local` has gone: it said so on exit, or its process no longer exists.
+    pub(crate) fn is_gone(&self, local: usize) -> bool {
+        if local >= self.ranks {
+            return true;
+        }
+        if self.alive_word(local).load(Ordering::Acquire) == 2 {
+            return true;
+        }
+        let pid = self.pid_word(local).load(Ordering::Relaxed);
+        if pid == 0 {
+            return false;
+        }
+        // SAFETY: kill with signal 0 only checks that the process exists; no signal is sent.
+        let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
+        r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+    }
+
+    /// Records that local rank `local` has left (its transport was dropped).
+    pub(crate) fn mark_gone(&self, local: usize) {
+        if local < self.ranks {
+            self.alive_word(local).store(2, Ordering::Release);
+        }
+    }
+
+    fn rings_base(&self) -> usize {
+        HEADER + 16 * self.ranks.div_ceil(8) * 8
+    }
+
+    /// Pointers to the ring carrying `from` → `to`.
+    fn ring(&self, from: usize, to: usize) -> Result<(*const RingIndices, *mut u8)> {
+        if from >= self.ranks || to >= self.ranks {
+            return Err(Error::new(ErrorKind::Internal, "ring index out of range"));
+        }
+        let pair = from * self.ranks + to;
+        let pairs = self.ranks * self.ranks;
+        let indices = self.rings_base() + pair * INDICES;
+        let data = self.rings_base() + pairs * INDICES + pair * self.capacity;
+        let base = self.map.as_ptr() as *mut u8;
+        // SAFETY: both offsets are within the mapping by construction of `segment_size`
+        // (pair < ranks², capacity per pair), so `add` stays in bounds.
+        Ok(unsafe { (base.add(indices) as *const RingIndices, base.add(data)) })
+    }
+
+    /// The producer end of `from` → `to`. The caller must be local rank `from` and create it once.
+    pub(crate) fn producer(&self, from: usize, to: usize) -> Result<Producer> {
+        let (i, d) = self.ring(from, to)?;
+        // SAFETY: the pointers lie in this mapping, which the transport keeps alive (it holds an
+        // `Arc<Segment>`) as long as the end; offsets are 128/8-aligned; the capacity is a power
+        // of two ≥ 4096; each local rank makes only its own producers, once.
+        Ok(unsafe { Producer::new(i, d, self.capacity) })
+    }
+
+    /// The consumer end of `from` → `to`. The caller must be local rank `to` and create it once.
+    pub(crate) fn consumer(&self, from: usize, to: usize) -> Result<Consumer> {
+        let (i, d) = self.ring(from, to)?;
+        // SAFETY: as for `producer`, with each local rank making only its own consumers, once.
+        Ok(unsafe { Consumer::new(i, d, self.capacity) })
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // Only the creator's name matters, and unlinking twice is harmless.
+        if self.path.is_some() && self.attached() >= self.ranks as u64 {
+            let _ = self.unlink();
+        }
+    }
+}

@@ -1,0 +1,283 @@
+//! The shared-memory transport: `AmTransport` + `Shm` over the segment's per-pair rings.
+//!
+//! A send is one record written straight into the ring towards the receiver; the receiver's poll
+//! hands the record to the AM engine *in place*, so a matched eager message is copied once from
+//! the ring into the user's buffer. When a ring is full the record waits in a local queue (a
+//! transport never blocks in a send) and later records to that peer queue behind it, keeping
+//! order.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use ch4_core::core::CTRL_HEADER_MAX;
+use ch4_core::transport::{AmSink, AmTransport, HandlerId, Shm};
+use ch4_core::{Error, ErrorKind, Gpid, Result};
+
+use crate::ring::{max_record_body, Consumer, Producer, PushError};
+use crate::segment::Segment;
+
+/// A record that found its ring full.
+struct Waiting {
+    handler: HandlerId,
+    header: Vec<u8>,
+    payload: Vec<u8>,
+}
+
+/// Tunables, from the environment or the defaults.
+#[derive(Debug, Clone, Copy)]
+pub struct ShmConfig {
+    /// Messages up to this size go eagerly (one record); longer ones by rendezvous.
+    pub eager_limit: usize,
+    /// Bytes per ring (a power of two); a record may use half.
+    pub ring_capacity: usize,
+}
+
+impl ShmConfig {
+    /// Defaults scaled to the number of local ranks (the segment holds `ranks²` rings), overridden
+    /// by `CH4_SHM_EAGER_LIMIT` and `CH4_SHM_RING_SIZE` (bytes).
+    pub fn for_ranks(ranks: usize) -> ShmConfig {
+        let budget = 64usize << 20; // total ring bytes per node
+        let per_pair = (budget / (ranks * ranks).max(1)).clamp(16 << 10, 1 << 20);
+        let ring_capacity = env_usize("CH4_SHM_RING_SIZE")
+            .filter(|c| c.is_power_of_two() && *c >= 4096)
+            .unwrap_or_else(|| per_pair.next_power_of_two().min(1 << 20));
+        let eager_default = (16usize << 10).min(max_record_body(ring_capacity) - CTRL_HEADER_MAX);
+        let eager_limit = env_usize("CH4_SHM_EAGER_LIMIT")
+            .unwrap_or(eager_default)
+            .min(max_record_body(ring_capacity) - CTRL_HEADER_MAX);
+        ShmConfig {
+            eager_limit,
+            ring_capacity,
+        }
+    }
+}
+
+fn env_usize(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+/// The shared-memory transport of one rank.
+pub struct ShmTransport {
+    seg: Arc<Segment>,
+    me: usize,
+    /// Local index of each process id (`None` = not on this node).
+    local_of: Vec<Option<u32>>,
+    /// Process id of each local index.
+    gpid_of: Vec<Gpid>,
+    producers: Vec<Producer>,
+    consumers: Vec<Consumer>,
+    waiting: Vec<VecDeque<Waiting>>,
+    waiting_total: usize,
+    next_poll: usize,
+    eager_limit: usize,
+    max_payload: usize,
+}
+
+impl ShmTransport {
+    /// The transport of local rank `me` in `seg`, where `local_gpids[i]` is the process id of
+    /// local rank `i` and `world_size` the number of processes in the job. `pid` is this
+    /// process's id, or 0 when ranks are threads.
+    pub fn new(
+        seg: Arc<Segment>,
+        me: usize,
+        local_gpids: &[Gpid],
+        world_size: u32,
+        eager_limit: usize,
+        pid: u32,
+    ) -> Result<ShmTransport> {
+        let n = seg.ranks();
+        if local_gpids.len() != n || me >= n {
+            return Err(Error::new(
+                ErrorKind::Arg,
+                format!(
+                    "local rank {me} of {} with a segment for {n}",
+                    local_gpids.len()
+                ),
+            ));
+        }
+        let mut local_of = vec![None; world_size as usize];
+        for (i, &g) in local_gpids.iter().enumerate() {
+            let slot = local_of.get_mut(g as usize).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Arg,
+                    format!("process {g} outside a job of {world_size}"),
+                )
+            })?;
+            *slot = Some(i as u32);
+        }
+        let producers = (0..n)
+            .map(|to| seg.producer(me, to))
+            .collect::<Result<Vec<_>>>()?;
+        let consumers = (0..n)
+            .map(|from| seg.consumer(from, me))
+            .collect::<Result<Vec<_>>>()?;
+        let max_payload = max_record_body(seg.ring_capacity()) - CTRL_HEADER_MAX;
+        seg.set_alive(me, pid, true);
+        Ok(ShmTransport {
+            me,
+            local_of,
+            gpid_of: local_gpids.to_vec(),
+            producers,
+            consumers,
+            waiting: (0..n).map(|_| VecDeque::new()).collect(),
+            waiting_total: 0,
+            next_poll: 0,
+            eager_limit: eager_limit.min(max_payload),
+            max_payload,
+            seg,
+        })
+    }
+
+    /// Lowers the largest active-message payload (rendezvous data then moves in smaller
+    /// pieces); tests use it to exercise chunking with small messages.
+    pub fn limit_payload(&mut self, max_payload: usize) {
+        self.max_payload = self.max_payload.min(max_payload.max(1));
+        self.eager_limit = self.eager_limit.min(self.max_payload);
+    }
+
+    /// The segment this transport uses.
+    pub fn segment(&self) -> &Arc<Segment> {
+        &self.seg
+    }
+
+    #[inline(always)]
+    fn local(&self, gpid: Gpid) -> Option<usize> {
+        self.local_of
+            .get(gpid as usize)
+            .copied()
+            .flatten()
+            .map(|l| l as usize)
+    }
+
+    /// Moves waiting records into their rings while there is room.
+    #[cold]
+    fn flush_waiting(&mut self) -> usize {
+        let mut moved = 0;
+        for (to, q) in self.waiting.iter_mut().enumerate() {
+            while let Some(w) = q.front() {
+                match self.producers[to].push(w.handler, &w.header, &[&w.payload]) {
+                    Ok(()) => {
+                        q.pop_front();
+                        moved += 1;
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+        self.waiting_total -= moved;
+        moved
+    }
+}
+
+impl AmTransport for ShmTransport {
+    const AM_ORDERED: bool = true;
+    const NAME: &'static str = "shm";
+
+    #[inline(always)]
+    fn eager_limit(&self) -> usize {
+        self.eager_limit
+    }
+
+    #[inline(always)]
+    fn am_max_payload(&self) -> usize {
+        self.max_payload
+    }
+
+    #[inline]
+    fn am_send(
+        &mut self,
+        dest: Gpid,
+        handler: HandlerId,
+        header: &[u8],
+        payload: &[&[u8]],
+    ) -> Result<()> {
+        let Some(to) = self.local(dest) else {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                format!("process {dest} is not on this node"),
+            ));
+        };
+        if self.waiting[to].is_empty() {
+            match self.producers[to].push(handler, header, payload) {
+                Ok(()) => return Ok(()),
+                Err(PushError::TooLarge) => {
+                    return Err(Error::new(
+                        ErrorKind::Count,
+                        format!(
+                            "active message of {} bytes exceeds the ring's record limit",
+                            header.len() + payload.iter().map(|p| p.len()).sum::<usize>()
+                        ),
+                    ))
+                }
+                Err(PushError::Full) => {}
+            }
+        }
+        if self.seg.is_gone(to) {
+            return Err(Error::new(
+                ErrorKind::PeerFailed,
+                format!("process {dest} has exited"),
+            ));
+        }
+        self.waiting[to].push_back(Waiting {
+            handler,
+            header: header.to_vec(),
+            payload: payload.concat(),
+        });
+        self.waiting_total += 1;
+        Ok(())
+    }
+
+    #[inline]
+    fn am_poll<K: AmSink>(&mut self, sink: &mut K, budget: usize) -> Result<usize> {
+        if self.waiting_total != 0 {
+            self.flush_waiting();
+        }
+        let n = self.consumers.len();
+        let mut delivered = 0;
+        let mut idle_rings = 0;
+        let mut i = self.next_poll;
+        while delivered < budget && idle_rings < n {
+            let src = self.gpid_of[i];
+            match self.consumers[i].pop_with(|h, hdr, payload| sink.deliver(src, h, hdr, payload)) {
+                None => idle_rings += 1,
+                Some(Ok(r)) => {
+                    delivered += 1;
+                    idle_rings = 0;
+                    r?;
+                    continue; // drain this ring first: keeps a sender's burst together
+                }
+                Some(Err(_)) => {
+                    return Err(Error::new(
+                        ErrorKind::Transport,
+                        format!("the shared ring from process {src} is corrupted"),
+                    ))
+                }
+            }
+            i = if i + 1 == n { 0 } else { i + 1 };
+        }
+        self.next_poll = i;
+        Ok(delivered)
+    }
+
+    fn peer_failed(&self, gpid: Gpid) -> bool {
+        match self.local(gpid) {
+            Some(l) => l != self.me && self.seg.is_gone(l),
+            None => false,
+        }
+    }
+}
+
+impl Shm for ShmTransport {
+    type P2p = am_fallback::Am;
+
+    #[inline(always)]
+    fn is_local(&self, gpid: Gpid) -> bool {
+        self.local(gpid).is_some()
+    }
+}
+
+impl Drop for ShmTransport {
+    fn drop(&mut self) {
+        self.seg.mark_gone(self.me);
+    }
+}

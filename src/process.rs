@@ -1,0 +1,219 @@
+//! Process mode: ranks are processes started by a PMI-1 launcher — `ch4run`, MPICH's Hydra
+//! `mpiexec` (and through it ssh, Slurm, PBS) — or a program started alone, which is a singleton
+//! (rank 0 of 1).
+//!
+//! Bootstrap, in order: PMI init gives rank, size and the job's key-value space; node locality
+//! comes from `PMI_process_mapping` (or, if the launcher publishes none, from hostnames exchanged
+//! through the key-value space); the first rank of each node creates the node's shared segment
+//! (a /dev/shm file named after the job, mode 0600), the others attach after a fence, and after a
+//! second fence the name is unlinked — so nothing is left behind even if a rank is later killed.
+
+use std::cell::RefCell;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ch4_core::core::DeviceConfig;
+use ch4_core::transport::NoNetmod;
+use ch4_core::{Device, Error, ErrorKind, Gpid, Result};
+use shm::{Segment, ShmConfig, ShmTransport};
+
+use crate::{Communicator, Context};
+
+/// The netmod process mode uses in this build. No network netmod is compiled in yet, so a job
+/// must fit on one node.
+pub type ProcessNetmod = NoNetmod;
+
+/// The context of a rank in process mode.
+pub type ProcessContext = Context<ProcessNetmod, ShmTransport>;
+
+/// A running rank: its device and its connection to the process manager. Dropping it finalizes
+/// (call [`Universe::finalize`] to see the result).
+pub struct Universe {
+    ctx: ProcessContext,
+    pmi: RefCell<Option<pmi::Client>>,
+}
+
+impl Universe {
+    /// All processes of the job.
+    pub fn world(&self) -> Communicator<ProcessNetmod, ShmTransport> {
+        self.ctx.world()
+    }
+
+    /// The rank's context (scopes, the self communicator, the device).
+    pub fn context(&self) -> &ProcessContext {
+        &self.ctx
+    }
+
+    /// Leaves the job cleanly (PMI finalize). Communication must be complete.
+    pub fn finalize(self) -> Result<()> {
+        self.finish()
+    }
+
+    fn finish(&self) -> Result<()> {
+        match self.pmi.borrow_mut().take() {
+            Some(mut c) => c.finalize().map_err(pmi_err),
+            None => Ok(()),
+        }
+    }
+
+    /// Ends the whole job with `code` (PMI abort): the launcher stops every rank.
+    pub fn abort(&self, code: i32, message: &str) -> ! {
+        if let Some(c) = self.pmi.borrow_mut().as_mut() {
+            c.abort(code, message);
+        }
+        eprintln!("ch4: abort({code}): {message}");
+        std::process::exit(code)
+    }
+}
+
+impl Drop for Universe {
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
+}
+
+fn pmi_err(e: pmi::Error) -> Error {
+    Error::new(ErrorKind::Transport, format!("process manager: {e}"))
+}
+
+/// Whether this process was started by a PMI launcher (as opposed to alone).
+pub fn under_launcher() -> bool {
+    std::env::var_os("PMI_FD").is_some() || std::env::var_os("PMI_PORT").is_some()
+}
+
+/// Joins the job this process belongs to (or becomes a singleton) with default settings.
+pub fn init() -> Result<Universe> {
+    init_with(DeviceConfig::default())
+}
+
+/// Joins the job with the given device settings.
+pub fn init_with(config: DeviceConfig) -> Result<Universe> {
+    let mut client = pmi::Client::from_env().map_err(pmi_err)?;
+    client.init().map_err(pmi_err)?;
+    let rank = client.rank();
+    let size = client.size();
+    let nodes = node_ids(&mut client, rank, size)?;
+    let my_node = nodes[rank as usize];
+    let local: Vec<Gpid> = (0..size)
+        .filter(|&g| nodes[g as usize] == my_node)
+        .collect();
+    if local.len() != size as usize {
+        let distinct = {
+            let mut v = nodes.clone();
+            v.sort_unstable();
+            v.dedup();
+            v.len()
+        };
+        return Err(Error::new(
+            ErrorKind::Transport,
+            format!(
+                "the job spans {distinct} nodes, but this build has no network netmod: run all \
+                 ranks on one node"
+            ),
+        ));
+    }
+    let me = local
+        .iter()
+        .position(|&g| g == rank)
+        .ok_or_else(|| Error::new(ErrorKind::Internal, "rank missing from its node"))?;
+    let cfg = ShmConfig::for_ranks(local.len());
+    let kvs = client.get_my_kvsname().map_err(pmi_err)?.to_string();
+    let seg = node_segment(&mut client, &kvs, my_node, me, local.len(), cfg)?;
+    let shm = ShmTransport::new(seg, me, &local, size, cfg.eager_limit, std::process::id())?;
+    let dev = Device::new(NoNetmod, shm, rank, size, config)?;
+    Ok(Universe {
+        ctx: Context::new(dev),
+        pmi: RefCell::new(Some(client)),
+    })
+}
+
+/// Node id of every rank: from the launcher's process mapping, else by comparing hostnames.
+fn node_ids(client: &mut pmi::Client, rank: u32, size: u32) -> Result<Vec<u32>> {
+    if let Some(ids) = client.node_ids().map_err(pmi_err)? {
+        if ids.len() == size as usize {
+            return Ok(ids);
+        }
+    }
+    if size == 1 {
+        return Ok(vec![0]);
+    }
+    let host = hostname();
+    client
+        .put(&format!("ch4-host-{rank}"), &host)
+        .map_err(pmi_err)?;
+    client.barrier().map_err(pmi_err)?;
+    let mut hosts: Vec<String> = Vec::with_capacity(size as usize);
+    for r in 0..size {
+        let h = client
+            .get(&format!("ch4-host-{r}"))
+            .map_err(pmi_err)?
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Transport,
+                    format!("rank {r} published no hostname"),
+                )
+            })?;
+        hosts.push(h);
+    }
+    let mut names: Vec<&String> = Vec::new();
+    Ok(hosts
+        .iter()
+        .map(|h| match names.iter().position(|n| *n == h) {
+            Some(i) => i as u32,
+            None => {
+                names.push(h);
+                (names.len() - 1) as u32
+            }
+        })
+        .collect())
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".to_string())
+}
+
+/// Where a job's node segment lives: the job's key-value-space name makes it unique.
+fn segment_path(kvs: &str, node: u32) -> PathBuf {
+    let clean: String = kvs
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    PathBuf::from(format!("/dev/shm/ch4-{clean}-n{node}"))
+}
+
+/// Creates or attaches the node's segment; see the module docs for the protocol. Every rank
+/// takes part in both fences even when its own step failed, so a failure is reported by every
+/// rank instead of leaving the others waiting.
+fn node_segment(
+    client: &mut pmi::Client,
+    kvs: &str,
+    node: u32,
+    me: usize,
+    ranks: usize,
+    cfg: ShmConfig,
+) -> Result<Arc<Segment>> {
+    if ranks == 1 {
+        // Alone on the node: the rings live in private memory and no file is needed at all.
+        return Ok(Arc::new(Segment::anonymous(1, cfg.ring_capacity)?));
+    }
+    let path = segment_path(kvs, node);
+    let created = if me == 0 {
+        let _ = std::fs::remove_file(&path); // a stale file of a crashed job with the same name
+        Some(Segment::create(&path, ranks, cfg.ring_capacity))
+    } else {
+        None
+    };
+    client.barrier().map_err(pmi_err)?;
+    let seg = match created {
+        Some(s) => s,
+        None => Segment::attach(&path, ranks, cfg.ring_capacity),
+    };
+    client.barrier().map_err(pmi_err)?;
+    let seg = seg?;
+    if me == 0 {
+        seg.unlink()?;
+    }
+    Ok(Arc::new(seg))
+}
