@@ -1,12 +1,13 @@
 //! A token around a ring of ranks, a halo swap, a reduction and a split — the API in one page.
 //!
-//! Ranks are processes: `ch4run -n 4 target/release/examples/ring`, or under MPICH's Hydra
-//! `mpiexec -n 4 target/release/examples/ring`. Started alone it is a singleton (a ring of one).
+//! Ranks are processes. `cargo run --release --example ring` starts four of them itself
+//! (`CH4_NP=8` for eight); `ch4run -n 4 target/release/examples/ring` and MPICH's Hydra
+//! `mpiexec -n 4 target/release/examples/ring` launch it from outside.
 
 use ch4::{op, Result};
 
 fn main() -> Result<()> {
-    let universe = ch4::process::init()?;
+    let universe = ch4::process::init_or_launch(4)?;
     let world = universe.world();
     let ctx = universe.context();
     let (rank, size) = (world.rank(), world.size());

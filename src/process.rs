@@ -81,6 +81,19 @@ pub fn under_launcher() -> bool {
     std::env::var_os("PMI_FD").is_some() || std::env::var_os("PMI_PORT").is_some()
 }
 
+/// Joins the job, first starting it if needed: a program started without a launcher re-runs
+/// itself as `ranks` processes under the embedded launcher (the same one as `ch4run`; `CH4_NP`
+/// overrides the count) and exits with the job's exit code. Under a launcher it just joins. This
+/// is what makes `cargo run --example ring` a four-process job with nothing installed.
+pub fn init_or_launch(ranks: u32) -> Result<Universe> {
+    let ranks = std::env::var("CH4_NP")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(ranks);
+    pmi::launch::self_launch(ranks).map_err(pmi_err)?;
+    init()
+}
+
 /// Joins the job this process belongs to (or becomes a singleton) with default settings.
 pub fn init() -> Result<Universe> {
     init_with(DeviceConfig::default())

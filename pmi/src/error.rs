@@ -15,10 +15,11 @@ use crate::wire::WireError;
 pub enum ErrorKind {
     /// Bytes on the PMI connection do not form a valid PMI-1 message (see [`WireError`]).
     Wire,
-    /// An argument the caller passed cannot be sent: a key or value too long, or containing a
-    /// space, `=` in a key, or a control character.
+    /// An argument the caller passed cannot be used: a key or value too long, or containing a
+    /// space, `=` in a key, or a control character; or a launcher rank count out of range.
     InvalidArgument,
-    /// The operating system failed a read, write, connect or fd operation.
+    /// The operating system failed a read, write, connect or fd operation, or a call the
+    /// launcher needs to set up a job (signal handlers, sockets).
     Io,
     /// The process manager closed the PMI connection (it exited, or killed the job).
     Closed,
@@ -28,7 +29,8 @@ pub enum ErrorKind {
     Server,
     /// `PMI_FD`, `PMI_PORT`, `PMI_ID`, `PMI_RANK` or `PMI_SIZE` is set but unusable.
     Environment,
-    /// The call is not valid in the client's current state (before `init`, after `finalize`).
+    /// The call is not valid in the current state: a client call before `init` or after
+    /// `finalize`, or a launcher job started while another runs in the same process.
     State,
     /// The request is valid PMI but this implementation does not serve it (`spawn`).
     Unsupported,

@@ -16,10 +16,13 @@
 //!   a singleton when started without a launcher.
 //! * [`mapping`] and [`hex`]: `PMI_process_mapping` (which ranks share a node) and binary
 //!   values.
+//! * [`launch`]: the one-host launcher behind `ch4run`, as a library: [`launch::run`] runs a job
+//!   from a program, and [`launch::self_launch`] lets a program be its own launcher.
 //!
 //! # Launching
 //!
-//! * One host: `ch4run -n 4 target/release/examples/ring` (this crate's binary).
+//! * One host: `ch4run -n 4 target/release/examples/ring` (this crate's binary), or no
+//!   launcher at all for a program that calls [`launch::self_launch`] first thing in `main`.
 //! * Many hosts: the same binary under Hydra, which speaks the same protocol:
 //!   `mpiexec.hydra -f hostfile -n 16 ./ring` (ssh to the hosts listed one per line, `host:slots`),
 //!   `mpiexec.hydra -launcher slurm -n 64 ./ring` inside a Slurm allocation, or `-launcher pbs`
@@ -45,6 +48,7 @@
 pub mod client;
 pub mod error;
 pub mod hex;
+pub mod launch;
 pub mod mapping;
 pub mod server;
 pub mod socket;

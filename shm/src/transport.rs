@@ -281,3 +281,89 @@ impl Drop for ShmTransport {
         self.seg.mark_gone(self.me);
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use ch4_core::buffer::RecvBuf;
+    use ch4_core::core::DeviceConfig;
+    use ch4_core::{Device, NoNetmod, SendMode};
+
+    fn pair() -> (
+        Device<NoNetmod, ShmTransport>,
+        Device<NoNetmod, ShmTransport>,
+        Arc<Segment>,
+    ) {
+        let seg = Arc::new(Segment::anonymous(2, 1 << 14).unwrap());
+        let mk = |me: usize| {
+            let t = ShmTransport::new(seg.clone(), me, &[0, 1], 2, 1024, 0).unwrap();
+            Device::new(NoNetmod, t, me as u32, 2, DeviceConfig::default()).unwrap()
+        };
+        (mk(0), mk(1), seg)
+    }
+
+    #[test]
+    fn messages_eager_rendezvous_and_full_rings() {
+        let (mut a, mut b, _seg) = pair();
+        let (wa, wb) = (a.world(), b.world());
+        // 200 messages of up to 20 KB through a 16 KB ring: rings fill, records wait locally,
+        // rendezvous data streams in pieces, and everything still arrives in order.
+        let msgs: Vec<Vec<u8>> = (0..200u32)
+            .map(|i| vec![i as u8; (i as usize * 97) % 20_000])
+            .collect();
+        let mut sends = Vec::new();
+        for (i, m) in msgs.iter().enumerate() {
+            // SAFETY: `msgs` outlives every request; each is waited for below.
+            let buf = unsafe { ch4_core::buffer::SendBuf::borrowed(m) };
+            sends.push(a.isend(wa, 1, i as i32, buf, SendMode::Standard).unwrap());
+        }
+        for (i, m) in msgs.iter().enumerate() {
+            let mut got = vec![0u8; 20_000];
+            // SAFETY: `got` outlives the request, which completes before `got` is read.
+            let r = b
+                .irecv(wb, 0, i as i32, unsafe { RecvBuf::borrowed(&mut got) })
+                .unwrap();
+            let st = loop {
+                a.progress().unwrap();
+                if let Some(st) = b.test(r).unwrap() {
+                    break st;
+                }
+            };
+            assert_eq!(st.bytes, m.len());
+            assert_eq!(&got[..m.len()], &m[..]);
+        }
+        for s in sends {
+            a.wait(s).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_dead_peer_process_fails_the_receive_instead_of_hanging() {
+        let (mut a, b, seg) = pair();
+        // Rank 1 is "a process" that then dies: record a real child's pid, kill and reap it.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        seg.set_alive(1, child.id(), true);
+        assert!(!a.shm().peer_failed(1));
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(a.shm().peer_failed(1));
+        let w = a.world();
+        let mut buf = [0u8; 4];
+        let err = a.recv(w, 1, 0, &mut buf).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::PeerFailed);
+        assert_eq!(a.live_requests(), 0, "the failed receive was released");
+        drop(b);
+    }
+
+    #[test]
+    fn a_peer_that_left_cleanly_is_gone_too() {
+        let (mut a, b, _seg) = pair();
+        drop(b); // its transport marks it gone
+        let w = a.world();
+        let err = a.recv(w, 1, 0, &mut [0u8; 1]).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::PeerFailed);
+    }
+}

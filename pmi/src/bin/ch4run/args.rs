@@ -3,37 +3,13 @@
 use std::ffi::{OsStr, OsString};
 use std::time::Duration;
 
-/// Most ranks ch4run starts: each costs three threads and three descriptors here, and one host
-/// gains nothing from more processes than this.
-pub const MAX_RANKS: u32 = 4096;
-
-/// How long ranks get between SIGTERM and SIGKILL when the job is torn down, by default.
-pub const DEFAULT_GRACE: Duration = Duration::from_millis(500);
-
-/// What the user asked for.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Options {
-    /// Number of ranks.
-    pub ranks: u32,
-    /// Extra environment for every rank, in order given.
-    pub env: Vec<(OsString, OsString)>,
-    /// Prefix every output line with `[rank] `.
-    pub prefix_output: bool,
-    /// Serve PMI on a TCP port (`PMI_PORT` + `PMI_ID`) instead of inherited sockets.
-    pub pmi_port: bool,
-    /// SIGTERM-to-SIGKILL grace period.
-    pub grace: Duration,
-    /// The program to run.
-    pub program: OsString,
-    /// Its arguments.
-    pub args: Vec<OsString>,
-}
+use pmi::launch::{LaunchOptions, DEFAULT_GRACE, MAX_RANKS};
 
 /// The outcome of parsing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Parsed {
     /// Run a job.
-    Run(Options),
+    Run(LaunchOptions),
     /// Print usage and exit successfully.
     Help,
 }
@@ -114,7 +90,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, String>
         }
     };
     let ranks = ranks.ok_or("-n N is required")?;
-    Ok(Parsed::Run(Options {
+    Ok(Parsed::Run(LaunchOptions {
         ranks,
         env,
         prefix_output,
@@ -152,7 +128,7 @@ mod tests {
         parse(args.iter().map(OsString::from))
     }
 
-    fn run(args: &[&str]) -> Options {
+    fn run(args: &[&str]) -> LaunchOptions {
         match p(args) {
             Ok(Parsed::Run(o)) => o,
             other => panic!("{other:?}"),

@@ -1,0 +1,223 @@
+//! Ranks as real processes: the examples under the embedded launcher `ch4run` and under MPICH's
+//! Hydra, a stress run over the shared-memory rings, and kill -9 of a rank mid-traffic.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+/// Directory of this profile's binaries (`target/debug`), found from the test executable.
+fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
+}
+
+/// Builds the launcher and the examples once (cargo does not build another package's binaries
+/// for this package's tests).
+fn built() -> PathBuf {
+    static BUILD: Once = Once::new();
+    BUILD.call_once(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let release = !cfg!(debug_assertions);
+        let mut cmd = Command::new(cargo);
+        cmd.args([
+            "build",
+            "-q",
+            "-p",
+            "pmi",
+            "--bin",
+            "ch4run",
+            "-p",
+            "ch4",
+            "--examples",
+        ]);
+        if release {
+            cmd.arg("--release");
+        }
+        let st = cmd.status().expect("run cargo build");
+        assert!(st.success(), "building ch4run and the examples failed");
+    });
+    bin_dir()
+}
+
+fn segment_of(launcher_pid: u32) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/ch4-kvs_{launcher_pid}_0-n0"))
+}
+
+#[test]
+fn ring_runs_as_four_processes_under_ch4run() {
+    let dir = built();
+    let out = Command::new(dir.join("ch4run"))
+        .args(["-n", "4"])
+        .arg(dir.join("examples/ring"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{stdout}");
+    assert!(
+        lines.iter().all(|l| l.contains("sum of ranks 6")),
+        "{stdout}"
+    );
+    for r in 0..4 {
+        assert!(stdout.contains(&format!("rank {r}/4")), "{stdout}");
+    }
+}
+
+#[test]
+fn a_program_started_alone_is_a_singleton() {
+    let dir = built();
+    let out = Command::new(dir.join("examples/shm_stress"))
+        .args(["-m", "50"])
+        .env_remove("PMI_FD")
+        .env_remove("PMI_PORT")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("shm_stress: 1 ranks"));
+}
+
+#[test]
+fn an_example_started_alone_launches_itself() {
+    let dir = built();
+    let out = Command::new(dir.join("examples/ring"))
+        .env_remove("PMI_FD")
+        .env_remove("PMI_PORT")
+        .env("CH4_NP", "3")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert_eq!(
+        stdout.lines().filter(|l| l.contains("/3: token")).count(),
+        3,
+        "{stdout}"
+    );
+}
+
+#[test]
+fn stress_over_shared_memory_loses_nothing() {
+    let dir = built();
+    let out = Command::new(dir.join("ch4run"))
+        .args(["-n", "3"])
+        .arg(dir.join("examples/shm_stress"))
+        .args(["-m", "4000", "--max-size", "300000"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("all in order"), "{stdout}");
+}
+
+#[test]
+fn kill_9_of_a_rank_ends_the_job_and_leaves_nothing_behind() {
+    let dir = built();
+    let mut child = Command::new(dir.join("ch4run"))
+        .args(["-n", "3"])
+        .arg(dir.join("examples/shm_stress"))
+        .args(["--hold", "--max-size", "100000"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let launcher = child.id();
+    let mut pids = Vec::new();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    while pids.len() < 3 {
+        let line = lines.next().expect("ranks announce themselves").unwrap();
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.first() == Some(&"ready") {
+            pids.push((f[1].parse::<u32>().unwrap(), f[2].parse::<u32>().unwrap()));
+        }
+    }
+    // The segment's name was unlinked as soon as all ranks attached.
+    assert!(
+        !segment_of(launcher).exists(),
+        "segment still named in /dev/shm"
+    );
+    std::thread::sleep(Duration::from_millis(100)); // let traffic flow
+    let victim = pids.iter().find(|(r, _)| *r == 1).unwrap().1;
+    let killed = Instant::now();
+    assert!(Command::new("kill")
+        .args(["-9", &victim.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            killed.elapsed() < Duration::from_secs(10),
+            "ch4run did not end the job"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let took = killed.elapsed();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success());
+    assert!(stderr.contains("rank 1"), "launcher message: {stderr}");
+    assert!(took < Duration::from_secs(2), "took {took:?} to notice");
+    for (_, pid) in &pids {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists()
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .map(|s| s.contains(") Z"))
+                    .unwrap_or(true),
+            "rank process {pid} survived"
+        );
+    }
+    assert!(!segment_of(launcher).exists());
+}
+
+#[test]
+fn ring_runs_under_hydra() {
+    let Some(hydra) = ["mpiexec.hydra", "mpiexec.mpich"].into_iter().find(|h| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {h}")])
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    }) else {
+        println!("skipped: no mpiexec.hydra (install Debian's mpich)");
+        return;
+    };
+    let dir = built();
+    let out = Command::new(hydra)
+        .args(["-n", "4"])
+        .arg(dir.join("examples/ring"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout
+            .lines()
+            .filter(|l| l.contains("sum of ranks 6"))
+            .count(),
+        4,
+        "{stdout}"
+    );
+}
