@@ -242,6 +242,11 @@ pub struct PostedId(RawId);
 #[derive(Debug, Clone)]
 pub struct PostedQueue<P> {
     slab: Slab<P, 1>,
+    /// The one posted receive when it is alone (NIL otherwise), kept off the bins: with a
+    /// single receive outstanding — the common case of blocking and ping-pong code — posting
+    /// and matching touch no hash map at all. Invariant: `solo != NIL` implies it is the only
+    /// entry, so order is trivially kept; a second post first moves it into its bin.
+    solo: u32,
     bins: FxHashMap<Envelope, Ends>,
     /// Live receives per [`shape`], so a message skips the lookups of shapes nobody posted
     /// (typically all three wildcard ones).
@@ -259,6 +264,7 @@ impl<P> PostedQueue<P> {
     pub fn new() -> Self {
         PostedQueue {
             slab: Slab::new(),
+            solo: NIL,
             bins: FxHashMap::default(),
             shape_count: [0; 4],
         }
@@ -270,6 +276,12 @@ impl<P> PostedQueue<P> {
     ///
     /// Only if the queue would exceed 2^32 - 2 live entries.
     pub fn post(&mut self, want: Envelope, payload: P) -> PostedId {
+        if self.slab.len == 0 {
+            let id = self.slab.insert(want, payload);
+            self.solo = id.index;
+            return PostedId(id);
+        }
+        self.spill_solo();
         let id = self.slab.insert(want, payload);
         let ends = self.bins.entry(want).or_insert(Ends::EMPTY);
         self.slab.push_back(0, ends, id.index);
@@ -280,6 +292,19 @@ impl<P> PostedQueue<P> {
     /// Removes the earliest-posted receive that accepts `msg`, as MPI's ordering rule demands
     /// when a message arrives.
     pub fn take_match(&mut self, msg: &Envelope) -> Option<(PostedId, Envelope, P)> {
+        if self.solo != NIL {
+            let index = self.solo;
+            if !self.slab.meta.get(index as usize)?.env.accepts(msg) {
+                return None; // the only receive does not want it
+            }
+            self.solo = NIL;
+            let id = PostedId(self.slab.id_of(index));
+            let (env, payload) = self.slab.release(index)?;
+            return Some((id, env, payload));
+        }
+        if self.slab.len == 0 {
+            return None;
+        }
         let keys = [
             *msg,
             Envelope {
@@ -318,8 +343,24 @@ impl<P> PostedQueue<P> {
     /// Cancels a receive. `None` when it was already matched or removed, which is how a cancel
     /// that lost the race against an arriving message finds out.
     pub fn remove(&mut self, id: PostedId) -> Option<(Envelope, P)> {
-        let i = self.slab.resolve(id.0)?;
-        self.unlink_release(i as u32)
+        let i = self.slab.resolve(id.0)? as u32;
+        if i == self.solo {
+            self.solo = NIL;
+            return self.slab.release(i);
+        }
+        self.unlink_release(i)
+    }
+
+    /// Moves the solo receive into its bin, before a second receive joins the queue.
+    fn spill_solo(&mut self) {
+        if self.solo != NIL {
+            let index = self.solo;
+            self.solo = NIL;
+            let env = self.slab.meta[index as usize].env;
+            let ends = self.bins.entry(env).or_insert(Ends::EMPTY);
+            self.slab.push_back(0, ends, index);
+            self.shape_count[shape(&env)] += 1;
+        }
     }
 
     /// The payload of a receive still waiting; `None` once it is gone.
@@ -504,6 +545,9 @@ impl<U> UnexpectedQueue<U> {
 
     /// The slot of the earliest message `want` accepts.
     fn locate(&self, want: &Envelope) -> Option<u32> {
+        if self.slab.len == 0 {
+            return None;
+        }
         if want.source != ANY_SOURCE && want.tag != ANY_TAG {
             return self.bins.get(want).map(|ends| ends.head);
         }
