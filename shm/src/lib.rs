@@ -8,11 +8,17 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod ring;
+// Under `--cfg loom` only the ring protocol is modelled; the segment and transport (real
+// shared memory, syscalls) are compiled out.
+#[cfg(not(loom))]
 pub mod segment;
 mod sync;
+#[cfg(not(loom))]
 pub mod transport;
 
+#[cfg(not(loom))]
 pub use segment::Segment;
+#[cfg(not(loom))]
 pub use transport::{ShmConfig, ShmTransport};
 
 #[cfg(loom)]
