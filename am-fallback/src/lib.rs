@@ -26,7 +26,7 @@ use ch4_core::pool::Handle;
 use ch4_core::request::{
     msg_flags, CancelState, Message, ReqHandle, Request, RequestKind, Route, SendState, Unexpected,
 };
-use ch4_core::transport::{AmSink, AmTransport, Cx, HandlerId, P2p, Partner, SendOp};
+use ch4_core::transport::{AmSink, AmTransport, Cx, Direct, HandlerId, P2p, Partner, SendOp};
 use ch4_core::{Envelope, Error, ErrorKind, Gpid, Result, SendMode, Status};
 use wire::{handler, AckHeader, CancelHeader, CtsHeader, DataHeader, MatchHeader};
 
@@ -138,6 +138,15 @@ impl<T: AmTransport> P2p<T> for Am {
     #[inline]
     fn progress<P: Partner>(cx: &mut Cx<'_, T, P>) -> Result<usize> {
         progress(cx)
+    }
+
+    #[inline]
+    fn recv_direct<P: Partner>(
+        cx: &mut Cx<'_, T, P>,
+        want: &Envelope,
+        buf: &mut [u8],
+    ) -> Result<Direct> {
+        recv_direct(cx, want, buf)
     }
 }
 
@@ -426,6 +435,148 @@ fn ack(
     Ok(())
 }
 
+// ------------------------------------------------------- direct receives
+
+/// The direct path of a blocking receive (see `P2p::recv_direct`): no request, no posted entry.
+///
+/// MPI's order is kept by three rules: a message already waiting in the unexpected queue is
+/// served first (and a waiting rendezvous one sends us to the ordinary path); the path is only
+/// taken while no other receive is posted, so no earlier receive can be owed the message; and
+/// once a matching message has gone the ordinary way during a poll (a request-to-send), later
+/// matching messages are not intercepted either.
+#[inline]
+fn recv_direct<T: AmTransport, P: Partner>(
+    cx: &mut Cx<'_, T, P>,
+    want: &Envelope,
+    buf: &mut [u8],
+) -> Result<Direct> {
+    if !T::AM_ORDERED {
+        return Ok(Direct::Fallback);
+    }
+    let core = &mut *cx.core;
+    if let Some((_, _, waiting)) = core.unexpected.find(want) {
+        if waiting.data.is_none() {
+            return Ok(Direct::Fallback);
+        }
+        let Some((_, env, msg)) = core.unexpected.take_match(want) else {
+            return Ok(Direct::Fallback);
+        };
+        let data = msg.data.unwrap_or_default();
+        let st = copy_direct(
+            core, msg.route, msg.src, env, msg.flags, msg.sreq, &data, buf,
+        )?;
+        return Ok(Direct::Done(st));
+    }
+    if !core.posted.is_empty() {
+        return Ok(Direct::Fallback);
+    }
+    let Cx {
+        core,
+        transport,
+        route,
+        partner,
+    } = cx;
+    let route = *route;
+    let budget = core.config.poll_budget;
+    let mut sink = DirectSink {
+        inner: Dispatch::<T, P> {
+            core,
+            partner,
+            route,
+            _transport: std::marker::PhantomData,
+        },
+        want: *want,
+        buf,
+        done: None,
+        blocked: false,
+    };
+    transport.am_poll(&mut sink, budget)?;
+    let (done, blocked) = (sink.done, sink.blocked);
+    finish_poll(core, *transport, route)?;
+    Ok(match done {
+        Some(st) => Direct::Done(st),
+        None if blocked => Direct::Fallback,
+        None => Direct::Pending,
+    })
+}
+
+/// Copies an eager message into a direct receive's buffer and acknowledges a synchronous send.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn copy_direct(
+    core: &mut Core,
+    route: Route,
+    src: Gpid,
+    env: Envelope,
+    flags: u32,
+    sreq: u64,
+    data: &[u8],
+    buf: &mut [u8],
+) -> Result<Status> {
+    let n = data.len().min(buf.len());
+    buf[..n].copy_from_slice(&data[..n]);
+    let mut st = Status::ok(env.source, env.tag, n);
+    st.error = completion_error(flags, data.len(), n);
+    if flags & msg_flags::SYNC != 0 {
+        ack(core, route, src, handler::SYNC_ACK, sreq, 0)?;
+    }
+    Ok(st)
+}
+
+/// The sink of a direct receive's poll: takes the first eager message the receive accepts,
+/// hands everything else to the ordinary dispatch.
+struct DirectSink<'a, 'b, T, P> {
+    inner: Dispatch<'a, T, P>,
+    want: Envelope,
+    buf: &'b mut [u8],
+    done: Option<Status>,
+    /// A matching message went the ordinary way: nothing after it may be intercepted.
+    blocked: bool,
+}
+
+impl<T: AmTransport, P: Partner> AmSink for DirectSink<'_, '_, T, P> {
+    #[inline]
+    fn deliver(&mut self, src: Gpid, h: HandlerId, header: &[u8], payload: &[u8]) -> Result<()> {
+        if self.done.is_none() && !self.blocked && (h == handler::EAGER || h == handler::RTS) {
+            let hdr: MatchHeader = wire::parse(header)?;
+            let env = Envelope {
+                context: hdr.context,
+                source: hdr.source,
+                tag: hdr.tag,
+            };
+            if self.want.accepts(&env) {
+                if h == handler::EAGER && self.inner.core.posted.is_empty() {
+                    if payload.len() as u64 != hdr.total {
+                        return Err(Error::new(
+                            ErrorKind::Protocol,
+                            format!(
+                                "process {src}: packet announces {} bytes but carries {}",
+                                hdr.total,
+                                payload.len()
+                            ),
+                        ));
+                    }
+                    let route = self.inner.route;
+                    let st = copy_direct(
+                        self.inner.core,
+                        route,
+                        src,
+                        env,
+                        hdr.flags,
+                        hdr.sreq,
+                        payload,
+                        self.buf,
+                    )?;
+                    self.done = Some(st);
+                    return Ok(());
+                }
+                self.blocked = true;
+            }
+        }
+        self.inner.deliver(src, h, header, payload)
+    }
+}
+
 // ---------------------------------------------------------------- progress
 
 fn progress<T: AmTransport, P: Partner>(cx: &mut Cx<'_, T, P>) -> Result<usize> {
@@ -443,15 +594,21 @@ fn progress<T: AmTransport, P: Partner>(cx: &mut Cx<'_, T, P>) -> Result<usize> 
         route,
         _transport: std::marker::PhantomData,
     };
-    let mut n = transport.am_poll(&mut sink, budget)?;
-    // Our own route's replies go out now; the device flushes the other route's.
+    let n = transport.am_poll(&mut sink, budget)?;
+    Ok(n + finish_poll(core, *transport, route)?)
+}
+
+/// After a poll: sends our own route's replies now (the device flushes the other route's) and
+/// streams rendezvous data. Returns the data pieces sent.
+#[inline(always)]
+fn finish_poll<T: AmTransport>(core: &mut Core, transport: &mut T, route: Route) -> Result<usize> {
     while let Some(p) = core.am[route.index()].outbox.pop_front() {
         transport.am_send(p.dest, p.handler, p.header(), &[])?;
     }
-    if !core.am[route.index()].streaming.is_empty() {
-        n += stream_pending(core, *transport, route)?;
+    if core.am[route.index()].streaming.is_empty() {
+        return Ok(0);
     }
-    Ok(n)
+    stream_pending(core, transport, route)
 }
 
 /// Hands each arrived active message to its handler.

@@ -428,12 +428,62 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         buf: &mut [u8],
         coll: bool,
     ) -> Result<Status> {
+        if S::PRESENT {
+            if let Some((want, Some(g))) = self.recv_target(comm, src, tag, coll)? {
+                if self.route_of(g) == Route::Shm {
+                    if let Some(st) = self.recv_direct(&want, g, buf)? {
+                        return status_result(st);
+                    }
+                }
+            }
+        }
         #[allow(unsafe_code)]
         // SAFETY: `buf` is borrowed mutably for this whole call; we wait for the request, or
         // abandon it on failure (which drops every reference to the buffer), before returning.
         let rbuf = unsafe { RecvBuf::borrowed(buf) };
         let h = self.irecv_on(comm, src, tag, rbuf, coll)?;
         self.wait_or_abandon(h)
+    }
+
+    /// A blocking receive from an on-node peer without a request: the shm engine watches for
+    /// the message and copies it straight into `buf`. `None` when the engine says the ordinary
+    /// path is needed (nothing has been consumed then).
+    #[inline(always)]
+    fn recv_direct(
+        &mut self,
+        want: &Envelope,
+        peer: Gpid,
+        buf: &mut [u8],
+    ) -> Result<Option<Status>> {
+        use crate::transport::Direct;
+        let mut idle = 0u32;
+        loop {
+            match on_shm!(self, |cx| ShmP2p::<S>::recv_direct(cx, want, buf))? {
+                Direct::Done(st) => {
+                    self.flush_replies()?;
+                    return Ok(Some(st));
+                }
+                Direct::Fallback => {
+                    self.flush_replies()?;
+                    return Ok(None);
+                }
+                Direct::Pending => {}
+            }
+            // The netmod keeps moving while we wait.
+            let n = on_net!(self, |cx| NetP2p::<N>::progress(cx))?;
+            self.flush_replies()?;
+            if n == 0 {
+                idle += 1;
+                if idle % 256 == 0 && self.shm.peer_failed(peer) {
+                    // The ordinary path drains what the peer sent before it failed the
+                    // receive.
+                    return Ok(None);
+                }
+                backoff(idle);
+            } else {
+                idle = 0;
+            }
+        }
     }
 
     // ------------------------------------------------------------ completion

@@ -137,6 +137,18 @@ pub struct SendOp {
     pub want_request: bool,
 }
 
+/// The outcome of one step of a blocking receive's direct path ([`P2p::recv_direct`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direct {
+    /// The receive completed into the caller's buffer, with this status.
+    Done(Status),
+    /// Nothing for it yet; step again (the engine made progress on its transport meanwhile).
+    Pending,
+    /// The direct path cannot serve this receive (a rendezvous message, other receives posted,
+    /// a transport that reorders): post an ordinary receive instead.
+    Fallback,
+}
+
 /// A point-to-point engine: MPI send/receive semantics over one transport.
 ///
 /// Engines keep their per-operation state in the core's requests and their unmatched messages
@@ -166,6 +178,18 @@ pub trait P2p<T: AmTransport> {
     /// Moves pending work forward: delivers arrivals, streams rendezvous data, sends replies.
     /// Bounded work per call; returns a count of events handled (0 = idle).
     fn progress<P: Partner>(cx: &mut Cx<'_, T, P>) -> Result<usize>;
+
+    /// One step of a blocking receive for `want` straight into `buf`, with no request and no
+    /// posted-queue entry (the "direct match" of a small message). Also makes the progress a
+    /// [`P2p::progress`] call would. Engines that cannot do it keep the default: `Fallback`.
+    #[inline(always)]
+    fn recv_direct<P: Partner>(
+        _cx: &mut Cx<'_, T, P>,
+        _want: &Envelope,
+        _buf: &mut [u8],
+    ) -> Result<Direct> {
+        Ok(Direct::Fallback)
+    }
 }
 
 /// "No shared memory": every peer, self included, is reached through the netmod.
