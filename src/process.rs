@@ -23,6 +23,9 @@ use crate::{Communicator, Context};
 /// must fit on one node.
 pub type ProcessNetmod = NoNetmod;
 
+/// How long finalize waits for queued output to reach live peers.
+const FINALIZE_FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The context of a rank in process mode.
 pub type ProcessContext = Context<ProcessNetmod, ShmTransport>;
 
@@ -50,10 +53,16 @@ impl Universe {
     }
 
     fn finish(&self) -> Result<()> {
-        match self.pmi.borrow_mut().take() {
-            Some(mut c) => c.finalize().map_err(pmi_err),
-            None => Ok(()),
-        }
+        let Some(mut c) = self.pmi.borrow_mut().take() else {
+            return Ok(());
+        };
+        // Whatever the transports still hold for live peers must leave before we do.
+        let flushed = self
+            .ctx
+            .device()
+            .and_then(|mut d| d.flush(FINALIZE_FLUSH_LIMIT));
+        c.finalize().map_err(pmi_err)?;
+        flushed
     }
 
     /// Ends the whole job with `code` (PMI abort): the launcher stops every rank.

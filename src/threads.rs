@@ -109,7 +109,12 @@ impl Threads {
                             let net = Net::from_fabric(fabric, rank)?;
                             let shm = Sh::for_thread(job, rank)?;
                             let dev = Device::new(net, shm, rank, n, device)?;
-                            f(Context::new(dev))
+                            let ctx = Context::new(dev);
+                            let r = f(ctx.clone())?;
+                            // Output still queued for live ranks must leave before this rank
+                            // ends, like a process's finalize.
+                            ctx.device()?.flush(std::time::Duration::from_secs(60))?;
+                            Ok(r)
                         })
                         .map_err(|e| Error::new(ErrorKind::Internal, format!("spawn: {e}")))
                 })

@@ -623,3 +623,31 @@ fn messages_of_a_dead_peer_are_still_delivered() {
         .unwrap();
     assert!(results.iter().all(|&ok| ok));
 }
+
+/// A rank that returns right after its last send still delivers everything: messages that found
+/// the ring full wait in the transport, and the rank's end flushes them (regression: they were
+/// lost with the rank, and the receiver failed with PeerFailed).
+#[test]
+fn a_rank_that_ends_still_delivers_what_its_transport_queued() {
+    const COUNT: usize = 100;
+    const SIZE: usize = 16 << 10; // eager, 1.6 MB in all: more than one ring holds
+    ch4::threads::Threads::new(2)
+        .run(|ctx| {
+            let w = ctx.world();
+            if w.rank() == 0 {
+                for i in 0..COUNT {
+                    w.send(&vec![i as u8; SIZE], 1, 0)?;
+                }
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            let mut buf = vec![0u8; SIZE];
+            for i in 0..COUNT {
+                let st = w.recv(&mut buf, 0, 0)?;
+                assert_eq!(st.bytes, SIZE);
+                assert!(buf.iter().all(|&b| b == i as u8), "message {i}");
+            }
+            Ok(())
+        })
+        .unwrap();
+}

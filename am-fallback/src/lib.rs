@@ -288,6 +288,13 @@ fn stream_pending<T: AmTransport>(
             continue; // abandoned while streaming
         };
         let end = s.accepted.min(s.sent.saturating_add(piece));
+        if !transport.can_send_now(s.dest, std::mem::size_of::<DataHeader>() + (end - s.sent)) {
+            // No room: wait for the receiver rather than have the transport copy the piece
+            // aside. Progress brings us back here.
+            core.am[route.index()].scratch = scratch;
+            core.am[route.index()].streaming.push_front(h);
+            break;
+        }
         let hdr = DataHeader {
             rreq: s.peer_req,
             offset: s.sent as u64,

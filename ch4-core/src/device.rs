@@ -841,6 +841,31 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         Ok(n)
     }
 
+    /// Drives progress until no transport holds output for a live peer any more. A process
+    /// calls it before it exits (finalize), or the last pieces of a message it already counts
+    /// as sent could die with it. Returns early, with an error, if that takes longer than
+    /// `limit` (a peer that stopped receiving).
+    pub fn flush(&mut self, limit: std::time::Duration) -> Result<()> {
+        let start = std::time::Instant::now();
+        let mut idle = 0u32;
+        loop {
+            let pending = (S::PRESENT && self.shm.has_queued_output())
+                || self.net.has_queued_output()
+                || self.core.am.iter().any(|a| !a.outbox.is_empty());
+            if !pending {
+                return Ok(());
+            }
+            if start.elapsed() > limit {
+                return Err(Error::new(
+                    ErrorKind::Pending,
+                    format!("output still queued after {limit:?}: a peer stopped receiving"),
+                ));
+            }
+            idle = if self.progress()? == 0 { idle + 1 } else { 0 };
+            backoff(idle);
+        }
+    }
+
     /// Sends replies that engines queued for a route other than the one they were driving.
     #[inline(always)]
     fn flush_replies(&mut self) -> Result<()> {

@@ -51,6 +51,20 @@ pub trait AmTransport: Sized {
     fn peer_failed(&self, _gpid: Gpid) -> bool {
         false
     }
+
+    /// Whether bytes accepted by `am_send` still wait inside the transport (a full ring, a busy
+    /// socket) for a live peer. A process must not exit while this is true: finalize drives
+    /// progress until it is false.
+    fn has_queued_output(&self) -> bool {
+        false
+    }
+
+    /// Whether a message of `bytes` (header + payload) to `dest` would go out at once rather
+    /// than wait in the transport's own queue. Streaming rendezvous data asks first, so a large
+    /// message waits for room instead of being copied aside.
+    fn can_send_now(&mut self, _dest: Gpid, _bytes: usize) -> bool {
+        true
+    }
 }
 
 /// Receives the active messages a transport delivers.

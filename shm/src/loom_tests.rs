@@ -1,69 +1,50 @@
-//! Model checks of the ring protocol: `RUSTFLAGS="--cfg loom" cargo test -p shm --release loom`.
-//! Loom explores the interleavings and weak-memory outcomes of the producer and consumer, with
-//! the data area in tracked cells, so a wrong ordering shows up as a race or a wrong byte.
-//! `scripts/loom.sh` runs them with a preemption bound that keeps the run to a few minutes.
+//! Model checks of the ring protocol: `scripts/loom.sh` (RUSTFLAGS="--cfg loom", with a
+//! preemption bound that keeps the run to seconds). Loom explores the interleavings and
+//! weak-memory outcomes of producer and consumer, with the body bytes in tracked cells and the
+//! header words as atomics, so a missing ordering shows up as a race or a wrong byte.
 
 use crate::ring::loom_support::ring;
 use loom::thread;
 
-#[test]
-fn loom_records_arrive_whole_and_in_order() {
-    loom::model(|| {
-        let (mut p, mut c, _keep) = ring(64);
-        let t = thread::spawn(move || {
-            let mut sent = 0u8;
-            while sent < 2 {
-                if p.push(sent, &[sent; 3], &[&[sent; 5]]).is_ok() {
-                    sent += 1;
-                } else {
-                    thread::yield_now();
-                }
-            }
-        });
-        let mut next = 0u8;
-        while next < 2 {
-            match c.pop_with(|h, hd, pl| (h, hd.to_vec(), pl.to_vec())) {
-                Some(r) => {
-                    let (h, hd, pl) = r.unwrap();
-                    assert_eq!(h, next);
-                    assert_eq!(hd, vec![next; 3]);
-                    assert_eq!(pl, vec![next; 5]);
-                    next += 1;
-                }
-                None => thread::yield_now(),
+/// Sends `sizes.len()` records with the given payload sizes and checks them on the other side.
+fn stream(capacity: usize, sizes: &'static [usize]) {
+    let (mut p, mut c, _keep) = ring(capacity);
+    let t = thread::spawn(move || {
+        let mut sent = 0;
+        while sent < sizes.len() {
+            let v = sent as u8;
+            if p.push(v, &[v], &[&vec![v; sizes[sent]]]).is_ok() {
+                sent += 1;
+            } else {
+                thread::yield_now();
             }
         }
-        t.join().unwrap();
     });
+    let mut next = 0;
+    while next < sizes.len() {
+        match c.pop_with(|h, hd, pl| (h, hd.to_vec(), pl.to_vec())) {
+            Some(r) => {
+                let (h, hd, pl) = r.unwrap();
+                let v = next as u8;
+                assert_eq!((h, hd), (v, vec![v]));
+                assert_eq!(pl, vec![v; sizes[next]]);
+                next += 1;
+            }
+            None => thread::yield_now(),
+        }
+    }
+    t.join().unwrap();
+}
+
+#[test]
+fn loom_records_arrive_whole_and_in_order() {
+    // One-line records: exercises publishing and the cleared slot after each record.
+    loom::model(|| stream(256, &[5, 9]));
 }
 
 #[test]
 fn loom_wraparound_with_padding() {
-    loom::model(|| {
-        // 64-byte ring, 24-byte records: the third record pads to the start while the
-        // consumer may still be reading the first.
-        let (mut p, mut c, _keep) = ring(64);
-        let t = thread::spawn(move || {
-            let mut sent = 0u8;
-            while sent < 4 {
-                if p.push(sent, &[], &[&[sent; 16]]).is_ok() {
-                    sent += 1;
-                } else {
-                    thread::yield_now();
-                }
-            }
-        });
-        let mut next = 0u8;
-        while next < 4 {
-            match c.pop_with(|h, _, pl| (h, pl.to_vec())) {
-                Some(r) => {
-                    let (h, pl) = r.unwrap();
-                    assert_eq!((h, pl), (next, vec![next; 16]));
-                    next += 1;
-                }
-                None => thread::yield_now(),
-            }
-        }
-        t.join().unwrap();
-    });
+    // 64 + 128 bytes fill [0, 192); the third record (128) pads [192, 256) and starts the next
+    // lap at 0 while the consumer may still be reading the first.
+    loom::model(|| stream(256, &[20, 100, 100]));
 }

@@ -1,26 +1,30 @@
 //! A single-producer single-consumer ring of variable-length records in shared memory.
 //!
 //! One ring carries the messages of one ordered pair of ranks (sender → receiver), so each side
-//! is the only writer of its own index and no read-modify-write atomics are needed: the producer
-//! owns `tail`, the consumer owns `head` (rtrb's design). Each side keeps a cached copy of the
-//! other's index and reloads it only when the cache says the ring is full (producer) or empty
-//! (consumer), so a busy ring costs one shared cache-line transfer per batch, not per message.
+//! is the only writer of what it owns and no read-modify-write atomics are needed.
 //!
-//! Records are 8-byte aligned: a header word (`total length u32 | handler u8 | header length
-//! u8 | kind u16`), the active-message header, then the payload. A record never wraps: when it
-//! does not fit before the end of the buffer the producer writes a padding record and starts
-//! at offset 0. That is why a record may use at most half the capacity — an empty ring then
-//! always has room for it.
+//! **The record header is the flag.** Records start on cache-line boundaries; each begins with
+//! a header word (`length u32 | handler u8 | header length u8 | kind u8 | lap u8`), followed by
+//! the active-message header and the payload. The producer writes the body first and then
+//! publishes the record by storing its header word with `Release`; the consumer polls the header
+//! word at its position with `Acquire`. A small message is therefore one cache line that travels
+//! once from the sender's core to the receiver's — no separate index line to transfer first
+//! (Nemesis fastboxes get the same effect with per-pair slots). The word carries the *lap* (the
+//! position divided by the capacity, modulo 256) so that bytes left from an earlier lap can never
+//! pass for a new record, and kind 0 means "nothing here", so fresh zeroed memory is an empty
+//! ring. Because a record boundary of one lap may fall inside the body of a record of the lap
+//! before, the producer clears the header slot that follows each record before publishing it;
+//! lap boundaries themselves are always record starts (records never wrap), so the lap tag covers
+//! them.
 //!
-//! Orderings, in one place: the producer writes a record's bytes, then publishes it with a
-//! `Release` store of `tail`; the consumer's `Acquire` load of `tail` makes those bytes visible
-//! before it reads them. Symmetrically the consumer reads a record, then frees its space with a
-//! `Release` store of `head`; the producer's `Acquire` load of `head` orders its later overwrite
-//! after that read. The indices are byte positions that only grow (u64 never wraps in practice:
-//! 2^64 bytes is centuries at memory bandwidth).
+//! The only index is `head`, written by the consumer after it has read a record (`Release`) and
+//! read by the producer only when its cached copy says the ring is full (`Acquire`): space is
+//! reused only after the consumer is done with it. A record never wraps; when it does not fit
+//! before the end, the producer publishes a padding record and starts at offset 0, which is why a
+//! record may use at most half the capacity — an empty ring always has room for it.
 //!
-//! Inside a shared segment everything is an offset from the segment base, never a pointer, so the
-//! rings work whatever address each process maps the segment at.
+//! Positions are byte offsets that only grow (u64: centuries at memory bandwidth). Inside a
+//! shared segment everything is an offset from the segment base, never a pointer.
 
 use crossbeam_utils::CachePadded;
 
@@ -28,22 +32,22 @@ use crate::sync::{AtomicU64, Ordering};
 
 /// Bytes of the record header word.
 pub const RECORD_HEADER: usize = 8;
-const KIND_MESSAGE: u16 = 0;
-const KIND_PAD: u16 = 1;
+/// Records start on this boundary (a cache line), so a record of up to this size is one line.
+pub const RECORD_ALIGN: usize = 64;
+const KIND_EMPTY: u64 = 0;
+const KIND_MESSAGE: u64 = 1;
+const KIND_PAD: u64 = 2;
 
-/// The indices of one ring, as laid out in shared memory. All-zero bytes are a valid empty ring.
+/// The consumer's index of one ring, as laid out in shared memory. Zero bytes are a fresh ring.
 #[repr(C)]
 pub struct RingIndices {
     /// Next byte the consumer will read; written only by the consumer.
     head: CachePadded<AtomicU64>,
-    /// Next byte the producer will write; written only by the producer.
-    tail: CachePadded<AtomicU64>,
 }
 
-/// Rounds up to the record alignment.
 #[inline(always)]
-const fn align8(n: usize) -> usize {
-    (n + 7) & !7
+const fn align_record(n: usize) -> usize {
+    (n + RECORD_ALIGN - 1) & !(RECORD_ALIGN - 1)
 }
 
 /// The largest header + payload one record can carry in a ring of `capacity` bytes.
@@ -51,8 +55,20 @@ pub const fn max_record_body(capacity: usize) -> usize {
     capacity / 2 - RECORD_HEADER
 }
 
+/// Packs a header word. `lap` is the record's position divided by the capacity.
+#[inline(always)]
+fn header_word(total: usize, handler: u8, hlen: u8, kind: u64, lap: u64) -> u64 {
+    (total as u64)
+        | (u64::from(handler) << 32)
+        | (u64::from(hlen) << 40)
+        | (kind << 48)
+        | ((lap & 0xFF) << 56)
+}
+
 #[cfg(not(loom))]
 mod bytes {
+    use crate::sync::AtomicU64;
+
     /// The data area of a ring: raw shared memory.
     pub(crate) struct Bytes {
         pub(crate) ptr: *mut u8,
@@ -68,13 +84,16 @@ mod bytes {
             unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(off), src.len()) }
         }
 
+        /// The header word at `off`, as an atomic.
+        ///
         /// # Safety
-        /// `off` is 8-aligned, in bounds, and the word was published to this reader.
+        /// `off` is a multiple of 8 inside the data area (which is 8-aligned); every access to
+        /// header words goes through this atomic view.
         #[inline(always)]
-        pub(crate) unsafe fn read_word(&self, off: usize) -> u64 {
-            // SAFETY: in bounds and 8-aligned by the caller's contract (the data area is
-            // 8-aligned and records start at multiples of 8).
-            unsafe { std::ptr::read(self.ptr.add(off) as *const u64) }
+        pub(crate) unsafe fn word(&self, off: usize) -> &AtomicU64 {
+            // SAFETY: in bounds and aligned by the caller's contract; an atomic is valid for any
+            // bit pattern, including bytes that were last written as record body.
+            unsafe { &*(self.ptr.add(off) as *const AtomicU64) }
         }
 
         /// # Safety
@@ -95,13 +114,15 @@ mod bytes {
 
 #[cfg(loom)]
 mod bytes {
+    use crate::sync::AtomicU64;
     use loom::cell::UnsafeCell;
     use std::sync::Arc;
 
-    /// Under loom the data area is made of tracked cells, so a missing ordering shows up as a
-    /// data race in the model instead of passing silently.
+    /// Under loom the data area is tracked cells (body bytes) plus one atomic per 8-byte word
+    /// (header words), so a missing ordering shows up as a race in the model.
     pub(crate) struct Bytes {
         pub(crate) cells: Arc<Vec<UnsafeCell<u8>>>,
+        pub(crate) words: Arc<Vec<AtomicU64>>,
     }
 
     impl Bytes {
@@ -114,17 +135,8 @@ mod bytes {
             }
         }
 
-        pub(crate) unsafe fn read_word(&self, off: usize) -> u64 {
-            let mut w = [0u8; 8];
-            self.read_into(off, &mut w);
-            u64::from_ne_bytes(w)
-        }
-
-        fn read_into(&self, off: usize, out: &mut [u8]) {
-            for (i, b) in out.iter_mut().enumerate() {
-                // SAFETY: loom checks that no write races this read.
-                *b = self.cells[off + i].with(|p| unsafe { *p });
-            }
+        pub(crate) unsafe fn word(&self, off: usize) -> &AtomicU64 {
+            &self.words[off / 8]
         }
 
         pub(crate) unsafe fn with_slice<R>(
@@ -134,18 +146,16 @@ mod bytes {
             f: impl FnOnce(&[u8]) -> R,
         ) -> R {
             let mut v = vec![0u8; len];
-            self.read_into(off, &mut v);
+            for (i, b) in v.iter_mut().enumerate() {
+                // SAFETY: loom checks that no write races this read.
+                *b = self.cells[off + i].with(|p| unsafe { *p });
+            }
             f(&v)
         }
     }
 }
 
 use bytes::Bytes;
-
-#[inline(always)]
-fn header_word(total: usize, handler: u8, hlen: u8, kind: u16) -> u64 {
-    (total as u64) | (u64::from(handler) << 32) | (u64::from(hlen) << 40) | (u64::from(kind) << 48)
-}
 
 /// The sending end of a ring.
 pub struct Producer {
@@ -162,14 +172,14 @@ pub struct Consumer {
     indices: *const RingIndices,
     data: Bytes,
     mask: usize,
+    capacity: usize,
     head: u64,
-    tail_cache: u64,
 }
 
-// SAFETY: each end is the only user of its index and of its side of the data area (the
-// producer writes free space, the consumer reads published records); moving an end to another
-// thread moves that exclusive role with it. The shared memory outlives both ends (the segment
-// is kept alive by whoever owns them).
+// SAFETY: each end is the only user of its side of the ring (the producer writes free space and
+// header words of records it publishes; the consumer reads published records and writes `head`);
+// moving an end to another thread moves that exclusive role with it. The shared memory outlives
+// both ends (whoever owns them keeps the segment alive).
 unsafe impl Send for Producer {}
 // SAFETY: as for `Producer`.
 unsafe impl Send for Consumer {}
@@ -184,31 +194,34 @@ pub enum PushError {
 }
 
 impl Producer {
-    /// The producer end of the ring whose indices are at `indices` and whose `capacity`-byte data
+    /// The producer end of the ring whose index is at `indices` and whose `capacity`-byte data
     /// area starts at `data`.
     ///
     /// # Safety
-    /// `indices` and `data .. data + capacity` must be valid, 8-aligned shared memory for as long
-    /// as this end exists; `capacity` a power of two ≥ 64; and at most one `Producer` may exist
-    /// for a ring at a time.
+    /// `indices` and `data .. data + capacity` must be valid shared memory for as long as this
+    /// end exists, `data` 64-byte aligned; `capacity` a power of two ≥ 4096; the ring must be
+    /// fresh (zeroed) and at most one `Producer` may ever exist for it.
     #[cfg(not(loom))]
     pub unsafe fn new(indices: *const RingIndices, data: *mut u8, capacity: usize) -> Producer {
-        // SAFETY: the caller guarantees `indices` is valid.
-        let tail = unsafe { &*indices }.tail.load(Ordering::Relaxed);
         Producer {
             indices,
             data: Bytes { ptr: data },
             mask: capacity - 1,
             capacity,
-            tail,
-            head_cache: tail.saturating_sub(capacity as u64),
+            tail: 0,
+            head_cache: 0,
         }
     }
 
     #[inline(always)]
     fn indices(&self) -> &RingIndices {
-        // SAFETY: `new`'s contract keeps the indices valid while this end exists.
+        // SAFETY: `new`'s contract keeps the index valid while this end exists.
         unsafe { &*self.indices }
+    }
+
+    #[inline(always)]
+    fn lap(&self, position: u64) -> u64 {
+        position / self.capacity as u64
     }
 
     /// Appends one record (`header` followed by the concatenated `payload` slices). Never blocks.
@@ -219,37 +232,33 @@ impl Producer {
         if body > max_record_body(self.capacity) || header.len() > u8::MAX as usize {
             return Err(PushError::TooLarge);
         }
-        let need = align8(RECORD_HEADER + body);
+        let need = align_record(RECORD_HEADER + body);
         let idx = (self.tail as usize) & self.mask;
         let to_end = self.capacity - idx;
         let pad = if to_end < need { to_end } else { 0 };
-        let total = (pad + need) as u64;
-        if self.tail + total - self.head_cache > self.capacity as u64 {
+        let end = self.tail + (pad + need) as u64;
+        // Unless the record ends the lap, the header slot after it is cleared too (see below),
+        // so those 8 bytes must be free as well.
+        let clear_next = end % self.capacity as u64 != 0;
+        let reach = end + if clear_next { RECORD_HEADER as u64 } else { 0 };
+        if reach - self.head_cache > self.capacity as u64 {
+            // Acquire: the consumer's reads of the space we are about to reuse are done.
             self.head_cache = self.indices().head.load(Ordering::Acquire);
-            if self.tail + total - self.head_cache > self.capacity as u64 {
+            if reach - self.head_cache > self.capacity as u64 {
                 return Err(PushError::Full);
             }
         }
-        let mut at = idx;
+        let mut position = self.tail;
         if pad != 0 {
-            // SAFETY: [idx, idx + 8) is in the free space we just checked (pad ≥ 8 because
-            // records and the capacity are multiples of 8).
-            unsafe {
-                self.data
-                    .write(at, &header_word(pad, 0, 0, KIND_PAD).to_ne_bytes())
-            };
-            at = 0;
+            let word = header_word(pad, 0, 0, KIND_PAD, self.lap(position));
+            // SAFETY: `idx` is a record boundary (64-aligned) inside the free space checked above.
+            unsafe { self.data.word(idx) }.store(word, Ordering::Release);
+            position += pad as u64;
         }
-        let word = header_word(
-            RECORD_HEADER + body,
-            handler,
-            header.len() as u8,
-            KIND_MESSAGE,
-        );
-        // SAFETY: [at, at + need) lies in free space owned by the producer (checked above), and
-        // does not wrap (padding moved it to 0 otherwise).
+        let at = (position as usize) & self.mask;
+        // SAFETY: [at, at + need) lies in free space owned by the producer (checked above) and
+        // does not wrap (padding moved it to 0 otherwise); the body goes after the header word.
         unsafe {
-            self.data.write(at, &word.to_ne_bytes());
             let mut off = at + RECORD_HEADER;
             self.data.write(off, header);
             off += header.len();
@@ -258,10 +267,48 @@ impl Producer {
                 off += p.len();
             }
         }
-        self.tail += total;
-        // Release: the record's bytes above become visible before the new tail.
-        self.indices().tail.store(self.tail, Ordering::Release);
+        if clear_next {
+            // The next record's header slot may hold body bytes of an earlier lap, which could
+            // by chance look like a header of this lap. Clearing it before publishing this
+            // record means the consumer, arriving there after reading this record, sees either
+            // "empty" or the next real header. Relaxed suffices: the Release below orders it.
+            let next = (end as usize) & self.mask;
+            // SAFETY: `next` is a 64-aligned record boundary inside the free space checked above.
+            unsafe { self.data.word(next) }.store(0, Ordering::Relaxed);
+        }
+        let word = header_word(
+            RECORD_HEADER + body,
+            handler,
+            header.len() as u8,
+            KIND_MESSAGE,
+            self.lap(position),
+        );
+        // Release: the body written above becomes visible before the word that publishes it.
+        // SAFETY: `at` is a 64-aligned record boundary inside the data area.
+        unsafe { self.data.word(at) }.store(word, Ordering::Release);
+        self.tail = end;
         Ok(())
+    }
+
+    /// Whether a record with `body` bytes of header + payload would fit now.
+    #[inline]
+    pub fn has_room(&mut self, body: usize) -> bool {
+        if body > max_record_body(self.capacity) {
+            return false;
+        }
+        let need = align_record(RECORD_HEADER + body);
+        let idx = (self.tail as usize) & self.mask;
+        let pad = if self.capacity - idx < need {
+            self.capacity - idx
+        } else {
+            0
+        };
+        let reach = self.tail + (pad + need + RECORD_HEADER) as u64;
+        if reach - self.head_cache <= self.capacity as u64 {
+            return true;
+        }
+        self.head_cache = self.indices().head.load(Ordering::Acquire);
+        reach - self.head_cache <= self.capacity as u64
     }
 
     /// Bytes of the largest header + payload a record can carry.
@@ -277,32 +324,36 @@ impl Consumer {
     /// As for [`Producer::new`], with "at most one `Consumer`".
     #[cfg(not(loom))]
     pub unsafe fn new(indices: *const RingIndices, data: *mut u8, capacity: usize) -> Consumer {
-        // SAFETY: the caller guarantees `indices` is valid.
-        let head = unsafe { &*indices }.head.load(Ordering::Relaxed);
         Consumer {
             indices,
             data: Bytes { ptr: data },
             mask: capacity - 1,
-            head,
-            tail_cache: head,
+            capacity,
+            head: 0,
         }
     }
 
     #[inline(always)]
     fn indices(&self) -> &RingIndices {
-        // SAFETY: `new`'s contract keeps the indices valid while this end exists.
+        // SAFETY: `new`'s contract keeps the index valid while this end exists.
         unsafe { &*self.indices }
     }
 
-    /// Whether a record may be waiting (cheap: reloads the producer's index only when the cache
-    /// says empty).
+    /// The header word at the consumer's position if a record for this lap is published there.
+    #[inline(always)]
+    fn published(&self) -> Option<u64> {
+        let at = (self.head as usize) & self.mask;
+        // SAFETY: `head` is always a record boundary (64-aligned) inside the data area.
+        let word = unsafe { self.data.word(at) }.load(Ordering::Acquire);
+        let lap = (self.head / self.capacity as u64) & 0xFF;
+        let kind = (word >> 48) & 0xFF;
+        (kind != KIND_EMPTY && word >> 56 == lap).then_some(word)
+    }
+
+    /// Whether no record is waiting (one load of the line the next record will arrive in).
     #[inline(always)]
     pub fn is_empty(&mut self) -> bool {
-        if self.head != self.tail_cache {
-            return false;
-        }
-        self.tail_cache = self.indices().tail.load(Ordering::Acquire);
-        self.head == self.tail_cache
+        self.published().is_none()
     }
 
     /// Hands the oldest record to `f` as (handler, header, payload) borrowed from the ring, then
@@ -314,20 +365,14 @@ impl Consumer {
         f: impl FnOnce(u8, &[u8], &[u8]) -> R,
     ) -> Option<Result<R, CorruptRing>> {
         loop {
-            if self.is_empty() {
-                return None;
-            }
+            let word = self.published()?;
             let at = (self.head as usize) & self.mask;
-            // SAFETY: `at` is 8-aligned and inside a record published by the Acquire load of
-            // `tail` in `is_empty`.
-            let word = unsafe { self.data.read_word(at) };
             let total = (word & 0xFFFF_FFFF) as usize;
             let handler = (word >> 32) as u8;
             let hlen = ((word >> 40) & 0xFF) as usize;
-            let kind = (word >> 48) as u16;
-            let span = align8(total);
-            let available = (self.tail_cache - self.head) as usize;
-            if total < RECORD_HEADER || span > available || at + span > self.mask + 1 {
+            let kind = (word >> 48) & 0xFF;
+            let span = align_record(total);
+            if total < RECORD_HEADER || at + span > self.capacity {
                 return Some(Err(CorruptRing));
             }
             if kind == KIND_PAD {
@@ -339,7 +384,8 @@ impl Consumer {
                 return Some(Err(CorruptRing));
             }
             let body = total - RECORD_HEADER;
-            // SAFETY: the record [at, at + total) was published and is ours until we move head.
+            // SAFETY: the record [at, at + total) was published by the Acquire load of its word
+            // and stays ours until we move `head`.
             let r = unsafe {
                 self.data.with_slice(at + RECORD_HEADER, body, |b| {
                     let (h, p) = b.split_at(hlen);
@@ -354,9 +400,9 @@ impl Consumer {
     }
 }
 
-/// The ring's bytes do not form valid records: the segment was corrupted (a peer died mid-write
-/// cannot cause this — records are published only when complete — so it means a bug or a
-/// foreign writer).
+/// The ring's bytes do not form valid records: the segment was corrupted (a peer that dies
+/// mid-write cannot cause this — a record is published only when complete — so it means a bug or
+/// a foreign writer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CorruptRing;
 
@@ -364,20 +410,20 @@ pub struct CorruptRing;
 #[cfg(all(test, not(loom)))]
 pub(crate) struct HeapRing {
     _indices: Box<RingIndices>,
-    _data: Vec<u64>,
+    _data: Vec<[u64; 8]>,
 }
 
 #[cfg(all(test, not(loom)))]
 pub(crate) fn heap_ring(capacity: usize) -> (HeapRing, Producer, Consumer) {
     let indices = Box::new(RingIndices {
         head: CachePadded::new(AtomicU64::new(0)),
-        tail: CachePadded::new(AtomicU64::new(0)),
     });
-    let mut data = vec![0u64; capacity / 8];
+    // `[u64; 8]` elements make the area 8-aligned; the tests only need 8-byte alignment.
+    let mut data = vec![[0u64; 8]; capacity / 64];
     let ip: *const RingIndices = &*indices;
     let dp = data.as_mut_ptr() as *mut u8;
     // SAFETY: both allocations live in the returned HeapRing, which the tests keep alive longer
-    // than the ends; `data` is 8-aligned; one producer and one consumer.
+    // than the ends; the ring is fresh; one producer and one consumer.
     let (p, c) = unsafe {
         (
             Producer::new(ip, dp, capacity),
@@ -405,7 +451,7 @@ mod tests {
 
     #[test]
     fn records_round_trip_in_order() {
-        let (_keep, mut p, mut c) = heap_ring(256);
+        let (_keep, mut p, mut c) = heap_ring(4096);
         assert!(pop(&mut c).is_none());
         p.push(3, b"hdr", &[b"pay", b"load"]).unwrap();
         p.push(4, b"", &[]).unwrap();
@@ -415,33 +461,73 @@ mod tests {
     }
 
     #[test]
-    fn full_then_drained_and_wraps_with_padding() {
-        let (_keep, mut p, mut c) = heap_ring(256);
-        let big = [7u8; 100];
-        p.push(1, &[], &[&big]).unwrap(); // 112 bytes
-        p.push(1, &[], &[&big]).unwrap(); // 224
+    fn full_then_drained_and_wraps_with_padding_across_laps() {
+        let (_keep, mut p, mut c) = heap_ring(4096);
+        let big = [7u8; 1500]; // 1508 bytes → 1536 with alignment
+        p.push(1, &[], &[&big]).unwrap(); // [0, 1536)
+        p.push(1, &[], &[&big]).unwrap(); // [1536, 3072)
         assert_eq!(p.push(1, &[], &[&big]), Err(PushError::Full));
         assert_eq!(pop(&mut c).unwrap().2, big.to_vec());
-        // 112 free at the front, 32 at the end: the next record pads to the start.
-        p.push(2, &[], &[&big]).unwrap();
+        // 1536 free at the front, 1024 at the end: a 1408-byte record pads to the start (a
+        // 1536-byte one would not fit: the header slot after it must be free to be cleared).
+        let smaller = [8u8; 1400];
+        assert_eq!(p.push(2, &[], &[&big]), Err(PushError::Full));
+        p.push(2, &[], &[&smaller]).unwrap();
         assert_eq!(pop(&mut c).unwrap().0, 1);
-        assert_eq!(pop(&mut c).unwrap(), (2, vec![], big.to_vec()));
+        assert_eq!(pop(&mut c).unwrap(), (2, vec![], smaller.to_vec()));
         assert!(pop(&mut c).is_none());
-        assert_eq!(p.push(1, &[], &[&[0u8; 121]]), Err(PushError::TooLarge));
+        // Many laps: stale records of earlier laps must never be read again.
+        for round in 0..50u32 {
+            let n = (round as usize * 37) % 900;
+            p.push(round as u8, &round.to_le_bytes(), &[&vec![round as u8; n]])
+                .unwrap();
+            let (h, hd, pl) = pop(&mut c).unwrap();
+            assert_eq!(
+                (h, hd, pl.len()),
+                (round as u8, round.to_le_bytes().to_vec(), n)
+            );
+            assert!(
+                pop(&mut c).is_none(),
+                "a stale record was taken for a new one"
+            );
+        }
+        assert_eq!(p.push(1, &[], &[&[0u8; 2041]]), Err(PushError::TooLarge));
+    }
+
+    #[test]
+    fn body_bytes_of_an_earlier_lap_never_pass_for_a_header() {
+        let (_keep, mut p, mut c) = heap_ring(4096);
+        // Lap 0: a record whose body, at ring offset 64 (a record boundary in later laps),
+        // holds a perfectly formed header word for lap 1.
+        let forged = header_word(RECORD_HEADER + 4, 9, 0, KIND_MESSAGE, 1).to_ne_bytes();
+        let mut body = vec![0u8; 2000];
+        body[56..64].copy_from_slice(&forged); // record body starts at offset 8
+        p.push(1, &[], &[&body]).unwrap(); // [0, 2048)
+        p.push(2, &[], &[&[0u8; 2000]]).unwrap(); // [2048, 4096): ends lap 0
+        assert_eq!(pop(&mut c).unwrap().0, 1);
+        assert_eq!(pop(&mut c).unwrap().0, 2);
+        // Lap 1: one small record at offset 0; the consumer then looks at offset 64.
+        p.push(3, &[], &[b"x"]).unwrap();
+        assert_eq!(pop(&mut c).unwrap().0, 3);
+        assert!(
+            pop(&mut c).is_none(),
+            "stale body bytes were read as a record"
+        );
     }
 
     #[test]
     fn corrupt_bytes_are_an_error_not_a_panic() {
-        let (_keep, mut p, mut c) = heap_ring(64);
+        let (_keep, mut p, mut c) = heap_ring(4096);
         p.push(1, b"x", &[]).unwrap();
-        // Overwrite the record header with a length past the published bytes.
+        // Overwrite the record header with a length running past the end of the buffer.
         // SAFETY: test-only poke into our own heap ring while no push is running.
-        unsafe { c.data.write(0, &header_word(4000, 1, 1, 0).to_ne_bytes()) };
+        unsafe { c.data.word(0) }
+            .store(header_word(5000, 1, 1, KIND_MESSAGE, 0), Ordering::Release);
         assert_eq!(c.pop_with(|_, _, _| ()), Some(Err(CorruptRing)));
     }
 
     #[test]
-    fn two_threads_stream_a_million_records_in_order() {
+    fn two_threads_stream_many_records_in_order() {
         let (keep, mut p, mut c) = heap_ring(4096);
         let n: u64 = if cfg!(debug_assertions) {
             200_000
@@ -489,19 +575,21 @@ pub(crate) mod loom_support {
     use loom::cell::UnsafeCell;
     use std::sync::Arc;
 
-    /// Both ends of a ring of `capacity` bytes, indices shared through an `Arc`.
+    /// Both ends of a ring of `capacity` bytes, the index shared through an `Arc`.
     pub(crate) fn ring(capacity: usize) -> (Producer, Consumer, Arc<RingIndices>) {
         let indices = Arc::new(RingIndices {
             head: CachePadded::new(AtomicU64::new(0)),
-            tail: CachePadded::new(AtomicU64::new(0)),
         });
         let cells: Arc<Vec<UnsafeCell<u8>>> =
             Arc::new((0..capacity).map(|_| UnsafeCell::new(0)).collect());
+        let words: Arc<Vec<AtomicU64>> =
+            Arc::new((0..capacity / 8).map(|_| AtomicU64::new(0)).collect());
         let ip: *const RingIndices = Arc::as_ptr(&indices);
         let p = Producer {
             indices: ip,
             data: Bytes {
                 cells: cells.clone(),
+                words: words.clone(),
             },
             mask: capacity - 1,
             capacity,
@@ -510,10 +598,10 @@ pub(crate) mod loom_support {
         };
         let c = Consumer {
             indices: ip,
-            data: Bytes { cells },
+            data: Bytes { cells, words },
             mask: capacity - 1,
+            capacity,
             head: 0,
-            tail_cache: 0,
         };
         (p, c, indices)
     }
