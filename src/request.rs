@@ -53,7 +53,8 @@ impl<'a, N: Netmod, S: Shm> Scope<'a, N, S> {
 
     fn forget_handle(&self, h: ReqHandle) {
         let mut p = self.pending.borrow_mut();
-        if let Some(i) = p.iter().position(|&x| x == h) {
+        // The newest requests are at the end and are usually the ones finishing.
+        if let Some(i) = p.iter().rposition(|&x| x == h) {
             p.swap_remove(i);
         }
     }
@@ -80,18 +81,31 @@ impl<'a, N: Netmod, S: Shm> Scope<'a, N, S> {
     pub fn wait_all(&self, requests: Vec<Request<'a, '_, N, S>>) -> Result<Vec<Status>> {
         let mut out = Vec::with_capacity(requests.len());
         let mut first_err = None;
-        for r in requests {
-            match r.wait() {
-                Ok(st) => out.push(st),
-                Err(e) => {
-                    out.push(Status {
-                        error: Some(e.kind()),
-                        ..Status::EMPTY
-                    });
-                    first_err.get_or_insert(e);
+        let mut finished = Vec::with_capacity(requests.len());
+        {
+            let mut dev = borrow(&self.dev)?;
+            for mut r in requests {
+                r.done = true;
+                finished.push(r.handle);
+                match dev.wait(r.handle) {
+                    Ok(st) => out.push(st),
+                    Err(e) => {
+                        out.push(Status {
+                            error: Some(e.kind()),
+                            ..Status::EMPTY
+                        });
+                        first_err.get_or_insert(e);
+                    }
                 }
             }
         }
+        // One pass over the scope's list instead of a search per request.
+        finished.sort_unstable_by_key(|h| h.to_raw());
+        self.pending.borrow_mut().retain(|h| {
+            finished
+                .binary_search_by_key(&h.to_raw(), |f| f.to_raw())
+                .is_err()
+        });
         match first_err {
             None => Ok(out),
             Some(e) => Err(e),
