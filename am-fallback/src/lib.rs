@@ -530,6 +530,18 @@ fn copy_direct(
     Ok(st)
 }
 
+/// A matching packet must carry exactly the bytes its header announces.
+#[inline(always)]
+fn check_carried(src: Gpid, announced: u64, carried: usize) -> Result<()> {
+    if carried as u64 == announced {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::Protocol,
+        format!("process {src}: packet announces {announced} bytes but carries {carried}"),
+    ))
+}
+
 /// The sink of a direct receive's poll: takes the first eager message the receive accepts,
 /// hands everything else to the ordinary dispatch.
 struct DirectSink<'a, 'b, T, P> {
@@ -553,16 +565,7 @@ impl<T: AmTransport, P: Partner> AmSink for DirectSink<'_, '_, T, P> {
             };
             if self.want.accepts(&env) {
                 if h == handler::EAGER && self.inner.core.posted.is_empty() {
-                    if payload.len() as u64 != hdr.total {
-                        return Err(Error::new(
-                            ErrorKind::Protocol,
-                            format!(
-                                "process {src}: packet announces {} bytes but carries {}",
-                                hdr.total,
-                                payload.len()
-                            ),
-                        ));
-                    }
+                    check_carried(src, hdr.total, payload.len())?;
                     let route = self.inner.route;
                     let st = copy_direct(
                         self.inner.core,
@@ -725,15 +728,8 @@ impl<T: AmTransport, P: Partner> Dispatch<'_, T, P> {
         let total = usize::try_from(hdr.total)
             .map_err(|_| Error::new(ErrorKind::Protocol, "message length does not fit"))?;
         let eager = h == handler::EAGER;
-        if (eager && payload.len() != total) || (!eager && !payload.is_empty()) {
-            return Err(Error::new(
-                ErrorKind::Protocol,
-                format!(
-                    "process {src}: packet announces {total} bytes but carries {}",
-                    payload.len()
-                ),
-            ));
-        }
+        // An eager packet carries its whole message; a request-to-send carries nothing.
+        check_carried(src, if eager { hdr.total } else { 0 }, payload.len())?;
         let env = Envelope {
             context: hdr.context,
             source: hdr.source,

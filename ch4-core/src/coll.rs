@@ -101,6 +101,11 @@ impl<N: Netmod, S: Shm> Device<N, S> {
 
     /// Copies `buf` of `root` into `buf` of every member (binomial tree).
     pub fn bcast(&mut self, comm: CommId, root: Rank, buf: &mut [u8]) -> Result<()> {
+        self.bcast_on(comm, root, buf, TAG_BCAST)
+    }
+
+    /// The binomial-tree broadcast, on the collective context with `tag`.
+    fn bcast_on(&mut self, comm: CommId, root: Rank, buf: &mut [u8], tag: Tag) -> Result<()> {
         let (rank, size) = self.rank_size(comm)?;
         check_root(root, size)?;
         let rel = (rank - root + size) % size;
@@ -108,7 +113,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         while mask < size {
             if rel & mask != 0 {
                 let parent = (rank - mask + size) % size;
-                self.crecv(comm, parent, TAG_BCAST, buf)?;
+                self.crecv(comm, parent, tag, buf)?;
                 break;
             }
             mask <<= 1;
@@ -117,7 +122,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         while mask > 0 {
             if rel + mask < size {
                 let child = (rank + mask) % size;
-                self.csend(comm, child, TAG_BCAST, buf)?;
+                self.csend(comm, child, tag, buf)?;
             }
             mask >>= 1;
         }
@@ -135,7 +140,20 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         root: Rank,
         send: &[u8],
         recv: &mut [u8],
+        op: F,
+    ) -> Result<()> {
+        self.reduce_on(comm, root, send, recv, op, TAG_REDUCE)
+    }
+
+    /// The binomial-tree reduction, on the collective context with `tag`.
+    fn reduce_on<F: FnMut(&mut [u8], &[u8])>(
+        &mut self,
+        comm: CommId,
+        root: Rank,
+        send: &[u8],
+        recv: &mut [u8],
         mut op: F,
+        tag: Tag,
     ) -> Result<()> {
         let (rank, size) = self.rank_size(comm)?;
         check_root(root, size)?;
@@ -156,12 +174,12 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         while mask < size {
             if rel & mask != 0 {
                 let parent = (rank - mask + size) % size;
-                self.csend(comm, parent, TAG_REDUCE, &acc)?;
+                self.csend(comm, parent, tag, &acc)?;
                 break;
             }
             if rel + mask < size {
                 let child = (rank + mask) % size;
-                self.crecv(comm, child, TAG_REDUCE, &mut incoming)?;
+                self.crecv(comm, child, tag, &mut incoming)?;
                 op(&mut acc, &incoming);
             }
             mask <<= 1;
@@ -268,41 +286,13 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         recv: &mut [u8],
         tag: Tag,
     ) -> Result<()> {
-        let (rank, size) = self.rank_size(comm)?;
-        let mut acc = send.to_vec();
-        let mut incoming = vec![0u8; send.len()];
-        let mut mask = 1;
-        while mask < size {
-            if rank & mask != 0 {
-                self.csend(comm, rank - mask, tag, &acc)?;
-                break;
+        let and = |acc: &mut [u8], other: &[u8]| {
+            for (a, b) in acc.iter_mut().zip(other) {
+                *a &= b;
             }
-            if rank + mask < size {
-                self.crecv(comm, rank + mask, tag, &mut incoming)?;
-                for (a, b) in acc.iter_mut().zip(&incoming) {
-                    *a &= b;
-                }
-            }
-            mask <<= 1;
-        }
-        recv.copy_from_slice(&acc);
-        // Broadcast rank 0's result on the same tag.
-        let mut mask = 1;
-        while mask < size {
-            if rank & mask != 0 {
-                self.crecv(comm, rank - mask, tag, recv)?;
-                break;
-            }
-            mask <<= 1;
-        }
-        mask >>= 1;
-        while mask > 0 {
-            if rank + mask < size {
-                self.csend(comm, rank + mask, tag, recv)?;
-            }
-            mask >>= 1;
-        }
-        Ok(())
+        };
+        self.reduce_on(comm, 0, send, recv, and, tag)?;
+        self.bcast_on(comm, 0, recv, tag)
     }
 
     /// A new communicator with the same members as `comm` and its own context (MPI_Comm_dup).
@@ -334,7 +324,8 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         mine[4..].copy_from_slice(&key.to_le_bytes());
         let mut all = vec![0u8; 8 * size as usize];
         self.gather(comm, 0, &mine, &mut all)?;
-        self.bcast_tagged(comm, &mut all)?;
+        // The split exchange has its own tag so it cannot meet a user bcast in flight.
+        self.bcast_on(comm, 0, &mut all, TAG_SPLIT)?;
         let context = self.agree_context(comm)?;
         if color == UNDEFINED {
             self.core.contexts.release(context);
@@ -364,27 +355,6 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             group,
         })
         .map(Some)
-    }
-
-    fn bcast_tagged(&mut self, comm: CommId, buf: &mut [u8]) -> Result<()> {
-        // The split exchange reuses the split tag so it cannot meet a user bcast in flight.
-        let (rank, size) = self.rank_size(comm)?;
-        let mut mask = 1;
-        while mask < size {
-            if rank & mask != 0 {
-                self.crecv(comm, rank - mask, TAG_SPLIT, buf)?;
-                break;
-            }
-            mask <<= 1;
-        }
-        mask >>= 1;
-        while mask > 0 {
-            if rank + mask < size {
-                self.csend(comm, rank + mask, TAG_SPLIT, buf)?;
-            }
-            mask >>= 1;
-        }
-        Ok(())
     }
 
     /// A communicator of the members of `group`, which must be a subset of `comm`'s

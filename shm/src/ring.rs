@@ -157,6 +157,13 @@ mod bytes {
 
 use bytes::Bytes;
 
+/// Where a record goes (see `Producer::place`).
+struct Placement {
+    pad: usize,
+    end: u64,
+    clear_next: bool,
+}
+
 /// The sending end of a ring.
 pub struct Producer {
     indices: *const RingIndices,
@@ -232,25 +239,18 @@ impl Producer {
         if body > max_record_body(self.capacity) || header.len() > u8::MAX as usize {
             return Err(PushError::TooLarge);
         }
-        let need = align_record(RECORD_HEADER + body);
-        let idx = (self.tail as usize) & self.mask;
-        let to_end = self.capacity - idx;
-        let pad = if to_end < need { to_end } else { 0 };
-        let end = self.tail + (pad + need) as u64;
-        // Unless the record ends the lap, the header slot after it is cleared too (see below),
-        // so those 8 bytes must be free as well.
-        let clear_next = end % self.capacity as u64 != 0;
-        let reach = end + if clear_next { RECORD_HEADER as u64 } else { 0 };
-        if reach - self.head_cache > self.capacity as u64 {
-            // Acquire: the consumer's reads of the space we are about to reuse are done.
-            self.head_cache = self.indices().head.load(Ordering::Acquire);
-            if reach - self.head_cache > self.capacity as u64 {
-                return Err(PushError::Full);
-            }
+        let Placement {
+            pad,
+            end,
+            clear_next,
+        } = self.place(body);
+        if !self.room_for(end, clear_next) {
+            return Err(PushError::Full);
         }
         let mut position = self.tail;
         if pad != 0 {
             let word = header_word(pad, 0, 0, KIND_PAD, self.lap(position));
+            let idx = (position as usize) & self.mask;
             // SAFETY: `idx` is a record boundary (64-aligned) inside the free space checked above.
             unsafe { self.data.word(idx) }.store(word, Ordering::Release);
             position += pad as u64;
@@ -296,17 +296,37 @@ impl Producer {
         if body > max_record_body(self.capacity) {
             return false;
         }
+        let p = self.place(body);
+        self.room_for(p.end, p.clear_next)
+    }
+
+    /// Where the next record of `body` bytes goes: padding first if it would not fit before the
+    /// end, the position after it, and whether the header slot after it
+    /// (inside the same lap) must be cleared before publishing — then those 8 bytes must be free
+    /// too.
+    #[inline(always)]
+    fn place(&self, body: usize) -> Placement {
         let need = align_record(RECORD_HEADER + body);
         let idx = (self.tail as usize) & self.mask;
-        let pad = if self.capacity - idx < need {
-            self.capacity - idx
-        } else {
-            0
-        };
-        let reach = self.tail + (pad + need + RECORD_HEADER) as u64;
+        let to_end = self.capacity - idx;
+        let pad = if to_end < need { to_end } else { 0 };
+        let end = self.tail + (pad + need) as u64;
+        Placement {
+            pad,
+            end,
+            clear_next: end % self.capacity as u64 != 0,
+        }
+    }
+
+    /// Whether everything up to `end` (and the header slot after it, when it will be cleared)
+    /// is free; reloads the consumer's index only when the cached one says no.
+    #[inline(always)]
+    fn room_for(&mut self, end: u64, clear_next: bool) -> bool {
+        let reach = end + if clear_next { RECORD_HEADER as u64 } else { 0 };
         if reach - self.head_cache <= self.capacity as u64 {
             return true;
         }
+        // Acquire: the consumer's reads of the space we are about to reuse are done.
         self.head_cache = self.indices().head.load(Ordering::Acquire);
         reach - self.head_cache <= self.capacity as u64
     }
