@@ -228,7 +228,8 @@ impl Producer {
 
     #[inline(always)]
     fn lap(&self, position: u64) -> u64 {
-        position / self.capacity as u64
+        // The capacity is a power of two: a shift, not a division, on every push.
+        position >> self.capacity.trailing_zeros()
     }
 
     /// Appends one record (`header` followed by the concatenated `payload` slices). Never blocks.
@@ -365,7 +366,8 @@ impl Consumer {
         let at = (self.head as usize) & self.mask;
         // SAFETY: `head` is always a record boundary (64-aligned) inside the data area.
         let word = unsafe { self.data.word(at) }.load(Ordering::Acquire);
-        let lap = (self.head / self.capacity as u64) & 0xFF;
+        // A shift rather than a division: this runs on every poll of an idle ring.
+        let lap = (self.head >> self.capacity.trailing_zeros()) & 0xFF;
         let kind = (word >> 48) & 0xFF;
         (kind != KIND_EMPTY && word >> 56 == lap).then_some(word)
     }
