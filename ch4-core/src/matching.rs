@@ -199,8 +199,9 @@ impl<T, const L: usize> Slab<T, L> {
         self.meta[index as usize].links[list] = Link::UNLINKED;
     }
 
-    /// Unlinks `index` from the list `list` whose ends live in `map` under `key`, dropping the
-    /// map entry when the list empties so that dead bins do not pile up over a long run.
+    /// Unlinks `index` from the list `list` whose ends live in `map` under `key`. An emptied bin
+    /// stays in the map — removing it and inserting it again on the next post of the same
+    /// envelope was most of the cost of a match — and [`tidy`] bounds how many pile up.
     fn unlink_keyed<K: std::hash::Hash + Eq>(
         &mut self,
         list: usize,
@@ -208,15 +209,25 @@ impl<T, const L: usize> Slab<T, L> {
         key: K,
         index: u32,
     ) {
-        use std::collections::hash_map::Entry;
-        if let Entry::Occupied(mut e) = map.entry(key) {
-            self.unlink(list, e.get_mut(), index);
-            if e.get().head == NIL {
-                e.remove();
-            }
+        if let Some(ends) = map.get_mut(&key) {
+            self.unlink(list, ends, index);
         } else {
             debug_assert!(false, "node {index} is not on the list its key names");
         }
+    }
+}
+
+/// Keeps a bin map from growing without bound: emptied when its queue empties (keeping its
+/// allocation), and pruned of empty bins once they outnumber the live entries. Amortized O(1)
+/// per removal.
+#[inline(always)]
+fn tidy<K>(map: &mut FxHashMap<K, Ends>, live: usize) {
+    if live == 0 {
+        if !map.is_empty() {
+            map.clear();
+        }
+    } else if map.len() > 2 * live + 64 {
+        map.retain(|_, e| e.head != NIL);
     }
 }
 
@@ -305,6 +316,21 @@ impl<P> PostedQueue<P> {
         if self.slab.len == 0 {
             return None;
         }
+        if self.shape_count[0] == self.slab.len {
+            // Only exact receives are posted (the common case): one lookup finds the bin and
+            // its front is the answer; pop it in place instead of looking the bin up again.
+            let ends = self.bins.get_mut(msg)?;
+            let index = ends.head;
+            if index == NIL {
+                return None;
+            }
+            self.slab.unlink(0, ends, index);
+            let id = PostedId(self.slab.id_of(index));
+            let (env, payload) = self.slab.release(index)?;
+            self.shape_count[0] -= 1;
+            tidy(&mut self.bins, self.slab.len);
+            return Some((id, env, payload));
+        }
         let keys = [
             *msg,
             Envelope {
@@ -326,7 +352,7 @@ impl<P> PostedQueue<P> {
             if self.shape_count[shape(key)] == 0 {
                 continue;
             }
-            if let Some(ends) = self.bins.get(key) {
+            if let Some(ends) = self.bins.get(key).filter(|e| e.head != NIL) {
                 let seq = self.slab.meta[ends.head as usize].seq;
                 match best {
                     Some((_, best_seq)) if best_seq <= seq => {}
@@ -390,6 +416,7 @@ impl<P> PostedQueue<P> {
         self.slab.unlink_keyed(0, &mut self.bins, env, index);
         let out = self.slab.release(index)?;
         self.shape_count[shape(&env)] -= 1;
+        tidy(&mut self.bins, self.slab.len);
         Some(out)
     }
 }
@@ -530,6 +557,8 @@ impl<U> UnexpectedQueue<U> {
             }
             index = next;
         }
+        tidy(&mut self.bins, self.slab.len);
+        tidy(&mut self.contexts, self.slab.len);
         out
     }
 
@@ -549,7 +578,11 @@ impl<U> UnexpectedQueue<U> {
             return None;
         }
         if want.source != ANY_SOURCE && want.tag != ANY_TAG {
-            return self.bins.get(want).map(|ends| ends.head);
+            return self
+                .bins
+                .get(want)
+                .map(|ends| ends.head)
+                .filter(|&h| h != NIL);
         }
         let mut index = self.contexts.get(&want.context)?.head;
         while index != NIL {
@@ -567,7 +600,10 @@ impl<U> UnexpectedQueue<U> {
         self.slab.unlink_keyed(BIN, &mut self.bins, env, index);
         self.slab
             .unlink_keyed(CTX, &mut self.contexts, env.context, index);
-        self.slab.release(index)
+        let out = self.slab.release(index);
+        tidy(&mut self.bins, self.slab.len);
+        tidy(&mut self.contexts, self.slab.len);
+        out
     }
 }
 
