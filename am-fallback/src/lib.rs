@@ -333,9 +333,13 @@ fn stream_pending<T: AmTransport>(
 /// Delivers a message taken from the unexpected queue (or by a matched probe) to `req`.
 fn match_unexpected(core: &mut Core, req: ReqHandle, env: Envelope, msg: Unexpected) -> Result<()> {
     match msg.data {
-        Some(data) => deliver_eager(
-            core, msg.route, msg.src, req, env, msg.flags, msg.sreq, &data,
-        ),
+        Some(data) => {
+            let r = deliver_eager(
+                core, msg.route, msg.src, req, env, msg.flags, msg.sreq, &data,
+            );
+            core.recycle_buffer(data);
+            r
+        }
         None => accept_rts(
             core, msg.route, msg.src, req, env, msg.flags, msg.sreq, msg.total,
         ),
@@ -471,8 +475,9 @@ fn recv_direct<T: AmTransport, P: Partner>(
         let data = msg.data.unwrap_or_default();
         let st = copy_direct(
             core, msg.route, msg.src, env, msg.flags, msg.sreq, &data, buf,
-        )?;
-        return Ok(Direct::Done(st));
+        );
+        core.recycle_buffer(data);
+        return st.map(Direct::Done);
     }
     if !core.posted.is_empty() {
         return Ok(Direct::Fallback);
@@ -767,6 +772,7 @@ impl<T: AmTransport, P: Partner> Dispatch<'_, T, P> {
             );
             flags |= msg_flags::READY_UNMATCHED;
         }
+        let data = eager.then(|| self.core.buffer_from(payload));
         self.core.unexpected.push(
             env,
             Unexpected {
@@ -775,7 +781,7 @@ impl<T: AmTransport, P: Partner> Dispatch<'_, T, P> {
                 flags,
                 sreq: hdr.sreq,
                 total,
-                data: eager.then(|| payload.to_vec()),
+                data,
             },
         );
         Ok(())

@@ -131,6 +131,33 @@ pub struct Core {
     pub world: CommId,
     /// The self communicator.
     pub self_comm: CommId,
+    /// Buffers of consumed unexpected eager messages, kept for the next early arrival so that a
+    /// burst of them does not cost an allocation each (bounded in count and size).
+    pub spare_buffers: Vec<Vec<u8>>,
+}
+
+/// Spare unexpected-message buffers the core keeps at most.
+const SPARE_BUFFERS: usize = 256;
+/// Larger buffers are freed rather than kept.
+const SPARE_BUFFER_MAX: usize = 64 << 10;
+
+impl Core {
+    /// A buffer holding a copy of `bytes`, from the spares when one is there.
+    #[inline]
+    pub fn buffer_from(&mut self, bytes: &[u8]) -> Vec<u8> {
+        let mut v = self.spare_buffers.pop().unwrap_or_default();
+        v.clear();
+        v.extend_from_slice(bytes);
+        v
+    }
+
+    /// Returns a buffer from [`Core::buffer_from`] once its message has been delivered.
+    #[inline]
+    pub fn recycle_buffer(&mut self, v: Vec<u8>) {
+        if self.spare_buffers.len() < SPARE_BUFFERS && v.capacity() <= SPARE_BUFFER_MAX {
+            self.spare_buffers.push(v);
+        }
+    }
 }
 
 impl Core {
@@ -167,6 +194,7 @@ impl Core {
             config,
             world,
             self_comm,
+            spare_buffers: Vec::new(),
         })
     }
 
