@@ -115,7 +115,12 @@ pub fn init_with(config: DeviceConfig) -> Result<Universe> {
     let rank = client.rank();
     let size = client.size();
     let nodes = node_ids(&mut client, rank, size)?;
-    let my_node = nodes[rank as usize];
+    let Some(&my_node) = nodes.get(rank as usize) else {
+        return Err(Error::new(
+            ErrorKind::Transport,
+            format!("process manager gave rank {rank} in a job of {size}"),
+        ));
+    };
     let local: Vec<Gpid> = (0..size)
         .filter(|&g| nodes[g as usize] == my_node)
         .collect();

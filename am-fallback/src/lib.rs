@@ -491,12 +491,7 @@ fn recv_direct<T: AmTransport, P: Partner>(
     let route = *route;
     let budget = core.config.poll_budget;
     let mut sink = DirectSink {
-        inner: Dispatch::<T, P> {
-            core,
-            partner,
-            route,
-            _transport: std::marker::PhantomData,
-        },
+        inner: Dispatch::<T, P>::new(core, partner, route),
         want: *want,
         buf,
         done: None,
@@ -603,12 +598,7 @@ fn progress<T: AmTransport, P: Partner>(cx: &mut Cx<'_, T, P>) -> Result<usize> 
     } = cx;
     let route = *route;
     let budget = core.config.poll_budget;
-    let mut sink = Dispatch::<T, P> {
-        core,
-        partner,
-        route,
-        _transport: std::marker::PhantomData,
-    };
+    let mut sink = Dispatch::<T, P>::new(core, partner, route);
     let n = transport.am_poll(&mut sink, budget)?;
     Ok(n + finish_poll(core, *transport, route)?)
 }
@@ -664,7 +654,18 @@ impl<T: AmTransport, P: Partner> AmSink for Dispatch<'_, T, P> {
     }
 }
 
-impl<T: AmTransport, P: Partner> Dispatch<'_, T, P> {
+impl<'a, T: AmTransport, P: Partner> Dispatch<'a, T, P> {
+    /// The dispatcher for one poll of `route`.
+    #[inline(always)]
+    fn new(core: &'a mut Core, partner: &'a mut P, route: Route) -> Self {
+        Dispatch {
+            core,
+            partner,
+            route,
+            _transport: std::marker::PhantomData,
+        }
+    }
+
     /// A send request named by a peer, checked: a forged or stale id is a protocol error.
     fn send_request(&mut self, raw: u64) -> Result<ReqHandle> {
         let h = Handle::from_raw(raw);

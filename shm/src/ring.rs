@@ -331,11 +331,6 @@ impl Producer {
         self.head_cache = self.indices().head.load(Ordering::Acquire);
         reach - self.head_cache <= self.capacity as u64
     }
-
-    /// Bytes of the largest header + payload a record can carry.
-    pub fn max_body(&self) -> usize {
-        max_record_body(self.capacity)
-    }
 }
 
 impl Consumer {
