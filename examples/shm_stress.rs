@@ -6,7 +6,10 @@
 //!
 //! `ch4run -n 4 target/release/examples/shm_stress -- [-m messages] [--max-size bytes] [--seed s]`
 //! `--hold` makes every rank print `ready <rank> <pid>` and then keep exchanging messages until
-//! killed — the test suite uses it to kill -9 a rank mid-traffic.
+//! killed — the test suite uses it to kill -9 a rank mid-traffic. `--undumpable` marks each rank
+//! process non-dumpable first, so that without `CAP_SYS_PTRACE` the kernel refuses cross-memory
+//! reads between them (as Yama or a hardened kernel would) and the shared-memory layer must fall
+//! back to streaming. Each rank ends by printing whether single-copy reads were still on.
 
 use ch4::{Result, ANY_SOURCE, ANY_TAG};
 
@@ -47,6 +50,7 @@ struct Options {
     max_size: usize,
     seed: u64,
     hold: bool,
+    undumpable: bool,
 }
 
 fn options() -> Options {
@@ -55,6 +59,7 @@ fn options() -> Options {
         max_size: 1 << 20,
         seed: 1,
         hold: false,
+        undumpable: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -64,6 +69,7 @@ fn options() -> Options {
             "--max-size" => o.max_size = num().map(|v| v as usize).unwrap_or(o.max_size),
             "--seed" => o.seed = num().unwrap_or(o.seed),
             "--hold" => o.hold = true,
+            "--undumpable" => o.undumpable = true,
             _ => {}
         }
     }
@@ -72,6 +78,18 @@ fn options() -> Options {
 
 fn main() -> Result<()> {
     let o = options();
+    if o.undumpable {
+        // SAFETY: prctl(PR_SET_DUMPABLE, 0) only changes this process's dumpable flag; the
+        // remaining arguments are unused by this option and passed as 0.
+        let r = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+        if r != 0 {
+            eprintln!(
+                "prctl(PR_SET_DUMPABLE): {}",
+                std::io::Error::last_os_error()
+            );
+            std::process::exit(2);
+        }
+    }
     let universe = ch4::process::init()?;
     let world = universe.world();
     let ctx = universe.context();
@@ -158,6 +176,11 @@ fn main() -> Result<()> {
     world.barrier()?;
     let mut total = [0u64];
     world.reduce(0, &[bytes], &mut total, ch4::op::sum)?;
+    let single_copy = ctx.device()?.shm().cma_enabled();
+    println!(
+        "rank {rank}: single-copy reads {}",
+        if single_copy { "on" } else { "off" }
+    );
     if rank == 0 {
         println!(
             "shm_stress: {size} ranks, {} messages each way, {} bytes checked, all in order",

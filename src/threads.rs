@@ -19,6 +19,7 @@ use crate::Context;
 pub struct Threads {
     fabric: FabricConfig,
     device: DeviceConfig,
+    single_copy: Option<bool>,
 }
 
 /// The context type of a rank run by [`Threads::run`].
@@ -30,6 +31,7 @@ impl Threads {
         Threads {
             fabric: FabricConfig::new(ranks),
             device: DeviceConfig::default(),
+            single_copy: None,
         }
     }
 
@@ -49,6 +51,13 @@ impl Threads {
     /// The largest single active-message payload (rendezvous data moves in pieces this big).
     pub fn max_payload(mut self, bytes: usize) -> Threads {
         self.fabric.max_payload = bytes;
+        self
+    }
+
+    /// Whether the shared-memory layer moves large messages with one copy (CMA reads of the
+    /// sender's buffer) or streams them through the rings; the default follows `CH4_SHM_CMA`.
+    pub fn shm_single_copy(mut self, enabled: bool) -> Threads {
+        self.single_copy = Some(enabled);
         self
     }
 
@@ -96,6 +105,7 @@ impl Threads {
         let job = ThreadJob {
             fabric: fabric.clone(),
             segments: (0..nodes).map(|_| Mutex::new(None)).collect(),
+            single_copy: self.single_copy,
         };
         let job = &job;
         std::thread::scope(|s| {
@@ -182,6 +192,7 @@ impl FromFabric for inproc::Shuffled<InprocNet<AmOnly>> {
 pub struct ThreadJob {
     fabric: Arc<Fabric>,
     segments: Vec<Mutex<Option<Arc<Segment>>>>,
+    single_copy: Option<bool>,
 }
 
 impl ThreadJob {
@@ -235,6 +246,9 @@ impl ThreadShm for ShmTransport {
         let fc = job.fabric.config();
         let mut t = ShmTransport::new(seg, me, &local, fc.ranks, fc.eager_limit, 0)?;
         t.limit_payload(fc.max_payload);
+        if let Some(on) = job.single_copy {
+            t.set_cma(on);
+        }
         Ok(t)
     }
 }

@@ -268,6 +268,17 @@ proptest! {
         })?;
     }
 
+    /// The same with single-copy reads off: rendezvous data streams through the rings.
+    #[test]
+    fn non_overtaking_over_shm_streamed(case in case()) {
+        check(&case, |c, t| {
+            common::small(2)
+                .ranks_per_node(2)
+                .shm_single_copy(false)
+                .run(|ctx| exchange(ctx, c, t))
+        })?;
+    }
+
     /// One rank per node: everything through the active-message netmod.
     #[test]
     fn non_overtaking_over_am_netmod(case in case()) {

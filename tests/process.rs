@@ -124,6 +124,39 @@ fn stress_over_shared_memory_loses_nothing() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("all in order"), "{stdout}");
+    assert_eq!(
+        stdout.matches("single-copy reads on").count(),
+        3,
+        "large messages moved by CMA: {stdout}"
+    );
+}
+
+/// Where the kernel refuses cross-memory reads (here: ranks marked non-dumpable, launched
+/// without CAP_SYS_PTRACE — what Yama's ptrace_scope does to sibling processes), the first read
+/// fails with EPERM, single copy switches off, and every large message still arrives, streamed.
+#[test]
+fn stress_without_ptrace_rights_falls_back_to_streaming() {
+    let dir = built();
+    let out = Command::new("setpriv")
+        .args(["--inh-caps=-sys_ptrace", "--bounding-set=-sys_ptrace", "--"])
+        .arg(dir.join("ch4run"))
+        .args(["-n", "3"])
+        .arg(dir.join("examples/shm_stress"))
+        .args(["-m", "2000", "--max-size", "300000", "--undumpable"])
+        .output()
+        .expect("setpriv (util-linux) runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("all in order"), "{stdout}");
+    assert_eq!(
+        stdout.matches("single-copy reads off").count(),
+        3,
+        "every rank met EPERM and fell back: {stdout}"
+    );
 }
 
 #[test]

@@ -5,6 +5,7 @@
 //! garbled header from a peer becomes a `Protocol` error.
 
 use bytemuck::{Pod, Zeroable};
+use ch4_core::transport::HandlerId;
 use ch4_core::{Error, ErrorKind, Result};
 use static_assertions::const_assert_eq;
 
@@ -25,6 +26,11 @@ pub mod handler {
     pub const CANCEL_REQ: HandlerId = 6;
     /// The answer to a cancel request: [`super::AckHeader`] with value 1 = removed.
     pub const CANCEL_ACK: HandlerId = 7;
+    /// Request-to-send offering a single-copy read of the sender's buffer (LMT Get):
+    /// [`super::ReadableRts`], no data.
+    pub const RTS_GET: HandlerId = 8;
+    /// The receiver has read an offered buffer: [`super::AckHeader`] with the bytes read.
+    pub const GET_DONE: HandlerId = 9;
 }
 
 /// The header of a message that takes part in matching (eager data or request-to-send).
@@ -49,6 +55,35 @@ pub struct MatchHeader {
     pub total: u64,
 }
 const_assert_eq!(std::mem::size_of::<MatchHeader>(), 40);
+
+/// A request-to-send that offers the sender's buffer for a single-copy read.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Pod, Zeroable)]
+pub struct ReadableRts {
+    /// The matching header, as in a plain request-to-send.
+    pub m: MatchHeader,
+    /// The buffer's address in the sender's address space (never 0).
+    pub addr: u64,
+}
+const_assert_eq!(std::mem::size_of::<ReadableRts>(), 48);
+
+/// The matching header of an `EAGER`, `RTS` or `RTS_GET` packet, with the offered address
+/// (0 when none).
+#[inline(always)]
+pub fn parse_match(h: HandlerId, bytes: &[u8]) -> Result<(MatchHeader, u64)> {
+    if h == handler::RTS_GET {
+        let r: ReadableRts = parse(bytes)?;
+        if r.addr == 0 {
+            return Err(Error::new(
+                ErrorKind::Protocol,
+                "request-to-send offers a buffer at address 0",
+            ));
+        }
+        Ok((r.m, r.addr))
+    } else {
+        Ok((parse(bytes)?, 0))
+    }
+}
 
 /// Clear-to-send: the receiver matched a request-to-send.
 #[repr(C)]
@@ -141,6 +176,21 @@ mod tests {
             total: 1 << 40,
         };
         assert_eq!(parse::<MatchHeader>(bytemuck::bytes_of(&h)).unwrap(), h);
+        let r = ReadableRts {
+            m: h,
+            addr: 0x7f00_1000,
+        };
+        assert_eq!(
+            parse_match(handler::RTS_GET, bytemuck::bytes_of(&r)).unwrap(),
+            (h, 0x7f00_1000)
+        );
+        assert_eq!(
+            parse_match(handler::RTS, bytemuck::bytes_of(&h)).unwrap(),
+            (h, 0)
+        );
+        let null = ReadableRts { m: h, addr: 0 };
+        let err = parse_match(handler::RTS_GET, bytemuck::bytes_of(&null)).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Protocol);
     }
 
     proptest! {
@@ -153,6 +203,8 @@ mod tests {
                 parse::<DataHeader>(&bytes).map(drop),
                 parse::<AckHeader>(&bytes).map(drop),
                 parse::<CancelHeader>(&bytes).map(drop),
+                parse_match(handler::RTS_GET, &bytes).map(drop),
+                parse_match(handler::RTS, &bytes).map(drop),
             ] {
                 if let Err(e) = r {
                     prop_assert_eq!(e.kind(), ErrorKind::Protocol);

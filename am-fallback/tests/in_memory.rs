@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
 
-use am_fallback::wire::{handler, CtsHeader, DataHeader, MatchHeader};
+use am_fallback::wire::{handler, CtsHeader, DataHeader, MatchHeader, ReadableRts};
 use ch4_core::buffer::{RecvBuf, SendBuf};
 use ch4_core::core::DeviceConfig;
 use ch4_core::pool::PoolConfig;
@@ -185,6 +185,13 @@ fn malformed_packets_are_protocol_errors_not_panics() {
         ), // clear-to-send for a send that does not exist
         (handler::SYNC_ACK, vec![0; 16], vec![]), // ack for nobody
         (handler::CANCEL_ACK, vec![0; 5], vec![]), // short ack
+        (
+            handler::RTS_GET,
+            bytemuck::bytes_of(&ReadableRts { m: hdr, addr: 0 }).to_vec(),
+            vec![],
+        ), // single-copy offer of address 0
+        (handler::RTS_GET, bytemuck::bytes_of(&hdr).to_vec(), vec![]), // offer without address
+        (handler::GET_DONE, vec![0; 16], vec![]), // read-done for nobody
     ];
     for (i, (h, header, payload)) in cases.into_iter().enumerate() {
         inject(&wire, 0, h, &header, &payload);

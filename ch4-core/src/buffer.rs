@@ -187,6 +187,16 @@ impl RecvBuf {
         }
     }
 
+    /// The destination as one slice of [`RecvBuf::capacity`] bytes when it is contiguous (no
+    /// layout), so a transport can copy into it directly.
+    #[inline]
+    pub fn contiguous_mut(&mut self) -> Option<&mut [u8]> {
+        match self.layout {
+            None => Some(self.extent_mut()),
+            Some(_) => None,
+        }
+    }
+
     /// Writes message bytes that start at message offset `offset`; bytes past
     /// [`RecvBuf::capacity`] are dropped. Returns how many were written.
     #[inline]

@@ -80,6 +80,21 @@ pub struct AmRouteState {
     pub held: FxHashMap<Gpid, BTreeMap<u32, HeldPacket>>,
     /// Reused buffer for packing noncontiguous rendezvous data.
     pub scratch: Vec<u8>,
+    /// Matched rendezvous receives whose data the transport will read from the sender (LMT Get).
+    pub reads: VecDeque<PeerReadJob>,
+}
+
+/// A matched receive waiting for its single-copy read (LMT Get).
+#[derive(Debug, Clone, Copy)]
+pub struct PeerReadJob {
+    /// The receive.
+    pub req: ReqHandle,
+    /// The sending process.
+    pub src: Gpid,
+    /// The sender's buffer in its own address space.
+    pub addr: u64,
+    /// The sender's request, told when the copy is done.
+    pub sreq: u64,
 }
 
 /// Settings of a device, from the defaults or the environment.

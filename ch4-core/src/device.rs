@@ -147,6 +147,11 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         &self.shm
     }
 
+    /// The shared-memory layer, to change its settings (thresholds, single-copy reads).
+    pub fn shm_mut(&mut self) -> &mut S {
+        &mut self.shm
+    }
+
     /// Requests currently alive in the pool (for leak checks and statistics).
     pub fn live_requests(&self) -> usize {
         self.core.requests.len()

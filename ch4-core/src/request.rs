@@ -162,6 +162,9 @@ pub struct Unexpected {
     pub total: usize,
     /// The data of an eager message; `None` for a rendezvous request-to-send.
     pub data: Option<Vec<u8>>,
+    /// Where a rendezvous sender offered its data for a single-copy read (LMT Get); 0 when it
+    /// did not.
+    pub remote_addr: u64,
 }
 
 /// A message removed from matching by a matched probe (MPI_Mprobe), to be received with

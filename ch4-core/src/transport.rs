@@ -65,6 +65,31 @@ pub trait AmTransport: Sized {
     fn can_send_now(&mut self, _dest: Gpid, _bytes: usize) -> bool {
         true
     }
+
+    /// Whether a rendezvous message of `bytes` to `dest` should offer the receiver a single
+    /// copy out of our memory (LMT Get: Linux CMA on shared memory). The offer is the send
+    /// buffer's address; the receiver may still decline and ask for the data to be streamed.
+    #[inline(always)]
+    fn offers_peer_read(&self, _dest: Gpid, _bytes: usize) -> bool {
+        false
+    }
+
+    /// Copies `into.len()` bytes at address `addr` of process `src`'s memory into `into` (the
+    /// receiving half of LMT Get). `Ok(PeerRead::Unavailable)` declines — the transport cannot
+    /// read that peer (not supported, forbidden by the kernel, a bad address) and the data must
+    /// be streamed instead; an error means the peer is gone.
+    fn read_peer(&mut self, _src: Gpid, _addr: u64, _into: &mut [u8]) -> Result<PeerRead> {
+        Ok(PeerRead::Unavailable)
+    }
+}
+
+/// The outcome of [`AmTransport::read_peer`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerRead {
+    /// Every byte was copied.
+    Copied,
+    /// Nothing usable was copied; fall back to streaming the data.
+    Unavailable,
 }
 
 /// Receives the active messages a transport delivers.

@@ -7,6 +7,8 @@
 //! the posted receive — no detour through a generic active-message layer.
 #![deny(unsafe_op_in_unsafe_fn)]
 
+#[cfg(not(loom))]
+pub mod cma;
 pub mod ring;
 // Under `--cfg loom` only the ring protocol is modelled; the segment and transport (real
 // shared memory, syscalls) are compiled out.

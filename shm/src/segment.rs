@@ -244,6 +244,14 @@ impl Segment {
         }
     }
 
+    /// The process id recorded for local rank `local` (0: a thread, or not attached yet).
+    pub(crate) fn pid(&self, local: usize) -> u32 {
+        if local >= self.ranks {
+            return 0;
+        }
+        self.pid_word(local).load(Ordering::Relaxed) as u32
+    }
+
     /// Whether local rank `local` has gone: it said so on exit, or its process no longer exists.
     pub(crate) fn is_gone(&self, local: usize) -> bool {
         if local >= self.ranks {

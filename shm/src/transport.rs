@@ -10,9 +10,10 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use ch4_core::core::CTRL_HEADER_MAX;
-use ch4_core::transport::{AmSink, AmTransport, HandlerId, Shm};
+use ch4_core::transport::{AmSink, AmTransport, HandlerId, PeerRead, Shm};
 use ch4_core::{Error, ErrorKind, Gpid, Result};
 
+use crate::cma::{self, CmaConfig, ReadFailure};
 use crate::ring::{max_record_body, Consumer, Producer, PushError};
 use crate::segment::Segment;
 
@@ -79,6 +80,8 @@ pub struct ShmTransport {
     next_poll: usize,
     eager_limit: usize,
     max_payload: usize,
+    /// Single-copy reads for large messages (LMT Get through CMA).
+    cma: CmaConfig,
 }
 
 impl ShmTransport {
@@ -140,6 +143,7 @@ impl ShmTransport {
             next_poll: 0,
             eager_limit: eager_limit.min(max_payload),
             max_payload,
+            cma: CmaConfig::from_env(),
             seg,
         })
     }
@@ -149,6 +153,16 @@ impl ShmTransport {
     pub fn limit_payload(&mut self, max_payload: usize) {
         self.max_payload = self.max_payload.min(max_payload.max(1));
         self.eager_limit = self.eager_limit.min(self.max_payload);
+    }
+
+    /// Turns single-copy reads (CMA) on or off for this rank, whatever the environment says.
+    pub fn set_cma(&mut self, enabled: bool) {
+        self.cma.enabled = enabled && cfg!(target_os = "linux");
+    }
+
+    /// Whether this rank currently offers and performs single-copy reads.
+    pub fn cma_enabled(&self) -> bool {
+        self.cma.enabled
     }
 
     /// The segment this transport uses.
@@ -293,6 +307,42 @@ impl AmTransport for ShmTransport {
                 .any(|(to, q)| !q.is_empty() && (to == self.me || !self.seg.is_gone(to)))
     }
 
+    #[inline(always)]
+    fn offers_peer_read(&self, _dest: Gpid, bytes: usize) -> bool {
+        self.cma.enabled && bytes >= self.cma.threshold && bytes <= self.cma.max
+    }
+
+    fn read_peer(&mut self, src: Gpid, addr: u64, into: &mut [u8]) -> Result<PeerRead> {
+        let Some(from) = self.local(src) else {
+            return Ok(PeerRead::Unavailable);
+        };
+        if !self.cma.enabled {
+            return Ok(PeerRead::Unavailable);
+        }
+        // Ranks that are threads share our process: they record pid 0.
+        let pid = match self.seg.pid(from) {
+            0 => std::process::id(),
+            p => p,
+        };
+        match cma::read(pid, addr, into) {
+            Ok(()) => Ok(PeerRead::Copied),
+            Err(ReadFailure::Forbidden) => {
+                tracing::info!(
+                    src,
+                    "the kernel refuses cross-memory reads (ptrace restrictions): large \
+                     messages are streamed through the rings from now on"
+                );
+                self.cma.enabled = false;
+                Ok(PeerRead::Unavailable)
+            }
+            Err(ReadFailure::Gone) => Err(cma::gone(pid)),
+            Err(ReadFailure::Failed) => {
+                tracing::warn!(src, addr, "cross-memory read failed; streaming instead");
+                Ok(PeerRead::Unavailable)
+            }
+        }
+    }
+
     #[inline]
     fn can_send_now(&mut self, dest: Gpid, bytes: usize) -> bool {
         match self.local(dest) {
@@ -370,6 +420,94 @@ mod tests {
         for s in sends {
             a.wait(s).unwrap();
         }
+    }
+
+    /// Sends `len` bytes from `a` to `b` with an isend and a receive of `cap` bytes, stepping
+    /// both devices; returns the receive's status, the received bytes, and the pattern sent.
+    fn transfer(
+        a: &mut Device<NoNetmod, ShmTransport>,
+        b: &mut Device<NoNetmod, ShmTransport>,
+        len: usize,
+        cap: usize,
+    ) -> (ch4_core::Status, Vec<u8>, Vec<u8>) {
+        let (wa, wb) = (a.world(), b.world());
+        let msg: Vec<u8> = (0..len).map(|i| (i % 253) as u8).collect();
+        // SAFETY: `msg` outlives the request, which is waited for below.
+        let s = a
+            .isend(
+                wa,
+                1,
+                5,
+                unsafe { ch4_core::buffer::SendBuf::borrowed(&msg) },
+                SendMode::Standard,
+            )
+            .unwrap();
+        let mut got = vec![0xEEu8; cap + 16];
+        // SAFETY: `got` outlives the request, which completes before `got` is read.
+        let r = b
+            .irecv(wb, 0, 5, unsafe { RecvBuf::borrowed(&mut got[..cap]) })
+            .unwrap();
+        let st = loop {
+            a.progress().unwrap();
+            if let Some(st) = b.test_status(r).unwrap() {
+                break st;
+            }
+        };
+        a.wait(s).unwrap();
+        (st, got, msg)
+    }
+
+    #[test]
+    fn large_messages_by_single_copy_and_by_stream_when_the_receiver_declines() {
+        for (sender, receiver) in [(true, true), (true, false), (false, true)] {
+            let (mut a, mut b, _seg) = pair();
+            a.shm_mut().set_cma(sender);
+            b.shm_mut().set_cma(receiver);
+            let (st, got, msg) = transfer(&mut a, &mut b, 300_000, 300_000);
+            assert_eq!(st.error, None, "cma sender {sender} receiver {receiver}");
+            assert_eq!(st.bytes, msg.len());
+            assert_eq!(&got[..msg.len()], &msg[..]);
+            assert!(got[msg.len()..].iter().all(|&g| g == 0xEE));
+            assert_eq!((a.live_requests(), b.live_requests()), (0, 0));
+        }
+    }
+
+    #[test]
+    fn a_single_copy_read_truncates_at_the_receive_buffer() {
+        let (mut a, mut b, _seg) = pair();
+        let (st, got, msg) = transfer(&mut a, &mut b, 100_000, 70_000);
+        assert_eq!(st.error, Some(ErrorKind::Truncate));
+        assert_eq!(st.bytes, 70_000);
+        assert_eq!(&got[..70_000], &msg[..70_000]);
+        assert!(
+            got[70_000..].iter().all(|&g| g == 0xEE),
+            "nothing past the buffer"
+        );
+    }
+
+    #[test]
+    fn a_sender_that_dies_before_its_buffer_is_read_fails_the_receive() {
+        let (mut a, mut b, seg) = pair();
+        let (wa, wb) = (a.world(), b.world());
+        let msg = vec![1u8; 50_000];
+        // SAFETY: `msg` outlives the request; the request is abandoned with the device below.
+        let _s = a
+            .isend(
+                wa,
+                1,
+                0,
+                unsafe { ch4_core::buffer::SendBuf::borrowed(&msg) },
+                SendMode::Standard,
+            )
+            .unwrap();
+        // The sender "was" a process that has now exited: its pid names nobody.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        child.wait().unwrap();
+        seg.set_alive(0, child.id(), true);
+        let mut got = vec![0u8; 50_000];
+        let err = b.recv(wb, 0, 0, &mut got).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::PeerFailed);
+        assert_eq!(b.live_requests(), 0);
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! Shared harness: run one SPMD test body over every route configuration of the device.
 //!
-//! - `shm`: all ranks on one node, everything through the shared-memory layer;
+//! - `shm`: all ranks on one node, everything through the shared-memory layer (rendezvous data
+//!   read with one copy, CMA);
+//! - `shm_streamed`: the same with single-copy reads off, so rendezvous data streams through
+//!   the rings;
 //! - `net_am`: one rank per node, everything through the active-message netmod;
 //! - `native_mixed`: two ranks per node with the natively matching netmod, so shm, native
 //!   matching and the ANY_SOURCE partner logic all take part.
@@ -19,7 +22,7 @@ pub fn small(ranks: u32) -> Threads {
     Threads::new(ranks).eager_limit(EAGER).max_payload(100)
 }
 
-/// Generates `shm`, `net_am` and `native_mixed` tests that run `$body(ctx)` on `$ranks` ranks.
+/// Generates `shm`, `shm_streamed`, `net_am` and `native_mixed` tests that run `$body(ctx)` on `$ranks` ranks.
 #[macro_export]
 macro_rules! on_all_routes {
     ($name:ident, $ranks:expr, $body:path) => {
@@ -30,6 +33,15 @@ macro_rules! on_all_routes {
             fn shm() {
                 common::small($ranks)
                     .ranks_per_node($ranks)
+                    .run(|ctx| $body(ctx))
+                    .unwrap();
+            }
+
+            #[test]
+            fn shm_streamed() {
+                common::small($ranks)
+                    .ranks_per_node($ranks)
+                    .shm_single_copy(false)
                     .run(|ctx| $body(ctx))
                     .unwrap();
             }
