@@ -238,7 +238,9 @@ fn usage_errors_exit_2() {
 /// that ch4run speaks the protocol as Hydra does.
 #[test]
 fn a_real_mpich_program_runs_under_ch4run() {
-    let Some(mpicc) = common::which("mpicc") else {
+    // MPICH's own compiler wrapper: plain `mpicc` may be Open MPI's when both are installed
+    // (Debian's alternatives), and an Open MPI program does not speak PMI-1.
+    let Some(mpicc) = common::which("mpicc.mpich").or_else(|| common::which("mpicc")) else {
         println!("skipped: no mpicc (install the Debian package mpich to run this test)");
         return;
     };
