@@ -15,7 +15,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use ch4_core::{Error, ErrorKind, Result};
-use memmap2::MmapMut;
+use memmap2::{MmapMut, MmapOptions};
 
 use crate::ring::{Consumer, Producer, RingIndices};
 use crate::sync::{AtomicU64, Ordering};
@@ -88,12 +88,16 @@ impl Segment {
     pub fn anonymous(ranks: usize, capacity: usize) -> Result<Segment> {
         check_params(ranks, capacity)?;
         let size = segment_size(ranks, capacity)?;
-        let map = MmapMut::map_anon(size).map_err(|e| {
-            Error::new(
-                ErrorKind::Exhausted,
-                format!("anonymous map of {size} bytes: {e}"),
-            )
-        })?;
+        let map = MmapOptions::new()
+            .len(size)
+            .populate()
+            .map_anon()
+            .map_err(|e| {
+                Error::new(
+                    ErrorKind::Exhausted,
+                    format!("anonymous map of {size} bytes: {e}"),
+                )
+            })?;
         let seg = Segment {
             map,
             ranks,
@@ -118,9 +122,12 @@ impl Segment {
             .map_err(|e| io_err("creating shared segment", path, e))?;
         file.set_len(size as u64)
             .map_err(|e| io_err("sizing shared segment", path, e))?;
+        // Every mapping is populated (MAP_POPULATE): the rings' pages are faulted in here, at
+        // start-up, not one by one on the first lap of traffic, where each fault costs a
+        // message a microsecond or more.
         // SAFETY: we created the file exclusively; other processes map it only through this
         // module, which accesses the memory through atomics and the ring protocol.
-        let map = unsafe { MmapMut::map_mut(&file) }
+        let map = unsafe { MmapOptions::new().populate().map_mut(&file) }
             .map_err(|e| io_err("mapping shared segment", path, e))?;
         let seg = Segment {
             map,
@@ -155,7 +162,7 @@ impl Segment {
             ));
         }
         // SAFETY: as in `create`; the size was checked so every offset we compute is in bounds.
-        let map = unsafe { MmapMut::map_mut(&file) }
+        let map = unsafe { MmapOptions::new().populate().map_mut(&file) }
             .map_err(|e| io_err("mapping shared segment", path, e))?;
         let seg = Segment {
             map,
