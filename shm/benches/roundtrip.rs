@@ -6,7 +6,8 @@
 //! Two patterns: blocking 8-byte ping-pong round trips (latency), and windows of 64
 //! nonblocking 8-byte sends into 64 posted receives (the osu_bw / message-rate pattern).
 //!
-//! `cargo bench -p shm --bench roundtrip [-- iterations]`
+//! `cargo bench -p shm --bench roundtrip [-- iterations] [pingpong|window]` (one pattern only
+//! when named, so that callgrind counts it alone)
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -27,6 +28,8 @@ fn main() {
         } else {
             10_000
         });
+    let only = std::env::args().find(|a| a == "pingpong" || a == "window");
+    let run = |pattern: &str| only.as_deref().map_or(true, |o| o == pattern);
     let seg = Arc::new(Segment::anonymous(2, 1 << 16).expect("segment"));
     let mk = |me: usize| {
         let t = ShmTransport::new(seg.clone(), me, &[0, 1], 2, 16 << 10, 0).expect("transport");
@@ -37,8 +40,9 @@ fn main() {
     let msg = [7u8; 8];
     let mut buf = [0u8; 8];
 
+    let iters_pp = if run("pingpong") { iters } else { 0 };
     let start = Instant::now();
-    for _ in 0..iters {
+    for _ in 0..iters_pp {
         a.send(wa, 1, 1, &msg, SendMode::Standard).expect("send");
         b.recv(wb, 0, 1, &mut buf).expect("recv");
         b.send(wb, 0, 1, &buf, SendMode::Standard).expect("send");
@@ -51,7 +55,11 @@ fn main() {
         ns / 2.0
     );
 
-    let windows = (iters / WINDOW as u64).max(1);
+    let windows = if run("window") {
+        (iters / WINDOW as u64).max(1)
+    } else {
+        0
+    };
     let mut bufs = vec![[0u8; 8]; WINDOW];
     let start = Instant::now();
     for _ in 0..windows {
