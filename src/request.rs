@@ -99,13 +99,22 @@ impl<'a, N: Netmod, S: Shm> Scope<'a, N, S> {
                 }
             }
         }
-        // One pass over the scope's list instead of a search per request.
-        finished.sort_unstable_by_key(|h| h.to_raw());
-        self.pending.borrow_mut().retain(|h| {
-            finished
-                .binary_search_by_key(&h.to_raw(), |f| f.to_raw())
-                .is_err()
-        });
+        let mut pending = self.pending.borrow_mut();
+        if pending.ends_with(&finished) {
+            // The usual shape: the requests waited for are the newest ones, in the order they
+            // were started.
+            let keep = pending.len() - finished.len();
+            pending.truncate(keep);
+        } else {
+            // One pass over the scope's list instead of a search per request.
+            finished.sort_unstable_by_key(|h| h.to_raw());
+            pending.retain(|h| {
+                finished
+                    .binary_search_by_key(&h.to_raw(), |f| f.to_raw())
+                    .is_err()
+            });
+        }
+        drop(pending);
         match first_err {
             None => Ok(out),
             Some(e) => Err(e),

@@ -890,7 +890,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
 /// busy path.
 #[inline(always)]
 fn backoff(idle: u32) {
-    if idle > 64 {
+    if idle > 1024 {
         std::thread::yield_now();
     } else {
         std::hint::spin_loop();
