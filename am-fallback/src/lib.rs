@@ -188,7 +188,7 @@ fn isend<T: AmTransport, P: Partner>(
     let total = op.buf.packed_len();
     let eager = total <= cx.transport.eager_limit();
     let sync = op.mode == SendMode::Synchronous;
-    let needs_req = op.want_request || !eager || sync;
+    let needs_req = !eager || sync;
     let mut hdr = MatchHeader {
         context: op.env.context,
         source: op.env.source,

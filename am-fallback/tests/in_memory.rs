@@ -259,31 +259,33 @@ fn request_pool_exhaustion_is_an_error_then_recovers() {
         ..DeviceConfig::default()
     };
     let (_wire, mut a, mut b) = pair(config);
-    let w = a.world();
+    let (wa, wb) = (a.world(), b.world());
+    // Receives always need a request: eight fill b's pool.
     let mut reqs = Vec::new();
     for i in 0..8 {
-        reqs.push(
-            a.isend(w, 1, i, SendBuf::owned(vec![1]), SendMode::Standard)
-                .unwrap(),
-        );
+        reqs.push(b.irecv(wb, 0, i, RecvBuf::owned(1)).unwrap());
     }
-    let err = a
-        .isend(w, 1, 8, SendBuf::owned(vec![1]), SendMode::Standard)
-        .unwrap_err();
+    let err = b.irecv(wb, 0, 8, RecvBuf::owned(1)).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Exhausted);
-    // Small blocking sends need no request, so they still work at the limit.
-    a.send(w, 1, 9, &[2], SendMode::Standard).unwrap();
-    for r in reqs {
-        a.wait(r).unwrap();
-    }
-    let r = a
-        .isend(w, 1, 10, SendBuf::owned(vec![3]), SendMode::Standard)
+    // Small sends, blocking or not, finish at once and need no request, so they still work.
+    b.send(wb, 0, 9, &[2], SendMode::Standard).unwrap();
+    let s = b
+        .isend(wb, 0, 10, SendBuf::owned(vec![3]), SendMode::Standard)
         .unwrap();
-    a.wait(r).unwrap();
-    let wb = b.world();
-    for tag in (0..8).chain([9, 10]) {
+    b.wait(s).unwrap();
+    for i in 0..8 {
+        a.send(wa, 1, i, &[i as u8], SendMode::Standard).unwrap();
+    }
+    for (i, r) in reqs.into_iter().enumerate() {
+        assert_eq!(b.wait(r).unwrap().tag, i as i32);
+    }
+    // Freed requests are reusable.
+    let r = b.irecv(wb, 0, 11, RecvBuf::owned(1)).unwrap();
+    a.send(wa, 1, 11, &[11], SendMode::Standard).unwrap();
+    b.wait(r).unwrap();
+    for tag in [9, 10] {
         let mut x = [0u8];
-        b.recv(wb, 0, tag, &mut x).unwrap();
+        a.recv(wa, 1, tag, &mut x).unwrap();
     }
 }
 
@@ -356,18 +358,16 @@ fn a_failed_send_leaves_no_gap_in_sequence_numbers() {
     };
     let (mut a, mut b) = (mk(0), mk(1));
     let wa = a.world();
+    // Synchronous sends keep their request until acknowledged: they fill the pool.
     let mut sends = Vec::new();
     loop {
-        match a.isend(wa, 1, 0, SendBuf::owned(vec![1]), SendMode::Standard) {
+        match a.isend(wa, 1, 0, SendBuf::owned(vec![1]), SendMode::Synchronous) {
             Ok(h) => sends.push(h),
             Err(e) => {
                 assert_eq!(e.kind(), ErrorKind::Exhausted);
                 break;
             }
         }
-    }
-    for h in sends {
-        a.wait(h).unwrap();
     }
     a.send(wa, 1, 1, &[2], SendMode::Standard).unwrap();
     let mut x = [0u8];
@@ -387,4 +387,12 @@ fn a_failed_send_leaves_no_gap_in_sequence_numbers() {
         "the message after the refused send never became matchable"
     );
     assert_eq!(x, [2]);
+    // The synchronous sends complete once received.
+    let mut y = [0u8];
+    for _ in 0..sends.len() {
+        b.recv(wb, 0, 0, &mut y).unwrap();
+    }
+    for h in sends {
+        a.wait(h).unwrap();
+    }
 }

@@ -199,18 +199,30 @@ impl RecvBuf {
 
     /// Writes message bytes that start at message offset `offset`; bytes past
     /// [`RecvBuf::capacity`] are dropped. Returns how many were written.
-    #[inline]
+    #[inline(always)]
     pub fn write_at(&mut self, offset: usize, data: &[u8]) -> usize {
+        if self.layout.is_none() {
+            let dst = self.extent_mut();
+            let Some(room) = dst.len().checked_sub(offset) else {
+                return 0;
+            };
+            let n = data.len().min(room);
+            dst[offset..offset + n].copy_from_slice(&data[..n]);
+            return n;
+        }
+        self.write_scattered(offset, data)
+    }
+
+    /// [`RecvBuf::write_at`] through a layout.
+    #[inline(never)]
+    fn write_scattered(&mut self, offset: usize, data: &[u8]) -> usize {
         let cap = self.capacity();
         if offset >= cap {
             return 0;
         }
         let n = data.len().min(cap - offset);
         match &self.layout {
-            None => {
-                self.extent_mut()[offset..offset + n].copy_from_slice(&data[..n]);
-                n
-            }
+            None => 0,
             Some(_) => {
                 // Take the layout out for the call so the extent can be borrowed mutably.
                 let layout = self.layout.take();

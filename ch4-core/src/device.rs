@@ -248,7 +248,6 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             env,
             buf,
             mode,
-            want_request: false,
         };
         match self.start_send(op)? {
             None => Ok(()),
@@ -278,22 +277,16 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         coll: bool,
     ) -> Result<ReqHandle> {
         let Some((gpid, env)) = self.send_target(comm, dest, tag, coll)? else {
-            return self.core.requests.insert(Request::completed(Status::EMPTY));
+            return Ok(ReqHandle::DONE);
         };
         let op = SendOp {
             dest: gpid,
             env,
             buf,
             mode,
-            want_request: true,
         };
-        match self.start_send(op)? {
-            Some(h) => Ok(h),
-            None => Err(Error::new(
-                ErrorKind::Internal,
-                "engine made no request for a nonblocking send",
-            )),
-        }
+        // No request when the send finished at once: the handle says so by itself.
+        Ok(self.start_send(op)?.unwrap_or(ReqHandle::DONE))
     }
 
     // ------------------------------------------------------------- receives
@@ -571,14 +564,13 @@ impl<N: Netmod, S: Shm> Device<N, S> {
 
     #[inline(always)]
     fn take_if_complete(&mut self, h: ReqHandle) -> Result<Option<Status>> {
-        match self.core.requests.get(h) {
-            None => Err(stale_request()),
-            Some(r) if !r.complete => Ok(None),
-            Some(_) => {
-                let r = self.core.requests.remove(h).ok_or_else(stale_request)?;
-                Ok(Some(r.status))
-            }
+        if h == ReqHandle::DONE {
+            return Ok(Some(Status::EMPTY));
         }
+        self.core
+            .requests
+            .take_if(h, |r| r.complete, |r| r.status)
+            .map_err(|()| stale_request())
     }
 
     /// Fails `h` if the one peer it depends on is known to have died.
@@ -633,6 +625,9 @@ impl<N: Netmod, S: Shm> Device<N, S> {
     /// Asks to cancel `h` (MPI_Cancel). The request still has to be waited for or tested; its
     /// status says whether the cancel took effect.
     pub fn cancel(&mut self, h: ReqHandle) -> Result<()> {
+        if h == ReqHandle::DONE {
+            return Ok(()); // complete: too late to cancel, as MPI allows
+        }
         let req = self.core.requests.get_mut(h).ok_or_else(stale_request)?;
         if req.complete {
             return Ok(());

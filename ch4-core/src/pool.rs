@@ -29,6 +29,15 @@ pub struct Handle {
 }
 
 impl Handle {
+    /// Names no object: an operation that was already complete when it started (an eager send
+    /// whose bytes the transport took at once, a send to PROC_NULL). Waiting on it gives an
+    /// empty status at once, with no pool entry made or freed — the nonblocking counterpart of
+    /// CH3's request-less iStartMsg. Its index is never a slot, so every lookup misses.
+    pub const DONE: Handle = Handle {
+        index: NIL,
+        generation: 0,
+    };
+
     /// Packs the handle into 64 bits so it can travel in a wire header as a request id and come
     /// back in the peer's reply.
     #[inline]
@@ -236,6 +245,39 @@ impl<T> Pool<T> {
             index,
             generation: slot.generation,
         })
+    }
+
+    /// One lookup for the completion path: `Err(())` if `h` names nothing, `Ok(None)` while
+    /// `ready` says no, else removes the object — dropping it in place, so only what `extract`
+    /// returns is moved out.
+    #[inline]
+    #[allow(clippy::result_unit_err)]
+    pub fn take_if<R>(
+        &mut self,
+        h: Handle,
+        ready: impl FnOnce(&T) -> bool,
+        extract: impl FnOnce(&T) -> R,
+    ) -> std::result::Result<Option<R>, ()> {
+        let Some(slot) = self.slots.get_mut(h.index as usize) else {
+            return Err(());
+        };
+        let Entry::Occupied(v) = &slot.entry else {
+            return Err(());
+        };
+        if slot.generation != h.generation {
+            return Err(());
+        }
+        if !ready(v) {
+            return Ok(None);
+        }
+        let out = extract(v);
+        slot.entry = Entry::Free {
+            next: self.free_head,
+        };
+        slot.generation = next_generation(slot.generation);
+        self.free_head = h.index;
+        self.len -= 1;
+        Ok(Some(out))
     }
 
     /// The object behind `h`, or `None` if `h` is stale, forged or from another pool's range.

@@ -171,9 +171,6 @@ pub struct SendOp {
     pub buf: SendBuf,
     /// Standard, synchronous or ready.
     pub mode: SendMode,
-    /// Nonblocking sends always get a request; blocking ones only when they cannot finish at
-    /// once (CH3's iStartMsg: most small blocking sends create no request at all).
-    pub want_request: bool,
 }
 
 /// The outcome of one step of a blocking receive's direct path ([`P2p::recv_direct`]).
@@ -196,7 +193,8 @@ pub trait P2p<T: AmTransport> {
     /// Whether this engine matches messages itself (in the network) instead of in the core.
     const NATIVE_MATCHING: bool;
 
-    /// Starts a send. Returns the request when one was made (always when `op.want_request`).
+    /// Starts a send. Returns the request when one was made: only a send that cannot finish at
+    /// once gets one (CH3's iStartMsg: most small sends create no request at all).
     fn isend<P: Partner>(cx: &mut Cx<'_, T, P>, op: SendOp) -> Result<Option<ReqHandle>>;
     /// Starts the receive `req` (already in the pool with its [`crate::RecvState`]); may
     /// complete it at once.

@@ -74,7 +74,7 @@ impl P2p<Net> for NativeEngine {
             sreq: 0,
         };
         let mut req = None;
-        if op.want_request || sync {
+        if sync {
             let h = cx.core.requests.insert(Request {
                 complete: !sync,
                 status: Status::EMPTY,
