@@ -38,7 +38,7 @@ fn stream(capacity: usize, sizes: &'static [usize]) {
 
 #[test]
 fn loom_records_arrive_whole_and_in_order() {
-    // One-line records: exercises publishing, and the consumer zeroing what it hands back.
+    // One-line records: exercises publishing and the cleared slot after each record.
     loom::model(|| stream(256, &[5, 9]));
 }
 

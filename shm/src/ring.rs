@@ -13,14 +13,9 @@
 //! position divided by the capacity, modulo 256) so that bytes left from an earlier lap can never
 //! pass for a new record, and kind 0 means "nothing here", so fresh zeroed memory is an empty
 //! ring. Because a record boundary of one lap may fall inside the body of a record of the lap
-//! before, free space must hold no stale header: the consumer, once done with a record, zeroes
-//! the first word of every cache line the record spanned, before it hands the space back. The
-//! invariant "every line-start word of free space is zero" therefore holds, and the producer
-//! writes nothing but the record it publishes. (An earlier version had the producer clear the
-//! header slot after each record instead; that slot is the line the consumer is polling, so every
-//! message cost an extra cache-line round trip between the two cores. Zeroing on the consumer's
-//! side touches lines the consumer already holds, which the producer will not want until a lap
-//! later.)
+//! before, the producer clears the header slot that follows each record before publishing it;
+//! lap boundaries themselves are always record starts (records never wrap), so the lap tag covers
+//! them.
 //!
 //! The only index is `head`, written by the consumer after it has read a record (`Release`) and
 //! read by the producer only when its cached copy says the ring is full (`Acquire`): space is
@@ -166,6 +161,7 @@ use bytes::Bytes;
 struct Placement {
     pad: usize,
     end: u64,
+    clear_next: bool,
 }
 
 /// The sending end of a ring.
@@ -244,8 +240,12 @@ impl Producer {
         if body > max_record_body(self.capacity) || header.len() > u8::MAX as usize {
             return Err(PushError::TooLarge);
         }
-        let Placement { pad, end } = self.place(body);
-        if !self.room_for(end) {
+        let Placement {
+            pad,
+            end,
+            clear_next,
+        } = self.place(body);
+        if !self.room_for(end, clear_next) {
             return Err(PushError::Full);
         }
         let mut position = self.tail;
@@ -268,6 +268,15 @@ impl Producer {
                 off += p.len();
             }
         }
+        if clear_next {
+            // The next record's header slot may hold body bytes of an earlier lap, which could
+            // by chance look like a header of this lap. Clearing it before publishing this
+            // record means the consumer, arriving there after reading this record, sees either
+            // "empty" or the next real header. Relaxed suffices: the Release below orders it.
+            let next = (end as usize) & self.mask;
+            // SAFETY: `next` is a 64-aligned record boundary inside the free space checked above.
+            unsafe { self.data.word(next) }.store(0, Ordering::Relaxed);
+        }
         let word = header_word(
             RECORD_HEADER + body,
             handler,
@@ -289,11 +298,13 @@ impl Producer {
             return false;
         }
         let p = self.place(body);
-        self.room_for(p.end)
+        self.room_for(p.end, p.clear_next)
     }
 
     /// Where the next record of `body` bytes goes: padding first if it would not fit before the
-    /// end, and the position after it.
+    /// end, the position after it, and whether the header slot after it
+    /// (inside the same lap) must be cleared before publishing — then those 8 bytes must be free
+    /// too.
     #[inline(always)]
     fn place(&self, body: usize) -> Placement {
         let need = align_record(RECORD_HEADER + body);
@@ -301,20 +312,24 @@ impl Producer {
         let to_end = self.capacity - idx;
         let pad = if to_end < need { to_end } else { 0 };
         let end = self.tail + (pad + need) as u64;
-        Placement { pad, end }
+        Placement {
+            pad,
+            end,
+            clear_next: end % self.capacity as u64 != 0,
+        }
     }
 
-    /// Whether everything up to `end` is free; reloads the consumer's index only when the
-    /// cached one says no.
+    /// Whether everything up to `end` (and the header slot after it, when it will be cleared)
+    /// is free; reloads the consumer's index only when the cached one says no.
     #[inline(always)]
-    fn room_for(&mut self, end: u64) -> bool {
-        if end - self.head_cache <= self.capacity as u64 {
+    fn room_for(&mut self, end: u64, clear_next: bool) -> bool {
+        let reach = end + if clear_next { RECORD_HEADER as u64 } else { 0 };
+        if reach - self.head_cache <= self.capacity as u64 {
             return true;
         }
-        // Acquire: the consumer's reads of the space we are about to reuse, and its zeroing of
-        // that space's line-start words, are done.
+        // Acquire: the consumer's reads of the space we are about to reuse are done.
         self.head_cache = self.indices().head.load(Ordering::Acquire);
-        end - self.head_cache <= self.capacity as u64
+        reach - self.head_cache <= self.capacity as u64
     }
 }
 
@@ -378,7 +393,8 @@ impl Consumer {
                 return Some(Err(CorruptRing));
             }
             if kind == KIND_PAD {
-                self.release(at, span);
+                self.head += span as u64;
+                self.indices().head.store(self.head, Ordering::Release);
                 continue;
             }
             if kind != KIND_MESSAGE || hlen > total - RECORD_HEADER {
@@ -393,27 +409,11 @@ impl Consumer {
                     f(handler, h, p)
                 })
             };
-            self.release(at, span);
+            self.head += span as u64;
+            // Release: our reads of the record happen before the producer may reuse its space.
+            self.indices().head.store(self.head, Ordering::Release);
             return Some(Ok(r));
         }
-    }
-
-    /// Hands the record at `at` of `span` bytes back to the producer, restoring the free-space
-    /// invariant first: every line-start word in it zero (see the module notes).
-    #[inline(always)]
-    fn release(&mut self, at: usize, span: usize) {
-        let mut line = at;
-        while line < at + span {
-            // Relaxed: the Release store of `head` below orders these before the producer, who
-            // acquires `head`, can reuse the space.
-            // SAFETY: `line` is 64-aligned inside the record we consumed, which is still ours.
-            unsafe { self.data.word(line) }.store(0, Ordering::Relaxed);
-            line += RECORD_ALIGN;
-        }
-        self.head += span as u64;
-        // Release: our reads of the record, and the zeroing above, happen before the producer
-        // may reuse its space.
-        self.indices().head.store(self.head, Ordering::Release);
     }
 }
 
@@ -485,13 +485,13 @@ mod tests {
         p.push(1, &[], &[&big]).unwrap(); // [1536, 3072)
         assert_eq!(p.push(1, &[], &[&big]), Err(PushError::Full));
         assert_eq!(pop(&mut c).unwrap().2, big.to_vec());
-        // 1536 free at the front, 1024 at the end: a 1536-byte record pads to the start and
-        // fills it exactly; then nothing more fits.
-        let other = [8u8; 1500];
-        p.push(2, &[], &[&other]).unwrap();
-        assert_eq!(p.push(3, &[], &[b"x"]), Err(PushError::Full));
+        // 1536 free at the front, 1024 at the end: a 1408-byte record pads to the start (a
+        // 1536-byte one would not fit: the header slot after it must be free to be cleared).
+        let smaller = [8u8; 1400];
+        assert_eq!(p.push(2, &[], &[&big]), Err(PushError::Full));
+        p.push(2, &[], &[&smaller]).unwrap();
         assert_eq!(pop(&mut c).unwrap().0, 1);
-        assert_eq!(pop(&mut c).unwrap(), (2, vec![], other.to_vec()));
+        assert_eq!(pop(&mut c).unwrap(), (2, vec![], smaller.to_vec()));
         assert!(pop(&mut c).is_none());
         // Many laps: stale records of earlier laps must never be read again.
         for round in 0..50u32 {
