@@ -52,18 +52,18 @@ impl<T: AmTransport> P2p<T> for Am {
     #[inline(always)]
     fn irecv<P: Partner>(cx: &mut Cx<'_, T, P>, req: ReqHandle) -> Result<()> {
         let core = &mut *cx.core;
-        let r = core.request_mut(req)?;
-        let want = match &r.kind {
-            RequestKind::Recv(r) => r.want,
-            _ => return Err(Error::new(ErrorKind::Internal, "irecv on a send request")),
+        let Some(r) = core.requests.get_mut(req).and_then(Request::recv_mut) else {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                "irecv on a missing or send request",
+            ));
         };
+        let want = r.want;
         match core.unexpected.take_match(&want) {
             Some((_, env, msg)) => match_unexpected(core, req, env, msg),
             None => {
-                let id = core.posted.post(want, req);
-                if let Some(r) = core.requests.get_mut(req).and_then(Request::recv_mut) {
-                    r.posted = Some(id);
-                }
+                // The queues and the pool are separate fields: post while holding the request.
+                r.posted = Some(core.posted.post(want, req));
                 Ok(())
             }
         }
@@ -893,13 +893,26 @@ impl<'a, T: AmTransport, P: Partner> Dispatch<'a, T, P> {
             tag: hdr.tag,
         };
         while let Some((_, _, req)) = self.core.posted.take_match(&env) {
-            let partnered = match self.core.requests.get_mut(req).and_then(Request::recv_mut) {
-                Some(r) => {
-                    r.posted = None;
-                    r.partnered
-                }
-                None => continue,
+            let Some(r) = self.core.requests.get_mut(req) else {
+                continue;
             };
+            let RequestKind::Recv(rs) = &mut r.kind else {
+                continue;
+            };
+            rs.posted = None;
+            let partnered = rs.partnered;
+            if eager && !partnered {
+                // The common case, with one request lookup: copy, set the status, complete.
+                let written = rs.buf.write_at(0, payload);
+                let mut status = Status::ok(env.source, env.tag, written);
+                status.error = completion_error(hdr.flags, payload.len(), written);
+                r.status = status;
+                r.complete = true;
+                if hdr.flags & msg_flags::SYNC != 0 {
+                    ack(self.core, self.route, src, handler::SYNC_ACK, hdr.sreq, 0)?;
+                }
+                return Ok(());
+            }
             // An ANY_SOURCE receive also posted in a natively matching netmod: take it only if
             // its netmod half can still be cancelled; otherwise the netmod matched it first.
             if partnered && !self.partner.cancel_partner(self.core, req)? {
