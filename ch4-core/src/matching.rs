@@ -231,6 +231,88 @@ fn tidy<K>(map: &mut FxHashMap<K, Ends>, live: usize) {
     }
 }
 
+/// The posted queue's bins: one kept in a field — the envelope most recently posted to while
+/// its bin was free — and the rest in a hash map. A window of receives with one envelope (the
+/// message-rate pattern: 64 irecvs from one peer, one tag) then posts and matches without
+/// hashing at all. Invariant: a key is the hot one or in the map, never both.
+#[derive(Debug, Clone)]
+struct PostedBins {
+    hot_key: Envelope,
+    hot: Ends,
+    map: FxHashMap<Envelope, Ends>,
+}
+
+impl PostedBins {
+    /// No real envelope has these fields (tags and sources are never below -2).
+    const NO_KEY: Envelope = Envelope {
+        context: u32::MAX,
+        source: i32::MIN,
+        tag: i32::MIN,
+    };
+
+    fn new() -> Self {
+        PostedBins {
+            hot_key: Self::NO_KEY,
+            hot: Ends::EMPTY,
+            map: FxHashMap::default(),
+        }
+    }
+
+    #[inline(always)]
+    fn get(&self, key: &Envelope) -> Option<&Ends> {
+        if *key == self.hot_key {
+            Some(&self.hot)
+        } else {
+            self.map.get(key)
+        }
+    }
+
+    #[inline(always)]
+    fn get_mut(&mut self, key: &Envelope) -> Option<&mut Ends> {
+        if *key == self.hot_key {
+            Some(&mut self.hot)
+        } else {
+            self.map.get_mut(key)
+        }
+    }
+
+    /// The bin of `key`, created empty if needed; becomes the hot one when the hot bin is free.
+    #[inline(always)]
+    fn entry(&mut self, key: Envelope) -> &mut Ends {
+        if key == self.hot_key {
+            return &mut self.hot;
+        }
+        self.entry_cold(key)
+    }
+
+    #[inline(never)]
+    fn entry_cold(&mut self, key: Envelope) -> &mut Ends {
+        if self.hot.head == NIL {
+            self.hot = self.map.remove(&key).unwrap_or(Ends::EMPTY);
+            self.hot_key = key;
+            return &mut self.hot;
+        }
+        self.map.entry(key).or_insert(Ends::EMPTY)
+    }
+
+    /// See [`tidy`]; the hot bin is a field and costs nothing to keep.
+    #[inline(always)]
+    fn tidy(&mut self, live: usize) {
+        tidy(&mut self.map, live);
+    }
+
+    /// Whether no bin holds a receive and the map keeps no emptied bins.
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.map.is_empty() && self.hot.head == NIL
+    }
+
+    #[cfg(test)]
+    fn capacity(&self) -> usize {
+        self.map.capacity()
+    }
+}
+
 /// Which of the four wildcard shapes an envelope has: bit 1 = any source, bit 0 = any tag.
 #[inline(always)]
 fn shape(env: &Envelope) -> usize {
@@ -258,7 +340,7 @@ pub struct PostedQueue<P> {
     /// and matching touch no hash map at all. Invariant: `solo != NIL` implies it is the only
     /// entry, so order is trivially kept; a second post first moves it into its bin.
     solo: u32,
-    bins: FxHashMap<Envelope, Ends>,
+    bins: PostedBins,
     /// Live receives per [`shape`], so a message skips the lookups of shapes nobody posted
     /// (typically all three wildcard ones).
     shape_count: [usize; 4],
@@ -276,7 +358,7 @@ impl<P> PostedQueue<P> {
         PostedQueue {
             slab: Slab::new(),
             solo: NIL,
-            bins: FxHashMap::default(),
+            bins: PostedBins::new(),
             shape_count: [0; 4],
         }
     }
@@ -294,7 +376,7 @@ impl<P> PostedQueue<P> {
         }
         self.spill_solo();
         let id = self.slab.insert(want, payload);
-        let ends = self.bins.entry(want).or_insert(Ends::EMPTY);
+        let ends = self.bins.entry(want);
         self.slab.push_back(0, ends, id.index);
         self.shape_count[shape(&want)] += 1;
         PostedId(id)
@@ -328,7 +410,7 @@ impl<P> PostedQueue<P> {
             let id = PostedId(self.slab.id_of(index));
             let (env, payload) = self.slab.release(index)?;
             self.shape_count[0] -= 1;
-            tidy(&mut self.bins, self.slab.len);
+            self.bins.tidy(self.slab.len);
             return Some((id, env, payload));
         }
         let keys = [
@@ -383,7 +465,7 @@ impl<P> PostedQueue<P> {
             let index = self.solo;
             self.solo = NIL;
             let env = self.slab.meta[index as usize].env;
-            let ends = self.bins.entry(env).or_insert(Ends::EMPTY);
+            let ends = self.bins.entry(env);
             self.slab.push_back(0, ends, index);
             self.shape_count[shape(&env)] += 1;
         }
@@ -413,10 +495,14 @@ impl<P> PostedQueue<P> {
 
     fn unlink_release(&mut self, index: u32) -> Option<(Envelope, P)> {
         let env = self.slab.meta.get(index as usize)?.env;
-        self.slab.unlink_keyed(0, &mut self.bins, env, index);
+        if let Some(ends) = self.bins.get_mut(&env) {
+            self.slab.unlink(0, ends, index);
+        } else {
+            debug_assert!(false, "posted node {index} is not in its bin");
+        }
         let out = self.slab.release(index)?;
         self.shape_count[shape(&env)] -= 1;
-        tidy(&mut self.bins, self.slab.len);
+        self.bins.tidy(self.slab.len);
         Some(out)
     }
 }
