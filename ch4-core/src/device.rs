@@ -489,7 +489,12 @@ impl<N: Netmod, S: Shm> Device<N, S> {
     /// Drives progress until `h` completes, frees it, and returns its status. A status that
     /// carries an error (truncation, ready-send without receive, peer failure) is returned as
     /// that error; use [`Device::wait_status`] to see such statuses as values.
+    #[inline]
     pub fn wait(&mut self, h: ReqHandle) -> Result<Status> {
+        // The completed-at-once case without entering the progress loop.
+        if let Some(st) = self.take_if_complete(h)? {
+            return status_result(st);
+        }
         status_result(self.wait_status(h)?)
     }
 
