@@ -37,16 +37,19 @@ done
 data="$(mktemp -d)"
 trap 'rm -rf "$data"' EXIT
 ch4=target/release/examples
+# Every contender pinned one rank per core: ch4's self-launch does it by default (CH4_BIND),
+# Hydra and Open MPI are asked to.
+mpich=(mpiexec.mpich -bind-to core -n 2)
 ompi=(mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to core -n 2)
 
 for r in $(seq "$reps"); do
     echo "round $r/$reps" >&2
     "$ch4/osu_latency" -m 0:64 -i 30000 -x 3000 | grep -E '^(0|1|8|64) ' >>"$data/lat.ch4"
-    mpiexec.mpich -n 2 "$out/latency.mpich" >>"$data/lat.mpich"
+    "${mpich[@]}" "$out/latency.mpich" >>"$data/lat.mpich"
     "${ompi[@]}" "$out/latency.ompi" >>"$data/lat.ompi"
     "$ch4/osu_bw" -m 8:8 -i 3000 | grep -v '^#' | awk '{print $1, $3}' >>"$data/rate.ch4"
     "$ch4/osu_bw" -m 65536:4194304 -i 100 | grep -E '^(65536|1048576|4194304) ' >>"$data/bw.ch4"
-    mpiexec.mpich -n 2 "$out/bandwidth.mpich" 100 >"$data/b.mpich"
+    "${mpich[@]}" "$out/bandwidth.mpich" 100 >"$data/b.mpich"
     "${ompi[@]}" "$out/bandwidth.ompi" 100 >"$data/b.ompi"
     for v in mpich ompi; do
         awk '$1 == 8 {print $1, $3}' "$data/b.$v" >>"$data/rate.$v"

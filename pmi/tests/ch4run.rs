@@ -74,6 +74,54 @@ fn environment_reaches_every_rank() {
     assert!(r.stdout.contains("local=1"), "{}", r.stdout);
 }
 
+/// The CPUs a rank may run on, as `/proc/self/status` lists them, one line per rank.
+fn affinity_of_ranks(ranks: &str, bind: &str) -> (common::Run, Vec<String>) {
+    let mut cmd = Command::new(common::CH4RUN);
+    cmd.args(["-n", ranks, "-l", "--bind-to", bind, "--", "sh", "-c"])
+        .arg("grep Cpus_allowed_list /proc/self/status");
+    let r = run(cmd, LIMIT);
+    let mut lists: Vec<String> = r
+        .stdout
+        .lines()
+        .filter_map(|l| l.split_whitespace().last().map(str::to_string))
+        .collect();
+    lists.sort();
+    (r, lists)
+}
+
+#[test]
+fn bind_to_core_gives_each_rank_its_own_cpu_when_there_are_enough() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let (r, lists) = affinity_of_ranks("2", "core");
+    assert!(r.status.success(), "{}", r.stderr);
+    assert_eq!(lists.len(), 2, "{}", r.stdout);
+    if cpus >= 2 {
+        assert!(
+            lists.iter().all(|l| l.parse::<usize>().is_ok()) && lists[0] != lists[1],
+            "each rank on one CPU of its own: {lists:?}"
+        );
+    }
+    // More ranks than CPUs: nobody is bound, and the launcher says so.
+    let many = (cpus + 1).to_string();
+    let (r, lists) = affinity_of_ranks(&many, "core");
+    assert!(r.status.success(), "{}", r.stderr);
+    assert!(r.stderr.contains("not binding"), "{}", r.stderr);
+    assert!(
+        lists
+            .iter()
+            .all(|l| l.parse::<usize>().is_err() || cpus == 1),
+        "{lists:?}"
+    );
+    // And `none` leaves placement alone.
+    let (_, lists) = affinity_of_ranks("2", "none");
+    assert!(
+        lists
+            .iter()
+            .all(|l| l.parse::<usize>().is_err() || cpus == 1),
+        "{lists:?}"
+    );
+}
+
 #[test]
 fn a_rank_exiting_non_zero_fails_the_job_and_is_named() {
     let r = run(

@@ -61,6 +61,10 @@ pub const DEFAULT_GRACE: Duration = Duration::from_millis(500);
 /// that keeps a rank whose PMI variables were lost from launching a job of its own.
 pub const SELF_LAUNCHED_VAR: &str = "CH4_SELF_LAUNCHED";
 
+/// Chooses [`LaunchOptions::bind`] for [`self_launch`]: `core` or `none`; unset, ranks are bound
+/// when there are enough CPUs ([`Bind::Auto`]).
+pub const BIND_VAR: &str = "CH4_BIND";
+
 /// How often the main loop checks for exited ranks and signals; bounds failure detection.
 const TICK: Duration = Duration::from_millis(10);
 
@@ -122,6 +126,33 @@ pub struct LaunchOptions {
     pub program: OsString,
     /// Its arguments.
     pub args: Vec<OsString>,
+    /// Whether each rank is pinned to a CPU of its own.
+    pub bind: Bind,
+}
+
+/// Rank placement on CPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bind {
+    /// Leave placement to the kernel (Hydra's default).
+    None,
+    /// Rank `i` on the `i`-th CPU the launcher may use (Open MPI's default for small jobs), when
+    /// there are at least as many CPUs as ranks; otherwise, unbound. Keeps a rank from moving
+    /// between cores and two ranks from sharing one while the scheduler settles — what makes
+    /// the first sizes of a latency benchmark slower than the rest.
+    Core,
+    /// As `Core`, but without a word when there are too few CPUs: [`self_launch`]'s default.
+    Auto,
+}
+
+impl std::str::FromStr for Bind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Bind, String> {
+        match s.trim() {
+            "none" => Ok(Bind::None),
+            "core" => Ok(Bind::Core),
+            other => Err(format!("unknown binding {other:?} (core or none)")),
+        }
+    }
 }
 
 impl LaunchOptions {
@@ -136,6 +167,7 @@ impl LaunchOptions {
             grace: DEFAULT_GRACE,
             program: program.into(),
             args,
+            bind: Bind::None,
         }
     }
 }
@@ -193,6 +225,24 @@ pub fn run(opts: &LaunchOptions) -> Result<i32> {
         pmi_failure: None,
         forwarders: Vec::new(),
         stdin: None,
+        cpus: match opts.bind {
+            Bind::Core | Bind::Auto => {
+                let cpus = sys::allowed_cpus();
+                if cpus.len() >= opts.ranks as usize {
+                    cpus
+                } else if opts.bind == Bind::Auto {
+                    Vec::new()
+                } else {
+                    say!(
+                        "ch4run: {} ranks on {} CPUs: not binding ranks to cores",
+                        opts.ranks,
+                        cpus.len()
+                    );
+                    Vec::new()
+                }
+            }
+            Bind::None => Vec::new(),
+        },
     };
     let port = if opts.pmi_port {
         let listener = TcpListener::bind("127.0.0.1:0")
@@ -252,6 +302,12 @@ pub fn self_launch(ranks: u32) -> Result<()> {
     })?;
     let mut opts = LaunchOptions::new(ranks, program, std::env::args_os().skip(1).collect());
     opts.env.push((SELF_LAUNCHED_VAR.into(), "1".into()));
+    opts.bind = match std::env::var(BIND_VAR) {
+        Ok(v) => v
+            .parse()
+            .map_err(|e: String| Error::new(ErrorKind::Environment, format!("{BIND_VAR}: {e}")))?,
+        Err(_) => Bind::Auto,
+    };
     let code = run(&opts)?;
     let _ = io::stdout().flush();
     std::process::exit(code)
@@ -368,9 +424,15 @@ struct Job<'a> {
     pmi_failure: Option<(String, Instant)>,
     forwarders: Vec<thread::JoinHandle<()>>,
     stdin: Option<StdinPump>,
+    /// The CPU of each rank when binding (empty: unbound).
+    cpus: Vec<usize>,
 }
 
 impl Job<'_> {
+    fn cpu_of(&self, rank: u32) -> Option<usize> {
+        self.cpus.get(rank as usize).copied()
+    }
+
     /// Starts one rank with its PMI connection and output forwarding.
     fn spawn(&mut self, rank: u32, port: Option<&str>) -> std::result::Result<(), String> {
         let opts = self.opts;
@@ -389,7 +451,7 @@ impl Job<'_> {
         match port {
             Some(addr) => {
                 cmd.env("PMI_PORT", addr).env("PMI_ID", rank.to_string());
-                sys::prepare_rank(&mut cmd, None);
+                sys::prepare_rank(&mut cmd, None, self.cpu_of(rank));
             }
             None => {
                 let (ours, theirs) = UnixStream::pair()
@@ -409,7 +471,7 @@ impl Job<'_> {
                 cmd.env("PMI_FD", theirs.as_raw_fd().to_string())
                     .env("PMI_RANK", rank.to_string())
                     .env("PMI_SIZE", opts.ranks.to_string());
-                sys::prepare_rank(&mut cmd, Some(theirs.as_raw_fd()));
+                sys::prepare_rank(&mut cmd, Some(theirs.as_raw_fd()), self.cpu_of(rank));
                 child_end = Some(theirs);
             }
         }

@@ -170,13 +170,37 @@ pub fn stdin_is_background_tty() -> bool {
     unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) != libc::getpgrp() }
 }
 
+/// The CPUs this process may run on, in ascending order (empty if the kernel will not say).
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: an all-zero cpu_set_t is a valid empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is a writable cpu_set_t of the size passed; pid 0 means this thread.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if r != 0 {
+        return Vec::new();
+    }
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: CPU_ISSET reads bit `c` of `set`, and `c` < CPU_SETSIZE.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect()
+}
+
 /// Prepares a rank's `Command`: own process group, killed with SIGKILL if the launcher dies
-/// (even by SIGKILL, when no cleanup code runs), and `pmi_fd` inherited across exec.
+/// (even by SIGKILL, when no cleanup code runs), `pmi_fd` inherited across exec, and bound to
+/// `cpu` when one is given (best effort: a CPU that went away leaves the rank unbound).
 ///
 /// Call from the thread that stays alive for the job's lifetime (the one running the job):
 /// Linux sends the parent-death signal when the *thread* that forked exits.
-pub fn prepare_rank(cmd: &mut Command, pmi_fd: Option<RawFd>) {
+pub fn prepare_rank(cmd: &mut Command, pmi_fd: Option<RawFd>, cpu: Option<usize>) {
     cmd.process_group(0);
+    // Built here, before the fork: the child must not allocate or compute much.
+    let affinity = cpu.filter(|&c| c < libc::CPU_SETSIZE as usize).map(|c| {
+        // SAFETY: an all-zero cpu_set_t is a valid empty set.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: sets bit `c` of `set`; `c` < CPU_SETSIZE was checked above.
+        unsafe { libc::CPU_SET(c, &mut set) };
+        set
+    });
     // SAFETY: getpid takes no arguments and cannot fail.
     let parent = unsafe { libc::getpid() };
     let hook = move || -> io::Result<()> {
@@ -191,6 +215,12 @@ pub fn prepare_rank(cmd: &mut Command, pmi_fd: Option<RawFd>) {
             // A raw errno: the child must not allocate, and std reports only the errno.
             return Err(io::Error::from_raw_os_error(libc::ESRCH));
         }
+        if let Some(set) = &affinity {
+            // Best effort; the result is deliberately ignored (the rank then runs unbound).
+            // SAFETY: sched_setaffinity on this process with a cpu_set_t of the size passed;
+            // a plain, async-signal-safe system call.
+            unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) };
+        }
         if let Some(fd) = pmi_fd {
             // The socket was created close-on-exec (so no other rank inherits it); clear the
             // flag for this rank only.
@@ -202,8 +232,8 @@ pub fn prepare_rank(cmd: &mut Command, pmi_fd: Option<RawFd>) {
         Ok(())
     };
     // SAFETY: the hook runs in the forked child before exec. It allocates nothing, takes no
-    // locks and only makes async-signal-safe system calls (prctl, getppid, fcntl), which is
-    // what `pre_exec` requires.
+    // locks and only makes async-signal-safe system calls (prctl, getppid, sched_setaffinity,
+    // fcntl), which is what `pre_exec` requires.
     unsafe { cmd.pre_exec(hook) };
 }
 

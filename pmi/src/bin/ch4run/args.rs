@@ -3,7 +3,7 @@
 use std::ffi::{OsStr, OsString};
 use std::time::Duration;
 
-use pmi::launch::{LaunchOptions, DEFAULT_GRACE, MAX_RANKS};
+use pmi::launch::{Bind, LaunchOptions, DEFAULT_GRACE, MAX_RANKS};
 
 /// The outcome of parsing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,6 +27,7 @@ options:
   -l, --prefix-output prefix every line of output with \"[rank] \"
   --pmi-port          serve PMI over TCP (PMI_PORT/PMI_ID) instead of inherited sockets
   --grace-ms MS       time ranks get between SIGTERM and SIGKILL on teardown (default 500)
+  --bind-to core|none pin rank i to the i-th usable CPU when there are enough (default none)
   -h, --help          show this help
 
 When a rank fails (non-zero exit, killed by a signal, or PMI abort), the other ranks are
@@ -41,6 +42,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, String>
     let mut prefix_output = false;
     let mut pmi_port = false;
     let mut grace = DEFAULT_GRACE;
+    let mut bind = Bind::None;
     let program = loop {
         let Some(arg) = args.next() else {
             return Err("no program given".into());
@@ -79,6 +81,14 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, String>
                     .ok_or_else(|| format!("--grace-ms: {v:?} is not a number of milliseconds"))?;
                 grace = Duration::from_millis(ms);
             }
+            "--bind-to" => {
+                let v = value(opt)?;
+                bind = v
+                    .to_str()
+                    .ok_or_else(|| format!("--bind-to: {v:?} is not core or none"))?
+                    .parse()
+                    .map_err(|e| format!("--bind-to: {e}"))?;
+            }
             "--" => match args.next() {
                 Some(p) => break p,
                 None => return Err("no program given after --".into()),
@@ -98,6 +108,7 @@ pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Parsed, String>
         grace,
         program,
         args: args.collect(),
+        bind,
     }))
 }
 
@@ -143,6 +154,11 @@ mod tests {
         assert_eq!(o.args, ["-x", "--", "y"]);
         assert!(!o.prefix_output && !o.pmi_port);
         assert_eq!(o.grace, DEFAULT_GRACE);
+        assert_eq!(o.bind, Bind::None);
+        assert_eq!(run(&["-n", "2", "--bind-to", "core", "p"]).bind, Bind::Core);
+        assert!(p(&["-n", "2", "--bind-to", "socket", "p"])
+            .unwrap_err()
+            .contains("socket"));
     }
 
     #[test]
