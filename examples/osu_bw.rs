@@ -62,18 +62,19 @@ fn main() -> Result<()> {
             }
             if me == 0 {
                 ctx.scope(|s| {
-                    let reqs = (0..window)
-                        .map(|_| w.isend(s, &sbuf[..size], 1, 100))
-                        .collect::<Result<Vec<_>>>()?;
+                    let mut reqs = Vec::with_capacity(window);
+                    for _ in 0..window {
+                        reqs.push(w.isend(s, &sbuf[..size], 1, 100)?);
+                    }
                     s.wait_all(reqs).map(drop)
                 })?;
                 w.recv(&mut [0u8; 4], 1, 101)?;
             } else {
                 ctx.scope(|s| {
-                    let reqs = rbufs
-                        .iter_mut()
-                        .map(|b| w.irecv(s, &mut b[..size], 0, 100))
-                        .collect::<Result<Vec<_>>>()?;
+                    let mut reqs = Vec::with_capacity(window);
+                    for b in rbufs.iter_mut() {
+                        reqs.push(w.irecv(s, &mut b[..size], 0, 100)?);
+                    }
                     s.wait_all(reqs).map(drop)
                 })?;
                 w.send(&[0u8; 4], 0, 101)?;
