@@ -108,22 +108,28 @@ fn an_example_started_alone_launches_itself() {
     );
 }
 
-#[test]
-fn stress_over_shared_memory_loses_nothing() {
-    let dir = built();
-    let out = Command::new(dir.join("ch4run"))
-        .args(["-n", "3"])
-        .arg(dir.join("examples/shm_stress"))
-        .args(["-m", "4000", "--max-size", "300000"])
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+/// Runs a `shm_stress` job through `cmd` and returns its output, once the job succeeded and
+/// checked every message.
+fn stress(mut cmd: Command) -> String {
+    let out = cmd.output().expect("the stress job starts");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("all in order"), "{stdout}");
+    stdout
+}
+
+#[test]
+fn stress_over_shared_memory_loses_nothing() {
+    let dir = built();
+    let mut cmd = Command::new(dir.join("ch4run"));
+    cmd.args(["-n", "3"])
+        .arg(dir.join("examples/shm_stress"))
+        .args(["-m", "4000", "--max-size", "300000"]);
+    let stdout = stress(cmd);
     assert_eq!(
         stdout.matches("single-copy reads on").count(),
         3,
@@ -137,21 +143,13 @@ fn stress_over_shared_memory_loses_nothing() {
 #[test]
 fn stress_without_ptrace_rights_falls_back_to_streaming() {
     let dir = built();
-    let out = Command::new("setpriv")
-        .args(["--inh-caps=-sys_ptrace", "--bounding-set=-sys_ptrace", "--"])
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--inh-caps=-sys_ptrace", "--bounding-set=-sys_ptrace", "--"])
         .arg(dir.join("ch4run"))
         .args(["-n", "3"])
         .arg(dir.join("examples/shm_stress"))
-        .args(["-m", "2000", "--max-size", "300000", "--undumpable"])
-        .output()
-        .expect("setpriv (util-linux) runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(stdout.contains("all in order"), "{stdout}");
+        .args(["-m", "2000", "--max-size", "300000", "--undumpable"]);
+    let stdout = stress(cmd);
     assert_eq!(
         stdout.matches("single-copy reads off").count(),
         3,
