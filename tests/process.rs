@@ -137,6 +137,29 @@ fn stress_over_shared_memory_loses_nothing() {
     );
 }
 
+/// The stress test at full size: over a million messages of 0 B-300 KB (eager, single-copy and
+/// streamed rendezvous all take part) through three processes, every byte checked. Optimized
+/// binaries: the byte checks alone take minutes in a debug build.
+#[test]
+fn a_million_messages_over_shared_memory() {
+    let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["build", "-q", "--release", "-p", "pmi", "--bin", "ch4run"])
+        .args(["-p", "ch4", "--example", "shm_stress"])
+        .status()
+        .expect("run cargo build --release");
+    assert!(st.success(), "building the optimized stress job failed");
+    let release = bin_dir()
+        .parent()
+        .expect("target/<profile>")
+        .join("release");
+    let mut cmd = Command::new(release.join("ch4run"));
+    cmd.args(["-n", "3"])
+        .arg(release.join("examples/shm_stress"))
+        .args(["-m", "350000", "--max-size", "300000"]);
+    let stdout = stress(cmd);
+    assert!(stdout.contains("350000 messages each way"), "{stdout}");
+}
+
 /// Where the kernel refuses cross-memory reads (here: ranks marked non-dumpable, launched
 /// without CAP_SYS_PTRACE — what Yama's ptrace_scope does to sibling processes), the first read
 /// fails with EPERM, single copy switches off, and every large message still arrives, streamed.
