@@ -213,7 +213,7 @@ impl AmTransport for ShmTransport {
         self.max_payload
     }
 
-    #[inline]
+    #[inline(always)]
     fn am_send(
         &mut self,
         dest: Gpid,
