@@ -83,14 +83,29 @@ fn io_err(what: &str, path: &Path, e: std::io::Error) -> Error {
     )
 }
 
+/// Segments up to this size are populated when mapped (see [`map_options`]).
+const POPULATE_MAX: usize = 128 << 20;
+
+/// How a segment is mapped. Up to [`POPULATE_MAX`] bytes the mapping is populated
+/// (MAP_POPULATE): the rings' pages are faulted in at start-up rather than one by one on the
+/// first lap of traffic, where each fault costs a message a microsecond or more. A larger
+/// segment (hundreds of local ranks: the rings grow with their square) is left to fault in as
+/// pairs actually talk, so pairs that never do cost no memory.
+fn map_options(size: usize) -> MmapOptions {
+    let mut o = MmapOptions::new();
+    if size <= POPULATE_MAX {
+        o.populate();
+    }
+    o
+}
+
 impl Segment {
     /// A segment in anonymous memory, for ranks that are threads of this process.
     pub fn anonymous(ranks: usize, capacity: usize) -> Result<Segment> {
         check_params(ranks, capacity)?;
         let size = segment_size(ranks, capacity)?;
-        let map = MmapOptions::new()
+        let map = map_options(size)
             .len(size)
-            .populate()
             .map_anon()
             .map_err(|e| {
                 Error::new(
@@ -122,12 +137,9 @@ impl Segment {
             .map_err(|e| io_err("creating shared segment", path, e))?;
         file.set_len(size as u64)
             .map_err(|e| io_err("sizing shared segment", path, e))?;
-        // Every mapping is populated (MAP_POPULATE): the rings' pages are faulted in here, at
-        // start-up, not one by one on the first lap of traffic, where each fault costs a
-        // message a microsecond or more.
         // SAFETY: we created the file exclusively; other processes map it only through this
         // module, which accesses the memory through atomics and the ring protocol.
-        let map = unsafe { MmapOptions::new().populate().map_mut(&file) }
+        let map = unsafe { map_options(size).map_mut(&file) }
             .map_err(|e| io_err("mapping shared segment", path, e))?;
         let seg = Segment {
             map,
@@ -162,7 +174,7 @@ impl Segment {
             ));
         }
         // SAFETY: as in `create`; the size was checked so every offset we compute is in bounds.
-        let map = unsafe { MmapOptions::new().populate().map_mut(&file) }
+        let map = unsafe { map_options(size).map_mut(&file) }
             .map_err(|e| io_err("mapping shared segment", path, e))?;
         let seg = Segment {
             map,
