@@ -180,6 +180,39 @@ fn stress_without_ptrace_rights_falls_back_to_streaming() {
     );
 }
 
+/// A /dev/shm too small for the node's segment (Docker's default is 64 MiB) is a clear error at
+/// start-up naming the fix, not a SIGBUS when a ring first touches a page tmpfs cannot supply.
+/// Needs root, for a private mount namespace with a 1 MiB tmpfs over /dev/shm.
+#[test]
+fn a_full_dev_shm_is_a_clear_error_at_start() {
+    let can_unshare = Command::new("unshare")
+        .args(["-m", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !can_unshare {
+        println!("skipped: cannot create a mount namespace here (needs root and util-linux)");
+        return;
+    }
+    let dir = built();
+    let script = format!(
+        "mount -t tmpfs -o size=1m tmpfs /dev/shm && exec {} -n 2 {}",
+        dir.join("ch4run").display(),
+        dir.join("examples/ring").display()
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .env("CH4_SHM_RING_SIZE", "1048576") // four 1 MiB rings: more than the 1 MiB tmpfs
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("cannot reserve") && stderr.contains("CH4_SHM_RING_SIZE"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("SIGBUS"), "{stderr}");
+}
+
 #[test]
 fn kill_9_of_a_rank_ends_the_job_and_leaves_nothing_behind() {
     let dir = built();

@@ -10,7 +10,8 @@
 //! /dev/shm (mode 0600) created by the node's first rank and unlinked as soon as every local rank
 //! has mapped it; for ranks as threads it is anonymous memory.
 
-use std::fs::OpenOptions;
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -83,6 +84,62 @@ fn io_err(what: &str, path: &Path, e: std::io::Error) -> Error {
     )
 }
 
+/// Makes sure the memory of a new segment file exists, so that a full /dev/shm (Docker gives
+/// containers 64 MiB by default) is a clear error at start-up and not a SIGBUS when a ring first
+/// touches a page that tmpfs cannot supply. Segments that are populated anyway get their pages
+/// now (`posix_fallocate`); larger ones, which fault in lazily, must at least fit in the free
+/// space.
+fn reserve(file: &File, size: usize, path: &Path) -> Result<()> {
+    if size <= POPULATE_MAX {
+        let len = libc::off_t::try_from(size).unwrap_or(libc::off_t::MAX);
+        // SAFETY: posix_fallocate on a descriptor we own, for the range [0, size); it touches
+        // no memory of ours.
+        let r = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+        return match r {
+            0 => Ok(()),
+            // Filesystems without fallocate: fall back to the free-space check.
+            libc::EOPNOTSUPP | libc::EINVAL => check_free_space(file, size, path),
+            errno => Err(no_room(
+                path,
+                size,
+                std::io::Error::from_raw_os_error(errno),
+            )),
+        };
+    }
+    check_free_space(file, size, path)
+}
+
+fn check_free_space(file: &File, size: usize, path: &Path) -> Result<()> {
+    // SAFETY: an all-zero statvfs is a valid value to be overwritten.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatvfs writes one statvfs into `st`, a valid, writable value of this frame.
+    if unsafe { libc::fstatvfs(file.as_raw_fd(), &mut st) } != 0 {
+        return Ok(()); // cannot tell; mapping will show
+    }
+    let free = (st.f_bavail as u128) * (st.f_frsize as u128);
+    if free < size as u128 {
+        return Err(no_room(
+            path,
+            size,
+            std::io::Error::other(format!("{free} bytes free")),
+        ));
+    }
+    Ok(())
+}
+
+fn no_room(path: &Path, size: usize, e: std::io::Error) -> Error {
+    Error::new(
+        ErrorKind::Exhausted,
+        format!(
+            "cannot reserve {size} bytes for the shared segment {} ({e}): give {} more room \
+             (docker run --shm-size), or lower CH4_SHM_RING_SIZE",
+            path.display(),
+            path.parent()
+                .map_or_else(|| "/dev/shm".into(), |p| p.display().to_string())
+        ),
+    )
+}
+
 /// Segments up to this size are populated when mapped (see [`map_options`]).
 const POPULATE_MAX: usize = 128 << 20;
 
@@ -104,15 +161,12 @@ impl Segment {
     pub fn anonymous(ranks: usize, capacity: usize) -> Result<Segment> {
         check_params(ranks, capacity)?;
         let size = segment_size(ranks, capacity)?;
-        let map = map_options(size)
-            .len(size)
-            .map_anon()
-            .map_err(|e| {
-                Error::new(
-                    ErrorKind::Exhausted,
-                    format!("anonymous map of {size} bytes: {e}"),
-                )
-            })?;
+        let map = map_options(size).len(size).map_anon().map_err(|e| {
+            Error::new(
+                ErrorKind::Exhausted,
+                format!("anonymous map of {size} bytes: {e}"),
+            )
+        })?;
         let seg = Segment {
             map,
             ranks,
@@ -135,8 +189,14 @@ impl Segment {
             .mode(0o600)
             .open(path)
             .map_err(|e| io_err("creating shared segment", path, e))?;
-        file.set_len(size as u64)
-            .map_err(|e| io_err("sizing shared segment", path, e))?;
+        let sized = file
+            .set_len(size as u64)
+            .map_err(|e| io_err("sizing shared segment", path, e))
+            .and_then(|()| reserve(&file, size, path));
+        if let Err(e) = sized {
+            let _ = std::fs::remove_file(path);
+            return Err(e);
+        }
         // SAFETY: we created the file exclusively; other processes map it only through this
         // module, which accesses the memory through atomics and the ring protocol.
         let map = unsafe { map_options(size).map_mut(&file) }
@@ -159,7 +219,20 @@ impl Segment {
             .read(true)
             .write(true)
             .open(path)
-            .map_err(|e| io_err("opening shared segment", path, e))?;
+            .map_err(|e| {
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    Error::new(
+                        ErrorKind::Transport,
+                        format!(
+                            "shared segment {} does not exist: the node's first rank could not \
+                             create it (see its error)",
+                            path.display()
+                        ),
+                    )
+                } else {
+                    io_err("opening shared segment", path, e)
+                }
+            })?;
         let len = file
             .metadata()
             .map_err(|e| io_err("inspecting shared segment", path, e))?
