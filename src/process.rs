@@ -235,7 +235,7 @@ fn node_segment(
     client.barrier().map_err(pmi_err)?;
     let seg = match created {
         Some(s) => s,
-        None => Segment::attach(&path, ranks, cfg.ring_capacity),
+        None => Segment::attach(&path, ranks),
     };
     client.barrier().map_err(pmi_err)?;
     let seg = seg?;

@@ -180,34 +180,54 @@ fn stress_without_ptrace_rights_falls_back_to_streaming() {
     );
 }
 
-/// A /dev/shm too small for the node's segment (Docker's default is 64 MiB) is a clear error at
-/// start-up naming the fix, not a SIGBUS when a ring first touches a page tmpfs cannot supply.
-/// Needs root, for a private mount namespace with a 1 MiB tmpfs over /dev/shm.
-#[test]
-fn a_full_dev_shm_is_a_clear_error_at_start() {
+/// Runs `ch4run -n 2 ring` with a tmpfs of `size` mounted over /dev/shm in a private mount
+/// namespace; `None` where that cannot be done (it needs root).
+fn ring_with_dev_shm_of(size: &str) -> Option<std::process::Output> {
     let can_unshare = Command::new("unshare")
         .args(["-m", "true"])
         .status()
         .is_ok_and(|s| s.success());
     if !can_unshare {
         println!("skipped: cannot create a mount namespace here (needs root and util-linux)");
-        return;
+        return None;
     }
     let dir = built();
     let script = format!(
-        "mount -t tmpfs -o size=1m tmpfs /dev/shm && exec {} -n 2 {}",
+        "mount -t tmpfs -o size={size} tmpfs /dev/shm && exec {} -n 2 {}",
         dir.join("ch4run").display(),
         dir.join("examples/ring").display()
     );
-    let out = Command::new("unshare")
-        .args(["-m", "sh", "-c", &script])
-        .env("CH4_SHM_RING_SIZE", "1048576") // four 1 MiB rings: more than the 1 MiB tmpfs
-        .output()
-        .unwrap();
+    Some(
+        Command::new("unshare")
+            .args(["-m", "sh", "-c", &script])
+            .env("CH4_SHM_RING_SIZE", "1048576") // four 1 MiB rings wanted
+            .output()
+            .unwrap(),
+    )
+}
+
+/// A small /dev/shm (Docker's default is 64 MiB) makes the rings smaller instead of failing;
+/// one too small even for 4 KiB rings is a clear error at start-up naming the fix — never a
+/// SIGBUS when a ring first touches a page tmpfs cannot supply.
+#[test]
+fn a_small_dev_shm_shrinks_the_rings_and_a_full_one_is_a_clear_error() {
+    let Some(out) = ring_with_dev_shm_of("1m") else {
+        return;
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.matches("sum of ranks 1").count(), 2, "{stdout}");
+    let Some(out) = ring_with_dev_shm_of("16k") else {
+        return;
+    };
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(
-        stderr.contains("cannot reserve") && stderr.contains("CH4_SHM_RING_SIZE"),
+        stderr.contains("cannot reserve") && stderr.contains("--shm-size"),
         "{stderr}"
     );
     assert!(!stderr.contains("SIGBUS"), "{stderr}");

@@ -140,6 +140,32 @@ fn no_room(path: &Path, size: usize, e: std::io::Error) -> Error {
     )
 }
 
+/// The ring capacity to use for a new segment: `wanted`, halved until the segment takes at most
+/// half of the filesystem's free space, but not below 4 KiB (if even that does not fit,
+/// [`reserve`] reports it).
+fn fitting_capacity(file: &File, ranks: usize, wanted: usize) -> usize {
+    // SAFETY: an all-zero statvfs is a valid value to be overwritten.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatvfs writes one statvfs into `st`, a valid, writable value of this frame.
+    if unsafe { libc::fstatvfs(file.as_raw_fd(), &mut st) } != 0 {
+        return wanted;
+    }
+    let room = (st.f_bavail as u128) * (st.f_frsize as u128) / 2;
+    let mut capacity = wanted;
+    while capacity > 4096 && segment_size(ranks, capacity).map_or(true, |size| size as u128 > room)
+    {
+        capacity /= 2;
+    }
+    if capacity != wanted {
+        tracing::warn!(
+            wanted,
+            capacity,
+            "little room in the shared-memory filesystem: smaller rings"
+        );
+    }
+    capacity
+}
+
 /// Segments up to this size are populated when mapped (see [`map_options`]).
 const POPULATE_MAX: usize = 128 << 20;
 
@@ -179,9 +205,13 @@ impl Segment {
 
     /// Creates the node's segment file (exclusively, mode 0600) and maps it. The caller makes it
     /// known to the other local ranks and calls [`Segment::unlink`] once they have attached.
+    ///
+    /// `capacity` is the ring size wanted; when the filesystem (a container's small /dev/shm)
+    /// has less room than the segment needs, rings are made smaller, down to 4 KiB, so that the
+    /// segment takes at most half the free space. [`Segment::ring_capacity`] tells what was
+    /// chosen, and [`Segment::attach`] learns it from the file.
     pub fn create(path: &Path, ranks: usize, capacity: usize) -> Result<Segment> {
         check_params(ranks, capacity)?;
-        let size = segment_size(ranks, capacity)?;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -189,6 +219,8 @@ impl Segment {
             .mode(0o600)
             .open(path)
             .map_err(|e| io_err("creating shared segment", path, e))?;
+        let capacity = fitting_capacity(&file, ranks, capacity);
+        let size = segment_size(ranks, capacity)?;
         let sized = file
             .set_len(size as u64)
             .map_err(|e| io_err("sizing shared segment", path, e))
@@ -211,10 +243,10 @@ impl Segment {
         Ok(seg)
     }
 
-    /// Maps a segment another local rank created, checking that it matches this job's layout.
-    pub fn attach(path: &Path, ranks: usize, capacity: usize) -> Result<Segment> {
-        check_params(ranks, capacity)?;
-        let size = segment_size(ranks, capacity)?;
+    /// Maps a segment another local rank created, checking that it matches this job's layout;
+    /// the ring size is the creator's choice, read from the file.
+    pub fn attach(path: &Path, ranks: usize) -> Result<Segment> {
+        check_params(ranks, 4096)?;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -237,7 +269,11 @@ impl Segment {
             .metadata()
             .map_err(|e| io_err("inspecting shared segment", path, e))?
             .len();
-        if len != size as u64 {
+        let fixed = segment_size(ranks, 0)? as u64;
+        let pairs = (ranks * ranks) as u64;
+        let capacity = (len.saturating_sub(fixed) / pairs) as usize;
+        let size = segment_size(ranks, capacity)?;
+        if len != size as u64 || check_params(ranks, capacity).is_err() {
             return Err(Error::new(
                 ErrorKind::Transport,
                 format!(
