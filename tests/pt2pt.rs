@@ -507,10 +507,31 @@ on_all_routes!(noncontiguous, 2, layouts);
 fn completion_sets<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
     let w = ctx.world();
     if w.rank() == 0 {
-        for i in 0..8u8 {
-            w.send(&[i], 1, i as i32)?;
-        }
+        // Small sends finish as they start (their handles name no request), the large one goes
+        // by rendezvous: wait_any and test_some must take both kinds.
+        let small: Vec<[u8; 1]> = (0..8u8).map(|i| [i]).collect();
+        let large = vec![9u8; 5000];
+        let done = ctx.scope(|s| {
+            let mut reqs = Vec::new();
+            for (i, b) in small.iter().enumerate() {
+                reqs.push(w.isend(s, b, 1, i as i32)?);
+            }
+            reqs.push(w.isend(s, &large, 1, 50)?);
+            let mut done = 0;
+            let (_, first) = s.wait_any(&mut reqs)?;
+            assert_eq!(first.error, None);
+            done += 1;
+            while !reqs.is_empty() {
+                for (_, st) in s.test_some(&mut reqs)? {
+                    st?;
+                    done += 1;
+                }
+            }
+            Ok::<_, ch4::Error>(done)
+        })?;
+        assert_eq!(done, 9);
     } else if w.rank() == 1 {
+        let mut large = vec![0u8; 5000];
         let mut bufs = [[0u8; 1]; 8];
         let seen = ctx.scope(|s| {
             let mut reqs = Vec::new();
@@ -533,6 +554,8 @@ fn completion_sets<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
         for (i, b) in bufs.iter().enumerate() {
             assert_eq!(b[0] as usize, i);
         }
+        w.recv(&mut large, 0, 50)?;
+        assert!(large.iter().all(|&b| b == 9));
     }
     w.barrier()
 }

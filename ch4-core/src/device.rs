@@ -561,6 +561,9 @@ impl<N: Netmod, S: Shm> Device<N, S> {
 
     /// Whether `h` has completed, without freeing it or making progress.
     pub fn is_done(&self, h: ReqHandle) -> Result<bool> {
+        if h == ReqHandle::DONE {
+            return Ok(true);
+        }
         match self.core.requests.get(h) {
             Some(r) => Ok(r.complete),
             None => Err(stale_request()),
