@@ -729,6 +729,11 @@ impl<T: AmTransport, P: Partner> AmSink for DirectSink<'_, '_, T, P> {
         }
         self.inner.deliver(src, h, header, payload)
     }
+
+    #[inline(always)]
+    fn wants_more(&self) -> bool {
+        self.done.is_none()
+    }
 }
 
 // ---------------------------------------------------------------- progress

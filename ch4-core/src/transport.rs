@@ -102,6 +102,14 @@ pub trait AmSink {
         header: &[u8],
         payload: &[u8],
     ) -> Result<()>;
+
+    /// Whether the poll should go on after a delivery. A blocking receive's sink that has its
+    /// message says no: polling on would read the line of the sender's next record, pulling it
+    /// into this core's cache just before the sender must take it back to write.
+    #[inline(always)]
+    fn wants_more(&self) -> bool {
+        true
+    }
 }
 
 /// A network module: the transport to processes on other nodes.

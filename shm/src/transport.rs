@@ -276,6 +276,9 @@ impl AmTransport for ShmTransport {
                     delivered += 1;
                     idle_rings = 0;
                     r?;
+                    if !sink.wants_more() {
+                        break;
+                    }
                     continue; // drain this ring first: keeps a sender's burst together
                 }
                 Some(Err(_)) => {
