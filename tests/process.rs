@@ -48,6 +48,17 @@ fn segment_of(launcher_pid: u32) -> PathBuf {
     PathBuf::from(format!("/dev/shm/ch4-kvs_{launcher_pid}_0-n0"))
 }
 
+/// The standard output of a job that must have succeeded (its output in the failure message).
+fn succeeded(out: std::process::Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
 #[test]
 fn ring_runs_as_four_processes_under_ch4run() {
     let dir = built();
@@ -56,12 +67,7 @@ fn ring_runs_as_four_processes_under_ch4run() {
         .arg(dir.join("examples/ring"))
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(out);
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 4, "{stdout}");
     assert!(
@@ -111,13 +117,7 @@ fn an_example_started_alone_launches_itself() {
 /// Runs a `shm_stress` job through `cmd` and returns its output, once the job succeeded and
 /// checked every message.
 fn stress(mut cmd: Command) -> String {
-    let out = cmd.output().expect("the stress job starts");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(cmd.output().expect("the stress job starts"));
     assert!(stdout.contains("all in order"), "{stdout}");
     stdout
 }
@@ -214,12 +214,7 @@ fn a_small_dev_shm_shrinks_the_rings_and_a_full_one_is_a_clear_error() {
     let Some(out) = ring_with_dev_shm_of("1m") else {
         return;
     };
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(out);
     assert_eq!(stdout.matches("sum of ranks 1").count(), 2, "{stdout}");
     let Some(out) = ring_with_dev_shm_of("16k") else {
         return;
@@ -313,12 +308,7 @@ fn ring_runs_under_hydra() {
         .arg(dir.join("examples/ring"))
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(out);
     assert_eq!(
         stdout
             .lines()

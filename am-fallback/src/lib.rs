@@ -339,15 +339,7 @@ fn run_peer_reads<T: AmTransport>(
                 core.complete_recv(job.req, status);
             }
             Ok(PeerRead::Unavailable) => {
-                let cts = CtsHeader {
-                    sreq: job.sreq,
-                    rreq: job.req.to_raw(),
-                    accept: accept as u64,
-                };
-                core.queue_ctrl(
-                    route,
-                    CtrlPacket::new(job.src, handler::CTS, bytemuck::bytes_of(&cts))?,
-                );
+                queue_cts(core, route, job.src, job.sreq, job.req, accept)?;
             }
             Err(e) => {
                 tracing::warn!(src = job.src, error = %e, "single-copy read failed");
@@ -373,7 +365,11 @@ fn read_peer_unpacking<T: AmTransport>(
     while offset < accept {
         let n = PIECE.min(accept - offset);
         scratch.resize(n, 0);
-        match transport.read_peer(job.src, job.addr + offset as u64, &mut scratch[..n])? {
+        match transport.read_peer(
+            job.src,
+            job.addr.wrapping_add(offset as u64),
+            &mut scratch[..n],
+        )? {
             PeerRead::Copied => {}
             PeerRead::Unavailable => return Ok(PeerRead::Unavailable),
         }
@@ -555,19 +551,32 @@ fn accept_rts(
         return Ok(());
     }
     tracing::debug!(src, total, accept, "rendezvous matched, sending CTS");
+    let status = r.status;
+    queue_cts(core, route, src, sreq, req, accept)?;
+    if accept == 0 {
+        core.complete_recv(req, status);
+    }
+    Ok(())
+}
+
+/// Queues the clear-to-send that tells the sender of `sreq` to stream `accept` bytes to `req`.
+fn queue_cts(
+    core: &mut Core,
+    route: Route,
+    src: Gpid,
+    sreq: u64,
+    req: ReqHandle,
+    accept: usize,
+) -> Result<()> {
     let cts = CtsHeader {
         sreq,
         rreq: req.to_raw(),
         accept: accept as u64,
     };
-    let status = r.status;
     core.queue_ctrl(
         route,
         CtrlPacket::new(src, handler::CTS, bytemuck::bytes_of(&cts))?,
     );
-    if accept == 0 {
-        core.complete_recv(req, status);
-    }
     Ok(())
 }
 

@@ -109,14 +109,21 @@ fn reserve(file: &File, size: usize, path: &Path) -> Result<()> {
     check_free_space(file, size, path)
 }
 
-fn check_free_space(file: &File, size: usize, path: &Path) -> Result<()> {
+/// Bytes free for us on the filesystem holding `file`; `None` when the kernel will not say.
+fn free_bytes(file: &File) -> Option<u128> {
     // SAFETY: an all-zero statvfs is a valid value to be overwritten.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: fstatvfs writes one statvfs into `st`, a valid, writable value of this frame.
     if unsafe { libc::fstatvfs(file.as_raw_fd(), &mut st) } != 0 {
-        return Ok(()); // cannot tell; mapping will show
+        return None;
     }
-    let free = (st.f_bavail as u128) * (st.f_frsize as u128);
+    Some(u128::from(st.f_bavail) * u128::from(st.f_frsize))
+}
+
+fn check_free_space(file: &File, size: usize, path: &Path) -> Result<()> {
+    let Some(free) = free_bytes(file) else {
+        return Ok(()); // cannot tell; mapping will show
+    };
     if free < size as u128 {
         return Err(no_room(
             path,
@@ -131,8 +138,8 @@ fn no_room(path: &Path, size: usize, e: std::io::Error) -> Error {
     Error::new(
         ErrorKind::Exhausted,
         format!(
-            "cannot reserve {size} bytes for the shared segment {} ({e}): give {} more room \
-             (docker run --shm-size), or lower CH4_SHM_RING_SIZE",
+            "cannot reserve {size} bytes for the shared segment {} ({e}), even with the \
+             smallest rings: give {} more room (docker run --shm-size)",
             path.display(),
             path.parent()
                 .map_or_else(|| "/dev/shm".into(), |p| p.display().to_string())
@@ -144,13 +151,10 @@ fn no_room(path: &Path, size: usize, e: std::io::Error) -> Error {
 /// half of the filesystem's free space, but not below 4 KiB (if even that does not fit,
 /// [`reserve`] reports it).
 fn fitting_capacity(file: &File, ranks: usize, wanted: usize) -> usize {
-    // SAFETY: an all-zero statvfs is a valid value to be overwritten.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: fstatvfs writes one statvfs into `st`, a valid, writable value of this frame.
-    if unsafe { libc::fstatvfs(file.as_raw_fd(), &mut st) } != 0 {
+    let Some(free) = free_bytes(file) else {
         return wanted;
-    }
-    let room = (st.f_bavail as u128) * (st.f_frsize as u128) / 2;
+    };
+    let room = free / 2;
     let mut capacity = wanted;
     while capacity > 4096 && segment_size(ranks, capacity).map_or(true, |size| size as u128 > room)
     {
@@ -229,18 +233,27 @@ impl Segment {
             let _ = std::fs::remove_file(path);
             return Err(e);
         }
-        // SAFETY: we created the file exclusively; other processes map it only through this
-        // module, which accesses the memory through atomics and the ring protocol.
-        let map = unsafe { map_options(size).map_mut(&file) }
+        let seg = Segment::map_file(&file, path, ranks, capacity)?;
+        seg.init_header();
+        Ok(seg)
+    }
+
+    /// Maps a segment file whose length is `segment_size(ranks, capacity)` (the callers have
+    /// made or checked it so).
+    fn map_file(file: &File, path: &Path, ranks: usize, capacity: usize) -> Result<Segment> {
+        let size = segment_size(ranks, capacity)?;
+        // SAFETY: the file is this job's segment (created exclusively by its first local rank,
+        // mode 0600) and at least `size` bytes long, so every offset computed from `ranks` and
+        // `capacity` is in bounds; every process maps it only through this module, which
+        // accesses the memory through atomics and the ring protocol.
+        let map = unsafe { map_options(size).map_mut(file) }
             .map_err(|e| io_err("mapping shared segment", path, e))?;
-        let seg = Segment {
+        Ok(Segment {
             map,
             ranks,
             capacity,
             path: Some(path.to_path_buf()),
-        };
-        seg.init_header();
-        Ok(seg)
+        })
     }
 
     /// Maps a segment another local rank created, checking that it matches this job's layout;
@@ -282,15 +295,7 @@ impl Segment {
                 ),
             ));
         }
-        // SAFETY: as in `create`; the size was checked so every offset we compute is in bounds.
-        let map = unsafe { map_options(size).map_mut(&file) }
-            .map_err(|e| io_err("mapping shared segment", path, e))?;
-        let seg = Segment {
-            map,
-            ranks,
-            capacity,
-            path: Some(path.to_path_buf()),
-        };
+        let seg = Segment::map_file(&file, path, ranks, capacity)?;
         let h = seg.header();
         if h.magic.load(Ordering::Acquire) != MAGIC
             || h.ranks.load(Ordering::Relaxed) != ranks as u64
