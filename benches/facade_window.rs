@@ -26,7 +26,7 @@ fn main() -> ch4::Result<()> {
         } else {
             200
         });
-    let seg = Arc::new(Segment::anonymous(2, 1 << 16)?);
+    let seg = Arc::new(Segment::anonymous(2, shm::Geometry::with_ring(1 << 16))?);
     let mk = |me: usize| -> ch4::Result<Context<NoNetmod, ShmTransport>> {
         let t = ShmTransport::new(seg.clone(), me, &[0, 1], 2, 16 << 10, 0)?;
         Ok(Context::new(Device::new(

@@ -9,7 +9,8 @@
 //! killed — the test suite uses it to kill -9 a rank mid-traffic. `--undumpable` marks each rank
 //! process non-dumpable first, so that without `CAP_SYS_PTRACE` the kernel refuses cross-memory
 //! reads between them (as Yama or a hardened kernel would) and the shared-memory layer must fall
-//! back to streaming. Each rank ends by printing whether single-copy reads were still on.
+//! back to streaming. Each rank ends by printing whether single-copy reads were still on and how
+//! many of its messages went through cells rather than rings.
 
 use ch4::{Result, ANY_SOURCE, ANY_TAG};
 
@@ -176,10 +177,13 @@ fn main() -> Result<()> {
     world.barrier()?;
     let mut total = [0u64];
     world.reduce(0, &[bytes], &mut total, ch4::op::sum)?;
-    let single_copy = ctx.device()?.shm().cma_enabled();
+    let (single_copy, through_cells) = {
+        let device = ctx.device()?;
+        (device.shm().cma_enabled(), device.shm().cell_sends())
+    };
     println!(
-        "rank {rank}: single-copy reads {}",
-        if single_copy { "on" } else { "off" }
+        "rank {rank}: single-copy reads {}, {through_cells} messages sent through cells",
+        if single_copy { "on" } else { "off" },
     );
     if rank == 0 {
         println!(

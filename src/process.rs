@@ -223,12 +223,12 @@ fn node_segment(
 ) -> Result<Arc<Segment>> {
     if ranks == 1 {
         // Alone on the node: the rings live in private memory and no file is needed at all.
-        return Ok(Arc::new(Segment::anonymous(1, cfg.ring_capacity)?));
+        return Ok(Arc::new(Segment::anonymous(1, cfg.geometry())?));
     }
     let path = segment_path(kvs, node);
     let created = if me == 0 {
         let _ = std::fs::remove_file(&path); // a stale file of a crashed job with the same name
-        Some(Segment::create(&path, ranks, cfg.ring_capacity))
+        Some(Segment::create(&path, ranks, cfg.geometry()))
     } else {
         None
     };

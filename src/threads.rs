@@ -10,7 +10,7 @@ use ch4_core::core::DeviceConfig;
 use ch4_core::transport::{Netmod, Shm};
 use ch4_core::{Device, Error, ErrorKind, Gpid, Result};
 use inproc::{AmOnly, Fabric, FabricConfig, InprocNet, InprocShm};
-use shm::{Segment, ShmConfig, ShmTransport};
+use shm::{Geometry, Segment, ShmConfig, ShmTransport};
 
 use crate::Context;
 
@@ -20,6 +20,8 @@ pub struct Threads {
     fabric: FabricConfig,
     device: DeviceConfig,
     single_copy: Option<bool>,
+    shm_geometry: Option<Geometry>,
+    ring_record_max: Option<usize>,
 }
 
 /// The context type of a rank run by [`Threads::run`].
@@ -32,6 +34,8 @@ impl Threads {
             fabric: FabricConfig::new(ranks),
             device: DeviceConfig::default(),
             single_copy: None,
+            shm_geometry: None,
+            ring_record_max: None,
         }
     }
 
@@ -58,6 +62,20 @@ impl Threads {
     /// sender's buffer) or streams them through the rings; the default follows `CH4_SHM_CMA`.
     pub fn shm_single_copy(mut self, enabled: bool) -> Threads {
         self.single_copy = Some(enabled);
+        self
+    }
+
+    /// The shared-memory segment's rings and cells, instead of the sizes chosen for the number
+    /// of ranks on a node (tests use tiny ones to make every message path take part).
+    pub fn shm_geometry(mut self, geometry: Geometry) -> Threads {
+        self.shm_geometry = Some(geometry);
+        self
+    }
+
+    /// Only records of up to `bytes` take the shared-memory rings, the rest go through cells
+    /// (see `ShmTransport::set_ring_record_max`).
+    pub fn shm_ring_record_max(mut self, bytes: usize) -> Threads {
+        self.ring_record_max = Some(bytes);
         self
     }
 
@@ -106,6 +124,8 @@ impl Threads {
             fabric: fabric.clone(),
             segments: (0..nodes).map(|_| Mutex::new(None)).collect(),
             single_copy: self.single_copy,
+            shm_geometry: self.shm_geometry,
+            ring_record_max: self.ring_record_max,
         };
         let job = &job;
         std::thread::scope(|s| {
@@ -193,6 +213,8 @@ pub struct ThreadJob {
     fabric: Arc<Fabric>,
     segments: Vec<Mutex<Option<Arc<Segment>>>>,
     single_copy: Option<bool>,
+    shm_geometry: Option<Geometry>,
+    ring_record_max: Option<usize>,
 }
 
 impl ThreadJob {
@@ -237,7 +259,10 @@ impl ThreadShm for ShmTransport {
             match &*slot {
                 Some(seg) => seg.clone(),
                 None => {
-                    let seg = Arc::new(Segment::anonymous(local.len(), cfg.ring_capacity)?);
+                    let seg = Arc::new(Segment::anonymous(
+                        local.len(),
+                        job.shm_geometry.unwrap_or_else(|| cfg.geometry()),
+                    )?);
                     *slot = Some(seg.clone());
                     seg
                 }
@@ -248,6 +273,9 @@ impl ThreadShm for ShmTransport {
         t.limit_payload(fc.max_payload);
         if let Some(on) = job.single_copy {
             t.set_cma(on);
+        }
+        if let Some(bytes) = job.ring_record_max {
+            t.set_ring_record_max(bytes);
         }
         Ok(t)
     }

@@ -279,6 +279,24 @@ proptest! {
         })?;
     }
 
+    /// Both ranks on one node set up like a crowded node, scaled down: 4 KiB rings that take only
+    /// records of up to 48 bytes, two 512-byte cells per rank for the rest, so a pair's messages
+    /// take ring and cell paths in turn.
+    #[test]
+    fn non_overtaking_over_shm_rings_and_cells(case in case()) {
+        check(&case, |c, t| {
+            common::small(2)
+                .ranks_per_node(2)
+                .shm_geometry(shm::Geometry {
+                    ring_capacity: 4096,
+                    cell_size: 512,
+                    cells_per_rank: 2,
+                })
+                .shm_ring_record_max(48)
+                .run(|ctx| exchange(ctx, c, t))
+        })?;
+    }
+
     /// One rank per node: everything through the active-message netmod.
     #[test]
     fn non_overtaking_over_am_netmod(case in case()) {

@@ -137,6 +137,34 @@ fn stress_over_shared_memory_loses_nothing() {
     );
 }
 
+/// The stress job set up like a crowded node, scaled down (4 KiB rings taking records of up to
+/// 200 bytes, eight 4 KiB cells per rank): messages of a pair alternate between its ring, the
+/// receiver's cell queue and the sender's wait queue, several senders share a queue in the
+/// ANY_SOURCE fan-in, and everything must still arrive whole and in order.
+#[test]
+fn stress_through_small_rings_and_cells() {
+    let dir = built();
+    let mut cmd = Command::new(dir.join("ch4run"));
+    cmd.args(["-n", "3"])
+        .arg(dir.join("examples/shm_stress"))
+        .args(["-m", "4000", "--max-size", "100000"])
+        .env("CH4_SHM_RING_SIZE", "4096")
+        .env("CH4_SHM_CELL_SIZE", "4096")
+        .env("CH4_SHM_CELLS", "8")
+        .env("CH4_SHM_RING_RECORD_MAX", "200");
+    let stdout = stress(cmd);
+    let through_cells: Vec<u64> = stdout
+        .lines()
+        .filter(|l| l.ends_with("messages sent through cells"))
+        .filter_map(|l| l.split(", ").nth(1)?.split(' ').next()?.parse().ok())
+        .collect();
+    assert_eq!(through_cells.len(), 3, "{stdout}");
+    assert!(
+        through_cells.iter().all(|&n| n > 100),
+        "every rank's ring overflowed into cells: {stdout}"
+    );
+}
+
 /// The stress test at full size: over a million messages of 0 B-300 KB (eager, single-copy and
 /// streamed rendezvous all take part) through three processes, every byte checked. Optimized
 /// binaries: the byte checks alone take minutes in a debug build.

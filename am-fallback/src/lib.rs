@@ -704,7 +704,7 @@ struct DirectSink<'a, 'b, T, P> {
 }
 
 impl<T: AmTransport, P: Partner> AmSink for DirectSink<'_, '_, T, P> {
-    #[inline]
+    #[inline(always)]
     fn deliver(&mut self, src: Gpid, h: HandlerId, header: &[u8], payload: &[u8]) -> Result<()> {
         if self.done.is_none()
             && !self.blocked

@@ -30,7 +30,7 @@ fn main() {
         });
     let only = std::env::args().find(|a| a == "pingpong" || a == "window");
     let run = |pattern: &str| only.as_deref().map_or(true, |o| o == pattern);
-    let seg = Arc::new(Segment::anonymous(2, 1 << 16).expect("segment"));
+    let seg = Arc::new(Segment::anonymous(2, shm::Geometry::with_ring(1 << 16)).expect("segment"));
     let mk = |me: usize| {
         let t = ShmTransport::new(seg.clone(), me, &[0, 1], 2, 16 << 10, 0).expect("transport");
         Device::new(NoNetmod, t, me as u32, 2, DeviceConfig::default()).expect("device")

@@ -4,7 +4,8 @@
 //! is the only writer of what it owns and no read-modify-write atomics are needed.
 //!
 //! **The record header is the flag.** Records start on cache-line boundaries; each begins with
-//! a header word (`length u32 | handler u8 | header length u8 | kind u8 | lap u8`), followed by
+//! a header word (`length u24 | sequence u8 | handler u8 | header length u8 | kind u8 | lap u8`),
+//! followed by
 //! the active-message header and the payload. The producer writes the body first and then
 //! publishes the record by storing its header word with `Release`; the consumer polls the header
 //! word at its position with `Acquire`. A small message is therefore one cache line that travels
@@ -55,107 +56,23 @@ pub const fn max_record_body(capacity: usize) -> usize {
     capacity / 2 - RECORD_HEADER
 }
 
-/// Packs a header word. `lap` is the record's position divided by the capacity.
+/// The largest ring capacity: a record's length must fit the header word's 24 bits.
+pub const MAX_CAPACITY: usize = 16 << 20;
+
+/// Packs a header word. `lap` is the record's position divided by the capacity; `seq` the low
+/// bits of the message's sequence number on its pair of ranks (see the transport: a pair's
+/// messages may also travel through cells, and the receiver puts them back in order).
 #[inline(always)]
-fn header_word(total: usize, handler: u8, hlen: u8, kind: u64, lap: u64) -> u64 {
+fn header_word(total: usize, seq: u8, handler: u8, hlen: u8, kind: u64, lap: u64) -> u64 {
     (total as u64)
+        | (u64::from(seq) << 24)
         | (u64::from(handler) << 32)
         | (u64::from(hlen) << 40)
         | (kind << 48)
         | ((lap & 0xFF) << 56)
 }
 
-#[cfg(not(loom))]
-mod bytes {
-    use crate::sync::AtomicU64;
-
-    /// The data area of a ring: raw shared memory.
-    pub(crate) struct Bytes {
-        pub(crate) ptr: *mut u8,
-    }
-
-    impl Bytes {
-        /// # Safety
-        /// `off + src.len()` is within the data area and no one reads these bytes concurrently
-        /// (the producer owns the free space it writes).
-        #[inline(always)]
-        pub(crate) unsafe fn write(&self, off: usize, src: &[u8]) {
-            // SAFETY: the caller guarantees the range is in bounds and exclusively ours.
-            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr.add(off), src.len()) }
-        }
-
-        /// The header word at `off`, as an atomic.
-        ///
-        /// # Safety
-        /// `off` is a multiple of 8 inside the data area (which is 8-aligned); every access to
-        /// header words goes through this atomic view.
-        #[inline(always)]
-        pub(crate) unsafe fn word(&self, off: usize) -> &AtomicU64 {
-            // SAFETY: in bounds and aligned by the caller's contract; an atomic is valid for any
-            // bit pattern, including bytes that were last written as record body.
-            unsafe { &*(self.ptr.add(off) as *const AtomicU64) }
-        }
-
-        /// # Safety
-        /// The range is in bounds and was published to this reader, and the producer will not
-        /// overwrite it until the consumer releases it.
-        #[inline(always)]
-        pub(crate) unsafe fn with_slice<R>(
-            &self,
-            off: usize,
-            len: usize,
-            f: impl FnOnce(&[u8]) -> R,
-        ) -> R {
-            // SAFETY: as the caller guarantees; the slice does not outlive this call.
-            f(unsafe { std::slice::from_raw_parts(self.ptr.add(off), len) })
-        }
-    }
-}
-
-#[cfg(loom)]
-mod bytes {
-    use crate::sync::AtomicU64;
-    use loom::cell::UnsafeCell;
-    use std::sync::Arc;
-
-    /// Under loom the data area is tracked cells (body bytes) plus one atomic per 8-byte word
-    /// (header words), so a missing ordering shows up as a race in the model.
-    pub(crate) struct Bytes {
-        pub(crate) cells: Arc<Vec<UnsafeCell<u8>>>,
-        pub(crate) words: Arc<Vec<AtomicU64>>,
-    }
-
-    impl Bytes {
-        pub(crate) unsafe fn write(&self, off: usize, src: &[u8]) {
-            for (i, b) in src.iter().enumerate() {
-                self.cells[off + i].with_mut(|p| {
-                    // SAFETY: loom checks exclusivity of this access.
-                    unsafe { *p = *b }
-                });
-            }
-        }
-
-        pub(crate) unsafe fn word(&self, off: usize) -> &AtomicU64 {
-            &self.words[off / 8]
-        }
-
-        pub(crate) unsafe fn with_slice<R>(
-            &self,
-            off: usize,
-            len: usize,
-            f: impl FnOnce(&[u8]) -> R,
-        ) -> R {
-            let mut v = vec![0u8; len];
-            for (i, b) in v.iter_mut().enumerate() {
-                // SAFETY: loom checks that no write races this read.
-                *b = self.cells[off + i].with(|p| unsafe { *p });
-            }
-            f(&v)
-        }
-    }
-}
-
-use bytes::Bytes;
+use crate::sync::Bytes;
 
 /// Where a record goes (see `Producer::place`).
 struct Placement {
@@ -172,6 +89,10 @@ pub struct Producer {
     capacity: usize,
     tail: u64,
     head_cache: u64,
+    /// Number of the next message of this pair (records tag themselves with its low 8 bits).
+    seq: u64,
+    /// Largest record body this end accepts (at most [`max_record_body`]).
+    record_max: usize,
 }
 
 /// The receiving end of a ring.
@@ -181,6 +102,8 @@ pub struct Consumer {
     mask: usize,
     capacity: usize,
     head: u64,
+    /// Number of the next message of this pair to deliver, whichever way it comes.
+    seq: u64,
 }
 
 // SAFETY: each end is the only user of its side of the ring (the producer writes free space and
@@ -217,7 +140,28 @@ impl Producer {
             capacity,
             tail: 0,
             head_cache: 0,
+            seq: 0,
+            record_max: max_record_body(capacity),
         }
+    }
+
+    /// Refuses (as [`PushError::TooLarge`]) records with bodies over `bytes`, so that only the
+    /// smallest messages take this ring and the rest go another way.
+    pub fn limit_record(&mut self, bytes: usize) {
+        self.record_max = self.record_max.min(bytes);
+    }
+
+    /// Takes the pair's next message number for a message that goes another way (a cell).
+    #[inline]
+    pub fn take_seq(&mut self) -> u64 {
+        self.seq += 1;
+        self.seq - 1
+    }
+
+    /// Number the pair's next message will get.
+    #[inline]
+    pub fn next_seq(&self) -> u64 {
+        self.seq
     }
 
     #[inline(always)]
@@ -232,12 +176,13 @@ impl Producer {
         position >> self.capacity.trailing_zeros()
     }
 
-    /// Appends one record (`header` followed by the concatenated `payload` slices). Never blocks.
+    /// Appends one record (`header` followed by the concatenated `payload` slices), numbered as
+    /// the pair's next message. Never blocks.
     #[inline]
     pub fn push(&mut self, handler: u8, header: &[u8], payload: &[&[u8]]) -> Result<(), PushError> {
         let plen: usize = payload.iter().map(|p| p.len()).sum();
         let body = header.len() + plen;
-        if body > max_record_body(self.capacity) || header.len() > u8::MAX as usize {
+        if body > self.record_max || header.len() > u8::MAX as usize {
             return Err(PushError::TooLarge);
         }
         let Placement {
@@ -250,7 +195,7 @@ impl Producer {
         }
         let mut position = self.tail;
         if pad != 0 {
-            let word = header_word(pad, 0, 0, KIND_PAD, self.lap(position));
+            let word = header_word(pad, 0, 0, 0, KIND_PAD, self.lap(position));
             let idx = (position as usize) & self.mask;
             // SAFETY: `idx` is a record boundary (64-aligned) inside the free space checked above.
             unsafe { self.data.word(idx) }.store(word, Ordering::Release);
@@ -279,6 +224,7 @@ impl Producer {
         }
         let word = header_word(
             RECORD_HEADER + body,
+            self.seq as u8,
             handler,
             header.len() as u8,
             KIND_MESSAGE,
@@ -288,13 +234,14 @@ impl Producer {
         // SAFETY: `at` is a 64-aligned record boundary inside the data area.
         unsafe { self.data.word(at) }.store(word, Ordering::Release);
         self.tail = end;
+        self.seq += 1;
         Ok(())
     }
 
     /// Whether a record with `body` bytes of header + payload would fit now.
     #[inline]
     pub fn has_room(&mut self, body: usize) -> bool {
-        if body > max_record_body(self.capacity) {
+        if body > self.record_max {
             return false;
         }
         let p = self.place(body);
@@ -348,7 +295,20 @@ impl Consumer {
             mask: capacity - 1,
             capacity,
             head: 0,
+            seq: 0,
         }
+    }
+
+    /// Number of the pair's next message to deliver.
+    #[inline]
+    pub fn expected_seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Counts a message of the pair delivered another way (a cell).
+    #[inline]
+    pub fn skip_seq(&mut self) {
+        self.seq += 1;
     }
 
     #[inline(always)]
@@ -376,8 +336,10 @@ impl Consumer {
     }
 
     /// Hands the oldest record to `f` as (handler, header, payload) borrowed from the ring, then
-    /// frees its space. `None` when the ring is empty. `Err` if the ring holds a record that
-    /// cannot be valid (a corrupted segment): the ring is then unusable.
+    /// frees its space — if it is the pair's next message. `None` when the ring is empty or its
+    /// oldest record is numbered later (an earlier message of the pair is still on its way by
+    /// another path). `Err` if the ring holds a record that cannot be valid (a corrupted
+    /// segment): the ring is then unusable.
     #[inline]
     pub fn pop_with<R>(
         &mut self,
@@ -386,7 +348,7 @@ impl Consumer {
         loop {
             let word = self.published()?;
             let at = (self.head as usize) & self.mask;
-            let total = (word & 0xFFFF_FFFF) as usize;
+            let total = (word & 0xFF_FFFF) as usize;
             let handler = (word >> 32) as u8;
             let hlen = ((word >> 40) & 0xFF) as usize;
             let kind = (word >> 48) & 0xFF;
@@ -402,6 +364,9 @@ impl Consumer {
             if kind != KIND_MESSAGE || hlen > total - RECORD_HEADER {
                 return Some(Err(CorruptRing));
             }
+            if (word >> 24) as u8 != self.seq as u8 {
+                return None;
+            }
             let body = total - RECORD_HEADER;
             // SAFETY: the record [at, at + total) was published by the Acquire load of its word
             // and stays ours until we move `head`.
@@ -412,6 +377,7 @@ impl Consumer {
                 })
             };
             self.head += span as u64;
+            self.seq += 1;
             // Release: our reads of the record happen before the producer may reuse its space.
             self.indices().head.store(self.head, Ordering::Release);
             return Some(Ok(r));
@@ -518,7 +484,7 @@ mod tests {
         let (_keep, mut p, mut c) = heap_ring(4096);
         // Lap 0: a record whose body, at ring offset 64 (a record boundary in later laps),
         // holds a perfectly formed header word for lap 1.
-        let forged = header_word(RECORD_HEADER + 4, 9, 0, KIND_MESSAGE, 1).to_ne_bytes();
+        let forged = header_word(RECORD_HEADER + 4, 0, 9, 0, KIND_MESSAGE, 1).to_ne_bytes();
         let mut body = vec![0u8; 2000];
         body[56..64].copy_from_slice(&forged); // record body starts at offset 8
         p.push(1, &[], &[&body]).unwrap(); // [0, 2048)
@@ -535,13 +501,34 @@ mod tests {
     }
 
     #[test]
+    fn a_record_numbered_ahead_waits_for_the_messages_before_it() {
+        let (_keep, mut p, mut c) = heap_ring(4096);
+        // Messages 0 and 1 of the pair go another way (cells); message 2 by the ring.
+        assert_eq!((p.take_seq(), p.take_seq()), (0, 1));
+        p.push(1, b"", &[b"x"]).unwrap();
+        assert_eq!(c.pop_with(|h, _, _| h), None, "message 0 not delivered yet");
+        c.skip_seq();
+        assert_eq!(c.pop_with(|h, _, _| h), None, "message 1 not delivered yet");
+        c.skip_seq();
+        assert_eq!(c.expected_seq(), 2);
+        assert_eq!(c.pop_with(|h, _, _| h), Some(Ok(1)));
+        assert_eq!(c.expected_seq(), 3);
+        // A gap of 256 would alias: the transport keeps gaps below that (MAX_CELLS_PER_RANK).
+        p.take_seq();
+        p.push(2, b"", &[]).unwrap();
+        assert_eq!(c.pop_with(|h, _, _| h), None);
+    }
+
+    #[test]
     fn corrupt_bytes_are_an_error_not_a_panic() {
         let (_keep, mut p, mut c) = heap_ring(4096);
         p.push(1, b"x", &[]).unwrap();
         // Overwrite the record header with a length running past the end of the buffer.
         // SAFETY: test-only poke into our own heap ring while no push is running.
-        unsafe { c.data.word(0) }
-            .store(header_word(5000, 1, 1, KIND_MESSAGE, 0), Ordering::Release);
+        unsafe { c.data.word(0) }.store(
+            header_word(5000, 0, 1, 1, KIND_MESSAGE, 0),
+            Ordering::Release,
+        );
         assert_eq!(c.pop_with(|_, _, _| ()), Some(Err(CorruptRing)));
     }
 
@@ -591,7 +578,6 @@ mod tests {
 pub(crate) mod loom_support {
     //! Builds a ring on loom-tracked memory for model checking.
     use super::*;
-    use loom::cell::UnsafeCell;
     use std::sync::Arc;
 
     /// Both ends of a ring of `capacity` bytes, the index shared through an `Arc`.
@@ -599,28 +585,25 @@ pub(crate) mod loom_support {
         let indices = Arc::new(RingIndices {
             head: CachePadded::new(AtomicU64::new(0)),
         });
-        let cells: Arc<Vec<UnsafeCell<u8>>> =
-            Arc::new((0..capacity).map(|_| UnsafeCell::new(0)).collect());
-        let words: Arc<Vec<AtomicU64>> =
-            Arc::new((0..capacity / 8).map(|_| AtomicU64::new(0)).collect());
+        let data = Bytes::zeroed(capacity);
         let ip: *const RingIndices = Arc::as_ptr(&indices);
         let p = Producer {
             indices: ip,
-            data: Bytes {
-                cells: cells.clone(),
-                words: words.clone(),
-            },
+            data: data.clone(),
             mask: capacity - 1,
             capacity,
             tail: 0,
             head_cache: 0,
+            seq: 0,
+            record_max: max_record_body(capacity),
         };
         let c = Consumer {
             indices: ip,
-            data: Bytes { cells, words },
+            data,
             mask: capacity - 1,
             capacity,
             head: 0,
+            seq: 0,
         };
         (p, c, indices)
     }

@@ -1,11 +1,13 @@
-//! The node's shared segment: a header, one liveness word per local rank, and one ring per
-//! ordered pair of local ranks (self included, so self-sends take the same path).
+//! The node's shared segment: a header, one liveness word per local rank, one cell queue and
+//! `cells_per_rank` cells per local rank, and one ring per ordered pair of local ranks (self
+//! included, so self-sends take the same paths).
 //!
 //! ```text
-//! [ header | alive[n] | pid[n] | ring indices[n*n] (256 B each) | ring data[n*n] (capacity each) ]
+//! [ header | alive[n] | pid[n] | cell queues[n] (256 B each) | ring indices[n*n] (256 B each)
+//!   | ring data[n*n] (ring capacity each) | cells[n*cells_per_rank] (cell size each) ]
 //! ```
 //!
-//! Every position is an offset computed from `n` and the ring capacity, identical in every
+//! Every position is an offset computed from `n` and the [`Geometry`], identical in every
 //! process, so nothing inside the segment is a pointer. For processes the segment is a file in
 //! /dev/shm (mode 0600) created by the node's first rank and unlinked as soon as every local rank
 //! has mapped it; for ranks as threads it is anonymous memory.
@@ -18,12 +20,16 @@ use std::path::{Path, PathBuf};
 use ch4_core::{Error, ErrorKind, Result};
 use memmap2::{MmapMut, MmapOptions};
 
-use crate::ring::{Consumer, Producer, RingIndices};
+use crate::cells::{CellQueue, CellReceiver, CellSender, CELL_HEADER, MAX_CELLS_PER_RANK};
+use crate::ring::{Consumer, Producer, RingIndices, MAX_CAPACITY};
 use crate::sync::{AtomicU64, Ordering};
 
-const MAGIC: u64 = 0x6368_345f_7368_6d31; // "ch4_shm1"
+const MAGIC: u64 = 0x6368_345f_7368_6d32; // "ch4_shm2"
 const HEADER: usize = 4096;
 const INDICES: usize = 256;
+const QUEUE: usize = 256;
+const _: () = assert!(std::mem::size_of::<RingIndices>() <= INDICES);
+const _: () = assert!(std::mem::size_of::<CellQueue>() <= QUEUE);
 
 /// The segment's fixed header.
 #[repr(C)]
@@ -33,13 +39,44 @@ struct Header {
     capacity: AtomicU64,
     /// How many local ranks have mapped the segment.
     attached: AtomicU64,
+    cell_size: AtomicU64,
+    cells_per_rank: AtomicU64,
+}
+
+/// The sizes a segment is made with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    /// Bytes of each per-pair ring's data area: a power of two, 4 KiB ..= 16 MiB.
+    pub ring_capacity: usize,
+    /// Bytes of each cell, its 64-byte header included: a multiple of 64, 128 B ..= 1 MiB.
+    pub cell_size: usize,
+    /// Cells each local rank owns: 1 ..= 128.
+    pub cells_per_rank: usize,
+}
+
+impl Geometry {
+    /// Default cell size: 16 KiB carries every eager message and control record, and a
+    /// rendezvous piece where rings are small, while 32 of them cost a rank 512 KiB.
+    pub const DEFAULT_CELL_SIZE: usize = 16 << 10;
+    /// Default cells per rank (Nemesis gives each process 64 cells of 64 KiB; ours are smaller
+    /// because the per-pair rings take most traffic on small nodes).
+    pub const DEFAULT_CELLS: usize = 32;
+
+    /// Rings of `ring_capacity` bytes and the default cells.
+    pub const fn with_ring(ring_capacity: usize) -> Geometry {
+        Geometry {
+            ring_capacity,
+            cell_size: Geometry::DEFAULT_CELL_SIZE,
+            cells_per_rank: Geometry::DEFAULT_CELLS,
+        }
+    }
 }
 
 /// A mapped node segment.
 pub struct Segment {
     map: MmapMut,
     ranks: usize,
-    capacity: usize,
+    geometry: Geometry,
     path: Option<PathBuf>,
 }
 
@@ -47,31 +84,60 @@ pub struct Segment {
 // SPSC ring protocol; `MmapMut` itself is Send + Sync, and the other fields are plain values.
 unsafe impl Sync for Segment {}
 
-/// The bytes a segment for `ranks` local ranks with rings of `capacity` bytes needs.
-pub fn segment_size(ranks: usize, capacity: usize) -> Result<usize> {
-    let pairs = ranks
-        .checked_mul(ranks)
-        .ok_or_else(|| Error::new(ErrorKind::Count, "too many local ranks"))?;
-    let per_pair = INDICES
-        .checked_add(capacity)
-        .ok_or_else(|| Error::new(ErrorKind::Count, "ring capacity too large"))?;
-    pairs
-        .checked_mul(per_pair)
-        .and_then(|r| r.checked_add(HEADER + 16 * ranks.div_ceil(8) * 8))
-        .ok_or_else(|| Error::new(ErrorKind::Count, "segment too large"))
+/// Bytes before the cell queues: header and liveness table.
+fn queues_base(ranks: usize) -> usize {
+    HEADER + 16 * ranks.div_ceil(8) * 8
 }
 
-fn check_params(ranks: usize, capacity: usize) -> Result<()> {
+/// The bytes a segment for `ranks` local ranks with geometry `g` needs.
+pub fn segment_size(ranks: usize, g: Geometry) -> Result<usize> {
+    let too_large = || Error::new(ErrorKind::Count, "segment too large");
+    let pairs = ranks.checked_mul(ranks).ok_or_else(too_large)?;
+    let rings = INDICES
+        .checked_add(g.ring_capacity)
+        .and_then(|per_pair| pairs.checked_mul(per_pair))
+        .ok_or_else(too_large)?;
+    let cells = ranks
+        .checked_mul(g.cells_per_rank)
+        .and_then(|c| c.checked_mul(g.cell_size))
+        .ok_or_else(too_large)?;
+    queues_base(ranks)
+        .checked_add(ranks * QUEUE)
+        .and_then(|s| s.checked_add(rings))
+        .and_then(|s| s.checked_add(cells))
+        .ok_or_else(too_large)
+}
+
+fn check_params(ranks: usize, g: Geometry) -> Result<()> {
     if ranks == 0 || ranks > 4096 {
         return Err(Error::new(
             ErrorKind::Arg,
             format!("{ranks} local ranks (1..=4096 supported)"),
         ));
     }
-    if !capacity.is_power_of_two() || capacity < 4096 {
+    let capacity = g.ring_capacity;
+    if !capacity.is_power_of_two() || !(4096..=MAX_CAPACITY).contains(&capacity) {
         return Err(Error::new(
             ErrorKind::Arg,
-            format!("ring capacity {capacity} must be a power of two ≥ 4096"),
+            format!("ring capacity {capacity} must be a power of two, 4 KiB to 16 MiB"),
+        ));
+    }
+    if g.cell_size % 64 != 0 || !(2 * CELL_HEADER..=1 << 20).contains(&g.cell_size) {
+        return Err(Error::new(
+            ErrorKind::Arg,
+            format!(
+                "cell size {} must be a multiple of 64, 128 B to 1 MiB",
+                g.cell_size
+            ),
+        ));
+    }
+    if !(1..=MAX_CELLS_PER_RANK).contains(&g.cells_per_rank) {
+        return Err(Error::new(
+            ErrorKind::Arg,
+            format!(
+                "{} cells per rank (1..={MAX_CELLS_PER_RANK} supported)",
+                g.cells_per_rank
+            ),
         ));
     }
     Ok(())
@@ -139,7 +205,7 @@ fn no_room(path: &Path, size: usize, e: std::io::Error) -> Error {
         ErrorKind::Exhausted,
         format!(
             "cannot reserve {size} bytes for the shared segment {} ({e}), even with the \
-             smallest rings: give {} more room (docker run --shm-size)",
+             smallest rings and cells: give {} more room (docker run --shm-size)",
             path.display(),
             path.parent()
                 .map_or_else(|| "/dev/shm".into(), |p| p.display().to_string())
@@ -147,27 +213,35 @@ fn no_room(path: &Path, size: usize, e: std::io::Error) -> Error {
     )
 }
 
-/// The ring capacity to use for a new segment: `wanted`, halved until the segment takes at most
-/// half of the filesystem's free space, but not below 4 KiB (if even that does not fit,
-/// [`reserve`] reports it).
-fn fitting_capacity(file: &File, ranks: usize, wanted: usize) -> usize {
+/// The geometry to use for a new segment: `wanted`, made smaller until the segment takes at
+/// most half of the filesystem's free space — first fewer cells per rank (down to 4), then
+/// smaller rings (down to 4 KiB), then smaller cells (down to 1 KiB); if even that does not
+/// fit, [`reserve`] reports it.
+fn fitting_geometry(file: &File, ranks: usize, wanted: Geometry) -> Geometry {
     let Some(free) = free_bytes(file) else {
         return wanted;
     };
     let room = free / 2;
-    let mut capacity = wanted;
-    while capacity > 4096 && segment_size(ranks, capacity).map_or(true, |size| size as u128 > room)
-    {
-        capacity /= 2;
+    let mut g = wanted;
+    while segment_size(ranks, g).map_or(true, |size| size as u128 > room) {
+        if g.cells_per_rank > 4 {
+            g.cells_per_rank /= 2;
+        } else if g.ring_capacity > 4096 {
+            g.ring_capacity /= 2;
+        } else if g.cell_size > 1024 {
+            g.cell_size = (g.cell_size / 2).max(1024);
+        } else {
+            break;
+        }
     }
-    if capacity != wanted {
+    if g != wanted {
         tracing::warn!(
-            wanted,
-            capacity,
-            "little room in the shared-memory filesystem: smaller rings"
+            ?wanted,
+            chosen = ?g,
+            "little room in the shared-memory filesystem: smaller rings and fewer cells"
         );
     }
-    capacity
+    g
 }
 
 /// Segments up to this size are populated when mapped (see [`map_options`]).
@@ -188,9 +262,9 @@ fn map_options(size: usize) -> MmapOptions {
 
 impl Segment {
     /// A segment in anonymous memory, for ranks that are threads of this process.
-    pub fn anonymous(ranks: usize, capacity: usize) -> Result<Segment> {
-        check_params(ranks, capacity)?;
-        let size = segment_size(ranks, capacity)?;
+    pub fn anonymous(ranks: usize, geometry: Geometry) -> Result<Segment> {
+        check_params(ranks, geometry)?;
+        let size = segment_size(ranks, geometry)?;
         let map = map_options(size).len(size).map_anon().map_err(|e| {
             Error::new(
                 ErrorKind::Exhausted,
@@ -200,7 +274,7 @@ impl Segment {
         let seg = Segment {
             map,
             ranks,
-            capacity,
+            geometry,
             path: None,
         };
         seg.init_header();
@@ -210,12 +284,12 @@ impl Segment {
     /// Creates the node's segment file (exclusively, mode 0600) and maps it. The caller makes it
     /// known to the other local ranks and calls [`Segment::unlink`] once they have attached.
     ///
-    /// `capacity` is the ring size wanted; when the filesystem (a container's small /dev/shm)
-    /// has less room than the segment needs, rings are made smaller, down to 4 KiB, so that the
-    /// segment takes at most half the free space. [`Segment::ring_capacity`] tells what was
-    /// chosen, and [`Segment::attach`] learns it from the file.
-    pub fn create(path: &Path, ranks: usize, capacity: usize) -> Result<Segment> {
-        check_params(ranks, capacity)?;
+    /// `geometry` is what is wanted; when the filesystem (a container's small /dev/shm) has less
+    /// room than the segment needs, rings are made smaller, down to 4 KiB, so that the segment
+    /// takes at most half the free space. [`Segment::geometry`] tells what was chosen, and
+    /// [`Segment::attach`] learns it from the file.
+    pub fn create(path: &Path, ranks: usize, geometry: Geometry) -> Result<Segment> {
+        check_params(ranks, geometry)?;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -223,8 +297,8 @@ impl Segment {
             .mode(0o600)
             .open(path)
             .map_err(|e| io_err("creating shared segment", path, e))?;
-        let capacity = fitting_capacity(&file, ranks, capacity);
-        let size = segment_size(ranks, capacity)?;
+        let geometry = fitting_geometry(&file, ranks, geometry);
+        let size = segment_size(ranks, geometry)?;
         let sized = file
             .set_len(size as u64)
             .map_err(|e| io_err("sizing shared segment", path, e))
@@ -233,33 +307,32 @@ impl Segment {
             let _ = std::fs::remove_file(path);
             return Err(e);
         }
-        let seg = Segment::map_file(&file, path, ranks, capacity)?;
+        let map = Segment::map_file(&file, path, size)?;
+        let seg = Segment {
+            map,
+            ranks,
+            geometry,
+            path: Some(path.to_path_buf()),
+        };
         seg.init_header();
         Ok(seg)
     }
 
-    /// Maps a segment file whose length is `segment_size(ranks, capacity)` (the callers have
-    /// made or checked it so).
-    fn map_file(file: &File, path: &Path, ranks: usize, capacity: usize) -> Result<Segment> {
-        let size = segment_size(ranks, capacity)?;
+    /// Maps `size` bytes of a segment file at least that long (the callers have made or
+    /// checked it so).
+    fn map_file(file: &File, path: &Path, size: usize) -> Result<MmapMut> {
         // SAFETY: the file is this job's segment (created exclusively by its first local rank,
-        // mode 0600) and at least `size` bytes long, so every offset computed from `ranks` and
-        // `capacity` is in bounds; every process maps it only through this module, which
-        // accesses the memory through atomics and the ring protocol.
-        let map = unsafe { map_options(size).map_mut(file) }
-            .map_err(|e| io_err("mapping shared segment", path, e))?;
-        Ok(Segment {
-            map,
-            ranks,
-            capacity,
-            path: Some(path.to_path_buf()),
-        })
+        // mode 0600) and at least `size` bytes long; every process maps it only through this
+        // module, which accesses the memory through atomics and the ring and cell protocols,
+        // at offsets checked against the segment's size.
+        unsafe { map_options(size).map_mut(file) }
+            .map_err(|e| io_err("mapping shared segment", path, e))
     }
 
     /// Maps a segment another local rank created, checking that it matches this job's layout;
-    /// the ring size is the creator's choice, read from the file.
+    /// the geometry is the creator's choice, read from the file.
     pub fn attach(path: &Path, ranks: usize) -> Result<Segment> {
-        check_params(ranks, 4096)?;
+        check_params(ranks, Geometry::with_ring(4096))?;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -282,30 +355,49 @@ impl Segment {
             .metadata()
             .map_err(|e| io_err("inspecting shared segment", path, e))?
             .len();
-        let fixed = segment_size(ranks, 0)? as u64;
-        let pairs = (ranks * ranks) as u64;
-        let capacity = (len.saturating_sub(fixed) / pairs) as usize;
-        let size = segment_size(ranks, capacity)?;
-        if len != size as u64 || check_params(ranks, capacity).is_err() {
-            return Err(Error::new(
+        let not_ours = |why: String| {
+            Error::new(
                 ErrorKind::Transport,
                 format!(
-                    "shared segment {} has {len} bytes, expected {size}",
+                    "{} is not a ch4 segment for this job: {why}",
                     path.display()
                 ),
-            ));
+            )
+        };
+        if len < HEADER as u64 || len > usize::MAX as u64 {
+            return Err(not_ours(format!("{len} bytes")));
         }
-        let seg = Segment::map_file(&file, path, ranks, capacity)?;
+        let map = Segment::map_file(&file, path, len as usize)?;
+        // SAFETY: the map has at least HEADER bytes and is page-aligned; `Header` is atomics,
+        // valid for any bit pattern.
+        let h = unsafe { &*(map.as_ptr() as *const Header) };
+        if h.magic.load(Ordering::Acquire) != MAGIC {
+            return Err(not_ours("wrong magic number".into()));
+        }
+        let field = |w: &AtomicU64| usize::try_from(w.load(Ordering::Relaxed)).unwrap_or(0);
+        let geometry = Geometry {
+            ring_capacity: field(&h.capacity),
+            cell_size: field(&h.cell_size),
+            cells_per_rank: field(&h.cells_per_rank),
+        };
+        if field(&h.ranks) != ranks {
+            return Err(not_ours(format!(
+                "made for {} local ranks, this job has {ranks}",
+                field(&h.ranks)
+            )));
+        }
+        check_params(ranks, geometry).map_err(|e| not_ours(e.to_string()))?;
+        let size = segment_size(ranks, geometry)?;
+        if len != size as u64 {
+            return Err(not_ours(format!("{len} bytes, expected {size}")));
+        }
+        let seg = Segment {
+            map,
+            ranks,
+            geometry,
+            path: Some(path.to_path_buf()),
+        };
         let h = seg.header();
-        if h.magic.load(Ordering::Acquire) != MAGIC
-            || h.ranks.load(Ordering::Relaxed) != ranks as u64
-            || h.capacity.load(Ordering::Relaxed) != capacity as u64
-        {
-            return Err(Error::new(
-                ErrorKind::Transport,
-                format!("{} is not a ch4 segment for this job", path.display()),
-            ));
-        }
         h.attached.fetch_add(1, Ordering::AcqRel);
         Ok(seg)
     }
@@ -326,7 +418,12 @@ impl Segment {
     fn init_header(&self) {
         let h = self.header();
         h.ranks.store(self.ranks as u64, Ordering::Relaxed);
-        h.capacity.store(self.capacity as u64, Ordering::Relaxed);
+        h.capacity
+            .store(self.geometry.ring_capacity as u64, Ordering::Relaxed);
+        h.cell_size
+            .store(self.geometry.cell_size as u64, Ordering::Relaxed);
+        h.cells_per_rank
+            .store(self.geometry.cells_per_rank as u64, Ordering::Relaxed);
         h.attached.store(1, Ordering::Relaxed);
         // Release: a rank that sees the magic also sees the fields above.
         h.magic.store(MAGIC, Ordering::Release);
@@ -350,7 +447,12 @@ impl Segment {
 
     /// Bytes of each ring's data area.
     pub fn ring_capacity(&self) -> usize {
-        self.capacity
+        self.geometry.ring_capacity
+    }
+
+    /// The sizes this segment was made with.
+    pub fn geometry(&self) -> Geometry {
+        self.geometry
     }
 
     fn word(&self, offset: usize) -> &AtomicU64 {
@@ -410,7 +512,49 @@ impl Segment {
     }
 
     fn rings_base(&self) -> usize {
-        HEADER + 16 * self.ranks.div_ceil(8) * 8
+        queues_base(self.ranks) + self.ranks * QUEUE
+    }
+
+    fn cells_base(&self) -> usize {
+        self.rings_base() + self.ranks * self.ranks * (INDICES + self.geometry.ring_capacity)
+    }
+
+    /// Pointers to the cell queues and the cell area.
+    fn cell_parts(&self) -> (*const CellQueue, *mut u8) {
+        let base = self.map.as_ptr() as *mut u8;
+        // SAFETY: both offsets are within the mapping by construction of `segment_size` (the
+        // queues follow the liveness table, the cells the rings).
+        unsafe {
+            (
+                base.add(queues_base(self.ranks)) as *const CellQueue,
+                base.add(self.cells_base()),
+            )
+        }
+    }
+
+    /// The cell sender of local rank `me`. The caller must be that rank and create it once.
+    pub(crate) fn cell_sender(&self, me: usize) -> Result<CellSender> {
+        if me >= self.ranks {
+            return Err(Error::new(ErrorKind::Internal, "rank index out of range"));
+        }
+        let (q, c) = self.cell_parts();
+        let g = self.geometry;
+        // SAFETY: the queues (`ranks` of them) and cells (`ranks * cells_per_rank` of
+        // `cell_size`) lie in this mapping, which the transport keeps alive (it holds an
+        // `Arc<Segment>`) as long as the sender; the cell area is 128-aligned (every region
+        // before it is a multiple of 128 bytes) and the geometry was checked; one sender per rank.
+        Ok(unsafe { CellSender::new(q, c, self.ranks, g.cells_per_rank, g.cell_size, me) })
+    }
+
+    /// The cell receiver of local rank `me`. The caller must be that rank and create it once.
+    pub(crate) fn cell_receiver(&self, me: usize) -> Result<CellReceiver> {
+        if me >= self.ranks {
+            return Err(Error::new(ErrorKind::Internal, "rank index out of range"));
+        }
+        let (q, c) = self.cell_parts();
+        let g = self.geometry;
+        // SAFETY: as for `cell_sender`, with one receiver per rank.
+        Ok(unsafe { CellReceiver::new(q, c, self.ranks, g.cells_per_rank, g.cell_size, me) })
     }
 
     /// Pointers to the ring carrying `from` → `to`.
@@ -421,7 +565,7 @@ impl Segment {
         let pair = from * self.ranks + to;
         let pairs = self.ranks * self.ranks;
         let indices = self.rings_base() + pair * INDICES;
-        let data = self.rings_base() + pairs * INDICES + pair * self.capacity;
+        let data = self.rings_base() + pairs * INDICES + pair * self.geometry.ring_capacity;
         let base = self.map.as_ptr() as *mut u8;
         // SAFETY: both offsets are within the mapping by construction of `segment_size`
         // (pair < ranks², capacity per pair), so `add` stays in bounds.
@@ -434,14 +578,14 @@ impl Segment {
         // SAFETY: the pointers lie in this mapping, which the transport keeps alive (it holds an
         // `Arc<Segment>`) as long as the end; offsets are 128/8-aligned; the capacity is a power
         // of two ≥ 4096; each local rank makes only its own producers, once.
-        Ok(unsafe { Producer::new(i, d, self.capacity) })
+        Ok(unsafe { Producer::new(i, d, self.geometry.ring_capacity) })
     }
 
     /// The consumer end of `from` → `to`. The caller must be local rank `to` and create it once.
     pub(crate) fn consumer(&self, from: usize, to: usize) -> Result<Consumer> {
         let (i, d) = self.ring(from, to)?;
         // SAFETY: as for `producer`, with each local rank making only its own consumers, once.
-        Ok(unsafe { Consumer::new(i, d, self.capacity) })
+        Ok(unsafe { Consumer::new(i, d, self.geometry.ring_capacity) })
     }
 }
 

@@ -1,10 +1,22 @@
-//! The shared-memory transport: `AmTransport` + `Shm` over the segment's per-pair rings.
+//! The shared-memory transport: `AmTransport` + `Shm` over the segment's per-pair rings and
+//! per-receiver cell queues.
 //!
-//! A send is one record written straight into the ring towards the receiver; the receiver's poll
-//! hands the record to the AM engine *in place*, so a matched eager message is copied once from
-//! the ring into the user's buffer. When a ring is full the record waits in a local queue (a
-//! transport never blocks in a send) and later records to that peer queue behind it, keeping
-//! order.
+//! A send is one record written straight into the ring towards the receiver or, when that ring
+//! is full or too small for it, into one of the sender's cells appended to the receiver's queue.
+//! The receiver's poll hands records and cells to the AM engine *in place*, so a matched eager
+//! message is copied once, from shared memory into the user's buffer. When neither path has
+//! room the record waits in a local queue (a transport never blocks in a send) and later records
+//! to that peer queue behind it.
+//!
+//! **Order across the two paths.** Every message of an ordered pair of ranks gets the next
+//! number of that pair's sequence when it goes out; rings carry its low 8 bits, cells all 64.
+//! The receiver keeps the number it expects from each sender and takes a ring record or a cell
+//! only when it carries that number. Both directions of waiting resolve: a ring record tagged
+//! ahead waits until the cells before it arrive (they were appended before it was written), and
+//! a cell tagged ahead means the records before it are already in the sender's ring (written
+//! before the cell was published, so visible once the cell is), which the receiver then drains
+//! first. Eight bits suffice because what can overtake a ring record is the sender's cells in
+//! flight, fewer than 256 (`MAX_CELLS_PER_RANK`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -13,9 +25,10 @@ use ch4_core::core::CTRL_HEADER_MAX;
 use ch4_core::transport::{AmSink, AmTransport, HandlerId, PeerRead, Shm};
 use ch4_core::{Error, ErrorKind, Gpid, Result};
 
+use crate::cells::{CellReceiver, CellSendError, CellSender, CELL_HEADER, MAX_CELLS_PER_RANK};
 use crate::cma::{self, CmaConfig, ReadFailure};
-use crate::ring::{max_record_body, Consumer, Producer, PushError};
-use crate::segment::Segment;
+use crate::ring::{max_record_body, Consumer, Producer, PushError, MAX_CAPACITY};
+use crate::segment::{Geometry, Segment};
 
 /// Default size of a rendezvous data piece (`CH4_SHM_PIECE_SIZE` overrides it).
 const DEFAULT_PIECE: usize = 64 << 10;
@@ -34,29 +47,55 @@ pub struct ShmConfig {
     pub eager_limit: usize,
     /// Bytes per ring (a power of two); a record may use half.
     pub ring_capacity: usize,
+    /// Bytes per cell, its 64-byte header included.
+    pub cell_size: usize,
+    /// Cells each local rank owns.
+    pub cells_per_rank: usize,
 }
 
 impl ShmConfig {
-    /// Defaults scaled to the number of local ranks (the segment holds `ranks²` rings), overridden
-    /// by `CH4_SHM_EAGER_LIMIT` and `CH4_SHM_RING_SIZE` (bytes). The rendezvous piece size is
+    /// Defaults scaled to the number of local ranks (the segment holds `ranks²` rings and
+    /// `ranks * cells_per_rank` cells), overridden by `CH4_SHM_EAGER_LIMIT`, `CH4_SHM_RING_SIZE`,
+    /// `CH4_SHM_CELL_SIZE` (bytes) and `CH4_SHM_CELLS` (per rank). The rendezvous piece size is
     /// `CH4_SHM_PIECE_SIZE` (default 64 KiB).
     pub fn for_ranks(ranks: usize) -> ShmConfig {
-        let budget = 64usize << 20; // total ring bytes per node
-        let per_pair = (budget / (ranks * ranks).max(1)).clamp(16 << 10, 1 << 20);
+        // Ring bytes per node: 1 MiB rings up to 8 ranks, shrinking to 4 KiB ones (a few small
+        // messages per pair, like Nemesis's fastboxes) at 128 ranks and beyond, where the cells
+        // carry the rest.
+        let budget = 64usize << 20;
+        let per_pair = (budget / (ranks * ranks).max(1)).clamp(4 << 10, 1 << 20);
         let ring_capacity = env_usize("CH4_SHM_RING_SIZE")
-            .filter(|c| c.is_power_of_two() && *c >= 4096)
+            .filter(|c| c.is_power_of_two() && (4096..=MAX_CAPACITY).contains(c))
             .unwrap_or_else(|| per_pair.next_power_of_two().min(1 << 20));
+        let cell_size = env_usize("CH4_SHM_CELL_SIZE")
+            .map(|c| (c.div_ceil(64) * 64).clamp(2 * CELL_HEADER, 1 << 20))
+            .unwrap_or(Geometry::DEFAULT_CELL_SIZE);
+        let cells_per_rank = env_usize("CH4_SHM_CELLS")
+            .map(|c| c.clamp(1, MAX_CELLS_PER_RANK))
+            .unwrap_or(Geometry::DEFAULT_CELLS);
+        let record_max = max_record_body(ring_capacity).max(cell_size - CELL_HEADER);
         // 32 KiB, by measurement on this project's host (osu_latency / osu_bw sweeping
         // CH4_SHM_EAGER_LIMIT over 4-64 KiB): eager beats rendezvous in latency at every size up
         // to 64 KiB (32 KiB: 5.7-6.6 µs eager vs 6.4-8.5 µs rendezvous) with bandwidth within
         // noise; 32 rather than 64 KiB bounds what an early-arriving message costs to buffer.
-        let eager_default = (32usize << 10).min(max_record_body(ring_capacity) - CTRL_HEADER_MAX);
+        let eager_default = (32usize << 10).min(record_max - CTRL_HEADER_MAX);
         let eager_limit = env_usize("CH4_SHM_EAGER_LIMIT")
             .unwrap_or(eager_default)
-            .min(max_record_body(ring_capacity) - CTRL_HEADER_MAX);
+            .min(record_max - CTRL_HEADER_MAX);
         ShmConfig {
             eager_limit,
             ring_capacity,
+            cell_size,
+            cells_per_rank,
+        }
+    }
+
+    /// The segment geometry this configuration asks for.
+    pub fn geometry(&self) -> Geometry {
+        Geometry {
+            ring_capacity: self.ring_capacity,
+            cell_size: self.cell_size,
+            cells_per_rank: self.cells_per_rank,
         }
     }
 }
@@ -75,6 +114,10 @@ pub struct ShmTransport {
     gpid_of: Vec<Gpid>,
     producers: Vec<Producer>,
     consumers: Vec<Consumer>,
+    cell_tx: CellSender,
+    cell_rx: CellReceiver,
+    /// Messages this rank has sent through cells (the rest went by ring).
+    cell_sends: u64,
     waiting: Vec<VecDeque<Waiting>>,
     waiting_total: usize,
     next_poll: usize,
@@ -126,18 +169,19 @@ impl ShmTransport {
         // it overlap (a pipeline several pieces deep), large enough to amortize each record.
         // Measured with osu_latency on this project's 2-core host: 64 KiB pieces take a 1 MiB
         // message from 231 µs (512 KiB pieces) to 135 µs; 32-128 KiB are all close.
-        let max_payload = (max_record_body(seg.ring_capacity()) - CTRL_HEADER_MAX).min(
-            env_usize("CH4_SHM_PIECE_SIZE")
-                .unwrap_or(DEFAULT_PIECE)
-                .max(1),
-        );
+        let max_payload = env_usize("CH4_SHM_PIECE_SIZE")
+            .unwrap_or(DEFAULT_PIECE)
+            .max(1);
         seg.set_alive(me, pid, true);
-        Ok(ShmTransport {
+        let mut t = ShmTransport {
             me,
             local_of,
             gpid_of: local_gpids.to_vec(),
             producers,
             consumers,
+            cell_tx: seg.cell_sender(me)?,
+            cell_rx: seg.cell_receiver(me)?,
+            cell_sends: 0,
             waiting: (0..n).map(|_| VecDeque::new()).collect(),
             waiting_total: 0,
             next_poll: 0,
@@ -145,7 +189,24 @@ impl ShmTransport {
             max_payload,
             cma: CmaConfig::from_env(),
             seg,
-        })
+        };
+        t.set_ring_record_max(env_usize("CH4_SHM_RING_RECORD_MAX").unwrap_or(usize::MAX));
+        Ok(t)
+    }
+
+    /// Sends only records of up to `bytes` (active-message header and payload) through the
+    /// per-pair rings, the rest through cells: on a crowded node the rings then act as small
+    /// per-pair fast paths for the smallest messages (Nemesis's fastboxes). Payload and eager
+    /// limits shrink if the largest record no longer fits anywhere.
+    pub fn set_ring_record_max(&mut self, bytes: usize) {
+        for p in &mut self.producers {
+            p.limit_record(bytes);
+        }
+        let g = self.seg.geometry();
+        let ring = max_record_body(g.ring_capacity).min(bytes);
+        // A cell holds at least 64 bytes (the geometry's minimum): every control record fits.
+        let record_max = ring.max(g.cell_size - CELL_HEADER);
+        self.limit_payload(record_max - CTRL_HEADER_MAX);
     }
 
     /// Lowers the largest active-message payload (rendezvous data then moves in smaller
@@ -165,6 +226,12 @@ impl ShmTransport {
         self.cma.enabled
     }
 
+    /// How many messages this rank has sent through cells rather than rings: a crowded node's
+    /// small rings overflow into them, a large node's rarely do.
+    pub fn cell_sends(&self) -> u64 {
+        self.cell_sends
+    }
+
     /// The segment this transport uses.
     pub fn segment(&self) -> &Arc<Segment> {
         &self.seg
@@ -179,23 +246,141 @@ impl ShmTransport {
             .map(|l| l as usize)
     }
 
-    /// Moves waiting records into their rings while there is room.
+    /// Moves waiting records into rings or cells while there is room.
     #[cold]
-    fn flush_waiting(&mut self) -> usize {
+    fn flush_waiting(&mut self) -> Result<usize> {
         let mut moved = 0;
-        for (to, q) in self.waiting.iter_mut().enumerate() {
-            while let Some(w) = q.front() {
-                match self.producers[to].push(w.handler, &w.header, &[&w.payload]) {
-                    Ok(()) => {
-                        q.pop_front();
-                        moved += 1;
-                    }
-                    Err(_) => break,
+        for to in 0..self.waiting.len() {
+            while let Some(w) = self.waiting[to].pop_front() {
+                if !self.try_send(to, w.handler, &w.header, &[&w.payload])? {
+                    self.waiting[to].push_front(w);
+                    break;
                 }
+                moved += 1;
             }
         }
         self.waiting_total -= moved;
-        moved
+        Ok(moved)
+    }
+
+    /// Sends one record to local rank `to` by its ring or else a cell, numbering it in the
+    /// pair's sequence; `false` when neither has room now.
+    #[inline(always)]
+    fn try_send(
+        &mut self,
+        to: usize,
+        handler: HandlerId,
+        header: &[u8],
+        payload: &[&[u8]],
+    ) -> Result<bool> {
+        match self.producers[to].push(handler, header, payload) {
+            Ok(()) => Ok(true),
+            Err(full_or_large) => self.try_send_cell(to, handler, header, payload, full_or_large),
+        }
+    }
+
+    /// The cell half of [`ShmTransport::try_send`]: out of line, so the ring path stays short.
+    #[inline(never)]
+    fn try_send_cell(
+        &mut self,
+        to: usize,
+        handler: HandlerId,
+        header: &[u8],
+        payload: &[&[u8]],
+        ring: PushError,
+    ) -> Result<bool> {
+        let seq = self.producers[to].next_seq();
+        match self.cell_tx.send(to, seq, handler, header, payload) {
+            Ok(()) => {
+                self.producers[to].take_seq();
+                self.cell_sends += 1;
+                Ok(true)
+            }
+            Err(CellSendError::NoFreeCell) => Ok(false),
+            Err(CellSendError::TooLarge) if ring == PushError::Full => Ok(false),
+            Err(CellSendError::TooLarge) => Err(Error::new(
+                ErrorKind::Count,
+                format!(
+                    "active message of {} bytes exceeds both the ring's record limit and the \
+                     cell size",
+                    header.len() + payload.iter().map(|p| p.len()).sum::<usize>()
+                ),
+            )),
+            Err(CellSendError::Corrupt) => Err(Error::new(
+                ErrorKind::Transport,
+                format!("the cell queue of local rank {to} is corrupted"),
+            )),
+        }
+    }
+
+    /// Delivers what the cell queue holds. A cell numbered ahead of what its sender's ring has
+    /// delivered means the records before it are in that ring: they go first.
+    #[inline(always)]
+    fn poll_cells<K: AmSink>(&mut self, sink: &mut K, budget: usize) -> Result<usize> {
+        let mut delivered = 0;
+        while delivered < budget {
+            let front = match self.cell_rx.front() {
+                None => break,
+                Some(Ok(f)) => f,
+                Some(Err(_)) => {
+                    return Err(Error::new(
+                        ErrorKind::Transport,
+                        "this rank's cell queue is corrupted",
+                    ))
+                }
+            };
+            let from = front.from;
+            let src = self.gpid_of[from];
+            let ring = &mut self.consumers[from];
+            while ring.expected_seq() != front.seq {
+                let expect = ring.expected_seq();
+                let popped = if front.seq > expect {
+                    ring.pop_with(|h, hdr, payload| sink.deliver(src, h, hdr, payload))
+                } else {
+                    None
+                };
+                match popped {
+                    Some(Ok(r)) => {
+                        delivered += 1;
+                        r?;
+                        if !sink.wants_more() {
+                            return Ok(delivered);
+                        }
+                    }
+                    _ => {
+                        return Err(Error::new(
+                            ErrorKind::Transport,
+                            format!(
+                                "message {} from process {src} arrived by cell, but message \
+                                 {expect} is in neither its ring nor the queue: shared memory \
+                                 is corrupted",
+                                front.seq
+                            ),
+                        ))
+                    }
+                }
+            }
+            match self
+                .cell_rx
+                .pop_with(|h, hdr, payload| sink.deliver(src, h, hdr, payload))
+            {
+                Some(Ok(r)) => {
+                    ring.skip_seq();
+                    delivered += 1;
+                    r?;
+                    if !sink.wants_more() {
+                        break;
+                    }
+                }
+                _ => {
+                    return Err(Error::new(
+                        ErrorKind::Transport,
+                        "this rank's cell queue is corrupted",
+                    ))
+                }
+            }
+        }
+        Ok(delivered)
     }
 }
 
@@ -227,20 +412,8 @@ impl AmTransport for ShmTransport {
                 format!("process {dest} is not on this node"),
             ));
         };
-        if self.waiting[to].is_empty() {
-            match self.producers[to].push(handler, header, payload) {
-                Ok(()) => return Ok(()),
-                Err(PushError::TooLarge) => {
-                    return Err(Error::new(
-                        ErrorKind::Count,
-                        format!(
-                            "active message of {} bytes exceeds the ring's record limit",
-                            header.len() + payload.iter().map(|p| p.len()).sum::<usize>()
-                        ),
-                    ))
-                }
-                Err(PushError::Full) => {}
-            }
+        if self.waiting[to].is_empty() && self.try_send(to, handler, header, payload)? {
+            return Ok(());
         }
         // Probing liveness costs a syscall: do it when records start to queue for this peer
         // and then every 64th one, not on every send into a full ring.
@@ -262,10 +435,10 @@ impl AmTransport for ShmTransport {
     #[inline]
     fn am_poll<K: AmSink>(&mut self, sink: &mut K, budget: usize) -> Result<usize> {
         if self.waiting_total != 0 {
-            self.flush_waiting();
+            self.flush_waiting()?;
         }
-        let n = self.consumers.len();
         let mut delivered = 0;
+        let n = self.consumers.len();
         let mut idle_rings = 0;
         let mut i = self.next_poll;
         while delivered < budget && idle_rings < n {
@@ -291,6 +464,9 @@ impl AmTransport for ShmTransport {
             i = if i + 1 == n { 0 } else { i + 1 };
         }
         self.next_poll = i;
+        if delivered < budget && sink.wants_more() && !self.cell_rx.looks_empty() {
+            delivered += self.poll_cells(sink, budget - delivered)?;
+        }
         Ok(delivered)
     }
 
@@ -349,7 +525,11 @@ impl AmTransport for ShmTransport {
     #[inline]
     fn can_send_now(&mut self, dest: Gpid, bytes: usize) -> bool {
         match self.local(dest) {
-            Some(to) => self.waiting[to].is_empty() && self.producers[to].has_room(bytes),
+            Some(to) => {
+                self.waiting[to].is_empty()
+                    && (self.producers[to].has_room(bytes)
+                        || (bytes <= self.cell_tx.max_body() && self.cell_tx.has_free_cell()))
+            }
             None => true,
         }
     }
@@ -382,7 +562,7 @@ mod tests {
         Device<NoNetmod, ShmTransport>,
         Arc<Segment>,
     ) {
-        let seg = Arc::new(Segment::anonymous(2, 1 << 14).unwrap());
+        let seg = Arc::new(Segment::anonymous(2, Geometry::with_ring(1 << 14)).unwrap());
         let mk = |me: usize| {
             let t = ShmTransport::new(seg.clone(), me, &[0, 1], 2, 1024, 0).unwrap();
             Device::new(NoNetmod, t, me as u32, 2, DeviceConfig::default()).unwrap()

@@ -4,6 +4,10 @@
 //!   read with one copy, CMA);
 //! - `shm_streamed`: the same with single-copy reads off, so rendezvous data streams through
 //!   the rings;
+//! - `shm_crowded`: the same set up like a crowded node, scaled down — 4 KiB rings that take
+//!   only records of up to 48 bytes (the smallest eager messages and control packets), four
+//!   512-byte cells per rank for the rest — so messages of a pair alternate between ring, cells
+//!   and the local wait queue, and must still arrive in order;
 //! - `net_am`: one rank per node, everything through the active-message netmod;
 //! - `native_mixed`: two ranks per node with the natively matching netmod, so shm, native
 //!   matching and the ANY_SOURCE partner logic all take part.
@@ -22,7 +26,7 @@ pub fn small(ranks: u32) -> Threads {
     Threads::new(ranks).eager_limit(EAGER).max_payload(100)
 }
 
-/// Generates `shm`, `shm_streamed`, `net_am` and `native_mixed` tests that run `$body(ctx)` on `$ranks` ranks.
+/// Generates `shm`, `shm_streamed`, `shm_crowded`, `net_am` and `native_mixed` tests that run `$body(ctx)` on `$ranks` ranks.
 #[macro_export]
 macro_rules! on_all_routes {
     ($name:ident, $ranks:expr, $body:path) => {
@@ -42,6 +46,20 @@ macro_rules! on_all_routes {
                 common::small($ranks)
                     .ranks_per_node($ranks)
                     .shm_single_copy(false)
+                    .run(|ctx| $body(ctx))
+                    .unwrap();
+            }
+
+            #[test]
+            fn shm_crowded() {
+                common::small($ranks)
+                    .ranks_per_node($ranks)
+                    .shm_geometry(shm::Geometry {
+                        ring_capacity: 4096,
+                        cell_size: 512,
+                        cells_per_rank: 4,
+                    })
+                    .shm_ring_record_max(48)
                     .run(|ctx| $body(ctx))
                     .unwrap();
             }
