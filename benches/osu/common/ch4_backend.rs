@@ -1,0 +1,124 @@
+//! The OSU loops over ch4's safe facade: ranks as processes (self-launched, or under `ch4run`
+//! or Hydra) or, with `--threads`, as threads of one process.
+
+use ch4::{Communicator, Context, Netmod, Shm};
+
+use super::{BenchResult, Options, Pt2Pt, Spec};
+
+/// A rank's world communicator and the context that opens its request scopes.
+struct Ch4<N: Netmod, S: Shm> {
+    world: Communicator<N, S>,
+    ctx: Context<N, S>,
+}
+
+impl<N: Netmod, S: Shm> Pt2Pt for Ch4<N, S> {
+    fn rank(&self) -> usize {
+        self.world.rank() as usize
+    }
+
+    fn size(&self) -> usize {
+        self.world.size() as usize
+    }
+
+    fn barrier(&self) -> BenchResult<()> {
+        Ok(self.world.barrier()?)
+    }
+
+    #[inline]
+    fn send(&self, buf: &[u8], dest: usize, tag: i32) -> BenchResult<()> {
+        Ok(self.world.send(buf, dest as i32, tag)?)
+    }
+
+    #[inline]
+    fn recv(&self, buf: &mut [u8], src: usize, tag: i32) -> BenchResult<()> {
+        self.world.recv(buf, src as i32, tag)?;
+        Ok(())
+    }
+
+    fn send_window(&self, buf: &[u8], count: usize, dest: usize, tag: i32) -> BenchResult<()> {
+        self.ctx.scope(|s| {
+            let mut reqs = Vec::with_capacity(count);
+            for _ in 0..count {
+                reqs.push(self.world.isend(s, buf, dest as i32, tag)?);
+            }
+            s.wait_all(reqs).map(drop)
+        })?;
+        Ok(())
+    }
+
+    fn recv_window(
+        &self,
+        bufs: &mut [Vec<u8>],
+        len: usize,
+        src: usize,
+        tag: i32,
+    ) -> BenchResult<()> {
+        self.ctx.scope(|s| {
+            let mut reqs = Vec::with_capacity(bufs.len());
+            for b in bufs.iter_mut() {
+                reqs.push(self.world.irecv(s, &mut b[..len], src as i32, tag)?);
+            }
+            s.wait_all(reqs).map(drop)
+        })?;
+        Ok(())
+    }
+
+    fn exchange_window(
+        &self,
+        sbuf: &[u8],
+        rbufs: &mut [Vec<u8>],
+        len: usize,
+        peer: usize,
+        tag: i32,
+    ) -> BenchResult<()> {
+        self.ctx.scope(|s| {
+            let mut reqs = Vec::with_capacity(2 * rbufs.len());
+            let count = rbufs.len();
+            for b in rbufs.iter_mut() {
+                reqs.push(self.world.irecv(s, &mut b[..len], peer as i32, tag)?);
+            }
+            for _ in 0..count {
+                reqs.push(self.world.isend(s, sbuf, peer as i32, tag)?);
+            }
+            s.wait_all(reqs).map(drop)
+        })?;
+        Ok(())
+    }
+
+    fn sum(&self, x: f64) -> BenchResult<f64> {
+        let mut out = [0.0f64];
+        self.world.allreduce(&[x], &mut out, ch4::op::sum)?;
+        Ok(out[0])
+    }
+}
+
+/// Runs the program's test on its ranks — processes (self-launched unless a launcher started
+/// this one; `CH4_NP` overrides the count) or, with `--threads`, threads — and prints OSU's
+/// output at rank 0.
+pub fn launch(spec: &Spec, o: &Options) -> BenchResult<()> {
+    if o.threads {
+        let rows = ch4::threads::Threads::new(spec.ranks).run(|ctx| {
+            let c = Ch4 {
+                world: ctx.world(),
+                ctx: ctx.clone(),
+            };
+            super::measure(spec.kind, &c, o)
+                .map_err(|e| ch4::Error::new(ch4::ErrorKind::Internal, e.to_string()))
+        })?;
+        let how = format!("ch4, {} ranks as threads", spec.ranks);
+        super::print(spec, o, &how, spec.ranks as usize, &rows[0]);
+        return Ok(());
+    }
+    let universe = ch4::process::init_or_launch(spec.ranks)?;
+    let c = Ch4 {
+        world: universe.world(),
+        ctx: universe.context().clone(),
+    };
+    let rows = super::measure(spec.kind, &c, o)?;
+    if c.rank() == 0 {
+        let how = format!("ch4 {}, {} processes", env!("CARGO_PKG_VERSION"), c.size());
+        super::print(spec, o, &how, c.size(), &rows);
+    }
+    drop(c);
+    Ok(universe.finalize()?)
+}

@@ -1,0 +1,537 @@
+//! What the OSU-style programs share: OSU's options and output format, the benchmark loops, and
+//! the small point-to-point interface they are written against ([`Pt2Pt`]), so that the very
+//! same loops measure ch4 and — built with `--features peer-mpi` — the system's MPI through the
+//! `mpi` crate (rsmpi). Each program is a few lines of `main` around one loop from here.
+//!
+//! The loops follow the OSU micro-benchmarks (v5-v7): a barrier before each size, `-x` warm-up
+//! iterations that are not timed, messages above 8 KiB timed over a tenth of the iterations.
+//! One difference is forced by safe Rust: a window of pending receives needs distinct buffers
+//! (OSU lets all 64 receives of a window write one buffer), so receivers cycle through `-W`
+//! buffers; the C peers in `scripts/peers/` do the same.
+
+#![allow(dead_code)] // each program uses part of this module
+
+use std::time::Instant;
+
+#[cfg(not(feature = "peer-mpi"))]
+mod ch4_backend;
+#[cfg(feature = "peer-mpi")]
+mod mpi_backend;
+
+#[cfg(not(feature = "peer-mpi"))]
+use ch4_backend::launch;
+#[cfg(feature = "peer-mpi")]
+use mpi_backend::launch;
+
+/// Errors of either backend.
+pub type BenchError = Box<dyn std::error::Error + Send + Sync>;
+/// Results of the benchmark loops.
+pub type BenchResult<T> = Result<T, BenchError>;
+
+/// The point-to-point operations the OSU loops use; implemented by ch4's communicator and by
+/// rsmpi's. Buffers are bytes; tags small integers.
+pub trait Pt2Pt {
+    /// This process's rank.
+    fn rank(&self) -> usize;
+    /// Ranks in the job.
+    fn size(&self) -> usize;
+    /// MPI_Barrier.
+    fn barrier(&self) -> BenchResult<()>;
+    /// Blocking standard send.
+    fn send(&self, buf: &[u8], dest: usize, tag: i32) -> BenchResult<()>;
+    /// Blocking receive of exactly `buf.len()` bytes at most.
+    fn recv(&self, buf: &mut [u8], src: usize, tag: i32) -> BenchResult<()>;
+    /// OSU's send window: `count` nonblocking sends of `buf` to `dest`, then wait for all.
+    fn send_window(&self, buf: &[u8], count: usize, dest: usize, tag: i32) -> BenchResult<()>;
+    /// OSU's receive window: one nonblocking receive of `len` bytes into each of `bufs`, then
+    /// wait for all.
+    fn recv_window(
+        &self,
+        bufs: &mut [Vec<u8>],
+        len: usize,
+        src: usize,
+        tag: i32,
+    ) -> BenchResult<()>;
+    /// Both windows at once (bibw): the receives posted first, then the sends, then all waited.
+    fn exchange_window(
+        &self,
+        sbuf: &[u8],
+        rbufs: &mut [Vec<u8>],
+        len: usize,
+        peer: usize,
+        tag: i32,
+    ) -> BenchResult<()>;
+    /// Sum of `x` over all ranks, at every rank.
+    fn sum(&self, x: f64) -> BenchResult<f64>;
+}
+
+/// OSU's command-line options.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Smallest message size (`-m min:max`).
+    pub min: usize,
+    /// Largest message size.
+    pub max: usize,
+    /// Timed iterations for messages up to 8 KiB (`-i`); a tenth above.
+    pub iterations: usize,
+    /// Untimed warm-up iterations (`-x`); a tenth above 8 KiB.
+    pub warmup: usize,
+    /// Messages in flight per window (`-W`), for the bandwidth and rate tests.
+    pub window: usize,
+    /// Run the ranks as threads of one process (ch4 only).
+    pub threads: bool,
+}
+
+/// Above this size OSU times a tenth of the iterations.
+pub const LARGE_MESSAGE: usize = 8192;
+
+/// Which OSU test a program runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// osu_latency.
+    Latency,
+    /// osu_multi_lat.
+    MultiLatency,
+    /// osu_bw.
+    Bandwidth,
+    /// osu_bibw.
+    Bidirectional,
+    /// osu_mbw_mr.
+    MessageRate,
+}
+
+/// Rows of (size, values) as the test measured them, at rank 0.
+pub type Rows = Vec<(usize, Vec<f64>)>;
+
+/// Runs test `kind` over `c`: one static dispatch, then the loop monomorphized for `C`.
+pub fn measure<C: Pt2Pt>(kind: Kind, c: &C, o: &Options) -> BenchResult<Rows> {
+    match kind {
+        Kind::Latency => latency(c, o),
+        Kind::MultiLatency => multi_latency(c, o),
+        Kind::Bandwidth => bandwidth(c, o),
+        Kind::Bidirectional => bidirectional(c, o),
+        Kind::MessageRate => message_rate(c, o),
+    }
+}
+
+impl Spec {
+    /// The program that runs `kind`, with OSU's names and defaults.
+    pub const fn of(kind: Kind) -> Spec {
+        let latency = Options {
+            min: 0,
+            max: 1 << 22,
+            iterations: 10_000,
+            warmup: 1_000,
+            window: 64,
+            threads: false,
+        };
+        let windowed = Options {
+            min: 1,
+            iterations: 100,
+            warmup: 10,
+            ..latency
+        };
+        let (name, title, columns, defaults) = match kind {
+            Kind::Latency => (
+                "osu_latency",
+                "OSU MPI Latency Test",
+                "Size          Latency (us)",
+                latency,
+            ),
+            Kind::MultiLatency => (
+                "osu_multi_lat",
+                "OSU MPI Multi Latency Test",
+                "Size          Latency (us)",
+                latency,
+            ),
+            Kind::Bandwidth => (
+                "osu_bw",
+                "OSU MPI Bandwidth Test",
+                "Size      Bandwidth (MB/s)",
+                windowed,
+            ),
+            Kind::Bidirectional => (
+                "osu_bibw",
+                "OSU MPI Bi-Directional Bandwidth Test",
+                "Size      Bandwidth (MB/s)",
+                windowed,
+            ),
+            Kind::MessageRate => (
+                "osu_mbw_mr",
+                "OSU MPI Multiple Bandwidth / Message Rate Test",
+                "Size                  MB/s        Messages/s",
+                windowed,
+            ),
+        };
+        Spec {
+            kind,
+            ranks: 2,
+            name,
+            title,
+            columns,
+            defaults,
+            windowed: !matches!(kind, Kind::Latency | Kind::MultiLatency),
+        }
+    }
+}
+
+/// What one program is: its name, OSU's title and column header, and its defaults.
+pub struct Spec {
+    /// The test.
+    pub kind: Kind,
+    /// Ranks to start when self-launching.
+    pub ranks: u32,
+    /// The program's name, for usage lines.
+    pub name: &'static str,
+    /// OSU's title line, without the leading `# ` (e.g. "OSU MPI Latency Test").
+    pub title: &'static str,
+    /// OSU's column header line, without the leading `# `.
+    pub columns: &'static str,
+    /// Default options.
+    pub defaults: Options,
+    /// Whether `-W` applies.
+    pub windowed: bool,
+}
+
+/// Parses OSU's options from the process arguments; `Err` carries the usage or the problem.
+pub fn parse_args(spec: &Spec) -> Result<Options, String> {
+    parse(spec, std::env::args().skip(1))
+}
+
+fn parse(spec: &Spec, args: impl IntoIterator<Item = String>) -> Result<Options, String> {
+    let usage = format!(
+        "usage: {} [-m [min:]max] [-i iterations] [-x warmup]{} [--threads]",
+        spec.name,
+        if spec.windowed { " [-W window]" } else { "" }
+    );
+    let mut o = spec.defaults.clone();
+    let mut args = args.into_iter();
+    while let Some(a) = args.next() {
+        let mut value = || {
+            args.next()
+                .ok_or_else(|| format!("{a} needs a value\n{usage}"))
+        };
+        let number = |v: String| {
+            v.parse::<usize>()
+                .map_err(|_| format!("{a}: not a number: {v}\n{usage}"))
+        };
+        match a.as_str() {
+            "-m" => {
+                let v = value()?;
+                let (lo, hi) = match v.split_once(':') {
+                    Some((lo, hi)) => (number(lo.to_string())?, number(hi.to_string())?),
+                    None => (spec.defaults.min, number(v)?),
+                };
+                o.min = lo;
+                o.max = hi;
+            }
+            "-i" => o.iterations = number(value()?)?.max(1),
+            "-x" => o.warmup = number(value()?)?,
+            "-W" if spec.windowed => o.window = number(value()?)?.max(1),
+            "--threads" => o.threads = true,
+            "-h" | "--help" => return Err(usage),
+            other => return Err(format!("unknown option {other}\n{usage}")),
+        }
+    }
+    if o.min > o.max {
+        return Err(format!("-m: min {} above max {}\n{usage}", o.min, o.max));
+    }
+    Ok(o)
+}
+
+/// OSU's sizes: 0 if asked for, then powers of two from `min` up to `max`.
+pub fn sizes(min: usize, max: usize) -> Vec<usize> {
+    let mut v = Vec::new();
+    if min == 0 {
+        v.push(0);
+    }
+    let mut s = min.max(1);
+    while s <= max {
+        v.push(s);
+        s = s.saturating_mul(2);
+    }
+    v
+}
+
+/// (timed iterations, warm-up) for one size.
+fn counts(o: &Options, size: usize) -> (usize, usize) {
+    if size > LARGE_MESSAGE {
+        ((o.iterations / 10).max(1), o.warmup / 10)
+    } else {
+        (o.iterations, o.warmup)
+    }
+}
+
+/// Prints OSU's header lines, naming the implementation measured, then the rows.
+pub fn print(spec: &Spec, o: &Options, implementation: &str, ranks: usize, rows: &Rows) {
+    println!("# {} ({implementation})", spec.title);
+    match spec.kind {
+        Kind::MessageRate => println!("# [ pairs: {} ] [ window size: {} ]", ranks / 2, o.window),
+        Kind::Bandwidth | Kind::Bidirectional => println!("# [ window size: {} ]", o.window),
+        Kind::MultiLatency => println!("# [ pairs: {} ]", ranks / 2),
+        Kind::Latency => {}
+    }
+    println!("# {}", spec.columns);
+    for (size, values) in rows {
+        print_row(*size, values);
+    }
+}
+
+/// The whole program: parses OSU's options, starts or joins the job, measures and prints at
+/// rank 0. Exit code 2 for bad options, 1 for a failed run.
+pub fn main(spec: &Spec) -> std::process::ExitCode {
+    let o = match parse_args(spec) {
+        Ok(o) => o,
+        Err(msg) => {
+            eprintln!("{msg}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match launch(spec, &o) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{}: {e}", spec.name);
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// One row as OSU prints it: the size left-aligned in 10 columns, values right-aligned in 18
+/// with two decimals.
+pub fn print_row(size: usize, values: &[f64]) {
+    let mut line = format!("{size:<10}");
+    for v in values {
+        line.push_str(&format!("{v:>18.2}"));
+    }
+    println!("{line}");
+}
+
+/// Ping-pong with `peer` for every size, first sending if `first`; one-way µs per size.
+fn pingpong(c: &impl Pt2Pt, o: &Options, peer: usize, first: bool) -> BenchResult<Vec<f64>> {
+    let mut sbuf = vec![b'a'; o.max];
+    let mut rbuf = vec![b'b'; o.max];
+    let mut out = Vec::new();
+    for size in sizes(o.min, o.max) {
+        let (iters, warm) = counts(o, size);
+        c.barrier()?;
+        let mut start = Instant::now();
+        for i in 0..iters + warm {
+            if i == warm {
+                start = Instant::now();
+            }
+            if first {
+                c.send(&sbuf[..size], peer, 1)?;
+                c.recv(&mut rbuf[..size], peer, 1)?;
+            } else {
+                c.recv(&mut rbuf[..size], peer, 1)?;
+                c.send(&sbuf[..size], peer, 1)?;
+            }
+        }
+        out.push(start.elapsed().as_secs_f64() * 1e6 / (2.0 * iters as f64));
+        std::mem::swap(&mut sbuf, &mut rbuf);
+    }
+    Ok(out)
+}
+
+/// osu_latency: ranks 0 and 1 ping-pong; one-way latency in µs per size.
+pub fn latency(c: &impl Pt2Pt, o: &Options) -> BenchResult<Rows> {
+    if c.size() != 2 {
+        return Err("osu_latency needs exactly two ranks".into());
+    }
+    let me = c.rank();
+    let us = pingpong(c, o, 1 - me, me == 0)?;
+    Ok(sizes(o.min, o.max)
+        .into_iter()
+        .zip(us)
+        .map(|(s, u)| (s, vec![u]))
+        .collect())
+}
+
+/// osu_multi_lat: ranks `i` and `i + n/2` ping-pong, all pairs at once; the average one-way
+/// latency over the pairs, in µs.
+pub fn multi_latency(c: &impl Pt2Pt, o: &Options) -> BenchResult<Rows> {
+    let n = c.size();
+    if n < 2 || n % 2 != 0 {
+        return Err(format!("osu_multi_lat needs an even number of ranks, not {n}").into());
+    }
+    let me = c.rank();
+    let pairs = n / 2;
+    let first = me < pairs;
+    let peer = if first { me + pairs } else { me - pairs };
+    let us = pingpong(c, o, peer, first)?;
+    let mut rows = Vec::new();
+    for (size, u) in sizes(o.min, o.max).into_iter().zip(us) {
+        let total = c.sum(if first { u } else { 0.0 })?;
+        rows.push((size, vec![total / pairs as f64]));
+    }
+    Ok(rows)
+}
+
+/// The sending half of a windowed test: `iters + warm` windows of sends, each followed by the
+/// receiver's 4-byte ack; returns the seconds the timed windows took.
+fn timed_sends(
+    c: &impl Pt2Pt,
+    sbuf: &[u8],
+    window: usize,
+    dest: usize,
+    (iters, warm): (usize, usize),
+) -> BenchResult<f64> {
+    let mut ack = [0u8; 4];
+    let mut start = Instant::now();
+    for i in 0..iters + warm {
+        if i == warm {
+            start = Instant::now();
+        }
+        c.send_window(sbuf, window, dest, 100)?;
+        c.recv(&mut ack, dest, 101)?;
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
+
+/// The receiving half: windows of receives, each acknowledged.
+fn acked_receives(
+    c: &impl Pt2Pt,
+    rbufs: &mut [Vec<u8>],
+    size: usize,
+    src: usize,
+    (iters, warm): (usize, usize),
+) -> BenchResult<()> {
+    for _ in 0..iters + warm {
+        c.recv_window(rbufs, size, src, 100)?;
+        c.send(&[0u8; 4], src, 101)?;
+    }
+    Ok(())
+}
+
+/// osu_bw: rank 0 sends windows to rank 1, which acknowledges each; MB/s (10^6 bytes/s, as
+/// OSU prints it) at rank 0.
+pub fn bandwidth(c: &impl Pt2Pt, o: &Options) -> BenchResult<Vec<(usize, Vec<f64>)>> {
+    if c.size() != 2 {
+        return Err("osu_bw needs exactly two ranks".into());
+    }
+    let sbuf = vec![b'a'; o.max];
+    let mut rbufs: Vec<Vec<u8>> = (0..o.window).map(|_| vec![0u8; o.max]).collect();
+    let mut rows = Vec::new();
+    for size in sizes(o.min.max(1), o.max) {
+        let n = counts(o, size);
+        c.barrier()?;
+        if c.rank() == 0 {
+            let secs = timed_sends(c, &sbuf[..size], o.window, 1, n)?;
+            let bytes = (size * o.window * n.0) as f64;
+            rows.push((size, vec![bytes / 1e6 / secs]));
+        } else {
+            acked_receives(c, &mut rbufs, size, 0, n)?;
+        }
+    }
+    Ok(rows)
+}
+
+/// osu_bibw: both ranks send a window to each other at once; MB/s both ways together.
+pub fn bidirectional(c: &impl Pt2Pt, o: &Options) -> BenchResult<Vec<(usize, Vec<f64>)>> {
+    if c.size() != 2 {
+        return Err("osu_bibw needs exactly two ranks".into());
+    }
+    let peer = 1 - c.rank();
+    let sbuf = vec![b'a'; o.max];
+    let mut rbufs: Vec<Vec<u8>> = (0..o.window).map(|_| vec![0u8; o.max]).collect();
+    let mut rows = Vec::new();
+    for size in sizes(o.min.max(1), o.max) {
+        let (iters, warm) = counts(o, size);
+        c.barrier()?;
+        let mut start = Instant::now();
+        for i in 0..iters + warm {
+            if i == warm {
+                start = Instant::now();
+            }
+            c.exchange_window(&sbuf[..size], &mut rbufs, size, peer, 100)?;
+        }
+        let secs = start.elapsed().as_secs_f64();
+        let bytes = (2 * size * o.window * iters) as f64;
+        rows.push((size, vec![bytes / 1e6 / secs]));
+    }
+    Ok(rows)
+}
+
+/// osu_mbw_mr: the first half of the ranks each stream windows to a partner in the second half;
+/// aggregate MB/s and messages per second over all pairs, at rank 0.
+pub fn message_rate(c: &impl Pt2Pt, o: &Options) -> BenchResult<Vec<(usize, Vec<f64>)>> {
+    let n = c.size();
+    if n < 2 || n % 2 != 0 {
+        return Err(format!("osu_mbw_mr needs an even number of ranks, not {n}").into());
+    }
+    let me = c.rank();
+    let pairs = n / 2;
+    let sbuf = vec![b'a'; o.max];
+    let mut rbufs: Vec<Vec<u8>> = (0..o.window).map(|_| vec![0u8; o.max]).collect();
+    let mut rows = Vec::new();
+    for size in sizes(o.min.max(1), o.max) {
+        let counts = counts(o, size);
+        c.barrier()?;
+        let rate = if me < pairs {
+            let secs = timed_sends(c, &sbuf[..size], o.window, me + pairs, counts)?;
+            (o.window * counts.0) as f64 / secs
+        } else {
+            acked_receives(c, &mut rbufs, size, me - pairs, counts)?;
+            0.0
+        };
+        let total = c.sum(rate)?;
+        rows.push((size, vec![total * size as f64 / 1e6, total]));
+    }
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> Spec {
+        Spec {
+            kind: Kind::Bandwidth,
+            ranks: 2,
+            name: "t",
+            title: "T",
+            columns: "Size",
+            defaults: Options {
+                min: 0,
+                max: 1 << 22,
+                iterations: 100,
+                warmup: 10,
+                window: 64,
+                threads: false,
+            },
+            windowed: true,
+        }
+    }
+
+    fn args(a: &str) -> Vec<String> {
+        a.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn options_follow_osu() {
+        let o = parse(&spec(), args("-m 8:4096 -i 7 -x 2 -W 16")).unwrap();
+        assert_eq!(
+            (o.min, o.max, o.iterations, o.warmup, o.window),
+            (8, 4096, 7, 2, 16)
+        );
+        let o = parse(&spec(), args("-m 64")).unwrap();
+        assert_eq!((o.min, o.max), (0, 64), "-m max keeps the default minimum");
+        assert!(parse(&spec(), args("-m 9:8")).is_err());
+        assert!(parse(&spec(), args("-i x"))
+            .unwrap_err()
+            .contains("not a number"));
+        assert!(parse(&spec(), args("--bogus"))
+            .unwrap_err()
+            .contains("usage"));
+        assert!(parse(&spec(), args("-i"))
+            .unwrap_err()
+            .contains("needs a value"));
+    }
+
+    #[test]
+    fn sizes_are_zero_then_powers_of_two() {
+        assert_eq!(sizes(0, 8), vec![0, 1, 2, 4, 8]);
+        assert_eq!(sizes(3, 20), vec![3, 6, 12]);
+        assert_eq!(sizes(16, 8), Vec::<usize>::new());
+    }
+}
