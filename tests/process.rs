@@ -1,62 +1,16 @@
 //! Ranks as real processes: the examples under the embedded launcher `ch4run` and under MPICH's
 //! Hydra, a stress run over the shared-memory rings, and kill -9 of a rank mid-traffic.
 
+mod common;
+
+use common::jobs::{bin_dir, built, succeeded};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Once;
 use std::time::{Duration, Instant};
-
-/// Directory of this profile's binaries (`target/debug`), found from the test executable.
-fn bin_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    exe.parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/deps/<test>")
-        .to_path_buf()
-}
-
-/// Builds the launcher and the examples once (cargo does not build another package's binaries
-/// for this package's tests).
-fn built() -> PathBuf {
-    static BUILD: Once = Once::new();
-    BUILD.call_once(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let release = !cfg!(debug_assertions);
-        let mut cmd = Command::new(cargo);
-        cmd.args([
-            "build",
-            "-q",
-            "-p",
-            "pmi",
-            "--bin",
-            "ch4run",
-            "-p",
-            "ch4",
-            "--examples",
-        ]);
-        if release {
-            cmd.arg("--release");
-        }
-        let st = cmd.status().expect("run cargo build");
-        assert!(st.success(), "building ch4run and the examples failed");
-    });
-    bin_dir()
-}
 
 fn segment_of(launcher_pid: u32) -> PathBuf {
     PathBuf::from(format!("/dev/shm/ch4-kvs_{launcher_pid}_0-n0"))
-}
-
-/// The standard output of a job that must have succeeded (its output in the failure message).
-fn succeeded(out: std::process::Output) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
 }
 
 #[test]

@@ -17,6 +17,8 @@
 
 #![allow(dead_code)]
 
+pub mod jobs;
+
 use ch4::threads::Threads;
 
 /// Eager threshold used by the route tests.
