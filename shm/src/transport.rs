@@ -577,7 +577,7 @@ mod tests {
     use super::*;
     use ch4_core::buffer::RecvBuf;
     use ch4_core::core::DeviceConfig;
-    use ch4_core::{Device, NoNetmod, SendMode};
+    use ch4_core::{Device, NoNetmod, SendMode, ANY_TAG};
 
     fn pair() -> (
         Device<NoNetmod, ShmTransport>,
@@ -625,6 +625,51 @@ mod tests {
         for s in sends {
             a.wait(s).unwrap();
         }
+    }
+
+    #[test]
+    fn eager_messages_that_find_the_ring_full_go_by_rendezvous_and_keep_their_order() {
+        let seg = Arc::new(Segment::anonymous(2, Geometry::with_ring(1 << 16)).unwrap());
+        let mk = |me: usize| {
+            let t = ShmTransport::new(seg.clone(), me, &[0, 1], 2, 16 << 10, 0).unwrap();
+            Device::new(NoNetmod, t, me as u32, 2, DeviceConfig::default()).unwrap()
+        };
+        let (mut a, mut b) = (mk(0), mk(1));
+        let (wa, wb) = (a.world(), b.world());
+        // 80 eager-sized messages of 6000 bytes to a receiver that does not poll yet: about ten
+        // fit the 64 KiB ring and 32 the sender's cells; the rest must not be copied aside but
+        // sent as requests-to-send.
+        let msgs: Vec<Vec<u8>> = (0..80u8).map(|i| vec![i; 6000]).collect();
+        let mut sends = Vec::new();
+        for (i, m) in msgs.iter().enumerate() {
+            // SAFETY: `msgs` outlives every request; each is waited for below.
+            let buf = unsafe { ch4_core::buffer::SendBuf::borrowed(m) };
+            sends.push(a.isend(wa, 1, i as i32, buf, SendMode::Standard).unwrap());
+        }
+        let went_rendezvous = a.live_requests();
+        assert!(
+            (30..48).contains(&went_rendezvous),
+            "{went_rendezvous} of 80 sends kept a request (rendezvous)"
+        );
+        let mut got = vec![0u8; 6000];
+        for (i, m) in msgs.iter().enumerate() {
+            // SAFETY: `got` outlives the request, which completes before `got` is read.
+            let r = b
+                .irecv(wb, 0, ANY_TAG, unsafe { RecvBuf::borrowed(&mut got) })
+                .unwrap();
+            let st = loop {
+                a.progress().unwrap();
+                if let Some(st) = b.test_status(r).unwrap() {
+                    break st;
+                }
+            };
+            assert_eq!((st.tag, st.bytes), (i as i32, 6000));
+            assert_eq!(&got, m);
+        }
+        for s in sends {
+            a.wait(s).unwrap();
+        }
+        assert_eq!((a.live_requests(), b.live_requests()), (0, 0));
     }
 
     /// Sends `len` bytes from `a` to `b` with an isend and a receive of `cap` bytes, stepping
