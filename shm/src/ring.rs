@@ -178,7 +178,7 @@ impl Producer {
 
     /// Appends one record (`header` followed by the concatenated `payload` slices), numbered as
     /// the pair's next message. Never blocks.
-    #[inline]
+    #[inline(always)]
     pub fn push(&mut self, handler: u8, header: &[u8], payload: &[&[u8]]) -> Result<(), PushError> {
         let plen: usize = payload.iter().map(|p| p.len()).sum();
         let body = header.len() + plen;

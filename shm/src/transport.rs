@@ -30,6 +30,9 @@ use crate::cma::{self, CmaConfig, ReadFailure};
 use crate::ring::{max_record_body, Consumer, Producer, PushError, MAX_CAPACITY};
 use crate::segment::{Geometry, Segment};
 
+/// `local_of` entry of a process on another node.
+const NOT_LOCAL: u32 = u32::MAX;
+
 /// Default size of a rendezvous data piece (`CH4_SHM_PIECE_SIZE` overrides it).
 const DEFAULT_PIECE: usize = 64 << 10;
 
@@ -116,7 +119,7 @@ pub struct ShmTransport {
     seg: Arc<Segment>,
     me: usize,
     /// Local index of each process id (`None` = not on this node).
-    local_of: Vec<Option<u32>>,
+    local_of: Vec<u32>,
     /// Process id of each local index.
     gpid_of: Vec<Gpid>,
     producers: Vec<Producer>,
@@ -158,7 +161,7 @@ impl ShmTransport {
                 ),
             ));
         }
-        let mut local_of = vec![None; world_size as usize];
+        let mut local_of = vec![NOT_LOCAL; world_size as usize];
         for (i, &g) in local_gpids.iter().enumerate() {
             let slot = local_of.get_mut(g as usize).ok_or_else(|| {
                 Error::new(
@@ -166,7 +169,7 @@ impl ShmTransport {
                     format!("process {g} outside a job of {world_size}"),
                 )
             })?;
-            *slot = Some(i as u32);
+            *slot = i as u32;
         }
         let producers = (0..n)
             .map(|to| seg.producer(me, to))
@@ -249,11 +252,10 @@ impl ShmTransport {
 
     #[inline(always)]
     fn local(&self, gpid: Gpid) -> Option<usize> {
-        self.local_of
-            .get(gpid as usize)
-            .copied()
-            .flatten()
-            .map(|l| l as usize)
+        match self.local_of.get(gpid as usize) {
+            Some(&l) if l != NOT_LOCAL => Some(l as usize),
+            _ => None,
+        }
     }
 
     /// Moves waiting records into rings or cells while there is room.
@@ -428,7 +430,10 @@ impl AmTransport for ShmTransport {
                 format!("process {dest} is not on this node"),
             ));
         };
-        if self.waiting[to].is_empty() && self.try_send(to, handler, header, payload)? {
+        // `waiting_total` first: one field, where `waiting[to]` is a bounds-checked lookup.
+        if (self.waiting_total == 0 || self.waiting[to].is_empty())
+            && self.try_send(to, handler, header, payload)?
+        {
             return Ok(());
         }
         // Probing liveness costs a syscall: do it when records start to queue for this peer
