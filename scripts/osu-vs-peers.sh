@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# ch4 against MPICH and Open MPI with the same OSU-style loops (benches/osu/): ch4's build, and
+# the same programs built with --features peer-mpi over each system MPI through rsmpi. Two
+# processes on one node, one rank per core. The host this project is measured on is noisy, so
+# every round runs ch4, MPICH and Open MPI one after the other (A B C A B C ...), and the
+# results are medians over the rounds with the spread, and ratios of medians.
+#
+#   ./scripts/osu-vs-peers.sh [rounds] [bench...]     (default: 5 rounds; latency bw bibw mbw_mr)
+#
+# Writes target/osu-vs-peers/results.tsv (every run: bench, impl, size, value), prints a table
+# per bench with ch4/MPICH and ch4/Open MPI, and draws target/osu-vs-peers/<bench>.png.
+# Installs what it needs when missing and running as root on Debian: mpich, openmpi, their
+# headers, libclang (the mpi crate's bindings), DejaVu fonts (the charts).
+# OSU_ARGS_<bench> (e.g. OSU_ARGS_latency="-m 0:1024") overrides a bench's options.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds="${1:-5}"
+shift || true
+benches=("$@")
+[ ${#benches[@]} -ne 0 ] || benches=(latency bw bibw mbw_mr)
+
+need=()
+command -v mpicc.mpich >/dev/null || need+=(mpich libmpich-dev)
+command -v mpicc.openmpi >/dev/null || need+=(openmpi-bin libopenmpi-dev)
+ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 || need+=(libclang-dev)
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
+if [ ${#need[@]} -ne 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "installing ${need[*]}..." >&2
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+    else
+        echo "missing: ${need[*]} (install them, or run as root on Debian)" >&2
+        exit 1
+    fi
+fi
+
+examples=()
+for b in "${benches[@]}"; do examples+=(--example "osu_$b"); done
+echo "building ch4's programs and the peers' (rsmpi over MPICH, over Open MPI)..." >&2
+cargo build --release -q "${examples[@]}"
+MPICC=mpicc.mpich CARGO_TARGET_DIR=target/peers-mpich \
+    cargo build --release -q --features peer-mpi "${examples[@]}"
+MPICC=mpicc.openmpi CARGO_TARGET_DIR=target/peers-openmpi \
+    cargo build --release -q --features peer-mpi "${examples[@]}"
+cargo build --release -q -p osu-plot
+
+default_args() {
+    case "$1" in
+        latency) echo "-m 0:4194304" ;;
+        bw | bibw) echo "-m 1:4194304" ;;
+        mbw_mr) echo "-m 1:65536" ;;
+        multi_lat) echo "-m 0:65536" ;;
+    esac
+}
+
+out=target/osu-vs-peers
+mkdir -p "$out"
+tsv="$out/results.tsv"
+printf 'bench\timpl\tsize\tvalue\n' >"$tsv"
+# ch4's self-launch pins one rank per core by default (CH4_BIND); the peers' launchers are
+# asked to.
+run() {
+    local impl="$1" bench="$2"
+    shift 2
+    local var="OSU_ARGS_$bench"
+    local args
+    read -r -a args <<<"${!var:-$(default_args "$bench")}"
+    local prog="osu_$bench"
+    case "$impl" in
+        ch4) target/release/examples/$prog "${args[@]}" ;;
+        mpich) mpiexec.mpich -bind-to core -n 2 target/peers-mpich/release/examples/$prog "${args[@]}" ;;
+        openmpi) mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to core -n 2 \
+            target/peers-openmpi/release/examples/$prog "${args[@]}" ;;
+    esac | awk -v b="$bench" -v i="$impl" '/^[0-9]/ { col = (b == "mbw_mr") ? $3 : $2; print b "\t" i "\t" $1 "\t" col }' >>"$tsv"
+}
+
+for r in $(seq "$rounds"); do
+    for b in "${benches[@]}"; do
+        echo "round $r/$rounds: $b" >&2
+        for impl in ch4 mpich openmpi; do
+            run "$impl" "$b"
+        done
+    done
+done
+
+# The table (medians, spread, ratios) and one chart per bench.
+target/release/osu-plot --setup "shm, 2 processes, interleaved" "$tsv" "$out"
