@@ -45,7 +45,7 @@ impl<T: AmTransport> P2p<T> for Am {
     const NATIVE_MATCHING: bool = false;
 
     #[inline(always)]
-    fn isend<P: Partner>(cx: &mut Cx<'_, T, P>, op: SendOp) -> Result<Option<ReqHandle>> {
+    fn isend<P: Partner>(cx: &mut Cx<'_, T, P>, op: SendOp) -> Result<ReqHandle> {
         isend(cx, op)
     }
 
@@ -190,10 +190,7 @@ fn unsend_seq<T: AmTransport>(core: &mut Core, route: Route, dest: Gpid) {
 const EAGER_ONLY_WITH_ROOM: usize = 4096;
 
 #[inline(always)]
-fn isend<T: AmTransport, P: Partner>(
-    cx: &mut Cx<'_, T, P>,
-    op: SendOp,
-) -> Result<Option<ReqHandle>> {
+fn isend<T: AmTransport, P: Partner>(cx: &mut Cx<'_, T, P>, op: SendOp) -> Result<ReqHandle> {
     let total = op.buf.packed_len();
     let eager = total <= cx.transport.eager_limit()
         && (total < EAGER_ONLY_WITH_ROOM
@@ -219,7 +216,7 @@ fn isend<T: AmTransport, P: Partner>(
         if sent.is_err() {
             unsend_seq::<T>(cx.core, cx.route, op.dest);
         }
-        return sent.map(|()| None);
+        return sent.map(|()| ReqHandle::DONE);
     }
     // Eager: owed only the synchronous ack. Rendezvous: owed the data streamed after the CTS
     // (a CTS implies a match, so a synchronous rendezvous needs no separate ack).
@@ -254,7 +251,7 @@ fn isend<T: AmTransport, P: Partner>(
         None => Err(Error::new(ErrorKind::Internal, "send request vanished")),
     };
     match sent {
-        Ok(()) => Ok(Some(h)),
+        Ok(()) => Ok(h),
         Err(e) => {
             unsend_seq::<T>(cx.core, cx.route, dest);
             cx.core.requests.remove(h);

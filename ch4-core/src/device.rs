@@ -201,15 +201,16 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         )))
     }
 
+    /// Starts a send on its route. Unlike a receive, which may match a waiting message and owe
+    /// its sender a reply, starting a send never queues a reply, so nothing is flushed here
+    /// (anything queued would still leave at the next progress).
     #[inline(always)]
-    fn start_send(&mut self, op: SendOp) -> Result<Option<ReqHandle>> {
-        let sent = if self.route_of(op.dest) == Route::Shm {
+    fn start_send(&mut self, op: SendOp) -> Result<ReqHandle> {
+        if self.route_of(op.dest) == Route::Shm {
             on_shm!(self, |cx| ShmP2p::<S>::isend(cx, op))
         } else {
             on_net!(self, |cx| NetP2p::<N>::isend(cx, op))
-        };
-        self.flush_replies()?;
-        sent
+        }
     }
 
     /// Blocking send of contiguous bytes. Completes without creating a request when the
@@ -250,8 +251,8 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             mode,
         };
         match self.start_send(op)? {
-            None => Ok(()),
-            Some(h) => self.wait_or_abandon(h).map(drop),
+            ReqHandle::DONE => Ok(()),
+            h => self.wait_or_abandon(h).map(drop),
         }
     }
 
@@ -286,7 +287,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             mode,
         };
         // No request when the send finished at once: the handle says so by itself.
-        Ok(self.start_send(op)?.unwrap_or(ReqHandle::DONE))
+        self.start_send(op)
     }
 
     // ------------------------------------------------------------- receives

@@ -201,9 +201,10 @@ pub trait P2p<T: AmTransport> {
     /// Whether this engine matches messages itself (in the network) instead of in the core.
     const NATIVE_MATCHING: bool;
 
-    /// Starts a send. Returns the request when one was made: only a send that cannot finish at
-    /// once gets one (CH3's iStartMsg: most small sends create no request at all).
-    fn isend<P: Partner>(cx: &mut Cx<'_, T, P>, op: SendOp) -> Result<Option<ReqHandle>>;
+    /// Starts a send. Returns the request when one was made, else [`ReqHandle::DONE`]: only a
+    /// send that cannot finish at once gets one (CH3's iStartMsg: most small sends create no
+    /// request at all).
+    fn isend<P: Partner>(cx: &mut Cx<'_, T, P>, op: SendOp) -> Result<ReqHandle>;
     /// Starts the receive `req` (already in the pool with its [`crate::RecvState`]); may
     /// complete it at once.
     fn irecv<P: Partner>(cx: &mut Cx<'_, T, P>, req: ReqHandle) -> Result<()>;
@@ -274,7 +275,7 @@ pub struct NoEngine;
 impl<T: AmTransport> P2p<T> for NoEngine {
     const NATIVE_MATCHING: bool = false;
 
-    fn isend<P: Partner>(_: &mut Cx<'_, T, P>, _: SendOp) -> Result<Option<ReqHandle>> {
+    fn isend<P: Partner>(_: &mut Cx<'_, T, P>, _: SendOp) -> Result<ReqHandle> {
         crate::bail!(Internal, "send routed to a transport that is not there")
     }
     fn irecv<P: Partner>(_: &mut Cx<'_, T, P>, _: ReqHandle) -> Result<()> {

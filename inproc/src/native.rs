@@ -58,7 +58,7 @@ type Net = InprocNet<Native>;
 impl P2p<Net> for NativeEngine {
     const NATIVE_MATCHING: bool = true;
 
-    fn isend<P: Partner>(cx: &mut Cx<'_, Net, P>, op: SendOp) -> Result<Option<ReqHandle>> {
+    fn isend<P: Partner>(cx: &mut Cx<'_, Net, P>, op: SendOp) -> Result<ReqHandle> {
         let sync = op.mode == SendMode::Synchronous;
         let flags = match op.mode {
             SendMode::Standard => 0,
@@ -105,7 +105,7 @@ impl P2p<Net> for NativeEngine {
             }
             return Err(e);
         }
-        Ok(req)
+        Ok(req.unwrap_or(ReqHandle::DONE))
     }
 
     fn irecv<P: Partner>(cx: &mut Cx<'_, Net, P>, req: ReqHandle) -> Result<()> {
