@@ -1,0 +1,890 @@
+//! The TCP netmod: `AmTransport` over one nonblocking TCP connection per peer (a VC).
+//!
+//! **Connections** open on demand, at the first message for a peer, to the address the peer
+//! published (its business card). The connecting side sends a hello — protocol magic, the job's
+//! key, its rank — and sends messages only once the other side has answered; until then they
+//! wait in the VC's queue. A stranger (wrong magic or key, impossible rank) is refused, logged,
+//! and disconnected; the process goes on. When two ranks connect to each other at the same time,
+//! the connection opened by the lower rank wins: the higher rank answers the lower rank's hello
+//! by dropping its own attempt and adopting the incoming connection, the lower rank refuses the
+//! higher rank's hello as a duplicate, and the higher rank then waits for the lower rank's
+//! connection to arrive. Since nothing but hellos travel before acceptance, no message is lost or
+//! sent twice.
+//!
+//! **Sending never blocks** (Nemesis netmod rule): a frame goes out with one vectored write of
+//! frame header, AM header and payload; whatever the socket does not take is copied into the VC's
+//! queue and finished from progress when the socket is writable again. A queue that is not empty
+//! keeps later frames behind it, so order holds.
+//!
+//! **Receiving** reads until the socket would block (readiness is edge-triggered) into the VC's
+//! [`Decoder`], which reassembles frames and hands them to the AM engine in place.
+//!
+//! **Failure**: end of stream, a reset, or an undecodable stream mark the VC failed; the AM
+//! fallback then fails the requests that wait on that peer (`peer_failed`), and sends to it
+//! return `PeerFailed`.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, Read, Write};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use ch4_core::transport::{AmSink, AmTransport, HandlerId, Netmod};
+use ch4_core::{Error, ErrorKind, Gpid, Result};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
+
+use crate::frame::{self, Decoder, FRAME_HEADER};
+
+/// First bytes of a hello.
+const HELLO_MAGIC: [u8; 8] = *b"ch4tcp\0\x01";
+/// Bytes of a hello: magic, job key (u64 LE), rank (u32 LE), reserved (u32).
+const HELLO: usize = 24;
+/// First bytes of an answer to a hello.
+const ANSWER_MAGIC: [u8; 4] = *b"ch4a";
+/// Bytes of an answer: magic, code (u32 LE).
+const ANSWER: usize = 8;
+const ACCEPTED: u32 = 0;
+const DUPLICATE: u32 = 1;
+const REFUSED: u32 = 2;
+
+const LISTENER: Token = Token(usize::MAX);
+/// Tokens at and above this name connections that have not said who they are yet.
+const INCOMING: usize = 1 << 40;
+
+/// Default eager limit and largest AM payload (CH3 TCP's eager threshold was 128 KiB; the
+/// pieces stay smaller so that a large message streams rather than buffers).
+const DEFAULT_EAGER: usize = 64 << 10;
+const DEFAULT_PAYLOAD: usize = 256 << 10;
+
+/// Where a VC's connection stands.
+#[derive(Debug)]
+enum VcState {
+    /// No connection and none under way.
+    Idle,
+    /// Our connect is under way; the hello goes once it completes.
+    Connecting,
+    /// Our hello is out (`sent` bytes of it); waiting for the answer (`got` bytes so far).
+    AwaitAnswer { sent: usize, got: Vec<u8> },
+    /// Our attempt lost a simultaneous connect: the peer's connection is on its way.
+    AwaitIncoming,
+    /// Messages flow.
+    Connected,
+    /// Gone: the reason, for errors.
+    Failed(String),
+}
+
+/// One peer's connection state (CH3's VC).
+struct Vc {
+    state: VcState,
+    stream: Option<TcpStream>,
+    /// Frames (or the unsent rest of one) waiting for the socket, in order.
+    sendq: VecDeque<Vec<u8>>,
+    /// Bytes of the front frame already written.
+    head_sent: usize,
+    decoder: Decoder,
+}
+
+/// Where our side of a handshake got to.
+enum Hello {
+    Pending,
+    Failed(String),
+    Answer(u32),
+}
+
+/// A connection that has not finished its hello.
+struct Incoming {
+    stream: TcpStream,
+    hello: Vec<u8>,
+}
+
+/// The TCP netmod of one rank.
+pub struct TcpNetmod {
+    me: Gpid,
+    key: u64,
+    poll: Poll,
+    events: Events,
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    addrs: Vec<Option<SocketAddr>>,
+    vcs: Vec<Vc>,
+    incoming: Vec<Option<Incoming>>,
+    /// Messages to ourselves, delivered at the next poll.
+    self_queue: VecDeque<(HandlerId, Vec<u8>, Vec<u8>)>,
+    /// VCs whose decoder may hold whole frames not delivered yet (budget ran out).
+    backlog: Vec<usize>,
+    eager_limit: usize,
+    max_payload: usize,
+}
+
+fn transport_err(what: impl std::fmt::Display) -> Error {
+    Error::new(ErrorKind::Transport, what.to_string())
+}
+
+fn would_block(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::WouldBlock
+}
+
+impl TcpNetmod {
+    /// The netmod of process `me` in a job of `world` processes whose connections carry `key`,
+    /// listening on `bind` (port 0: any free port). Peers are told [`TcpNetmod::local_addr`];
+    /// their addresses come in through [`TcpNetmod::set_address`].
+    pub fn bind(me: Gpid, world: u32, key: u64, bind: SocketAddr) -> Result<TcpNetmod> {
+        if me >= world {
+            return Err(Error::new(
+                ErrorKind::Arg,
+                format!("process {me} outside a job of {world}"),
+            ));
+        }
+        let poll = Poll::new().map_err(|e| transport_err(format!("epoll: {e}")))?;
+        let mut listener =
+            TcpListener::bind(bind).map_err(|e| transport_err(format!("listen on {bind}: {e}")))?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|e| transport_err(format!("listener address: {e}")))?;
+        poll.registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)
+            .map_err(|e| transport_err(format!("epoll register: {e}")))?;
+        let max_payload = env_usize("CH4_TCP_PIECE_SIZE")
+            .unwrap_or(DEFAULT_PAYLOAD)
+            .max(1);
+        let eager_limit = env_usize("CH4_TCP_EAGER_LIMIT")
+            .unwrap_or(DEFAULT_EAGER)
+            .min(max_payload);
+        Ok(TcpNetmod {
+            me,
+            key,
+            poll,
+            events: Events::with_capacity(256),
+            listener,
+            local_addr,
+            addrs: vec![None; world as usize],
+            vcs: (0..world)
+                .map(|_| Vc {
+                    state: VcState::Idle,
+                    stream: None,
+                    sendq: VecDeque::new(),
+                    head_sent: 0,
+                    decoder: Decoder::new(max_payload + u16::MAX as usize),
+                })
+                .collect(),
+            incoming: Vec::new(),
+            self_queue: VecDeque::new(),
+            backlog: Vec::new(),
+            eager_limit,
+            max_payload,
+        })
+    }
+
+    /// The address peers connect to (this rank's business card).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// Records where process `peer` listens.
+    pub fn set_address(&mut self, peer: Gpid, addr: SocketAddr) -> Result<()> {
+        let slot = self
+            .addrs
+            .get_mut(peer as usize)
+            .ok_or_else(|| Error::new(ErrorKind::Rank, format!("no process {peer} in this job")))?;
+        *slot = Some(addr);
+        Ok(())
+    }
+
+    fn fail(&mut self, peer: usize, why: String) {
+        tracing::warn!(peer, "tcp: connection failed: {why}");
+        let vc = &mut self.vcs[peer];
+        if let Some(mut s) = vc.stream.take() {
+            let _ = self.poll.registry().deregister(&mut s);
+        }
+        vc.sendq.clear();
+        vc.head_sent = 0;
+        vc.state = VcState::Failed(why);
+    }
+
+    fn start_connect(&mut self, peer: usize) -> Result<()> {
+        let addr = self.addrs[peer].ok_or_else(|| {
+            transport_err(format!(
+                "no address for process {peer}: its business card is missing"
+            ))
+        })?;
+        let mut stream = TcpStream::connect(addr)
+            .map_err(|e| transport_err(format!("connect to process {peer} at {addr}: {e}")))?;
+        self.poll
+            .registry()
+            .register(
+                &mut stream,
+                Token(peer),
+                Interest::READABLE | Interest::WRITABLE,
+            )
+            .map_err(|e| transport_err(format!("epoll register: {e}")))?;
+        self.vcs[peer].stream = Some(stream);
+        self.vcs[peer].state = VcState::Connecting;
+        Ok(())
+    }
+
+    /// Writes queued frames of `peer` until the queue is empty or the socket is full.
+    fn flush(&mut self, peer: usize) {
+        let vc = &mut self.vcs[peer];
+        if !matches!(vc.state, VcState::Connected) {
+            return;
+        }
+        let Some(stream) = vc.stream.as_mut() else {
+            return;
+        };
+        while let Some(front) = vc.sendq.front() {
+            match stream.write(&front[vc.head_sent..]) {
+                Ok(n) => {
+                    vc.head_sent += n;
+                    if vc.head_sent == front.len() {
+                        vc.sendq.pop_front();
+                        vc.head_sent = 0;
+                    }
+                }
+                Err(e) if would_block(&e) => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.fail(peer, format!("write: {e}"));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// A writable or readable event on our own connection to `peer`.
+    fn on_vc_event(&mut self, peer: usize, writable: bool, readable: bool) {
+        if matches!(self.vcs[peer].state, VcState::Connecting) && writable {
+            let Some(stream) = self.vcs[peer].stream.as_mut() else {
+                return;
+            };
+            match stream.take_error() {
+                Ok(Some(e)) | Err(e) => return self.fail(peer, format!("connect: {e}")),
+                Ok(None) => {}
+            }
+            match stream.peer_addr() {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => return, // still connecting
+                Err(e) => return self.fail(peer, format!("connect: {e}")),
+            }
+            let _ = stream.set_nodelay(true);
+            self.vcs[peer].state = VcState::AwaitAnswer {
+                sent: 0,
+                got: Vec::new(),
+            };
+        }
+        if let VcState::AwaitAnswer { .. } = self.vcs[peer].state {
+            self.drive_hello(peer);
+        }
+        if matches!(self.vcs[peer].state, VcState::Connected) {
+            if writable {
+                self.flush(peer);
+            }
+            if readable {
+                self.read_all(peer);
+            }
+        }
+    }
+
+    /// Sends the rest of our hello and reads the answer.
+    fn drive_hello(&mut self, peer: usize) {
+        match self.hello_step(peer) {
+            Hello::Pending => {}
+            Hello::Failed(why) => self.fail(peer, why),
+            Hello::Answer(ACCEPTED) => {
+                self.vcs[peer].state = VcState::Connected;
+                self.flush(peer);
+                // Frames may have come right behind the answer.
+                self.read_all(peer);
+            }
+            Hello::Answer(DUPLICATE) => {
+                // Its own connection to us won; it will arrive as an incoming one.
+                if let Some(mut s) = self.vcs[peer].stream.take() {
+                    let _ = self.poll.registry().deregister(&mut s);
+                }
+                self.vcs[peer].state = VcState::AwaitIncoming;
+            }
+            Hello::Answer(_) => self.fail(
+                peer,
+                "the peer refused our hello (job key mismatch?)".into(),
+            ),
+        }
+    }
+
+    /// One step of our side of the handshake.
+    fn hello_step(&mut self, peer: usize) -> Hello {
+        let mut hello = [0u8; HELLO];
+        hello[..8].copy_from_slice(&HELLO_MAGIC);
+        hello[8..16].copy_from_slice(&self.key.to_le_bytes());
+        hello[16..20].copy_from_slice(&self.me.to_le_bytes());
+        let vc = &mut self.vcs[peer];
+        let (VcState::AwaitAnswer { sent, got }, Some(stream)) =
+            (&mut vc.state, vc.stream.as_mut())
+        else {
+            return Hello::Pending;
+        };
+        while *sent < HELLO {
+            match stream.write(&hello[*sent..]) {
+                Ok(n) => *sent += n,
+                Err(e) if would_block(&e) => return Hello::Pending,
+                Err(e) => return Hello::Failed(format!("hello: {e}")),
+            }
+        }
+        let mut buf = [0u8; ANSWER];
+        while got.len() < ANSWER {
+            match stream.read(&mut buf[..ANSWER - got.len()]) {
+                Ok(0) => return Hello::Failed("closed during the handshake".into()),
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) if would_block(&e) => return Hello::Pending,
+                Err(e) => return Hello::Failed(format!("handshake: {e}")),
+            }
+        }
+        if got[..4] != ANSWER_MAGIC {
+            return Hello::Failed("the peer does not speak this protocol".into());
+        }
+        Hello::Answer(u32::from_le_bytes([got[4], got[5], got[6], got[7]]))
+    }
+
+    /// Reads everything the socket has into the VC's decoder.
+    fn read_all(&mut self, peer: usize) {
+        let vc = &mut self.vcs[peer];
+        let outcome = match vc.stream.as_mut() {
+            None => return,
+            Some(stream) => loop {
+                match vc.decoder.read_from(stream) {
+                    Ok(0) => break Err(None),
+                    Ok(_) => {}
+                    Err(e) if would_block(&e) => break Ok(()),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => break Err(Some(e)),
+                }
+            },
+        };
+        // Frames that arrived before an end of stream are still delivered.
+        if !self.backlog.contains(&peer) {
+            self.backlog.push(peer);
+        }
+        match outcome {
+            Ok(()) => {}
+            Err(None) => self.fail_after_drain(peer),
+            Err(Some(e)) => self.fail(peer, format!("read: {e}")),
+        }
+    }
+
+    /// The peer closed its end: no more sends to it, but what it sent is still delivered.
+    fn fail_after_drain(&mut self, peer: usize) {
+        let vc = &mut self.vcs[peer];
+        if let Some(mut s) = vc.stream.take() {
+            let _ = self.poll.registry().deregister(&mut s);
+        }
+        vc.sendq.clear();
+        vc.state = VcState::Failed("the peer closed the connection".into());
+    }
+
+    fn accept_all(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((mut stream, _)) => {
+                    let slot = match self.incoming.iter().position(Option::is_none) {
+                        Some(i) => i,
+                        None => {
+                            self.incoming.push(None);
+                            self.incoming.len() - 1
+                        }
+                    };
+                    if self
+                        .poll
+                        .registry()
+                        .register(&mut stream, Token(INCOMING + slot), Interest::READABLE)
+                        .is_ok()
+                    {
+                        self.incoming[slot] = Some(Incoming {
+                            stream,
+                            hello: Vec::with_capacity(HELLO),
+                        });
+                    }
+                }
+                Err(e) if would_block(&e) => return,
+                Err(e) => {
+                    tracing::warn!("tcp: accept: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Reads an incoming connection's hello and accepts, refuses or drops it.
+    fn on_incoming(&mut self, slot: usize) {
+        let Some(inc) = self.incoming.get_mut(slot).and_then(Option::as_mut) else {
+            return;
+        };
+        let mut buf = [0u8; HELLO];
+        while inc.hello.len() < HELLO {
+            match inc.stream.read(&mut buf[..HELLO - inc.hello.len()]) {
+                Ok(0) => return self.drop_incoming(slot, None),
+                Ok(n) => inc.hello.extend_from_slice(&buf[..n]),
+                Err(e) if would_block(&e) => return,
+                Err(_) => return self.drop_incoming(slot, None),
+            }
+        }
+        let h = &inc.hello;
+        let key = u64::from_le_bytes(h[8..16].try_into().unwrap_or_default());
+        let rank = u32::from_le_bytes(h[16..20].try_into().unwrap_or_default()) as usize;
+        if h[..8] != HELLO_MAGIC
+            || key != self.key
+            || rank >= self.vcs.len()
+            || rank == self.me as usize
+        {
+            let from = inc.stream.peer_addr().ok();
+            tracing::warn!(?from, "tcp: refused a connection that is not from this job");
+            return self.drop_incoming(slot, Some(REFUSED));
+        }
+        let me = self.me as usize;
+        let adopt = match self.vcs[rank].state {
+            VcState::Idle | VcState::AwaitIncoming => true,
+            // Simultaneous connects: the lower rank's connection wins.
+            VcState::Connecting | VcState::AwaitAnswer { .. } => rank < me,
+            VcState::Connected | VcState::Failed(_) => false,
+        };
+        if !adopt {
+            return self.drop_incoming(slot, Some(DUPLICATE));
+        }
+        let Some(Incoming { mut stream, .. }) = self.incoming[slot].take() else {
+            return;
+        };
+        let mut answer = [0u8; ANSWER];
+        answer[..4].copy_from_slice(&ANSWER_MAGIC);
+        answer[4..].copy_from_slice(&ACCEPTED.to_le_bytes());
+        // Eight bytes into a fresh socket's empty buffer: written whole or the peer is gone.
+        if stream.write_all(&answer).is_err() {
+            let _ = self.poll.registry().deregister(&mut stream);
+            return;
+        }
+        let _ = stream.set_nodelay(true);
+        let registry = self.poll.registry();
+        if let Some(mut old) = self.vcs[rank].stream.take() {
+            let _ = registry.deregister(&mut old); // our losing attempt
+        }
+        if registry
+            .reregister(
+                &mut stream,
+                Token(rank),
+                Interest::READABLE | Interest::WRITABLE,
+            )
+            .is_err()
+        {
+            return self.fail(rank, "epoll reregister failed".into());
+        }
+        self.vcs[rank].stream = Some(stream);
+        self.vcs[rank].state = VcState::Connected;
+        self.flush(rank);
+    }
+
+    fn drop_incoming(&mut self, slot: usize, answer: Option<u32>) {
+        if let Some(Some(mut inc)) = self.incoming.get_mut(slot).map(Option::take) {
+            if let Some(code) = answer {
+                let mut a = [0u8; ANSWER];
+                a[..4].copy_from_slice(&ANSWER_MAGIC);
+                a[4..].copy_from_slice(&code.to_le_bytes());
+                let _ = inc.stream.write(&a);
+            }
+            let _ = self.poll.registry().deregister(&mut inc.stream);
+        }
+    }
+
+    /// Delivers whole frames held by backlogged decoders, up to `budget`.
+    fn deliver_backlog<K: AmSink>(&mut self, sink: &mut K, budget: usize) -> Result<usize> {
+        let mut delivered = 0;
+        let mut i = 0;
+        while i < self.backlog.len() && delivered < budget {
+            let peer = self.backlog[i];
+            let src = peer as Gpid;
+            let mut failure = None;
+            loop {
+                if delivered >= budget {
+                    break;
+                }
+                match self.vcs[peer]
+                    .decoder
+                    .pop_with(|h, hdr, payload| sink.deliver(src, h, hdr, payload))
+                {
+                    Ok(Some(r)) => {
+                        delivered += 1;
+                        r?;
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        failure = Some(e);
+                        break;
+                    }
+                }
+            }
+            if let Some(e) = failure {
+                self.fail(peer, format!("undecodable stream: {e}"));
+                self.vcs[peer].decoder = Decoder::new(0);
+                self.backlog.swap_remove(i);
+                continue;
+            }
+            if delivered < budget {
+                // Drained: no whole frame left (a partial one waits for its readable event).
+                self.backlog.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        Ok(delivered)
+    }
+}
+
+fn env_usize(name: &str) -> Option<usize> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+}
+
+impl AmTransport for TcpNetmod {
+    const AM_ORDERED: bool = true;
+    const NAME: &'static str = "tcp";
+
+    fn eager_limit(&self) -> usize {
+        self.eager_limit
+    }
+
+    fn am_max_payload(&self) -> usize {
+        self.max_payload
+    }
+
+    fn am_send(
+        &mut self,
+        dest: Gpid,
+        handler: HandlerId,
+        header: &[u8],
+        payload: &[&[u8]],
+    ) -> Result<()> {
+        let peer = dest as usize;
+        if peer >= self.vcs.len() {
+            return Err(Error::new(ErrorKind::Rank, format!("no process {dest}")));
+        }
+        let plen: usize = payload.iter().map(|p| p.len()).sum();
+        if header.len() > u8::MAX as usize || plen > self.max_payload + u16::MAX as usize {
+            return Err(Error::new(
+                ErrorKind::Count,
+                format!(
+                    "active message of {} bytes is too large",
+                    header.len() + plen
+                ),
+            ));
+        }
+        if dest == self.me {
+            self.self_queue
+                .push_back((handler, header.to_vec(), payload.concat()));
+            return Ok(());
+        }
+        let fh = frame::encode(handler, header.len(), plen);
+        let total = FRAME_HEADER + header.len() + plen;
+        let vc = &mut self.vcs[peer];
+        match vc.state {
+            VcState::Failed(ref why) => {
+                return Err(Error::new(
+                    ErrorKind::PeerFailed,
+                    format!("process {dest}: {why}"),
+                ))
+            }
+            VcState::Connected if vc.sendq.is_empty() => {
+                let mut slices = Vec::with_capacity(2 + payload.len());
+                slices.push(IoSlice::new(&fh));
+                slices.push(IoSlice::new(header));
+                slices.extend(payload.iter().map(|p| IoSlice::new(p)));
+                let written = match vc.stream.as_mut().map(|s| s.write_vectored(&slices)) {
+                    Some(Ok(n)) => n,
+                    Some(Err(e)) if would_block(&e) => 0,
+                    Some(Err(e)) => {
+                        self.fail(peer, format!("write: {e}"));
+                        return Err(Error::new(
+                            ErrorKind::PeerFailed,
+                            format!("process {dest}: {e}"),
+                        ));
+                    }
+                    None => 0,
+                };
+                if written == total {
+                    return Ok(());
+                }
+                // Keep the rest, in order, for progress to finish.
+                let mut rest = Vec::with_capacity(total - written);
+                let mut skip = written;
+                for part in std::iter::once(&fh[..])
+                    .chain(std::iter::once(header))
+                    .chain(payload.iter().copied())
+                {
+                    if skip >= part.len() {
+                        skip -= part.len();
+                    } else {
+                        rest.extend_from_slice(&part[skip..]);
+                        skip = 0;
+                    }
+                }
+                vc.sendq.push_back(rest);
+                return Ok(());
+            }
+            _ => {}
+        }
+        let mut whole = Vec::with_capacity(total);
+        whole.extend_from_slice(&fh);
+        whole.extend_from_slice(header);
+        for p in payload {
+            whole.extend_from_slice(p);
+        }
+        vc.sendq.push_back(whole);
+        if matches!(vc.state, VcState::Idle) {
+            if let Err(e) = self.start_connect(peer) {
+                self.fail(peer, e.to_string());
+                return Err(Error::new(ErrorKind::PeerFailed, e.to_string()));
+            }
+        }
+        Ok(())
+    }
+
+    fn am_poll<K: AmSink>(&mut self, sink: &mut K, budget: usize) -> Result<usize> {
+        let mut delivered = 0;
+        while delivered < budget {
+            let Some((h, hdr, payload)) = self.self_queue.pop_front() else {
+                break;
+            };
+            delivered += 1;
+            sink.deliver(self.me, h, &hdr, &payload)?;
+        }
+        if delivered < budget && !self.backlog.is_empty() {
+            delivered += self.deliver_backlog(sink, budget - delivered)?;
+        }
+        let mut events = std::mem::replace(&mut self.events, Events::with_capacity(0));
+        let polled = self.poll.poll(&mut events, Some(Duration::ZERO));
+        if let Err(e) = polled {
+            self.events = events;
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(delivered);
+            }
+            return Err(transport_err(format!("epoll: {e}")));
+        }
+        for ev in events.iter() {
+            match ev.token() {
+                LISTENER => self.accept_all(),
+                Token(t) if t >= INCOMING => self.on_incoming(t - INCOMING),
+                Token(peer) if peer < self.vcs.len() => {
+                    self.on_vc_event(
+                        peer,
+                        ev.is_writable(),
+                        ev.is_readable() || ev.is_read_closed(),
+                    );
+                }
+                _ => {}
+            }
+        }
+        self.events = events;
+        if delivered < budget && !self.backlog.is_empty() {
+            delivered += self.deliver_backlog(sink, budget - delivered)?;
+        }
+        Ok(delivered)
+    }
+
+    fn peer_failed(&self, gpid: Gpid) -> bool {
+        matches!(
+            self.vcs.get(gpid as usize).map(|v| &v.state),
+            Some(VcState::Failed(_))
+        )
+    }
+
+    fn has_queued_output(&self) -> bool {
+        self.vcs
+            .iter()
+            .any(|v| !v.sendq.is_empty() && !matches!(v.state, VcState::Failed(_)))
+    }
+
+    fn can_send_now(&mut self, dest: Gpid, _bytes: usize) -> bool {
+        match self.vcs.get(dest as usize) {
+            Some(v) => matches!(v.state, VcState::Connected) && v.sendq.is_empty(),
+            None => true,
+        }
+    }
+}
+
+impl Netmod for TcpNetmod {
+    type P2p = am_fallback::Am;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Barrier;
+    use std::time::Instant;
+
+    /// Collects everything delivered.
+    #[derive(Default)]
+    struct Collect(Vec<(Gpid, u8, Vec<u8>, Vec<u8>)>);
+
+    impl AmSink for Collect {
+        fn deliver(&mut self, src: Gpid, h: HandlerId, hdr: &[u8], payload: &[u8]) -> Result<()> {
+            self.0.push((src, h, hdr.to_vec(), payload.to_vec()));
+            Ok(())
+        }
+    }
+
+    /// `n` netmods on loopback that know each other's addresses.
+    fn job(n: u32, key: u64) -> Vec<TcpNetmod> {
+        let mut ts: Vec<TcpNetmod> = (0..n)
+            .map(|r| TcpNetmod::bind(r, n, key, "127.0.0.1:0".parse().unwrap()).unwrap())
+            .collect();
+        let addrs: Vec<SocketAddr> = ts.iter().map(TcpNetmod::local_addr).collect();
+        for t in &mut ts {
+            for (r, a) in addrs.iter().enumerate() {
+                t.set_address(r as Gpid, *a).unwrap();
+            }
+        }
+        ts
+    }
+
+    fn pattern(src: u32, i: usize, len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|k| (src as usize * 31 + i * 7 + k) as u8)
+            .collect()
+    }
+
+    /// Every rank sends `count` messages to every rank (itself included), of sizes up to
+    /// `max_len`, then polls until it has everything and every rank is done.
+    fn exchange(n: u32, count: usize, max_len: usize) {
+        let ts = job(n, 42);
+        let done = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for mut t in ts {
+                let done = &done;
+                s.spawn(move || {
+                    let me = t.me;
+                    for i in 0..count {
+                        for dest in 0..n {
+                            let len = (i * 7919 + dest as usize * 13) % (max_len + 1);
+                            let body = pattern(me, i, len);
+                            t.am_send(
+                                dest,
+                                5,
+                                &(i as u32).to_le_bytes(),
+                                &[&body[..len / 2], &body[len / 2..]],
+                            )
+                            .unwrap();
+                        }
+                    }
+                    let mut sink = Collect::default();
+                    let start = Instant::now();
+                    let mut finished = false;
+                    loop {
+                        t.am_poll(&mut sink, 64).unwrap();
+                        if !finished && sink.0.len() == count * n as usize {
+                            finished = true;
+                            done.fetch_add(1, Ordering::SeqCst);
+                        }
+                        if done.load(Ordering::SeqCst) == n as usize && !t.has_queued_output() {
+                            break;
+                        }
+                        assert!(start.elapsed() < Duration::from_secs(30), "rank {me} stuck");
+                    }
+                    let mut next = vec![0usize; n as usize];
+                    for (src, h, hdr, payload) in sink.0 {
+                        let i = next[src as usize];
+                        assert_eq!((h, hdr), (5, (i as u32).to_le_bytes().to_vec()));
+                        let len = (i * 7919 + me as usize * 13) % (max_len + 1);
+                        assert_eq!(payload, pattern(src, i, len), "from {src} message {i}");
+                        next[src as usize] += 1;
+                    }
+                    assert!(next.iter().all(|&c| c == count));
+                });
+            }
+        });
+    }
+
+    #[test]
+    fn all_to_all_messages_arrive_whole_and_in_order() {
+        exchange(3, 60, 200_000);
+    }
+
+    #[test]
+    fn a_connection_storm_of_small_messages() {
+        exchange(6, 200, 100);
+    }
+
+    #[test]
+    fn simultaneous_connects_lose_and_duplicate_nothing() {
+        // Both ranks send before either polls: both connect, one connection must win.
+        for _ in 0..20 {
+            exchange(2, 30, 1000);
+        }
+    }
+
+    #[test]
+    fn strangers_are_refused_and_the_job_goes_on() {
+        let mut ts = job(2, 7);
+        let addr = ts[0].local_addr();
+        // Garbage, and a well-formed hello with the wrong key.
+        let mut junk = std::net::TcpStream::connect(addr).unwrap();
+        junk.write_all(&[0xAB; 100]).unwrap();
+        let mut wrong = std::net::TcpStream::connect(addr).unwrap();
+        let mut hello = [0u8; HELLO];
+        hello[..8].copy_from_slice(&HELLO_MAGIC);
+        hello[8..16].copy_from_slice(&8u64.to_le_bytes());
+        wrong.write_all(&hello).unwrap();
+        let mut sink = Collect::default();
+        let barrier = Barrier::new(2);
+        let mut t1 = ts.pop().unwrap();
+        let mut t0 = ts.pop().unwrap();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                barrier.wait();
+                t1.am_send(0, 3, b"hi", &[b"there"]).unwrap();
+                let start = Instant::now();
+                while t1.has_queued_output() || start.elapsed() < Duration::from_millis(200) {
+                    t1.am_poll(&mut Collect::default(), 64).unwrap();
+                }
+            });
+            for _ in 0..1000 {
+                t0.am_poll(&mut sink, 64).unwrap();
+            }
+            barrier.wait();
+            let start = Instant::now();
+            while sink.0.is_empty() {
+                t0.am_poll(&mut sink, 64).unwrap();
+                assert!(start.elapsed() < Duration::from_secs(10));
+            }
+        });
+        assert_eq!(sink.0, vec![(1, 3, b"hi".to_vec(), b"there".to_vec())]);
+        // The stranger with the wrong key was answered "refused" and disconnected.
+        let mut answer = Vec::new();
+        wrong
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let _ = wrong.read_to_end(&mut answer);
+        assert_eq!(&answer[..4], &ANSWER_MAGIC);
+        assert_eq!(
+            u32::from_le_bytes(answer[4..8].try_into().unwrap()),
+            REFUSED
+        );
+    }
+
+    #[test]
+    fn a_peer_that_dies_is_reported_within_a_second() {
+        let mut ts = job(2, 9);
+        let t1 = ts.pop().unwrap();
+        let mut t0 = ts.pop().unwrap();
+        let mut t1 = t1;
+        t0.am_send(1, 1, b"x", &[]).unwrap();
+        let mut got = Collect::default();
+        let start = Instant::now();
+        while got.0.is_empty() {
+            t0.am_poll(&mut Collect::default(), 64).unwrap();
+            t1.am_poll(&mut got, 64).unwrap();
+            assert!(start.elapsed() < Duration::from_secs(10));
+        }
+        drop(t1); // the process "dies": its sockets close
+        let start = Instant::now();
+        while !t0.peer_failed(1) {
+            t0.am_poll(&mut Collect::default(), 64).unwrap();
+            assert!(start.elapsed() < Duration::from_secs(1), "no failure seen");
+        }
+        let err = t0.am_send(1, 1, b"x", &[]).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::PeerFailed);
+    }
+}
