@@ -14,8 +14,9 @@
 //!
 //! The application ([`app`]) is a generic function too, and `main` instantiates it three times:
 //!
-//! 1. ranks as processes (`ch4::process`): `N = NoNetmod`, `S = ShmTransport`, every message
-//!    through the node's shared-memory rings;
+//! 1. ranks as processes (`ch4::process`): `N = ch4::process::ProcessNetmod` (the TCP netmod
+//!    in the default build), `S = ShmTransport`, every message within a node through its
+//!    shared-memory rings;
 //! 2. ranks as threads of one process (`ch4::threads::Threads::run`), two per simulated node:
 //!    `N = InprocNet<AmOnly>` carries the messages between nodes, `S = ShmTransport` (rings in
 //!    anonymous memory) those within one;

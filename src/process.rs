@@ -7,21 +7,30 @@
 //! through the key-value space); the first rank of each node creates the node's shared segment
 //! (a /dev/shm file named after the job, mode 0600), the others attach after a fence, and after a
 //! second fence the name is unlinked — so nothing is left behind even if a rank is later killed.
+//! With the `tcp` feature (the default) every rank also opens the TCP netmod's listening socket
+//! and publishes it through the key-value space (its business card), together with a random job
+//! key that rank 0 draws, so ranks on other nodes can reach it and strangers cannot.
+//! `CH4_NODE_SIZE=k` makes the job treat every `k` consecutive ranks as one node, so that the
+//! network path can be exercised on a single host.
 
 use std::cell::RefCell;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use ch4_core::core::DeviceConfig;
-use ch4_core::transport::NoNetmod;
 use ch4_core::{Device, Error, ErrorKind, Gpid, Result};
 use shm::{Segment, ShmConfig, ShmTransport};
 
 use crate::{Communicator, Context};
 
-/// The netmod process mode uses in this build. No network netmod is compiled in yet, so a job
-/// must fit on one node.
-pub type ProcessNetmod = NoNetmod;
+/// The netmod process mode uses in this build: TCP with the `tcp` feature (the default); without
+/// it, none, and a job must fit on one node.
+#[cfg(feature = "tcp")]
+pub type ProcessNetmod = netmod_tcp::TcpNetmod;
+/// The netmod process mode uses in this build: TCP with the `tcp` feature (the default); without
+/// it, none, and a job must fit on one node.
+#[cfg(not(feature = "tcp"))]
+pub type ProcessNetmod = ch4_core::transport::NoNetmod;
 
 /// How long finalize waits for queued output to reach live peers.
 const FINALIZE_FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
@@ -124,7 +133,7 @@ pub fn init_with(config: DeviceConfig) -> Result<Universe> {
     let local: Vec<Gpid> = (0..size)
         .filter(|&g| nodes[g as usize] == my_node)
         .collect();
-    if local.len() != size as usize {
+    if !cfg!(feature = "tcp") && local.len() != size as usize {
         let distinct = {
             let mut v = nodes.clone();
             v.sort_unstable();
@@ -147,15 +156,115 @@ pub fn init_with(config: DeviceConfig) -> Result<Universe> {
     let kvs = client.get_my_kvsname().map_err(pmi_err)?.to_string();
     let seg = node_segment(&mut client, &kvs, my_node, me, local.len(), cfg)?;
     let shm = ShmTransport::new(seg, me, &local, size, cfg.eager_limit, std::process::id())?;
-    let dev = Device::new(NoNetmod, shm, rank, size, config)?;
+    let net = process_netmod(&mut client, rank, size, local.len() != size as usize)?;
+    let dev = Device::new(net, shm, rank, size, config)?;
     Ok(Universe {
         ctx: Context::new(dev),
         pmi: RefCell::new(Some(client)),
     })
 }
 
-/// Node id of every rank: from the launcher's process mapping, else by comparing hostnames.
+/// The TCP netmod of this rank: listening, its business card published, and every other
+/// rank's card read — when the job spans nodes (a single-node job never uses the network, so it
+/// skips the exchange).
+#[cfg(feature = "tcp")]
+fn process_netmod(
+    client: &mut pmi::Client,
+    rank: u32,
+    size: u32,
+    spans_nodes: bool,
+) -> Result<ProcessNetmod> {
+    let bind: std::net::SocketAddr = std::env::var("CH4_TCP_BIND")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| ([0, 0, 0, 0], 0).into());
+    if !spans_nodes {
+        // Loopback only, and no exchange: nothing will connect.
+        return netmod_tcp::TcpNetmod::bind(rank, size, 0, ([127, 0, 0, 1], 0).into());
+    }
+    if rank == 0 {
+        client
+            .put("ch4-tcp-key", &format!("{:016x}", random_key()))
+            .map_err(pmi_err)?;
+    }
+    client.barrier().map_err(pmi_err)?;
+    let key = client
+        .get("ch4-tcp-key")
+        .map_err(pmi_err)?
+        .and_then(|k| u64::from_str_radix(&k, 16).ok())
+        .ok_or_else(|| Error::new(ErrorKind::Transport, "rank 0 published no job key"))?;
+    let mut net = netmod_tcp::TcpNetmod::bind(rank, size, key, bind)?;
+    let card = business_card(net.local_addr());
+    client
+        .put(&format!("ch4-tcp-{rank}"), &card.to_string())
+        .map_err(pmi_err)?;
+    client.barrier().map_err(pmi_err)?;
+    for r in (0..size).filter(|&r| r != rank) {
+        let addr = client
+            .get(&format!("ch4-tcp-{r}"))
+            .map_err(pmi_err)?
+            .and_then(|a| a.parse().ok())
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Transport,
+                    format!("rank {r} published no TCP address"),
+                )
+            })?;
+        net.set_address(r, addr)?;
+    }
+    Ok(net)
+}
+
+#[cfg(not(feature = "tcp"))]
+fn process_netmod(_: &mut pmi::Client, _: u32, _: u32, _: bool) -> Result<ProcessNetmod> {
+    Ok(ch4_core::transport::NoNetmod)
+}
+
+/// The address other hosts reach a listener on: the listener's own, or for one bound to every
+/// interface, this host's name resolved (its first non-loopback address), else loopback.
+#[cfg(feature = "tcp")]
+fn business_card(listening: std::net::SocketAddr) -> std::net::SocketAddr {
+    use std::net::ToSocketAddrs;
+    if !listening.ip().is_unspecified() {
+        return listening;
+    }
+    let port = listening.port();
+    let resolved = (hostname().as_str(), port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.find(|a| a.is_ipv4() && !a.ip().is_loopback()));
+    resolved.unwrap_or_else(|| ([127, 0, 0, 1], port).into())
+}
+
+/// A job key nobody outside the job can guess: 8 bytes from the kernel's generator.
+#[cfg(feature = "tcp")]
+fn random_key() -> u64 {
+    use std::io::Read;
+    let mut b = [0u8; 8];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .is_err()
+    {
+        // No /dev/urandom: time and pid, which still keep jobs apart.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        return t ^ (u64::from(std::process::id()) << 32);
+    }
+    u64::from_le_bytes(b)
+}
+
+/// Node id of every rank: `CH4_NODE_SIZE` if set, else the launcher's process mapping, else by
+/// comparing hostnames.
 fn node_ids(client: &mut pmi::Client, rank: u32, size: u32) -> Result<Vec<u32>> {
+    if let Some(k) = std::env::var("CH4_NODE_SIZE")
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .filter(|&k| k > 0)
+    {
+        return Ok((0..size).map(|r| r / k).collect());
+    }
     if let Some(ids) = client.node_ids().map_err(pmi_err)? {
         if ids.len() == size as usize {
             return Ok(ids);

@@ -157,7 +157,8 @@ fn embedding_gives_the_serial_answer_as_processes_and_as_threads() {
     assert_eq!(runs.len(), 3, "{stdout}");
     // Each run was compiled for its own device types.
     assert!(
-        runs[0].contains("NoNetmod") && runs[0].contains("ShmTransport"),
+        runs[0].contains(std::any::type_name::<ch4::process::ProcessNetmod>())
+            && runs[0].contains("ShmTransport"),
         "{stdout}"
     );
     assert!(runs[1].contains("InprocNet<inproc::AmOnly>"), "{stdout}");

@@ -300,3 +300,71 @@ fn ring_runs_under_hydra() {
         "{stdout}"
     );
 }
+
+/// Every rank its own node (`CH4_NODE_SIZE=1`): all traffic through the TCP netmod over
+/// loopback, random sizes across eager and rendezvous, order and bytes checked.
+#[test]
+fn stress_over_tcp_loses_nothing() {
+    let dir = built();
+    let mut cmd = Command::new(dir.join("ch4run"));
+    cmd.args(["-n", "4"])
+        .arg(dir.join("examples/shm_stress"))
+        .args(["-m", "1500", "--max-size", "600000"])
+        .env("CH4_NODE_SIZE", "1");
+    let stdout = stress(cmd);
+    assert!(stdout.contains("1500 messages each way"), "{stdout}");
+}
+
+/// Two nodes of two ranks: neighbours alternate between shared memory and TCP, and the
+/// ANY_SOURCE fan-in draws from both at once.
+#[test]
+fn stress_across_shared_memory_and_tcp() {
+    let dir = built();
+    let mut cmd = Command::new(dir.join("ch4run"));
+    cmd.args(["-n", "4"])
+        .arg(dir.join("examples/shm_stress"))
+        .args(["-m", "1500", "--max-size", "300000"])
+        .env("CH4_NODE_SIZE", "2");
+    stress(cmd);
+}
+
+/// A rank killed while messages flow over TCP ends the job with an error naming it, and the
+/// others neither hang nor leave anything behind.
+#[test]
+fn kill_9_of_a_rank_over_tcp_ends_the_job() {
+    let dir = built();
+    let mut child = Command::new(dir.join("ch4run"))
+        .args(["-n", "3"])
+        .arg(dir.join("examples/shm_stress"))
+        .args(["--hold", "--max-size", "100000"])
+        .env("CH4_NODE_SIZE", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut pids = Vec::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.unwrap();
+        if let Some(rest) = line.strip_prefix("ready ") {
+            let mut it = rest.split_whitespace();
+            let _rank = it.next();
+            pids.push(it.next().unwrap().parse::<i32>().unwrap());
+            if pids.len() == 3 {
+                break;
+            }
+        }
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: kill(2) on a pid of our own job's rank.
+    unsafe { libc::kill(pids[1], libc::SIGKILL) };
+    let start = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "the job hung");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(!status.success());
+}
