@@ -61,6 +61,7 @@ pub struct Decoder {
     /// End of the bytes read so far.
     end: usize,
     max_payload: usize,
+    drained: bool,
 }
 
 /// Bytes read from the socket at a time, at least.
@@ -74,6 +75,7 @@ impl Decoder {
             start: 0,
             end: 0,
             max_payload,
+            drained: false,
         }
     }
 
@@ -82,7 +84,8 @@ impl Decoder {
         self.end > self.start
     }
 
-    /// Reads once from `r` into free space; `Ok(0)` means end of stream.
+    /// Reads once from `r` into free space; `Ok(0)` means end of stream. [`Decoder::drained`]
+    /// then tells whether the read left space unfilled (the socket had no more for now).
     pub fn read_from(&mut self, r: &mut impl Read) -> io::Result<usize> {
         if self.start == self.end {
             self.start = 0;
@@ -100,7 +103,14 @@ impl Decoder {
         }
         let n = r.read(&mut self.buf[self.end..])?;
         self.end += n;
+        self.drained = self.end < self.buf.len();
         Ok(n)
+    }
+
+    /// Whether the last read took less than the space offered: the source had nothing more at
+    /// that moment, so reading again at once would most likely find nothing.
+    pub fn drained(&self) -> bool {
+        self.drained
     }
 
     /// Bytes still missing from the frame at the front (0 when unknown or complete).

@@ -48,6 +48,10 @@ const DUPLICATE: u32 = 1;
 const REFUSED: u32 = 2;
 
 const LISTENER: Token = Token(usize::MAX);
+/// Up to this many open connections are read directly at every poll.
+const DIRECT_MAX: usize = 8;
+/// With every connection open and read directly, epoll_wait runs once per this many polls.
+const EPOLL_EVERY: u32 = 64;
 /// Tokens at and above this name connections that have not said who they are yet.
 const INCOMING: usize = 1 << 40;
 
@@ -112,6 +116,10 @@ pub struct TcpNetmod {
     self_queue: VecDeque<(HandlerId, Vec<u8>, Vec<u8>)>,
     /// VCs whose decoder may hold whole frames not delivered yet (budget ran out).
     backlog: Vec<usize>,
+    /// Peers with an open connection, read directly at every poll while they are few.
+    connected: Vec<usize>,
+    /// Polls since the last epoll_wait.
+    polls: u32,
     eager_limit: usize,
     max_payload: usize,
 }
@@ -170,6 +178,8 @@ impl TcpNetmod {
             incoming: Vec::new(),
             self_queue: VecDeque::new(),
             backlog: Vec::new(),
+            connected: Vec::new(),
+            polls: 0,
             eager_limit,
             max_payload,
         })
@@ -192,6 +202,7 @@ impl TcpNetmod {
 
     fn fail(&mut self, peer: usize, why: String) {
         tracing::warn!(peer, "tcp: connection failed: {why}");
+        self.connected.retain(|&p| p != peer);
         let vc = &mut self.vcs[peer];
         if let Some(mut s) = vc.stream.take() {
             let _ = self.poll.registry().deregister(&mut s);
@@ -279,7 +290,7 @@ impl TcpNetmod {
                 self.flush(peer);
             }
             if readable {
-                self.read_all(peer);
+                self.read_all(peer, true);
             }
         }
     }
@@ -291,9 +302,10 @@ impl TcpNetmod {
             Hello::Failed(why) => self.fail(peer, why),
             Hello::Answer(ACCEPTED) => {
                 self.vcs[peer].state = VcState::Connected;
+                self.connected.push(peer);
                 self.flush(peer);
                 // Frames may have come right behind the answer.
-                self.read_all(peer);
+                self.read_all(peer, true);
             }
             Hello::Answer(DUPLICATE) => {
                 // Its own connection to us won; it will arrive as an incoming one.
@@ -343,14 +355,18 @@ impl TcpNetmod {
         Hello::Answer(u32::from_le_bytes([got[4], got[5], got[6], got[7]]))
     }
 
-    /// Reads everything the socket has into the VC's decoder.
-    fn read_all(&mut self, peer: usize) {
+    /// Reads everything the socket has into the VC's decoder. Readiness from epoll is
+    /// edge-triggered, so after an event the socket must be read until it would block; a direct
+    /// read at a poll (`until_would_block` false) stops at the first read that leaves space,
+    /// saving the system call that would only say "nothing more".
+    fn read_all(&mut self, peer: usize, until_would_block: bool) {
         let vc = &mut self.vcs[peer];
         let outcome = match vc.stream.as_mut() {
             None => return,
             Some(stream) => loop {
                 match vc.decoder.read_from(stream) {
                     Ok(0) => break Err(None),
+                    Ok(_) if !until_would_block && vc.decoder.drained() => break Ok(()),
                     Ok(_) => {}
                     Err(e) if would_block(&e) => break Ok(()),
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -359,7 +375,7 @@ impl TcpNetmod {
             },
         };
         // Frames that arrived before an end of stream are still delivered.
-        if !self.backlog.contains(&peer) {
+        if self.vcs[peer].decoder.has_data() && !self.backlog.contains(&peer) {
             self.backlog.push(peer);
         }
         match outcome {
@@ -371,6 +387,7 @@ impl TcpNetmod {
 
     /// The peer closed its end: no more sends to it, but what it sent is still delivered.
     fn fail_after_drain(&mut self, peer: usize) {
+        self.connected.retain(|&p| p != peer);
         let vc = &mut self.vcs[peer];
         if let Some(mut s) = vc.stream.take() {
             let _ = self.poll.registry().deregister(&mut s);
@@ -475,6 +492,7 @@ impl TcpNetmod {
         }
         self.vcs[rank].stream = Some(stream);
         self.vcs[rank].state = VcState::Connected;
+        self.connected.push(rank);
         self.flush(rank);
     }
 
@@ -652,6 +670,30 @@ impl AmTransport for TcpNetmod {
         }
         if delivered < budget && !self.backlog.is_empty() {
             delivered += self.deliver_backlog(sink, budget - delivered)?;
+        }
+        // With few connections, reading (and flushing) them directly costs one system call each
+        // and no epoll_wait: the latency path. epoll still runs every few polls for new
+        // connections, handshakes and failures, and always when there are many peers.
+        self.polls = self.polls.wrapping_add(1);
+        let direct = self.connected.len() <= DIRECT_MAX;
+        if direct {
+            for i in 0..self.connected.len() {
+                let Some(&peer) = self.connected.get(i) else {
+                    break;
+                };
+                if !self.vcs[peer].sendq.is_empty() {
+                    self.flush(peer);
+                }
+                self.read_all(peer, false);
+            }
+            if delivered < budget && !self.backlog.is_empty() {
+                delivered += self.deliver_backlog(sink, budget - delivered)?;
+            }
+            let settled = self.connected.len() + 1 == self.vcs.len()
+                && self.incoming.iter().all(Option::is_none);
+            if settled && self.polls % EPOLL_EVERY != 0 {
+                return Ok(delivered);
+            }
         }
         let mut events = std::mem::replace(&mut self.events, Events::with_capacity(0));
         let polled = self.poll.poll(&mut events, Some(Duration::ZERO));
