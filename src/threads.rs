@@ -183,6 +183,61 @@ impl Threads {
     }
 }
 
+/// The TCP netmod for ranks as threads: every rank listens on loopback, and the ranks of one
+/// job (one fabric) swap addresses through a table in this process before any message moves.
+#[cfg(feature = "tcp")]
+impl FromFabric for netmod_tcp::TcpNetmod {
+    fn from_fabric(fabric: Arc<Fabric>, me: u32) -> Result<Self> {
+        use std::collections::HashMap;
+        use std::net::SocketAddr;
+        use std::sync::{Condvar, OnceLock};
+        type Book = HashMap<usize, (Vec<Option<SocketAddr>>, u32)>;
+        static BOOKS: OnceLock<(Mutex<Book>, Condvar)> = OnceLock::new();
+        let (lock, cv) = BOOKS.get_or_init(|| (Mutex::new(HashMap::new()), Condvar::new()));
+        let cfg = *fabric.config();
+        let job = Arc::as_ptr(&fabric) as usize;
+        let mut net =
+            netmod_tcp::TcpNetmod::bind(me, cfg.ranks, job as u64, ([127, 0, 0, 1], 0).into())?;
+        net.limit(cfg.eager_limit, cfg.max_payload);
+        fn poisoned<T>(_: T) -> Error {
+            Error::new(ErrorKind::PeerFailed, "a rank panicked during setup")
+        }
+        let mut books = lock.lock().map_err(poisoned)?;
+        let entry = books
+            .entry(job)
+            .or_insert_with(|| (vec![None; cfg.ranks as usize], 0));
+        entry.0[me as usize] = Some(net.local_addr());
+        cv.notify_all();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let book = books.get(&job).map(|b| b.0.clone()).unwrap_or_default();
+            if book.iter().all(Option::is_some) {
+                for (r, a) in book.into_iter().enumerate() {
+                    if let Some(a) = a {
+                        net.set_address(r as Gpid, a)?;
+                    }
+                }
+                // The last rank to read the table removes it.
+                if let Some(b) = books.get_mut(&job) {
+                    b.1 += 1;
+                    if b.1 == cfg.ranks {
+                        books.remove(&job);
+                    }
+                }
+                return Ok(net);
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return Err(Error::new(
+                    ErrorKind::Transport,
+                    "the other ranks never published their TCP addresses",
+                ));
+            }
+            books = cv.wait_timeout(books, deadline - now).map_err(poisoned)?.0;
+        }
+    }
+}
+
 /// In-process netmods that can be made from a fabric (both flavours of [`InprocNet`]).
 pub trait FromFabric: Sized {
     /// The endpoint of rank `me`.

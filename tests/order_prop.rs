@@ -297,6 +297,17 @@ proptest! {
         })?;
     }
 
+    /// One rank per node over real TCP sockets on loopback (the TCP netmod).
+    #[cfg(feature = "tcp")]
+    #[test]
+    fn non_overtaking_over_tcp(case in case()) {
+        check(&case, |c, t| {
+            common::small(2)
+                .ranks_per_node(1)
+                .run_with::<netmod_tcp::TcpNetmod, _, _>(|ctx| exchange(ctx, c, t))
+        })?;
+    }
+
     /// One rank per node: everything through the active-message netmod.
     #[test]
     fn non_overtaking_over_am_netmod(case in case()) {

@@ -185,6 +185,13 @@ impl TcpNetmod {
         })
     }
 
+    /// Lowers the eager limit and the largest payload (tests use tiny ones so that small messages
+    /// already go by rendezvous in several pieces).
+    pub fn limit(&mut self, eager_limit: usize, max_payload: usize) {
+        self.max_payload = self.max_payload.min(max_payload.max(1));
+        self.eager_limit = self.eager_limit.min(eager_limit).min(self.max_payload);
+    }
+
     /// The address peers connect to (this rank's business card).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr

@@ -9,6 +9,7 @@
 //!   512-byte cells per rank for the rest — so messages of a pair alternate between ring, cells
 //!   and the local wait queue, and must still arrive in order;
 //! - `net_am`: one rank per node, everything through the active-message netmod;
+//! - `tcp`: one rank per node, everything through the TCP netmod over loopback sockets;
 //! - `native_mixed`: two ranks per node with the natively matching netmod, so shm, native
 //!   matching and the ANY_SOURCE partner logic all take part.
 //!
@@ -28,7 +29,7 @@ pub fn small(ranks: u32) -> Threads {
     Threads::new(ranks).eager_limit(EAGER).max_payload(100)
 }
 
-/// Generates `shm`, `shm_streamed`, `shm_crowded`, `net_am` and `native_mixed` tests that run `$body(ctx)` on `$ranks` ranks.
+/// Generates `shm`, `shm_streamed`, `shm_crowded`, `net_am`, `tcp` and `native_mixed` tests that run `$body(ctx)` on `$ranks` ranks.
 #[macro_export]
 macro_rules! on_all_routes {
     ($name:ident, $ranks:expr, $body:path) => {
@@ -71,6 +72,15 @@ macro_rules! on_all_routes {
                 common::small($ranks)
                     .ranks_per_node(1)
                     .run(|ctx| $body(ctx))
+                    .unwrap();
+            }
+
+            #[cfg(feature = "tcp")]
+            #[test]
+            fn tcp() {
+                common::small($ranks)
+                    .ranks_per_node(1)
+                    .run_with::<netmod_tcp::TcpNetmod, _, _>(|ctx| $body(ctx))
                     .unwrap();
             }
 
