@@ -5,7 +5,12 @@
 # every round runs ch4, MPICH and Open MPI one after the other (A B C A B C ...), and the
 # results are medians over the rounds with the spread, and ratios of medians.
 #
-#   ./scripts/osu-vs-peers.sh [rounds] [bench...]     (default: 5 rounds; latency bw bibw mbw_mr)
+#   ./scripts/osu-vs-peers.sh [--tcp] [rounds] [bench...]
+#       (default: 5 rounds; latency bw bibw mbw_mr)
+#
+# --tcp measures the network path instead of shared memory, two processes over loopback: ch4
+# with every rank its own node (CH4_NODE_SIZE=1: the TCP netmod), MPICH with UCX's TCP
+# transport (UCX_TLS=tcp,self), Open MPI with its TCP BTL (--mca btl tcp,self).
 #
 # Writes target/osu-vs-peers/results.tsv (every run: bench, impl, size, value), prints a table
 # per bench with ch4/MPICH and ch4/Open MPI, and draws target/osu-vs-peers/<bench>.png.
@@ -14,6 +19,11 @@
 # OSU_ARGS_<bench> (e.g. OSU_ARGS_latency="-m 0:1024") overrides a bench's options.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+net=shm
+if [ "${1:-}" = --tcp ]; then
+    net=tcp
+    shift
+fi
 rounds="${1:-5}"
 shift || true
 benches=("$@")
@@ -55,6 +65,7 @@ default_args() {
 }
 
 out=target/osu-vs-peers
+[ "$net" = shm ] || out=target/osu-vs-peers-tcp
 mkdir -p "$out"
 tsv="$out/results.tsv"
 printf 'bench\timpl\tsize\tvalue\n' >"$tsv"
@@ -67,11 +78,18 @@ run() {
     local args
     read -r -a args <<<"${!var:-$(default_args "$bench")}"
     local prog="osu_$bench"
+    local ch4env=() mpichenv=() ompinet=()
+    if [ "$net" = tcp ]; then
+        ch4env=(CH4_NODE_SIZE=1)
+        mpichenv=(-genv UCX_TLS tcp,self)
+        ompinet=(--mca pml ob1 --mca btl tcp,self)
+    fi
     case "$impl" in
-        ch4) target/release/examples/$prog "${args[@]}" ;;
-        mpich) mpiexec.mpich -bind-to core -n 2 target/peers-mpich/release/examples/$prog "${args[@]}" ;;
-        openmpi) mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to core -n 2 \
-            target/peers-openmpi/release/examples/$prog "${args[@]}" ;;
+        ch4) env "${ch4env[@]}" target/release/examples/$prog "${args[@]}" ;;
+        mpich) mpiexec.mpich -bind-to core "${mpichenv[@]}" -n 2 \
+            target/peers-mpich/release/examples/$prog "${args[@]}" ;;
+        openmpi) mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to core "${ompinet[@]}" \
+            -n 2 target/peers-openmpi/release/examples/$prog "${args[@]}" ;;
     esac | awk -v b="$bench" -v i="$impl" '/^[0-9]/ { col = (b == "mbw_mr") ? $3 : $2; print b "\t" i "\t" $1 "\t" col }' >>"$tsv"
 }
 
@@ -85,4 +103,4 @@ for r in $(seq "$rounds"); do
 done
 
 # The table (medians, spread, ratios) and one chart per bench.
-target/release/osu-plot --setup "shm, 2 processes, interleaved" "$tsv" "$out"
+target/release/osu-plot --setup "$net, 2 processes, interleaved" "$tsv" "$out"
