@@ -21,6 +21,17 @@ if ! command -v mpiexec.hydra >/dev/null 2>&1; then
     fi
 fi
 
+# The chart tests of tools/osu-plot draw text with DejaVu Sans.
+if [ ! -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] && [ -z "${OSU_PLOT_FONT:-}" ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "installing Debian's fonts-dejavu-core (for the chart tests)..."
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-dejavu-core >/dev/null
+    else
+        echo "note: DejaVu Sans is missing (fonts-dejavu-core); the chart tests will fail"
+    fi
+fi
+
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 ./scripts/loom.sh
