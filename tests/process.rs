@@ -368,3 +368,17 @@ fn kill_9_of_a_rank_over_tcp_ends_the_job() {
     };
     assert!(!status.success());
 }
+
+/// A connection storm: eight processes, every one its own node, connecting to their ring
+/// neighbours and all to rank 0 (the ANY_SOURCE fan-in) at once, on a two-core host.
+#[test]
+fn eight_processes_over_tcp_connect_at_once() {
+    let dir = built();
+    let mut cmd = Command::new(dir.join("ch4run"));
+    cmd.args(["-n", "8"])
+        .arg(dir.join("examples/shm_stress"))
+        .args(["-m", "300", "--max-size", "100000"])
+        .env("CH4_NODE_SIZE", "1");
+    let stdout = stress(cmd);
+    assert!(stdout.contains("shm_stress: 8 ranks"), "{stdout}");
+}
