@@ -753,6 +753,20 @@ impl<T: AmTransport, P: Partner> AmSink for DirectSink<'_, '_, T, P> {
     fn wants_more(&self) -> bool {
         self.done.is_none()
     }
+
+    fn destination(
+        &mut self,
+        src: Gpid,
+        h: HandlerId,
+        header: &[u8],
+        len: usize,
+    ) -> Option<&mut [u8]> {
+        self.inner.destination(src, h, header, len)
+    }
+
+    fn placed(&mut self, src: Gpid, h: HandlerId, header: &[u8], len: usize) -> Result<()> {
+        self.inner.placed(src, h, header, len)
+    }
 }
 
 // ---------------------------------------------------------------- progress
@@ -824,6 +838,46 @@ impl<T: AmTransport, P: Partner> AmSink for Dispatch<'_, T, P> {
                 format!("unknown active-message handler {other} from process {src}"),
             )),
         }
+    }
+
+    /// Rendezvous data for a matched receive with a contiguous buffer: its place in the buffer.
+    fn destination(
+        &mut self,
+        _src: Gpid,
+        h: HandlerId,
+        header: &[u8],
+        len: usize,
+    ) -> Option<&mut [u8]> {
+        if h != handler::DATA {
+            return None;
+        }
+        let d: DataHeader = wire::parse(header).ok()?;
+        let r = self.core.requests.get_mut(Handle::from_raw(d.rreq))?;
+        if r.complete {
+            return None;
+        }
+        let RequestKind::Recv(rs) = &mut r.kind else {
+            return None;
+        };
+        let offset = usize::try_from(d.offset).ok()?;
+        let end = offset.checked_add(len)?;
+        if end > rs.expected {
+            return None;
+        }
+        rs.buf.contiguous_mut()?.get_mut(offset..end)
+    }
+
+    fn placed(&mut self, src: Gpid, h: HandlerId, header: &[u8], len: usize) -> Result<()> {
+        if h != handler::DATA {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                format!("handler {h} from process {src} was placed directly"),
+            ));
+        }
+        let d: DataHeader = wire::parse(header)?;
+        let h = self.data_target(src, d, len)?;
+        self.account_data(h, len);
+        Ok(())
     }
 }
 
@@ -1011,6 +1065,18 @@ impl<'a, T: AmTransport, P: Partner> Dispatch<'a, T, P> {
 
     #[inline]
     fn on_data(&mut self, src: Gpid, d: DataHeader, payload: &[u8]) -> Result<()> {
+        let h = self.data_target(src, d, payload.len())?;
+        let written = match self.core.requests.get_mut(h).map(|r| &mut r.kind) {
+            Some(RequestKind::Recv(rs)) => rs.buf.write_at(d.offset as usize, payload),
+            _ => 0,
+        };
+        self.account_data(h, written);
+        Ok(())
+    }
+
+    /// Checks that a data piece of `len` bytes belongs to a live receive and fits what it
+    /// accepted; returns that receive.
+    fn data_target(&mut self, src: Gpid, d: DataHeader, len: usize) -> Result<Handle> {
         let h = Handle::from_raw(d.rreq);
         let r = self.core.requests.get_mut(h).ok_or_else(|| {
             Error::new(
@@ -1022,19 +1088,29 @@ impl<'a, T: AmTransport, P: Partner> Dispatch<'a, T, P> {
             return Err(Error::new(ErrorKind::Protocol, "data for a send request"));
         };
         let offset = d.offset as usize;
-        if offset.saturating_add(payload.len()) > rs.expected || r.complete {
+        if offset.saturating_add(len) > rs.expected || r.complete {
             return Err(Error::new(
                 ErrorKind::Protocol,
                 format!("process {src} sent data beyond what the receive accepted"),
             ));
         }
-        rs.received += rs.buf.write_at(offset, payload);
+        Ok(h)
+    }
+
+    /// Counts `n` bytes of data into receive `h` and completes it once all have come.
+    fn account_data(&mut self, h: Handle, n: usize) {
+        let Some(r) = self.core.requests.get_mut(h) else {
+            return;
+        };
+        let RequestKind::Recv(rs) = &mut r.kind else {
+            return;
+        };
+        rs.received += n;
         if rs.received >= rs.expected {
             let mut status = r.status;
             status.bytes = rs.received;
             self.core.complete_recv(h, status);
         }
-        Ok(())
     }
 
     /// The receiver read our offered buffer (LMT Get): the send is done.

@@ -103,6 +103,37 @@ pub trait AmSink {
         payload: &[u8],
     ) -> Result<()>;
 
+    /// Where the `len`-byte payload of a message with this header belongs, when the engine can
+    /// take it there directly (rendezvous data for a matched, contiguous receive). A transport
+    /// that receives a message in pieces (a byte stream) may read the payload straight into this
+    /// slice — no intermediate copy — and then report it with [`AmSink::placed`] instead of
+    /// delivering it. Asked again with the same header, the answer is the same slice until
+    /// `placed` is called.
+    fn destination(
+        &mut self,
+        _src: Gpid,
+        _handler: HandlerId,
+        _header: &[u8],
+        _len: usize,
+    ) -> Option<&mut [u8]> {
+        None
+    }
+
+    /// The payload (`len` bytes) of the message with this header was written into the slice
+    /// [`AmSink::destination`] gave for it.
+    fn placed(
+        &mut self,
+        src: Gpid,
+        _handler: HandlerId,
+        _header: &[u8],
+        _len: usize,
+    ) -> Result<()> {
+        Err(crate::Error::new(
+            crate::ErrorKind::Internal,
+            format!("a message from process {src} was placed without a destination"),
+        ))
+    }
+
     /// Whether the poll should go on after a delivery. A blocking receive's sink that has its
     /// message says no: polling on would read the line of the sender's next record, pulling it
     /// into this core's cache just before the sender must take it back to write.

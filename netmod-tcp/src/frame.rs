@@ -127,6 +127,37 @@ impl Decoder {
         (FRAME_HEADER + usize::from(h[1]) + plen).saturating_sub(have)
     }
 
+    /// The front frame while its headers are in but its payload is not complete: (handler, AM
+    /// header, payload length, payload bytes already held). `None` otherwise, and for a frame
+    /// that is not valid ([`Decoder::pop_with`] reports those).
+    pub fn partial_front(&self) -> Option<(u8, &[u8], usize, &[u8])> {
+        let held = &self.buf[self.start..self.end];
+        if held.len() < FRAME_HEADER || held[2] != 0 || held[3] != 0 {
+            return None;
+        }
+        let hlen = usize::from(held[1]);
+        let plen = u32::from_le_bytes([held[4], held[5], held[6], held[7]]) as usize;
+        if plen > self.max_payload || held.len() < FRAME_HEADER + hlen {
+            return None;
+        }
+        let payload = &held[FRAME_HEADER + hlen..];
+        (payload.len() < plen).then(|| {
+            (
+                held[0],
+                &held[FRAME_HEADER..FRAME_HEADER + hlen],
+                plen,
+                payload,
+            )
+        })
+    }
+
+    /// Forgets everything held: the caller has taken the front frame's headers and partial
+    /// payload (see [`Decoder::partial_front`]) and reads the rest of it elsewhere.
+    pub fn clear(&mut self) {
+        self.start = 0;
+        self.end = 0;
+    }
+
     /// Hands the next whole frame to `f` as (handler, AM header, payload), borrowed from the
     /// buffer, then consumes it. `Ok(None)` when no whole frame is there yet.
     pub fn pop_with<R>(

@@ -86,7 +86,32 @@ struct Vc {
     /// Bytes of the front frame already written.
     head_sent: usize,
     decoder: Decoder,
+    /// A large payload being read straight into its receive's buffer.
+    direct: Option<DirectRecv>,
 }
+
+/// A frame whose payload goes straight from the socket into the receive buffer the engine
+/// named for it (no copy through the decoder).
+struct DirectRecv {
+    handler: HandlerId,
+    header: Vec<u8>,
+    len: usize,
+    done: usize,
+}
+
+/// How far a direct read got.
+enum Direct {
+    /// The whole payload is in place.
+    Placed,
+    /// The socket has no more for now.
+    Pending,
+    /// The connection or the receive is gone.
+    Failed(String),
+}
+
+/// Payloads at least this long are read straight into the receive buffer when the engine has
+/// one for them: below, the copy out of the decoder costs less than the extra reads.
+const DIRECT_MIN: usize = 16 << 10;
 
 /// Where our side of a handshake got to.
 enum Hello {
@@ -120,6 +145,8 @@ pub struct TcpNetmod {
     connected: Vec<usize>,
     /// Polls since the last epoll_wait.
     polls: u32,
+    /// Payloads read straight into receive buffers so far.
+    placed: u64,
     eager_limit: usize,
     max_payload: usize,
 }
@@ -173,6 +200,7 @@ impl TcpNetmod {
                     sendq: VecDeque::new(),
                     head_sent: 0,
                     decoder: Decoder::new(max_payload + u16::MAX as usize),
+                    direct: None,
                 })
                 .collect(),
             incoming: Vec::new(),
@@ -180,6 +208,7 @@ impl TcpNetmod {
             backlog: Vec::new(),
             connected: Vec::new(),
             polls: 0,
+            placed: 0,
             eager_limit,
             max_payload,
         })
@@ -190,6 +219,11 @@ impl TcpNetmod {
     pub fn limit(&mut self, eager_limit: usize, max_payload: usize) {
         self.max_payload = self.max_payload.min(max_payload.max(1));
         self.eager_limit = self.eager_limit.min(eager_limit).min(self.max_payload);
+    }
+
+    /// How many message payloads went from the socket straight into their receive buffer.
+    pub fn payloads_placed(&self) -> u64 {
+        self.placed
     }
 
     /// The address peers connect to (this rank's business card).
@@ -216,6 +250,7 @@ impl TcpNetmod {
         }
         vc.sendq.clear();
         vc.head_sent = 0;
+        vc.direct = None;
         vc.state = VcState::Failed(why);
     }
 
@@ -367,6 +402,13 @@ impl TcpNetmod {
     /// read at a poll (`until_would_block` false) stops at the first read that leaves space,
     /// saving the system call that would only say "nothing more".
     fn read_all(&mut self, peer: usize, until_would_block: bool) {
+        if self.vcs[peer].direct.is_some() {
+            // The payload under way is read by the delivery, straight into its buffer.
+            if !self.backlog.contains(&peer) {
+                self.backlog.push(peer);
+            }
+            return;
+        }
         let vc = &mut self.vcs[peer];
         let outcome = match vc.stream.as_mut() {
             None => return,
@@ -515,6 +557,63 @@ impl TcpNetmod {
         }
     }
 
+    /// When the decoder holds the headers of a large frame whose payload is still coming and
+    /// the engine has a place for that payload, moves what has arrived there and switches the
+    /// VC to reading the rest straight into it.
+    fn start_direct<K: AmSink>(&mut self, peer: usize, sink: &mut K) -> bool {
+        let vc = &mut self.vcs[peer];
+        let Some((handler, header, len, held)) = vc.decoder.partial_front() else {
+            return false;
+        };
+        if len < DIRECT_MIN {
+            return false;
+        }
+        let Some(dst) = sink.destination(peer as Gpid, handler, header, len) else {
+            return false;
+        };
+        if dst.len() != len {
+            return false;
+        }
+        dst[..held.len()].copy_from_slice(held);
+        vc.direct = Some(DirectRecv {
+            handler,
+            header: header.to_vec(),
+            len,
+            done: held.len(),
+        });
+        vc.decoder.clear();
+        true
+    }
+
+    /// Reads more of a direct payload into its buffer; reports it placed once complete.
+    fn continue_direct<K: AmSink>(&mut self, peer: usize, sink: &mut K) -> Result<Direct> {
+        let src = peer as Gpid;
+        let vc = &mut self.vcs[peer];
+        let (Some(d), Some(stream)) = (vc.direct.as_mut(), vc.stream.as_mut()) else {
+            return Ok(Direct::Failed("the connection closed mid-message".into()));
+        };
+        let Some(dst) = sink.destination(src, d.handler, &d.header, d.len) else {
+            return Ok(Direct::Failed(
+                "the receive of a message arriving in place went away".into(),
+            ));
+        };
+        while d.done < d.len {
+            match stream.read(&mut dst[d.done..]) {
+                Ok(0) => return Ok(Direct::Failed("the peer closed mid-message".into())),
+                Ok(n) => d.done += n,
+                Err(e) if would_block(&e) => return Ok(Direct::Pending),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Ok(Direct::Failed(format!("read: {e}"))),
+            }
+        }
+        let done = vc.direct.take();
+        if let Some(d) = done {
+            sink.placed(src, d.handler, &d.header, d.len)?;
+        }
+        self.placed += 1;
+        Ok(Direct::Placed)
+    }
+
     /// Delivers whole frames held by backlogged decoders, up to `budget`.
     fn deliver_backlog<K: AmSink>(&mut self, sink: &mut K, budget: usize) -> Result<usize> {
         let mut delivered = 0;
@@ -523,9 +622,29 @@ impl TcpNetmod {
             let peer = self.backlog[i];
             let src = peer as Gpid;
             let mut failure = None;
+            let mut waiting_direct = false;
             loop {
                 if delivered >= budget {
                     break;
+                }
+                if self.vcs[peer].direct.is_some() {
+                    match self.continue_direct(peer, sink)? {
+                        Direct::Placed => {
+                            delivered += 1;
+                            // What follows the payload is read as usual (until the socket
+                            // would block: readiness is edge-triggered).
+                            self.read_all(peer, true);
+                            continue;
+                        }
+                        Direct::Pending => {
+                            waiting_direct = true;
+                            break;
+                        }
+                        Direct::Failed(why) => {
+                            self.fail(peer, why);
+                            break;
+                        }
+                    }
                 }
                 match self.vcs[peer]
                     .decoder
@@ -535,12 +654,21 @@ impl TcpNetmod {
                         delivered += 1;
                         r?;
                     }
-                    Ok(None) => break,
+                    Ok(None) => {
+                        if self.start_direct(peer, sink) {
+                            continue;
+                        }
+                        break;
+                    }
                     Err(e) => {
                         failure = Some(e);
                         break;
                     }
                 }
+            }
+            if waiting_direct {
+                i += 1;
+                continue;
             }
             if let Some(e) = failure {
                 self.fail(peer, format!("undecodable stream: {e}"));
