@@ -205,7 +205,12 @@ fn main() {
     let iters: u64 = std::env::args()
         .skip(1)
         .find_map(|a| a.parse().ok())
-        .unwrap_or(100_000);
+        // `cargo test` runs benches without `--bench`: a short smoke run then.
+        .unwrap_or(if std::env::args().any(|a| a == "--bench") {
+            100_000
+        } else {
+            2_000
+        });
     let only = std::env::args().find(|a| a == "generic" || a == "dyn" || a == "enqueue");
     let seg = Arc::new(Segment::anonymous(2, Geometry::with_ring(1 << 16)).expect("segment"));
     let transport =

@@ -80,11 +80,13 @@ struct Opts {
 }
 
 fn opts() -> Opts {
+    // `cargo test` runs benches without `--bench`: then a quick smoke run, not the sweep.
+    let smoke = !std::env::args().any(|a| a == "--bench") && std::env::args().len() == 1;
     let mut o = Opts {
         bw: false,
         min: 0,
-        max: 1 << 22,
-        iters: 10_000,
+        max: if smoke { 1024 } else { 1 << 22 },
+        iters: if smoke { 100 } else { 10_000 },
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
