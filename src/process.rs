@@ -179,8 +179,9 @@ fn process_netmod(
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| ([0, 0, 0, 0], 0).into());
     if !spans_nodes {
-        // Loopback only, and no exchange: nothing will connect.
-        return netmod_tcp::TcpNetmod::bind(rank, size, 0, ([127, 0, 0, 1], 0).into());
+        // Loopback only, and no exchange: nothing of this job will connect. The key is still
+        // random, so that no other local process can pass for a rank.
+        return netmod_tcp::TcpNetmod::bind(rank, size, random_key(), ([127, 0, 0, 1], 0).into());
     }
     if rank == 0 {
         client
@@ -238,7 +239,7 @@ fn business_card(listening: std::net::SocketAddr) -> std::net::SocketAddr {
 
 /// A job key nobody outside the job can guess: 8 bytes from the kernel's generator.
 #[cfg(feature = "tcp")]
-fn random_key() -> u64 {
+pub(crate) fn random_key() -> u64 {
     use std::io::Read;
     let mut b = [0u8; 8];
     if std::fs::File::open("/dev/urandom")

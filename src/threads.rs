@@ -191,21 +191,28 @@ impl FromFabric for netmod_tcp::TcpNetmod {
         use std::collections::HashMap;
         use std::net::SocketAddr;
         use std::sync::{Condvar, OnceLock};
-        type Book = HashMap<usize, (Vec<Option<SocketAddr>>, u32)>;
+        /// Per job: every rank's address, how many ranks have read the table, the job key.
+        type Book = HashMap<usize, (Vec<Option<SocketAddr>>, u32, u64)>;
         static BOOKS: OnceLock<(Mutex<Book>, Condvar)> = OnceLock::new();
         let (lock, cv) = BOOKS.get_or_init(|| (Mutex::new(HashMap::new()), Condvar::new()));
         let cfg = *fabric.config();
         let job = Arc::as_ptr(&fabric) as usize;
-        let mut net =
-            netmod_tcp::TcpNetmod::bind(me, cfg.ranks, job as u64, ([127, 0, 0, 1], 0).into())?;
-        net.limit(cfg.eager_limit, cfg.max_payload);
         fn poisoned<T>(_: T) -> Error {
             Error::new(ErrorKind::PeerFailed, "a rank panicked during setup")
         }
         let mut books = lock.lock().map_err(poisoned)?;
-        let entry = books
-            .entry(job)
-            .or_insert_with(|| (vec![None; cfg.ranks as usize], 0));
+        // The first rank of the job draws its key; a predictable one would let any local
+        // process pass for a rank.
+        let entry = books.entry(job).or_insert_with(|| {
+            (
+                vec![None; cfg.ranks as usize],
+                0,
+                crate::process::random_key(),
+            )
+        });
+        let mut net =
+            netmod_tcp::TcpNetmod::bind(me, cfg.ranks, entry.2, ([127, 0, 0, 1], 0).into())?;
+        net.limit(cfg.eager_limit, cfg.max_payload);
         entry.0[me as usize] = Some(net.local_addr());
         cv.notify_all();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);

@@ -32,6 +32,7 @@ use ch4_core::transport::{AmSink, AmTransport, HandlerId, Netmod};
 use ch4_core::{Error, ErrorKind, Gpid, Result};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
+use smallvec::SmallVec;
 
 use crate::frame::{self, Decoder, FRAME_HEADER};
 
@@ -742,7 +743,8 @@ impl AmTransport for TcpNetmod {
                 ))
             }
             VcState::Connected if vc.sendq.is_empty() => {
-                let mut slices = Vec::with_capacity(2 + payload.len());
+                // On the stack for the usual one or two payload slices: no allocation per send.
+                let mut slices: SmallVec<[IoSlice<'_>; 4]> = SmallVec::new();
                 slices.push(IoSlice::new(&fh));
                 slices.push(IoSlice::new(header));
                 slices.extend(payload.iter().map(|p| IoSlice::new(p)));
