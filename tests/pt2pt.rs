@@ -1,4 +1,5 @@
-//! Point-to-point semantics, ranks as threads, over every route (see `common`).
+//! Point-to-point semantics over every route (see `common`): ranks as threads, and over TCP also
+//! ranks as processes under `ch4run`.
 
 mod common;
 
@@ -104,7 +105,7 @@ fn any_source_fan_in<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
     }
     w.barrier()
 }
-on_all_routes!(any_source, 5, any_source_fan_in);
+on_all_routes!(any_source, 5, any_source_fan_in, processes = 8);
 
 /// A message longer than the buffer: truncation error, the buffer is filled, nothing past it
 /// is written — eager and rendezvous.
@@ -282,7 +283,7 @@ fn self_and_empty<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
     assert_eq!((st.source, st.bytes), (PROC_NULL, 0));
     w.barrier()
 }
-on_all_routes!(self_zero_procnull, 3, self_and_empty);
+on_all_routes!(self_zero_procnull, 3, self_and_empty, processes = 8);
 
 /// Every misuse is an error of the right kind, never a panic.
 fn misuse<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
@@ -427,7 +428,7 @@ fn comm_isolation<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
     d.free()?;
     w.barrier()
 }
-on_all_routes!(comms, 4, comm_isolation);
+on_all_routes!(comms, 4, comm_isolation, processes = 8);
 
 /// The collectives agree with a serial computation.
 fn collectives<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
@@ -468,7 +469,7 @@ fn collectives<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
     }
     Ok(())
 }
-on_all_routes!(coll, 5, collectives);
+on_all_routes!(coll, 5, collectives, processes = 8);
 
 /// Noncontiguous layouts: a strided column is sent and lands in a strided column.
 fn layouts<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {

@@ -50,3 +50,63 @@ pub fn succeeded(out: Output) -> String {
     );
     stdout
 }
+
+/// Runs the ignored `rank` test of `module` (a `module_path!()` inside the test crate) as
+/// `ranks` processes under `ch4run`, every rank its own node — so every message crosses the TCP
+/// netmod over loopback — with the route tests' tiny eager limit and piece size. Fails if the
+/// job fails, takes more than a minute, or any rank did not run and pass its test.
+pub fn processes_over_tcp(module: &str, ranks: u32) {
+    let test = module
+        .split_once("::")
+        .map(|(_crate, rest)| format!("{rest}::rank"))
+        .expect("a module path inside the test crate");
+    let exe = std::env::current_exe().expect("test executable path");
+    let mut child = Command::new(built().join("ch4run"))
+        .args(["-n", &ranks.to_string()])
+        .arg(exe)
+        .args([
+            "--ignored",
+            "--exact",
+            &test,
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("CH4_NODE_SIZE", "1")
+        .env("CH4_TCP_EAGER_LIMIT", super::EAGER.to_string())
+        .env("CH4_TCP_PIECE_SIZE", "100")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start ch4run");
+    let start = std::time::Instant::now();
+    while child.try_wait().expect("wait for ch4run").is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("collect output");
+            panic!(
+                "{test} on {ranks} processes hung:\n{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let stdout = succeeded(child.wait_with_output().expect("collect output"));
+    let passed = stdout
+        .lines()
+        .filter(|l| l.starts_with("test result: ok. 1 passed"))
+        .count();
+    assert_eq!(passed, ranks as usize, "every rank runs {test}:\n{stdout}");
+}
+
+/// The body of a `rank` test: joins the process job `processes_over_tcp` started, runs `body`
+/// and finalizes. Run alone (not under a launcher) it fails and says what it is for.
+pub fn as_rank(body: impl FnOnce(ch4::process::ProcessContext) -> ch4::Result<()>) {
+    assert!(
+        ch4::process::under_launcher(),
+        "this test is one rank of a process job: the `tcp_processes` test beside it starts it"
+    );
+    let universe = ch4::process::init().expect("join the job");
+    body(universe.context().clone()).expect("the test body");
+    universe.finalize().expect("finalize");
+}

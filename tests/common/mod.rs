@@ -10,6 +10,8 @@
 //!   and the local wait queue, and must still arrive in order;
 //! - `net_am`: one rank per node, everything through the active-message netmod;
 //! - `tcp`: one rank per node, everything through the TCP netmod over loopback sockets;
+//! - `tcp_processes`: the same with every rank a process under `ch4run` (the ignored `rank`
+//!   test is what each process runs);
 //! - `native_mixed`: two ranks per node with the natively matching netmod, so shm, native
 //!   matching and the ANY_SOURCE partner logic all take part.
 //!
@@ -29,10 +31,11 @@ pub fn small(ranks: u32) -> Threads {
     Threads::new(ranks).eager_limit(EAGER).max_payload(100)
 }
 
-/// Generates `shm`, `shm_streamed`, `shm_crowded`, `net_am`, `tcp` and `native_mixed` tests that run `$body(ctx)` on `$ranks` ranks.
+/// Generates `shm`, `shm_streamed`, `shm_crowded`, `net_am`, `tcp`, `tcp_processes` and `native_mixed` tests that run `$body(ctx)` on `$ranks` ranks
+/// (and with `processes = n`, `tcp_processes_wide`: the body on `n` processes over TCP).
 #[macro_export]
 macro_rules! on_all_routes {
-    ($name:ident, $ranks:expr, $body:path) => {
+    ($name:ident, $ranks:expr, $body:path $(, processes = $processes:expr)?) => {
         mod $name {
             use super::*;
 
@@ -82,6 +85,29 @@ macro_rules! on_all_routes {
                     .ranks_per_node(1)
                     .run_with::<netmod_tcp::TcpNetmod, _, _>(|ctx| $body(ctx))
                     .unwrap();
+            }
+
+            /// The same body with every rank a process of its own node, over real TCP.
+            #[cfg(feature = "tcp")]
+            #[test]
+            fn tcp_processes() {
+                common::jobs::processes_over_tcp(module_path!(), $ranks);
+            }
+
+            $(
+                /// The same over TCP with more processes (up to the eight).
+                #[cfg(feature = "tcp")]
+                #[test]
+                fn tcp_processes_wide() {
+                    common::jobs::processes_over_tcp(module_path!(), $processes);
+                }
+            )?
+
+            #[cfg(feature = "tcp")]
+            #[test]
+            #[ignore = "one rank of a process job: tcp_processes starts it"]
+            fn rank() {
+                common::jobs::as_rank(|ctx| $body(ctx));
             }
 
             #[test]
