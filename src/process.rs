@@ -69,7 +69,7 @@ impl Universe {
         let flushed = self
             .ctx
             .device()
-            .and_then(|mut d| d.flush(FINALIZE_FLUSH_LIMIT));
+            .and_then(|mut d| d.finalize(FINALIZE_FLUSH_LIMIT));
         c.finalize().map_err(pmi_err)?;
         flushed
     }

@@ -143,7 +143,7 @@ impl Threads {
                             let r = f(ctx.clone())?;
                             // Output still queued for live ranks must leave before this rank
                             // ends, like a process's finalize.
-                            ctx.device()?.flush(std::time::Duration::from_secs(60))?;
+                            ctx.device()?.finalize(std::time::Duration::from_secs(60))?;
                             Ok(r)
                         })
                         .map_err(|e| Error::new(ErrorKind::Internal, format!("spawn: {e}")))

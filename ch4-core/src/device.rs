@@ -875,6 +875,16 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         }
     }
 
+    /// Leaves the job: flushes every transport (see [`Device::flush`]), then closes the
+    /// netmod's connections in order, so peers learn that this process left (requests still
+    /// waiting on it fail rather than wait) instead of seeing it vanish; `limit` bounds each
+    /// of the two waits.
+    pub fn finalize(&mut self, limit: std::time::Duration) -> Result<()> {
+        self.flush(limit)?;
+        self.net.close_connections();
+        self.flush(limit)
+    }
+
     /// Sends replies that engines queued for a route other than the one they were driving.
     #[inline(always)]
     fn flush_replies(&mut self) -> Result<()> {

@@ -59,6 +59,11 @@ pub trait AmTransport: Sized {
         false
     }
 
+    /// The process is leaving the job (finalize): close every connection in order once what
+    /// was sent on it is out, telling the peer we are gone. Never blocks; `has_queued_output`
+    /// stays true until the goodbyes are written. Transports without connections do nothing.
+    fn close_connections(&mut self) {}
+
     /// Whether a message of `bytes` (header + payload) to `dest` would go out at once rather
     /// than wait in the transport's own queue. Streaming rendezvous data asks first, so a large
     /// message waits for room instead of being copied aside.

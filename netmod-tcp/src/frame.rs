@@ -2,8 +2,12 @@
 //! AM header and the payload.
 //!
 //! ```text
-//! [ handler u8 | header length u8 | reserved u16 = 0 | payload length u32 (LE) ] header payload
+//! [ handler u8 | header length u8 | kind u8 | reserved u8 = 0 | payload length u32 (LE) ] header payload
 //! ```
+//!
+//! Kind 0 is an active message for the engine; kind [`CONTROL`] is the connection's own
+//! business, with no header or payload: the handler byte names what ([`GOODBYE`],
+//! [`LEAVING`]).
 //!
 //! TCP delivers a byte stream, so frames arrive in arbitrary pieces: the [`Decoder`] keeps what
 //! has arrived of an incomplete frame (seed 000's per-VC pending packet) and hands out whole
@@ -14,6 +18,31 @@ use std::io::{self, Read};
 
 /// Bytes of the frame header.
 pub const FRAME_HEADER: usize = 8;
+
+/// Frame kind of the connection's own messages (byte 2 of the frame header).
+pub const CONTROL: u8 = 1;
+/// Control code: the sender closes this connection in order and sends nothing more on it; it
+/// may connect again later.
+pub const GOODBYE: u8 = 1;
+/// Control code: like [`GOODBYE`], and the sender is leaving the job (finalize).
+pub const LEAVING: u8 = 2;
+
+/// Encodes a control frame carrying `code`.
+pub fn encode_control(code: u8) -> [u8; FRAME_HEADER] {
+    let mut h = [0u8; FRAME_HEADER];
+    h[0] = code;
+    h[2] = CONTROL;
+    h
+}
+
+/// What [`Decoder::pop_with`] took off the stream.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Popped<R> {
+    /// An active message, handed to the caller's function, which returned this.
+    Message(R),
+    /// A control frame, with its code.
+    Control(u8),
+}
 
 /// Encodes a frame header.
 #[inline]
@@ -28,8 +57,11 @@ pub fn encode(handler: u8, header_len: usize, payload_len: usize) -> [u8; FRAME_
 /// Why a stream is not a sequence of valid frames.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DecodeError {
-    /// The reserved bytes are not zero: not our protocol, or a corrupted stream.
+    /// The reserved byte is not zero, or the kind is unknown: not our protocol, or a corrupted
+    /// stream.
     Reserved,
+    /// A control frame with a header or payload, or an unknown code.
+    BadControl,
     /// A frame announces more payload than any valid message carries.
     TooLong {
         /// Bytes announced.
@@ -43,6 +75,7 @@ impl std::fmt::Display for DecodeError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             DecodeError::Reserved => write!(f, "frame header with nonzero reserved bytes"),
+            DecodeError::BadControl => write!(f, "malformed control frame"),
             DecodeError::TooLong { announced, max } => {
                 write!(
                     f,
@@ -133,6 +166,7 @@ impl Decoder {
     pub fn partial_front(&self) -> Option<(u8, &[u8], usize, &[u8])> {
         let held = &self.buf[self.start..self.end];
         if held.len() < FRAME_HEADER || held[2] != 0 || held[3] != 0 {
+            // Control frames have no payload to place; foreign ones are reported by pop_with.
             return None;
         }
         let hlen = usize::from(held[1]);
@@ -159,18 +193,22 @@ impl Decoder {
     }
 
     /// Hands the next whole frame to `f` as (handler, AM header, payload), borrowed from the
-    /// buffer, then consumes it. `Ok(None)` when no whole frame is there yet.
+    /// buffer, then consumes it; a control frame is consumed and returned as its code.
+    /// `Ok(None)` when no whole frame is there yet.
+    #[inline]
     pub fn pop_with<R>(
         &mut self,
         f: impl FnOnce(u8, &[u8], &[u8]) -> R,
-    ) -> Result<Option<R>, DecodeError> {
+    ) -> Result<Option<Popped<R>>, DecodeError> {
         let have = self.end - self.start;
         if have < FRAME_HEADER {
             return Ok(None);
         }
         let h = &self.buf[self.start..self.start + FRAME_HEADER];
         if h[2] != 0 || h[3] != 0 {
-            return Err(DecodeError::Reserved);
+            let code = control_code(h)?;
+            self.start += FRAME_HEADER;
+            return Ok(Some(Popped::Control(code)));
         }
         let handler = h[0];
         let hlen = usize::from(h[1]);
@@ -189,8 +227,39 @@ impl Decoder {
         let (header, payload) = body.split_at(hlen);
         let r = f(handler, header, payload);
         self.start += total;
-        Ok(Some(r))
+        Ok(Some(Popped::Message(r)))
     }
+
+    /// The control code of the last frame held, when the bytes held are whole frames ending
+    /// with a control frame: at the end of a stream, whether the peer said goodbye before it
+    /// closed (an orderly close) or just vanished. Walks frame headers only.
+    pub fn ends_with_control(&self) -> Option<u8> {
+        let mut at = self.start;
+        let mut last = None;
+        while at + FRAME_HEADER <= self.end {
+            let h = &self.buf[at..at + FRAME_HEADER];
+            if h[2] != 0 || h[3] != 0 {
+                last = Some(control_code(h).ok()?);
+                at += FRAME_HEADER;
+                continue;
+            }
+            let plen = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as usize;
+            at += FRAME_HEADER + usize::from(h[1]) + plen;
+            last = None;
+        }
+        (at == self.end).then_some(last).flatten()
+    }
+}
+
+/// The code of a control frame header, checked.
+fn control_code(h: &[u8]) -> Result<u8, DecodeError> {
+    if h[2] != CONTROL || h[3] != 0 {
+        return Err(DecodeError::Reserved);
+    }
+    if h[1] != 0 || h[4..8] != [0; 4] || !matches!(h[0], GOODBYE | LEAVING) {
+        return Err(DecodeError::BadControl);
+    }
+    Ok(h[0])
 }
 
 #[cfg(test)]
@@ -222,10 +291,24 @@ mod tests {
                 at += d.read_from(&mut src).unwrap();
             }
             while let Some(f) = d.pop_with(|h, hd, pl| (h, hd.to_vec(), pl.to_vec()))? {
-                out.push(f);
+                match f {
+                    Popped::Message(m) => out.push(m),
+                    // Control frames show up as handler 255 with the code as header.
+                    Popped::Control(c) => out.push((255, vec![c], vec![])),
+                }
             }
         }
         Ok(out)
+    }
+
+    /// A decoder that has read all of `bytes` (nothing popped).
+    fn fed(bytes: &[u8], max: usize) -> Decoder {
+        let mut d = Decoder::new(max);
+        let mut src = bytes;
+        while !src.is_empty() {
+            d.read_from(&mut src).unwrap();
+        }
+        d
     }
 
     #[test]
@@ -260,6 +343,48 @@ mod tests {
         );
     }
 
+    #[test]
+    fn control_frames_are_taken_by_the_decoder_and_checked() {
+        let mut stream = frame(4, b"h", b"data");
+        stream.extend(encode_control(GOODBYE));
+        let got = decode_in_pieces(&stream, &[3], 100).unwrap();
+        assert_eq!(
+            got,
+            vec![
+                (4, b"h".to_vec(), b"data".to_vec()),
+                (255, vec![GOODBYE], vec![])
+            ]
+        );
+        let mut bad = encode_control(LEAVING).to_vec();
+        bad[4] = 1; // a control frame announcing payload
+        assert_eq!(
+            decode_in_pieces(&bad, &[8], 100),
+            Err(DecodeError::BadControl)
+        );
+        let mut unknown = encode_control(GOODBYE).to_vec();
+        unknown[0] = 77;
+        assert_eq!(
+            decode_in_pieces(&unknown, &[8], 100),
+            Err(DecodeError::BadControl)
+        );
+    }
+
+    #[test]
+    fn a_stream_ends_in_order_only_after_a_goodbye() {
+        let feed = |bytes: &[u8]| fed(bytes, 1000).ends_with_control();
+        let mut stream = frame(1, b"abc", b"payload");
+        assert_eq!(feed(&stream), None);
+        stream.extend(encode_control(LEAVING));
+        assert_eq!(feed(&stream), Some(LEAVING));
+        // A payload whose last bytes look like a goodbye is not one.
+        let tricky = frame(1, b"", &encode_control(GOODBYE));
+        assert_eq!(feed(&tricky), None);
+        // Nor is a goodbye followed by the start of another frame.
+        let mut cut = encode_control(GOODBYE).to_vec();
+        cut.extend(&frame(1, b"", b"xyz")[..5]);
+        assert_eq!(feed(&cut), None);
+    }
+
     proptest! {
         /// The stream decoder's fuzz target: arbitrary bytes in arbitrary pieces never panic,
         /// never allocate beyond the announced limit, and either decode or fail cleanly.
@@ -267,6 +392,7 @@ mod tests {
         fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..2000),
                                 pieces in proptest::collection::vec(1usize..300, 1..8)) {
             let _ = decode_in_pieces(&bytes, &pieces, 1 << 16);
+            let _ = fed(&bytes, 1 << 16).ends_with_control();
         }
 
         /// Any sequence of valid frames, cut anywhere, decodes to itself.

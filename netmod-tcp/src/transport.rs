@@ -19,9 +19,17 @@
 //! **Receiving** reads until the socket would block (readiness is edge-triggered) into the VC's
 //! [`Decoder`], which reassembles frames and hands them to the AM engine in place.
 //!
-//! **Failure**: end of stream, a reset, or an undecodable stream mark the VC failed; the AM
-//! fallback then fails the requests that wait on that peer (`peer_failed`), and sends to it
-//! return `PeerFailed`.
+//! **Closing** (seed 000's `vc_terminate`) never blocks: [`TcpNetmod::vc_terminate`] queues a
+//! goodbye frame behind everything already sent and returns; progress writes it and shuts our
+//! sending side. The peer answers with its own goodbye once its queue is out, and the VC goes
+//! idle when both ends of the stream have arrived — a later send connects again (a connection
+//! the peer opens while the old one still drains waits until it has ended, so order holds).
+//! Finalize closes every connection the same way with a *leaving* goodbye, after which the peer
+//! fails requests that still wait on this process instead of waiting forever.
+//!
+//! **Failure**: end of stream without a goodbye, a reset, or an undecodable stream mark the VC
+//! failed; the AM fallback then fails the requests that wait on that peer (`peer_failed`), and
+//! sends to it return `PeerFailed`.
 
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
@@ -34,7 +42,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use smallvec::SmallVec;
 
-use crate::frame::{self, Decoder, FRAME_HEADER};
+use crate::frame::{self, Decoder, Popped, FRAME_HEADER};
 
 /// First bytes of a hello.
 const HELLO_MAGIC: [u8; 8] = *b"ch4tcp\0\x01";
@@ -91,6 +99,29 @@ struct Vc {
     decoder: Decoder,
     /// A large payload being read straight into its receive's buffer.
     direct: Option<DirectRecv>,
+    /// Our orderly close, once asked for.
+    close: Option<Closing>,
+    /// The peer said goodbye (`true`: it is leaving the job) and sends nothing more on this
+    /// connection.
+    peer_goodbye: Option<bool>,
+    /// The peer's end of stream came after its goodbye (only its frames still held remain).
+    eof: bool,
+    /// Frames sent after the close began: they go on the next connection.
+    reopen: VecDeque<Vec<u8>>,
+    /// The peer's next connection, accepted while this one was still closing; read once this
+    /// one has ended, so the old connection's frames come first.
+    successor: Option<TcpStream>,
+}
+
+/// An orderly close under way.
+#[derive(Debug, Clone, Copy)]
+struct Closing {
+    /// We leave the job: the goodbye says so.
+    leaving: bool,
+    /// The goodbye is in the send queue, behind everything sent before the close.
+    goodbye_queued: bool,
+    /// Our sending side is shut down: the peer has everything, goodbye included.
+    shut: bool,
 }
 
 /// A frame whose payload goes straight from the socket into the receive buffer the engine
@@ -204,6 +235,11 @@ impl TcpNetmod {
                     head_sent: 0,
                     decoder: Decoder::new(max_payload + u16::MAX as usize),
                     direct: None,
+                    close: None,
+                    peer_goodbye: None,
+                    eof: false,
+                    reopen: VecDeque::new(),
+                    successor: None,
                 })
                 .collect(),
             incoming: Vec::new(),
@@ -244,6 +280,130 @@ impl TcpNetmod {
         Ok(())
     }
 
+    /// Closes the connection to `peer` in order without waiting (seed 000's `vc_terminate`):
+    /// what was sent to it still goes out, followed by a goodbye; the peer answers with its own
+    /// once its queue is out, and then the VC is idle. Sends made meanwhile wait and go on a new
+    /// connection. Closing a VC that has no connection does nothing.
+    pub fn vc_terminate(&mut self, peer: Gpid) -> Result<()> {
+        if peer as usize >= self.vcs.len() {
+            return Err(Error::new(ErrorKind::Rank, format!("no process {peer}")));
+        }
+        if peer != self.me {
+            self.begin_close(peer as usize, false);
+        }
+        Ok(())
+    }
+
+    /// Whether a connection to `peer` is open (connected, or still closing).
+    pub fn is_connected(&self, peer: Gpid) -> bool {
+        self.vcs
+            .get(peer as usize)
+            .is_some_and(|v| matches!(v.state, VcState::Connected))
+    }
+
+    fn begin_close(&mut self, peer: usize, leaving: bool) {
+        let vc = &mut self.vcs[peer];
+        if matches!(vc.state, VcState::Idle | VcState::Failed(_)) {
+            return;
+        }
+        match vc.close.as_mut() {
+            None => {
+                vc.close = Some(Closing {
+                    leaving,
+                    goodbye_queued: false,
+                    shut: false,
+                })
+            }
+            Some(c) if !c.goodbye_queued => c.leaving |= leaving,
+            Some(_) => {}
+        }
+        // Queues the goodbye once connected; shuts our side once everything is out.
+        self.flush(peer);
+    }
+
+    /// The peer's goodbye came out of the stream.
+    fn on_goodbye(&mut self, peer: usize, leaving: bool) {
+        self.vcs[peer].peer_goodbye = Some(leaving);
+        if !leaving {
+            // Answer with our own once what we queued for it is out.
+            self.begin_close(peer, false);
+        }
+        self.maybe_closed(peer);
+    }
+
+    /// The peer's end of stream: an orderly close if its goodbye came first (already taken from
+    /// the stream, or the last frame still held), a failure otherwise.
+    fn on_eof(&mut self, peer: usize) {
+        let vc = &mut self.vcs[peer];
+        let goodbye = vc
+            .peer_goodbye
+            .or_else(|| vc.decoder.ends_with_control().map(|c| c == frame::LEAVING));
+        match goodbye {
+            None => self.fail_after_drain(peer, "the peer closed the connection".into()),
+            Some(true) => self.fail_after_drain(peer, format!("process {peer} left the job")),
+            Some(false) => {
+                vc.eof = true;
+                self.begin_close(peer, false);
+                self.maybe_closed(peer);
+            }
+        }
+    }
+
+    /// Ends an orderly close once both directions are done: our goodbye is out, the peer's end
+    /// of stream came after its goodbye, and every frame before it was delivered. The VC is then
+    /// idle; frames sent meanwhile go on the peer's next connection, if it opened one, or on a
+    /// new one of ours.
+    fn maybe_closed(&mut self, peer: usize) {
+        let vc = &self.vcs[peer];
+        let done = vc.close.is_some_and(|c| c.shut)
+            && vc.eof
+            && vc.peer_goodbye.is_some()
+            && !vc.decoder.has_data()
+            && vc.direct.is_none();
+        if !done {
+            return;
+        }
+        self.connected.retain(|&p| p != peer);
+        let vc = &mut self.vcs[peer];
+        if let Some(mut s) = vc.stream.take() {
+            let _ = self.poll.registry().deregister(&mut s);
+        }
+        vc.close = None;
+        vc.peer_goodbye = None;
+        vc.eof = false;
+        vc.head_sent = 0;
+        vc.state = VcState::Idle;
+        vc.sendq = std::mem::take(&mut vc.reopen);
+        tracing::debug!(peer, "tcp: connection closed in order");
+        if let Some(next) = vc.successor.take() {
+            self.adopt(peer, next);
+        } else if !self.vcs[peer].sendq.is_empty() {
+            if let Err(e) = self.start_connect(peer) {
+                self.fail(peer, e.to_string());
+            }
+        }
+    }
+
+    /// Makes `stream`, a connection from `peer` that passed its hello, the VC's connection.
+    fn adopt(&mut self, peer: usize, mut stream: TcpStream) {
+        if self
+            .poll
+            .registry()
+            .register(
+                &mut stream,
+                Token(peer),
+                Interest::READABLE | Interest::WRITABLE,
+            )
+            .is_err()
+        {
+            return self.fail(peer, "epoll register failed".into());
+        }
+        self.vcs[peer].stream = Some(stream);
+        self.vcs[peer].state = VcState::Connected;
+        self.connected.push(peer);
+        self.flush(peer);
+    }
+
     fn fail(&mut self, peer: usize, why: String) {
         tracing::warn!(peer, "tcp: connection failed: {why}");
         self.connected.retain(|&p| p != peer);
@@ -254,6 +414,9 @@ impl TcpNetmod {
         vc.sendq.clear();
         vc.head_sent = 0;
         vc.direct = None;
+        vc.close = None;
+        vc.reopen.clear();
+        vc.successor = None;
         vc.state = VcState::Failed(why);
     }
 
@@ -278,11 +441,23 @@ impl TcpNetmod {
         Ok(())
     }
 
-    /// Writes queued frames of `peer` until the queue is empty or the socket is full.
+    /// Writes queued frames of `peer` until the queue is empty or the socket is full; when
+    /// closing, queues the goodbye last and shuts our side once it is out.
     fn flush(&mut self, peer: usize) {
         let vc = &mut self.vcs[peer];
         if !matches!(vc.state, VcState::Connected) {
             return;
+        }
+        if let Some(c) = vc.close.as_mut() {
+            if !c.goodbye_queued {
+                let code = if c.leaving {
+                    frame::LEAVING
+                } else {
+                    frame::GOODBYE
+                };
+                vc.sendq.push_back(frame::encode_control(code).to_vec());
+                c.goodbye_queued = true;
+            }
         }
         let Some(stream) = vc.stream.as_mut() else {
             return;
@@ -303,6 +478,13 @@ impl TcpNetmod {
                     return;
                 }
             }
+        }
+        if let Some(c) = vc.close.as_mut() {
+            if !c.shut {
+                let _ = stream.shutdown(std::net::Shutdown::Write);
+                c.shut = true;
+            }
+            self.maybe_closed(peer);
         }
     }
 
@@ -413,6 +595,9 @@ impl TcpNetmod {
             return;
         }
         let vc = &mut self.vcs[peer];
+        if vc.eof {
+            return; // the stream has ended; the connection only finishes sending
+        }
         let outcome = match vc.stream.as_mut() {
             None => return,
             Some(stream) => loop {
@@ -432,20 +617,27 @@ impl TcpNetmod {
         }
         match outcome {
             Ok(()) => {}
-            Err(None) => self.fail_after_drain(peer),
+            Err(None) => self.on_eof(peer),
+            // A process that left may reset the connection rather than close it.
+            Err(Some(_)) if self.vcs[peer].peer_goodbye == Some(true) => {
+                self.fail_after_drain(peer, format!("process {peer} left the job"))
+            }
             Err(Some(e)) => self.fail(peer, format!("read: {e}")),
         }
     }
 
-    /// The peer closed its end: no more sends to it, but what it sent is still delivered.
-    fn fail_after_drain(&mut self, peer: usize) {
+    /// The peer is gone (`why`): no more sends to it, but what it sent is still delivered.
+    fn fail_after_drain(&mut self, peer: usize, why: String) {
         self.connected.retain(|&p| p != peer);
         let vc = &mut self.vcs[peer];
         if let Some(mut s) = vc.stream.take() {
             let _ = self.poll.registry().deregister(&mut s);
         }
         vc.sendq.clear();
-        vc.state = VcState::Failed("the peer closed the connection".into());
+        vc.close = None;
+        vc.reopen.clear();
+        vc.successor = None;
+        vc.state = VcState::Failed(why);
     }
 
     fn accept_all(&mut self) {
@@ -507,11 +699,14 @@ impl TcpNetmod {
             return self.drop_incoming(slot, Some(REFUSED));
         }
         let me = self.me as usize;
-        let adopt = match self.vcs[rank].state {
+        let vc = &self.vcs[rank];
+        let adopt = match vc.state {
             VcState::Idle | VcState::AwaitIncoming => true,
             // Simultaneous connects: the lower rank's connection wins.
             VcState::Connecting | VcState::AwaitAnswer { .. } => rank < me,
-            VcState::Connected | VcState::Failed(_) => false,
+            // The peer finished closing the old connection before we did: the new one waits.
+            VcState::Connected => vc.close.is_some() && vc.successor.is_none(),
+            VcState::Failed(_) => false,
         };
         if !adopt {
             return self.drop_incoming(slot, Some(DUPLICATE));
@@ -529,23 +724,15 @@ impl TcpNetmod {
         }
         let _ = stream.set_nodelay(true);
         let registry = self.poll.registry();
+        let _ = registry.deregister(&mut stream);
+        if matches!(self.vcs[rank].state, VcState::Connected) {
+            self.vcs[rank].successor = Some(stream);
+            return;
+        }
         if let Some(mut old) = self.vcs[rank].stream.take() {
             let _ = registry.deregister(&mut old); // our losing attempt
         }
-        if registry
-            .reregister(
-                &mut stream,
-                Token(rank),
-                Interest::READABLE | Interest::WRITABLE,
-            )
-            .is_err()
-        {
-            return self.fail(rank, "epoll reregister failed".into());
-        }
-        self.vcs[rank].stream = Some(stream);
-        self.vcs[rank].state = VcState::Connected;
-        self.connected.push(rank);
-        self.flush(rank);
+        self.adopt(rank, stream);
     }
 
     fn drop_incoming(&mut self, slot: usize, answer: Option<u32>) {
@@ -653,9 +840,12 @@ impl TcpNetmod {
                     .decoder
                     .pop_with(|h, hdr, payload| sink.deliver(src, h, hdr, payload))
                 {
-                    Ok(Some(r)) => {
+                    Ok(Some(Popped::Message(r))) => {
                         delivered += 1;
                         r?;
+                    }
+                    Ok(Some(Popped::Control(code))) => {
+                        self.on_goodbye(peer, code == frame::LEAVING);
                     }
                     Ok(None) => {
                         if self.start_direct(peer, sink) {
@@ -742,7 +932,9 @@ impl AmTransport for TcpNetmod {
                     format!("process {dest}: {why}"),
                 ))
             }
-            VcState::Connected if vc.sendq.is_empty() => {
+            VcState::Connected
+                if vc.sendq.is_empty() && vc.close.is_none() && vc.peer_goodbye.is_none() =>
+            {
                 // On the stack for the usual one or two payload slices: no allocation per send.
                 let mut slices: SmallVec<[IoSlice<'_>; 4]> = SmallVec::new();
                 slices.push(IoSlice::new(&fh));
@@ -787,6 +979,16 @@ impl AmTransport for TcpNetmod {
         whole.extend_from_slice(header);
         for p in payload {
             whole.extend_from_slice(p);
+        }
+        if vc.peer_goodbye == Some(true) {
+            return Err(Error::new(
+                ErrorKind::PeerFailed,
+                format!("process {dest} left the job"),
+            ));
+        }
+        if vc.close.is_some() {
+            vc.reopen.push_back(whole);
+            return Ok(());
         }
         vc.sendq.push_back(whole);
         if matches!(vc.state, VcState::Idle) {
@@ -872,14 +1074,26 @@ impl AmTransport for TcpNetmod {
     }
 
     fn has_queued_output(&self) -> bool {
-        self.vcs
-            .iter()
-            .any(|v| !v.sendq.is_empty() && !matches!(v.state, VcState::Failed(_)))
+        self.vcs.iter().any(|v| {
+            let unsent =
+                !v.sendq.is_empty() || !v.reopen.is_empty() || v.close.is_some_and(|c| !c.shut);
+            unsent && !matches!(v.state, VcState::Failed(_)) && v.peer_goodbye != Some(true)
+        })
+    }
+
+    fn close_connections(&mut self) {
+        for peer in 0..self.vcs.len() {
+            if peer != self.me as usize {
+                self.begin_close(peer, true);
+            }
+        }
     }
 
     fn can_send_now(&mut self, dest: Gpid, _bytes: usize) -> bool {
         match self.vcs.get(dest as usize) {
-            Some(v) => matches!(v.state, VcState::Connected) && v.sendq.is_empty(),
+            Some(v) => {
+                matches!(v.state, VcState::Connected) && v.sendq.is_empty() && v.close.is_none()
+            }
             None => true,
         }
     }
@@ -1043,6 +1257,206 @@ mod tests {
             u32::from_le_bytes(answer[4..8].try_into().unwrap()),
             REFUSED
         );
+    }
+
+    /// Polls `a` and `b` in turn, collecting what each receives, until `done` holds.
+    fn poll_both(
+        a: &mut TcpNetmod,
+        got_a: &mut Collect,
+        b: &mut TcpNetmod,
+        got_b: &mut Collect,
+        mut done: impl FnMut(&TcpNetmod, &Collect, &TcpNetmod, &Collect) -> bool,
+    ) {
+        let start = Instant::now();
+        while !done(a, got_a, b, got_b) {
+            a.am_poll(got_a, 64).unwrap();
+            b.am_poll(got_b, 64).unwrap();
+            assert!(start.elapsed() < Duration::from_secs(20), "stuck");
+        }
+    }
+
+    #[test]
+    fn terminate_sends_what_is_queued_then_closes_and_a_later_send_reconnects() {
+        let mut ts = job(2, 11);
+        let mut t1 = ts.pop().unwrap();
+        let mut t0 = ts.pop().unwrap();
+        let (mut g0, mut g1) = (Collect::default(), Collect::default());
+        let big = pattern(0, 0, 1 << 20);
+        t0.am_send(1, 2, b"first", &[]).unwrap();
+        poll_both(&mut t0, &mut g0, &mut t1, &mut g1, |a, _, _, g| {
+            a.is_connected(1) && g.0.len() == 1
+        });
+        // More than the socket takes at once, then the close: the call returns at once, with
+        // the data still queued.
+        for i in 0..6u8 {
+            t0.am_send(1, 3, &[i], &[&big]).unwrap();
+        }
+        t0.vc_terminate(1).unwrap();
+        assert!(t0.has_queued_output());
+        // Sent after the close began: waits for the next connection.
+        t0.am_send(1, 4, b"after", &[]).unwrap();
+        poll_both(&mut t0, &mut g0, &mut t1, &mut g1, |_, _, _, g| {
+            g.0.len() == 7
+        });
+        for (i, m) in g1.0[1..7].iter().enumerate() {
+            assert_eq!((m.0, m.1, &m.2[..]), (0, 3, &[i as u8][..]));
+            assert!(m.3 == big, "message {i} intact");
+        }
+        assert_eq!((g1.0[0].1, &g1.0[0].2[..]), (2, &b"first"[..]));
+        // The last message made a new connection once the old one had closed on both sides.
+        poll_both(&mut t0, &mut g0, &mut t1, &mut g1, |a, _, b, g| {
+            g.0.len() == 8 && !a.has_queued_output() && a.is_connected(1) && b.is_connected(0)
+        });
+        assert_eq!((g1.0[7].1, &g1.0[7].2[..]), (4, &b"after"[..]));
+        assert!(!t0.peer_failed(1) && !t1.peer_failed(0));
+        // Both ways work on the new connection.
+        t1.am_send(0, 5, b"back", &[]).unwrap();
+        poll_both(&mut t0, &mut g0, &mut t1, &mut g1, |_, g, _, _| {
+            g.0.len() == 1
+        });
+        assert!(g0.0[0].2 == b"back");
+    }
+
+    #[test]
+    fn both_ends_closing_at_once_end_idle_and_reconnect() {
+        for _ in 0..10 {
+            let mut ts = job(2, 12);
+            let mut t1 = ts.pop().unwrap();
+            let mut t0 = ts.pop().unwrap();
+            let (mut g0, mut g1) = (Collect::default(), Collect::default());
+            t0.am_send(1, 1, b"a", &[]).unwrap();
+            t1.am_send(0, 1, b"b", &[]).unwrap();
+            poll_both(&mut t0, &mut g0, &mut t1, &mut g1, |_, a, _, b| {
+                a.0.len() == 1 && b.0.len() == 1
+            });
+            t0.vc_terminate(1).unwrap();
+            t1.vc_terminate(0).unwrap();
+            poll_both(&mut t0, &mut g0, &mut t1, &mut g1, |a, _, b, _| {
+                !a.is_connected(1) && !b.is_connected(0)
+            });
+            assert!(!t0.peer_failed(1) && !t1.peer_failed(0));
+            t1.am_send(0, 1, b"c", &[]).unwrap();
+            t0.am_send(1, 1, b"d", &[]).unwrap();
+            poll_both(&mut t0, &mut g0, &mut t1, &mut g1, |_, a, _, b| {
+                a.0.len() == 2 && b.0.len() == 2
+            });
+            assert!(g0.0[1].2 == b"c" && g1.0[1].2 == b"d");
+        }
+    }
+
+    /// A raw socket speaking the protocol as rank 1 of `key`'s job, connected to `addr`.
+    fn raw_rank_1(addr: SocketAddr, key: u64) -> std::net::TcpStream {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        let mut hello = [0u8; HELLO];
+        hello[..8].copy_from_slice(&HELLO_MAGIC);
+        hello[8..16].copy_from_slice(&key.to_le_bytes());
+        hello[16..20].copy_from_slice(&1u32.to_le_bytes());
+        s.write_all(&hello).unwrap();
+        s
+    }
+
+    fn raw_frame(handler: u8, header: &[u8]) -> Vec<u8> {
+        let mut v = frame::encode(handler, header.len(), 0).to_vec();
+        v.extend_from_slice(header);
+        v
+    }
+
+    #[test]
+    fn a_new_connection_during_a_close_waits_until_the_old_one_ended() {
+        let mut ts = job(2, 13);
+        drop(ts.pop()); // rank 1 is played by raw sockets
+        let mut t0 = ts.pop().unwrap();
+        let mut got = Collect::default();
+        let mut old = raw_rank_1(t0.local_addr(), 13);
+        old.write_all(&raw_frame(7, b"A1")).unwrap();
+        old.write_all(&raw_frame(7, b"A2")).unwrap();
+        old.write_all(&frame::encode_control(frame::GOODBYE))
+            .unwrap();
+        let start = Instant::now();
+        while got.0.len() < 2 || t0.vcs[1].close.is_none_or(|c| !c.shut) {
+            t0.am_poll(&mut got, 64).unwrap();
+            assert!(start.elapsed() < Duration::from_secs(10));
+        }
+        // Rank 0 answered: its goodbye, then the end of its stream.
+        let mut answer = Vec::new();
+        old.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        old.read_to_end(&mut answer).unwrap();
+        let mut want = ANSWER_MAGIC.to_vec();
+        want.extend(ACCEPTED.to_le_bytes());
+        want.extend(frame::encode_control(frame::GOODBYE));
+        assert_eq!(answer, want);
+        // "Rank 1" connects again and sends before its old connection has ended at rank 0.
+        let mut new = raw_rank_1(t0.local_addr(), 13);
+        new.write_all(&raw_frame(7, b"X")).unwrap();
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(300) {
+            t0.am_poll(&mut got, 64).unwrap();
+        }
+        assert_eq!(
+            got.0.len(),
+            2,
+            "the new connection's frame must wait for the old one"
+        );
+        assert!(t0.vcs[1].successor.is_some());
+        old.shutdown(std::net::Shutdown::Write).unwrap();
+        let start = Instant::now();
+        while got.0.len() < 3 {
+            t0.am_poll(&mut got, 64).unwrap();
+            assert!(start.elapsed() < Duration::from_secs(10), "X never came");
+        }
+        let order: Vec<&[u8]> = got.0.iter().map(|m| &m.2[..]).collect();
+        assert_eq!(order, vec![&b"A1"[..], b"A2", b"X"]);
+        assert!(t0.is_connected(1) && !t0.peer_failed(1));
+    }
+
+    #[test]
+    fn a_peer_that_leaves_is_reported_as_gone_after_its_messages() {
+        let mut ts = job(2, 14);
+        let mut t1 = ts.pop().unwrap();
+        let mut t0 = ts.pop().unwrap();
+        let (mut g0, mut g1) = (Collect::default(), Collect::default());
+        t1.am_send(0, 1, b"hello", &[]).unwrap();
+        poll_both(&mut t0, &mut g0, &mut t1, &mut g1, |_, g, _, _| {
+            g.0.len() == 1
+        });
+        // Rank 1 sends a last message and finalizes: its queue goes out, then LEAVING.
+        t1.am_send(0, 1, b"last", &[&pattern(1, 0, 300_000)])
+            .unwrap();
+        t1.close_connections();
+        let start = Instant::now();
+        while t1.has_queued_output() {
+            t1.am_poll(&mut g1, 64).unwrap();
+            assert!(start.elapsed() < Duration::from_secs(10));
+        }
+        drop(t1);
+        let start = Instant::now();
+        while !t0.peer_failed(1) {
+            t0.am_poll(&mut g0, 64).unwrap();
+            assert!(start.elapsed() < Duration::from_secs(1), "leaving not seen");
+        }
+        let start = Instant::now();
+        while g0.0.len() < 2 {
+            t0.am_poll(&mut g0, 64).unwrap();
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "the last message was lost"
+            );
+        }
+        assert!(g0.0[1].3 == pattern(1, 0, 300_000));
+        let err = t0.am_send(1, 1, b"x", &[]).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::PeerFailed);
+        assert!(err.to_string().contains("left the job"), "{err}");
+        assert!(!t0.has_queued_output());
+    }
+
+    #[test]
+    fn terminating_a_vc_without_a_connection_or_out_of_range() {
+        let mut ts = job(3, 15);
+        let t0 = &mut ts[0];
+        t0.vc_terminate(2).unwrap();
+        t0.vc_terminate(0).unwrap();
+        assert!(!t0.has_queued_output() && !t0.is_connected(2));
+        assert_eq!(t0.vc_terminate(3).unwrap_err().kind(), ErrorKind::Rank);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The TCP netmod under a real device (MPI semantics from the AM fallback): large messages
 //! stream in pieces read straight into the receive buffer, and a peer that dies fails the
-//! receive that waits for it — within a second, not a hang.
+//! receive that waits for it — within a second, not a hang — and so does one that finalized,
+//! after its last messages.
 
 use std::time::{Duration, Instant};
 
@@ -21,6 +22,20 @@ fn pair() -> (Device<TcpNetmod, NoShm>, Device<TcpNetmod, NoShm>) {
         Device::new(a, NoShm, 0, 2, cfg).unwrap(),
         Device::new(b, NoShm, 1, 2, cfg).unwrap(),
     )
+}
+
+/// A pair whose connection is open: rank 0 has sent rank 1 a message, and rank 1 received it.
+fn connected_pair() -> (Device<TcpNetmod, NoShm>, Device<TcpNetmod, NoShm>) {
+    let (mut a, mut b) = pair();
+    let (wa, wb) = (a.world(), b.world());
+    a.send(wa, 1, 1, b"hello", SendMode::Standard).unwrap();
+    let start = Instant::now();
+    while b.iprobe(wb, 0, 1).unwrap().is_none() {
+        a.progress().unwrap();
+        assert!(start.elapsed() < Duration::from_secs(10));
+    }
+    b.recv(wb, 0, 1, &mut [0u8; 5]).unwrap();
+    (a, b)
 }
 
 #[test]
@@ -62,20 +77,9 @@ fn a_large_message_streams_through_the_sockets() {
 
 #[test]
 fn a_dead_peer_fails_the_waiting_receive_within_a_second() {
-    let (mut a, mut b) = pair();
-    let (wa, wb) = (a.world(), b.world());
-    // Connect first: one message each way.
-    a.send(wa, 1, 1, b"hello", SendMode::Standard).unwrap();
+    let (a, mut b) = connected_pair();
+    let wb = b.world();
     let mut buf = [0u8; 5];
-    let start = Instant::now();
-    loop {
-        a.progress().unwrap();
-        if b.iprobe(wb, 0, 1).unwrap().is_some() {
-            break;
-        }
-        assert!(start.elapsed() < Duration::from_secs(10));
-    }
-    b.recv(wb, 0, 1, &mut buf).unwrap();
     // Rank 0 goes away (its sockets close) while rank 1 waits for a message from it.
     drop(a);
     let start = Instant::now();
@@ -86,4 +90,24 @@ fn a_dead_peer_fails_the_waiting_receive_within_a_second() {
         "{:?}",
         start.elapsed()
     );
+}
+
+#[test]
+fn a_peer_that_finalized_delivers_its_last_message_then_fails_receives_from_it() {
+    let (mut a, mut b) = connected_pair();
+    let (wa, wb) = (a.world(), b.world());
+    let mut buf = [0u8; 5];
+    // Rank 0 sends a last eager message and leaves: finalize closes its connection in order.
+    a.send(wa, 1, 3, b"bye", SendMode::Standard).unwrap();
+    a.finalize(Duration::from_secs(10)).unwrap();
+    drop(a);
+    let st = b.recv(wb, 0, 3, &mut buf).unwrap();
+    assert_eq!(&buf[..st.bytes], b"bye");
+    let start = Instant::now();
+    let err = b.recv(wb, 0, 2, &mut buf).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::PeerFailed, "{err}");
+    assert!(start.elapsed() < Duration::from_secs(1));
+    // Sending to it says why.
+    let err = b.send(wb, 0, 4, b"x", SendMode::Standard).unwrap_err();
+    assert!(err.to_string().contains("left the job"), "{err}");
 }
