@@ -16,8 +16,12 @@
 //! queue and finished from progress when the socket is writable again. A queue that is not empty
 //! keeps later frames behind it, so order holds.
 //!
-//! **Receiving** reads until the socket would block (readiness is edge-triggered) into the VC's
-//! [`Decoder`], which reassembles frames and hands them to the AM engine in place.
+//! **Receiving**: while a rank has few connections (up to eight), progress reads each one
+//! directly at every poll and their sockets are not in epoll at all (a watched socket makes
+//! every arriving segment run epoll's wake-up callback inside the sender's system call, on the
+//! latency path); with more, epoll (edge-triggered) says which to read, until they would block.
+//! Bytes go into the VC's [`Decoder`], which reassembles frames and hands them to the AM engine
+//! in place; large payloads are read straight into the receive buffer.
 //!
 //! **Closing** (seed 000's `vc_terminate`) never blocks: [`TcpNetmod::vc_terminate`] queues a
 //! goodbye frame behind everything already sent and returns; progress writes it and shuts our
@@ -111,6 +115,8 @@ struct Vc {
     /// The peer's next connection, accepted while this one was still closing; read once this
     /// one has ended, so the old connection's frames come first.
     successor: Option<TcpStream>,
+    /// Whether `stream` is registered with epoll (see [`TcpNetmod::went_connected`]).
+    in_epoll: bool,
 }
 
 /// An orderly close under way.
@@ -142,6 +148,9 @@ enum Direct {
     /// The connection or the receive is gone.
     Failed(String),
 }
+
+/// Frames up to this many bytes go out with one plain write of a copy (see `am_send`).
+const SMALL_FRAME: usize = 256;
 
 /// Payloads at least this long are read straight into the receive buffer when the engine has
 /// one for them: below, the copy out of the decoder costs less than the extra reads.
@@ -240,6 +249,7 @@ impl TcpNetmod {
                     eof: false,
                     reopen: VecDeque::new(),
                     successor: None,
+                    in_epoll: false,
                 })
                 .collect(),
             incoming: Vec::new(),
@@ -384,24 +394,52 @@ impl TcpNetmod {
         }
     }
 
-    /// Makes `stream`, a connection from `peer` that passed its hello, the VC's connection.
-    fn adopt(&mut self, peer: usize, mut stream: TcpStream) {
-        if self
-            .poll
-            .registry()
-            .register(
-                &mut stream,
-                Token(peer),
-                Interest::READABLE | Interest::WRITABLE,
-            )
-            .is_err()
-        {
-            return self.fail(peer, "epoll register failed".into());
-        }
-        self.vcs[peer].stream = Some(stream);
-        self.vcs[peer].state = VcState::Connected;
-        self.connected.push(peer);
+    /// Makes `stream`, a connection from `peer` that passed its hello (and is registered with
+    /// nothing), the VC's connection.
+    fn adopt(&mut self, peer: usize, stream: TcpStream) {
+        let vc = &mut self.vcs[peer];
+        vc.stream = Some(stream);
+        vc.in_epoll = false;
+        vc.state = VcState::Connected;
+        self.went_connected(peer);
         self.flush(peer);
+    }
+
+    /// A VC's connection is open. While few are (at most [`DIRECT_MAX`]), progress reads and
+    /// flushes each directly at every poll, and their sockets leave epoll: a socket that epoll
+    /// watches costs every arriving segment a wake-up callback in the sender's system call —
+    /// on the latency path. With more, every open connection is watched.
+    fn went_connected(&mut self, peer: usize) {
+        self.connected.push(peer);
+        if self.connected.len() <= DIRECT_MAX {
+            self.watch(peer, false);
+        } else {
+            for i in 0..self.connected.len() {
+                self.watch(self.connected[i], true);
+            }
+        }
+    }
+
+    /// Registers the VC's socket with epoll (readable and writable, edge-triggered) or removes
+    /// it.
+    fn watch(&mut self, peer: usize, on: bool) {
+        let vc = &mut self.vcs[peer];
+        if vc.in_epoll == on {
+            return;
+        }
+        let Some(stream) = vc.stream.as_mut() else {
+            return;
+        };
+        let registry = self.poll.registry();
+        let done = if on {
+            registry.register(stream, Token(peer), Interest::READABLE | Interest::WRITABLE)
+        } else {
+            registry.deregister(stream)
+        };
+        match done {
+            Ok(()) => vc.in_epoll = on,
+            Err(e) => self.fail(peer, format!("epoll: {e}")),
+        }
     }
 
     fn fail(&mut self, peer: usize, why: String) {
@@ -437,6 +475,7 @@ impl TcpNetmod {
             )
             .map_err(|e| transport_err(format!("epoll register: {e}")))?;
         self.vcs[peer].stream = Some(stream);
+        self.vcs[peer].in_epoll = true;
         self.vcs[peer].state = VcState::Connecting;
         Ok(())
     }
@@ -529,7 +568,7 @@ impl TcpNetmod {
             Hello::Failed(why) => self.fail(peer, why),
             Hello::Answer(ACCEPTED) => {
                 self.vcs[peer].state = VcState::Connected;
-                self.connected.push(peer);
+                self.went_connected(peer);
                 self.flush(peer);
                 // Frames may have come right behind the answer.
                 self.read_all(peer, true);
@@ -935,12 +974,31 @@ impl AmTransport for TcpNetmod {
             VcState::Connected
                 if vc.sendq.is_empty() && vc.close.is_none() && vc.peer_goodbye.is_none() =>
             {
-                // On the stack for the usual one or two payload slices: no allocation per send.
-                let mut slices: SmallVec<[IoSlice<'_>; 4]> = SmallVec::new();
-                slices.push(IoSlice::new(&fh));
-                slices.push(IoSlice::new(header));
-                slices.extend(payload.iter().map(|p| IoSlice::new(p)));
-                let written = match vc.stream.as_mut().map(|s| s.write_vectored(&slices)) {
+                let sent = match vc.stream.as_mut() {
+                    // A small frame is copied together and written with write(2): cheaper in
+                    // the kernel than gathering three pieces with writev(2).
+                    Some(s) if total <= SMALL_FRAME => {
+                        let mut frame = [0u8; SMALL_FRAME];
+                        frame[..FRAME_HEADER].copy_from_slice(&fh);
+                        let mut at = FRAME_HEADER + header.len();
+                        frame[FRAME_HEADER..at].copy_from_slice(header);
+                        for p in payload {
+                            frame[at..at + p.len()].copy_from_slice(p);
+                            at += p.len();
+                        }
+                        Some(s.write(&frame[..total]))
+                    }
+                    Some(s) => {
+                        // On the stack for the usual one or two payload slices: no allocation.
+                        let mut slices: SmallVec<[IoSlice<'_>; 4]> = SmallVec::new();
+                        slices.push(IoSlice::new(&fh));
+                        slices.push(IoSlice::new(header));
+                        slices.extend(payload.iter().map(|p| IoSlice::new(p)));
+                        Some(s.write_vectored(&slices))
+                    }
+                    None => None,
+                };
+                let written = match sent {
                     Some(Ok(n)) => n,
                     Some(Err(e)) if would_block(&e) => 0,
                     Some(Err(e)) => {
@@ -1200,6 +1258,13 @@ mod tests {
     #[test]
     fn a_connection_storm_of_small_messages() {
         exchange(6, 200, 100);
+    }
+
+    #[test]
+    fn more_peers_than_are_read_directly_are_watched_by_epoll() {
+        // Ten ranks: each opens nine connections, one more than DIRECT_MAX, so every rank
+        // moves its sockets into epoll midway, with messages in flight.
+        exchange(10, 40, 3000);
     }
 
     #[test]
