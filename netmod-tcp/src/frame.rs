@@ -97,6 +97,9 @@ pub struct Decoder {
     drained: bool,
 }
 
+/// The most a frame's headers (frame header and AM header) can take.
+pub const HEADERS_MAX: usize = FRAME_HEADER + u8::MAX as usize;
+
 /// Bytes read from the socket at a time, at least.
 const READ_CHUNK: usize = 64 << 10;
 
@@ -120,6 +123,11 @@ impl Decoder {
     /// Reads once from `r` into free space; `Ok(0)` means end of stream. [`Decoder::drained`]
     /// then tells whether the read left space unfilled (the socket had no more for now).
     pub fn read_from(&mut self, r: &mut impl Read) -> io::Result<usize> {
+        self.read_at_most(r, usize::MAX)
+    }
+
+    /// Like [`Decoder::read_from`], offering the source at most `limit` bytes of space.
+    pub fn read_at_most(&mut self, r: &mut impl Read, limit: usize) -> io::Result<usize> {
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
@@ -134,9 +142,12 @@ impl Decoder {
                 self.buf.resize(self.end + want, 0);
             }
         }
-        let n = r.read(&mut self.buf[self.end..])?;
+        // At most what the front frame still needs, or a chunk: a large payload whose headers
+        // arrive in a chunk can then be read straight into its receive buffer instead.
+        let offered = want.min(self.buf.len() - self.end).min(limit.max(1));
+        let n = r.read(&mut self.buf[self.end..self.end + offered])?;
         self.end += n;
-        self.drained = self.end < self.buf.len();
+        self.drained = n < offered;
         Ok(n)
     }
 
@@ -183,6 +194,21 @@ impl Decoder {
                 payload,
             )
         })
+    }
+
+    /// Whether the front frame's headers are in and at least `min` payload bytes are announced
+    /// but not all have arrived.
+    pub fn awaits_payload_of(&self, min: usize) -> bool {
+        self.partial_front()
+            .is_some_and(|(_, _, len, _)| len >= min)
+    }
+
+    /// Whether the front frame can be handed on now: it is whole (or invalid, which
+    /// [`Decoder::pop_with`] reports), or its headers are in and it announces at least
+    /// `direct_min` payload bytes, which may be read straight into their destination.
+    pub fn has_work(&self, direct_min: usize) -> bool {
+        self.end - self.start >= FRAME_HEADER
+            && (self.needed() == 0 || self.awaits_payload_of(direct_min))
     }
 
     /// Forgets everything held: the caller has taken the front frame's headers and partial

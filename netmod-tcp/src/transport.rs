@@ -117,6 +117,16 @@ struct Vc {
     successor: Option<TcpStream>,
     /// Whether `stream` is registered with epoll (see [`TcpNetmod::went_connected`]).
     in_epoll: bool,
+    /// Reading stopped, with more perhaps in the socket, to deliver the frames that came in
+    /// first: a large payload behind them may then go straight into a receive buffer instead
+    /// of through the decoder. The delivery reads on once they are out.
+    paused: bool,
+    /// The engine had no place for the large frame at the front: read it through the decoder.
+    decoder_only: bool,
+    /// The last frame was a large payload placed directly: the next read takes only as much as
+    /// a frame's headers can be, so that a next large payload, too, goes to its buffer rather
+    /// than a chunk of it through the decoder and a copy.
+    after_placed: bool,
 }
 
 /// An orderly close under way.
@@ -250,6 +260,9 @@ impl TcpNetmod {
                     reopen: VecDeque::new(),
                     successor: None,
                     in_epoll: false,
+                    paused: false,
+                    decoder_only: false,
+                    after_placed: false,
                 })
                 .collect(),
             incoming: Vec::new(),
@@ -626,6 +639,7 @@ impl TcpNetmod {
     /// read at a poll (`until_would_block` false) stops at the first read that leaves space,
     /// saving the system call that would only say "nothing more".
     fn read_all(&mut self, peer: usize, until_would_block: bool) {
+        self.vcs[peer].paused = false;
         if self.vcs[peer].direct.is_some() {
             // The payload under way is read by the delivery, straight into its buffer.
             if !self.backlog.contains(&peer) {
@@ -637,11 +651,26 @@ impl TcpNetmod {
         if vc.eof {
             return; // the stream has ended; the connection only finishes sending
         }
+        let mut limit = if vc.after_placed && !vc.decoder.has_data() {
+            frame::HEADERS_MAX
+        } else {
+            usize::MAX
+        };
+        vc.after_placed = false;
         let outcome = match vc.stream.as_mut() {
             None => return,
             Some(stream) => loop {
-                match vc.decoder.read_from(stream) {
+                let read = vc.decoder.read_at_most(stream, limit);
+                limit = usize::MAX;
+                match read {
                     Ok(0) => break Err(None),
+                    // Deliver what is whole before reading more, so that a large payload
+                    // behind it stays in the socket and can be read straight into its
+                    // receive buffer (the delivery reads on after it, or if it cannot).
+                    Ok(_) if !vc.decoder_only && vc.decoder.has_work(DIRECT_MIN) => {
+                        vc.paused = until_would_block || !vc.decoder.drained();
+                        break Ok(());
+                    }
                     Ok(_) if !until_would_block && vc.decoder.drained() => break Ok(()),
                     Ok(_) => {}
                     Err(e) if would_block(&e) => break Ok(()),
@@ -836,6 +865,7 @@ impl TcpNetmod {
             }
         }
         let done = vc.direct.take();
+        vc.after_placed = true;
         if let Some(d) = done {
             sink.placed(src, d.handler, &d.header, d.len)?;
         }
@@ -881,6 +911,7 @@ impl TcpNetmod {
                 {
                     Ok(Some(Popped::Message(r))) => {
                         delivered += 1;
+                        self.vcs[peer].decoder_only = false;
                         r?;
                     }
                     Ok(Some(Popped::Control(code))) => {
@@ -888,6 +919,14 @@ impl TcpNetmod {
                     }
                     Ok(None) => {
                         if self.start_direct(peer, sink) {
+                            continue;
+                        }
+                        let vc = &mut self.vcs[peer];
+                        if vc.paused {
+                            // No place for it yet: read on through the decoder (until the
+                            // socket would block, as edge-triggered readiness needs).
+                            vc.decoder_only = vc.decoder.awaits_payload_of(DIRECT_MIN);
+                            self.read_all(peer, true);
                             continue;
                         }
                         break;

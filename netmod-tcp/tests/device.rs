@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use ch4_core::buffer::{RecvBuf, SendBuf};
 use ch4_core::core::DeviceConfig;
 use ch4_core::{Device, ErrorKind, NoShm, SendMode};
 use netmod_tcp::TcpNetmod;
@@ -110,4 +111,52 @@ fn a_peer_that_finalized_delivers_its_last_message_then_fails_receives_from_it()
     // Sending to it says why.
     let err = b.send(wb, 0, 4, b"x", SendMode::Standard).unwrap_err();
     assert!(err.to_string().contains("left the job"), "{err}");
+}
+
+#[test]
+fn every_large_payload_goes_straight_to_its_buffer_even_between_small_messages() {
+    let (mut a, mut b) = connected_pair();
+    let (wa, wb) = (a.world(), b.world());
+    let large: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
+    let small = [7u8; 100];
+    let rounds = 10;
+    let mut bigs = vec![vec![0u8; large.len()]; rounds];
+    let mut smalls = vec![[0u8; 100]; rounds];
+    let mut recvs = Vec::new();
+    for (big, little) in bigs.iter_mut().zip(smalls.iter_mut()) {
+        // SAFETY: the buffers outlive the requests, which are all waited for below.
+        unsafe {
+            recvs.push(b.irecv(wb, 0, 1, RecvBuf::borrowed(little)).unwrap());
+            recvs.push(b.irecv(wb, 0, 2, RecvBuf::borrowed(big)).unwrap());
+        }
+    }
+    let mut sends = Vec::new();
+    for _ in 0..rounds {
+        // SAFETY: `small` and `large` outlive the requests, waited for below.
+        unsafe {
+            sends.push(
+                a.isend(wa, 1, 1, SendBuf::borrowed(&small), SendMode::Standard)
+                    .unwrap(),
+            );
+            sends.push(
+                a.isend(wa, 1, 2, SendBuf::borrowed(&large), SendMode::Standard)
+                    .unwrap(),
+            );
+        }
+    }
+    let start = Instant::now();
+    for r in recvs {
+        loop {
+            a.progress().unwrap();
+            if b.test_status(r).unwrap().is_some() {
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(30));
+        }
+    }
+    for s in sends {
+        a.wait(s).unwrap();
+    }
+    assert!(bigs.iter().all(|b| *b == large) && smalls.iter().all(|s| *s == small));
+    assert_eq!(b.netmod().payloads_placed(), rounds as u64);
 }
