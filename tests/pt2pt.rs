@@ -669,3 +669,83 @@ fn a_rank_that_ends_still_delivers_what_its_transport_queued() {
         })
         .unwrap();
 }
+
+/// Strangers at every rank's port — garbage bytes, and a well-formed hello with the wrong job
+/// key — while the job runs: each is refused (the one with the hello hears so) and dropped, and
+/// the rank's own traffic is untouched. Processes over TCP only: the port is the real one.
+#[cfg(feature = "tcp")]
+fn strangers_at_the_port(ctx: ch4::process::ProcessContext) -> Result<()> {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::{Duration, Instant};
+
+    let w = ctx.world();
+    let addr = ctx.device()?.netmod().local_addr();
+    let io = |e: std::io::Error| ch4::Error::new(ErrorKind::Transport, e.to_string());
+    let mut junk = TcpStream::connect(addr).map_err(io)?;
+    junk.write_all(&[0xAB; 100]).map_err(io)?;
+    let mut wrong = TcpStream::connect(addr).map_err(io)?;
+    let mut hello = b"ch4tcp\0\x01".to_vec();
+    hello.extend(0xDEAD_BEEFu64.to_le_bytes()); // not this job's key
+    hello.extend([0u8; 8]); // rank 0, reserved
+    wrong.write_all(&hello).map_err(io)?;
+    // Ring traffic across the eager limit while the strangers wait.
+    let (right, left) = (
+        (w.rank() + 1) % w.size(),
+        (w.rank() + w.size() - 1) % w.size(),
+    );
+    for i in 0..40 {
+        let n = (i * 37) % 300;
+        let mut buf = vec![0u8; 300];
+        let st = w.sendrecv(&pattern(i, n), right, 3, &mut buf, left, 3)?;
+        assert_eq!(&buf[..st.bytes], &pattern(i, n)[..], "message {i}");
+    }
+    // The rank answered the hello with a refusal and hung up on both.
+    for s in [&junk, &wrong] {
+        s.set_nonblocking(true).map_err(io)?;
+    }
+    let (mut answer, mut junk_closed) = (Vec::new(), false);
+    let start = Instant::now();
+    while answer.len() < 8 || !junk_closed {
+        ctx.progress()?;
+        let mut b = [0u8; 64];
+        match wrong.read(&mut b) {
+            Ok(n) => answer.extend_from_slice(&b[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(io(e)),
+        }
+        match junk.read(&mut b) {
+            Ok(0) => junk_closed = true,
+            Ok(_) => {} // its refusal
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => junk_closed = true, // a reset also means it was dropped
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "strangers not dealt with"
+        );
+    }
+    assert_eq!(&answer[..4], b"ch4a");
+    assert_eq!(
+        u32::from_le_bytes(answer[4..8].try_into().unwrap()),
+        2,
+        "REFUSED"
+    );
+    w.barrier()
+}
+
+#[cfg(feature = "tcp")]
+mod strangers {
+    use super::*;
+
+    #[test]
+    fn tcp_processes() {
+        common::jobs::processes_over_tcp(module_path!(), 3);
+    }
+
+    #[test]
+    #[ignore = "one rank of a process job: tcp_processes starts it"]
+    fn rank() {
+        common::jobs::as_rank(strangers_at_the_port);
+    }
+}
