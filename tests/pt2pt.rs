@@ -749,3 +749,46 @@ mod strangers {
         common::jobs::as_rank(strangers_at_the_port);
     }
 }
+
+/// A connection storm: at start every rank sends to every other at once (all connect to all
+/// simultaneously, so many pairs connect from both ends), messages on both sides of the eager
+/// limit, then receives from everyone with ANY_SOURCE; every message arrives once, whole, and in
+/// order per sender.
+fn all_to_all_at_start<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
+    let w = ctx.world();
+    let (me, n) = (w.rank(), w.size());
+    let per_peer = 6usize;
+    let size_of = |from: i32, i: usize| (from as usize * 13 + i * 41) % (3 * EAGER);
+    let outgoing: Vec<(i32, usize, Vec<u8>)> = (0..per_peer)
+        .flat_map(|i| (0..n).filter(move |&d| d != me).map(move |d| (d, i)))
+        .map(|(d, i)| (d, i, pattern(me as usize * 100 + i, size_of(me, i))))
+        .collect();
+    let mut next = vec![0usize; n as usize];
+    ctx.scope(|s| {
+        let reqs = outgoing
+            .iter()
+            .map(|(d, i, b)| w.isend(s, b, *d, *i as i32))
+            .collect::<Result<Vec<_>>>()?;
+        for _ in 0..per_peer * (n as usize - 1) {
+            let mut buf = vec![0u8; 3 * EAGER];
+            let st = w.recv(&mut buf, ANY_SOURCE, ANY_TAG)?;
+            let i = next[st.source as usize];
+            assert_eq!(st.tag, i as i32, "from {} in order", st.source);
+            let want = pattern(st.source as usize * 100 + i, size_of(st.source, i));
+            assert_eq!(
+                &buf[..st.bytes],
+                &want[..],
+                "message {i} from {}",
+                st.source
+            );
+            next[st.source as usize] += 1;
+        }
+        s.wait_all(reqs).map(drop)
+    })?;
+    assert!(next
+        .iter()
+        .enumerate()
+        .all(|(r, &c)| c == if r as i32 == me { 0 } else { per_peer }));
+    Ok(())
+}
+on_all_routes!(storm, 4, all_to_all_at_start, processes = 8);
