@@ -30,7 +30,8 @@ pub mod wire;
 use ch4_core::core::{Core, CtrlPacket, HeldPacket, PeerReadJob};
 use ch4_core::pool::Handle;
 use ch4_core::request::{
-    msg_flags, CancelState, Message, ReqHandle, Request, RequestKind, Route, SendState, Unexpected,
+    msg_flags, CancelState, Message, RecvState, ReqHandle, Request, RequestKind, Route, SendState,
+    Unexpected,
 };
 use ch4_core::transport::{
     AmSink, AmTransport, Cx, Direct, HandlerId, P2p, Partner, PeerRead, SendOp,
@@ -764,6 +765,18 @@ impl<T: AmTransport, P: Partner> AmSink for DirectSink<'_, '_, T, P> {
         self.inner.destination(src, h, header, len)
     }
 
+    fn scattered_destination(
+        &mut self,
+        src: Gpid,
+        h: HandlerId,
+        header: &[u8],
+        len: usize,
+        max_pieces: usize,
+    ) -> Option<smallvec::SmallVec<[&mut [u8]; 8]>> {
+        self.inner
+            .scattered_destination(src, h, header, len, max_pieces)
+    }
+
     fn placed(&mut self, src: Gpid, h: HandlerId, header: &[u8], len: usize) -> Result<()> {
         self.inner.placed(src, h, header, len)
     }
@@ -848,23 +861,22 @@ impl<T: AmTransport, P: Partner> AmSink for Dispatch<'_, T, P> {
         header: &[u8],
         len: usize,
     ) -> Option<&mut [u8]> {
-        if h != handler::DATA {
-            return None;
-        }
-        let d: DataHeader = wire::parse(header).ok()?;
-        let r = self.core.requests.get_mut(Handle::from_raw(d.rreq))?;
-        if r.complete {
-            return None;
-        }
-        let RequestKind::Recv(rs) = &mut r.kind else {
-            return None;
-        };
-        let offset = usize::try_from(d.offset).ok()?;
-        let end = offset.checked_add(len)?;
-        if end > rs.expected {
-            return None;
-        }
-        rs.buf.contiguous_mut()?.get_mut(offset..end)
+        let (rs, offset) = self.data_receive(h, header, len)?;
+        rs.buf.contiguous_mut()?.get_mut(offset..offset + len)
+    }
+
+    /// Rendezvous data for a matched receive with a noncontiguous layout: the pieces of the
+    /// user's buffer it fills.
+    fn scattered_destination(
+        &mut self,
+        _src: Gpid,
+        h: HandlerId,
+        header: &[u8],
+        len: usize,
+        max_pieces: usize,
+    ) -> Option<smallvec::SmallVec<[&mut [u8]; 8]>> {
+        let (rs, offset) = self.data_receive(h, header, len)?;
+        rs.buf.segments_mut(offset, len, max_pieces)
     }
 
     fn placed(&mut self, src: Gpid, h: HandlerId, header: &[u8], len: usize) -> Result<()> {
@@ -882,6 +894,29 @@ impl<T: AmTransport, P: Partner> AmSink for Dispatch<'_, T, P> {
 }
 
 impl<'a, T: AmTransport, P: Partner> Dispatch<'a, T, P> {
+    /// The live receive a DATA message with this header and `len` payload bytes belongs to,
+    /// and the data's offset in it — if the piece lies within what the receive accepts.
+    fn data_receive(
+        &mut self,
+        h: HandlerId,
+        header: &[u8],
+        len: usize,
+    ) -> Option<(&mut RecvState, usize)> {
+        if h != handler::DATA {
+            return None;
+        }
+        let d: DataHeader = wire::parse(header).ok()?;
+        let r = self.core.requests.get_mut(Handle::from_raw(d.rreq))?;
+        if r.complete {
+            return None;
+        }
+        let RequestKind::Recv(rs) = &mut r.kind else {
+            return None;
+        };
+        let offset = usize::try_from(d.offset).ok()?;
+        (offset.checked_add(len)? <= rs.expected).then_some((rs, offset))
+    }
+
     /// The dispatcher for one poll of `route`.
     #[inline(always)]
     fn new(core: &'a mut Core, partner: &'a mut P, route: Route) -> Self {

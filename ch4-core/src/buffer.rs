@@ -197,6 +197,27 @@ impl RecvBuf {
         }
     }
 
+    /// For a buffer with a layout, the pieces of user memory that take message bytes
+    /// `[offset, offset + len)`, in order (see [`Layout::segments_mut`]), so a transport can
+    /// scatter a stream straight into them. `None` for a contiguous buffer (use
+    /// [`RecvBuf::contiguous_mut`]) and where the layout cannot give such a list.
+    pub fn segments_mut(
+        &mut self,
+        offset: usize,
+        len: usize,
+        max_pieces: usize,
+    ) -> Option<smallvec::SmallVec<[&mut [u8]; 8]>> {
+        let RecvBuf { storage, layout } = self;
+        let layout = layout.as_deref()?;
+        let extent: &mut [u8] = match storage {
+            // SAFETY: as in `extent_mut`: `borrowed` requires exclusive, valid memory for the
+            // life of this buffer, and `ptr`/`len` came from a valid mutable slice.
+            Storage::Lent { ptr, len } => unsafe { std::slice::from_raw_parts_mut(*ptr, *len) },
+            Storage::Owned(v) => v,
+        };
+        layout.segments_mut(extent, offset, len, max_pieces)
+    }
+
     /// Writes message bytes that start at message offset `offset`; bytes past
     /// [`RecvBuf::capacity`] are dropped. Returns how many were written.
     #[inline(always)]

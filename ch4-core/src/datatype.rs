@@ -442,6 +442,49 @@ impl Layout {
         Ok(n)
     }
 
+    /// The pieces of `dst` that hold packed bytes `[offset, offset + len)`, in order, as
+    /// disjoint mutable slices: a scatter list for reading a byte stream straight into a
+    /// noncontiguous buffer. `None` when the range is not inside the message, when it touches
+    /// more than `max_pieces` blocks, or when the blocks do not ascend through the buffer (an
+    /// indexed layout listing them out of order), since then they cannot be split off one
+    /// after the other — the caller copies through a staging buffer instead.
+    pub fn segments_mut<'a>(
+        &self,
+        dst: &'a mut [u8],
+        offset: usize,
+        len: usize,
+        max_pieces: usize,
+    ) -> Option<SmallVec<[&'a mut [u8]; 8]>> {
+        self.check_fits(dst.len()).ok()?;
+        if offset.checked_add(len)? > self.packed {
+            return None;
+        }
+        let mut spans: SmallVec<[(usize, usize); 8]> = SmallVec::new();
+        self.for_each_segment(offset, len, |at, n| {
+            if spans.len() == max_pieces {
+                bail!(Count, "more than {max_pieces} pieces");
+            }
+            spans.push((at, n));
+            Ok(())
+        })
+        .ok()?;
+        let mut pieces = SmallVec::with_capacity(spans.len());
+        let mut rest = dst;
+        let mut consumed = 0usize;
+        for (at, n) in spans {
+            let skip = at.checked_sub(consumed)?;
+            if skip.checked_add(n)? > rest.len() {
+                return None;
+            }
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut(skip);
+            let (piece, tail) = tail.split_at_mut(n);
+            pieces.push(piece);
+            rest = tail;
+            consumed = at + n;
+        }
+        Some(pieces)
+    }
+
     /// Gathers the whole message from `src` into a new buffer, for transports (and eager
     /// sends) that need the payload in one piece. Fails like [`Layout::pack_range`].
     pub fn pack(&self, src: &[u8]) -> Result<Vec<u8>> {
@@ -487,6 +530,60 @@ mod tests {
 
     fn pattern(n: usize) -> Vec<u8> {
         (0..n).map(|i| (i * 7 + 3) as u8).collect()
+    }
+
+    /// The (buffer offset, length) of each piece `segments_mut` gives, found by pointer.
+    fn pieces(
+        l: &Layout,
+        buf: &mut [u8],
+        offset: usize,
+        len: usize,
+        max: usize,
+    ) -> Option<Vec<(usize, usize)>> {
+        let base = buf.as_ptr() as usize;
+        let got = l.segments_mut(buf, offset, len, max)?;
+        Some(
+            got.iter()
+                .map(|p| (p.as_ptr() as usize - base, p.len()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn segments_cover_a_range_of_the_packed_bytes_in_buffer_order() {
+        // Blocks of 4 bytes every 10.
+        let l = Layout::vector::<u8>(5, 4, 10).unwrap();
+        let mut buf = vec![0u8; l.extent_bytes()];
+        assert_eq!(
+            pieces(&l, &mut buf, 0, 20, 8),
+            Some(vec![(0, 4), (10, 4), (20, 4), (30, 4), (40, 4)])
+        );
+        // From the middle of a block to the middle of another.
+        assert_eq!(
+            pieces(&l, &mut buf, 2, 9, 8),
+            Some(vec![(2, 2), (10, 4), (20, 3)])
+        );
+        assert_eq!(pieces(&l, &mut buf, 6, 0, 8), Some(vec![]));
+        // Too many pieces, or beyond the message: none.
+        assert_eq!(pieces(&l, &mut buf, 0, 20, 4), None);
+        assert_eq!(pieces(&l, &mut buf, 8, 13, 8), None);
+        // Blocks listed out of buffer order cannot be split off one after another.
+        let back = Layout::indexed::<u8>(&[(20, 4), (0, 4)]).unwrap();
+        let mut buf = vec![0u8; back.extent_bytes()];
+        assert_eq!(pieces(&back, &mut buf, 0, 8, 8), None);
+        // Writing through the pieces is unpacking.
+        let l = Layout::indexed::<u8>(&[(1, 3), (6, 2), (9, 4)]).unwrap();
+        let mut a = vec![0u8; l.extent_bytes()];
+        let data = pattern(9);
+        let mut at = 0;
+        for p in l.segments_mut(&mut a, 0, 9, 8).unwrap() {
+            let n = p.len();
+            p.copy_from_slice(&data[at..at + n]);
+            at += n;
+        }
+        let mut b = vec![0u8; l.extent_bytes()];
+        l.unpack_range(&mut b, 0, &data).unwrap();
+        assert_eq!(a, b);
     }
 
     #[derive(bytemuck::Pod, bytemuck::Zeroable, Clone, Copy, Debug, PartialEq)]

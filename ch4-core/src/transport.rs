@@ -124,8 +124,23 @@ pub trait AmSink {
         None
     }
 
+    /// Like [`AmSink::destination`], for a receive whose buffer has a noncontiguous layout:
+    /// the pieces of user memory the payload fills, in order (at most `max_pieces`, so a
+    /// transport can read into them with one `readv`). `None` when there is no such list; the
+    /// payload is then delivered as usual. Completion is reported with [`AmSink::placed`].
+    fn scattered_destination(
+        &mut self,
+        _src: Gpid,
+        _handler: HandlerId,
+        _header: &[u8],
+        _len: usize,
+        _max_pieces: usize,
+    ) -> Option<smallvec::SmallVec<[&mut [u8]; 8]>> {
+        None
+    }
+
     /// The payload (`len` bytes) of the message with this header was written into the slice
-    /// [`AmSink::destination`] gave for it.
+    /// [`AmSink::destination`] (or the pieces [`AmSink::scattered_destination`]) gave for it.
     fn placed(
         &mut self,
         src: Gpid,

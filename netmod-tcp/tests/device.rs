@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use ch4_core::buffer::{RecvBuf, SendBuf};
 use ch4_core::core::DeviceConfig;
+use ch4_core::datatype::Layout;
 use ch4_core::{Device, ErrorKind, NoShm, SendMode};
 use netmod_tcp::TcpNetmod;
 
@@ -41,39 +42,11 @@ fn connected_pair() -> (Device<TcpNetmod, NoShm>, Device<TcpNetmod, NoShm>) {
 
 #[test]
 fn a_large_message_streams_through_the_sockets() {
-    let (mut a, mut b) = pair();
-    let (wa, wb) = (a.world(), b.world());
     let msg: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
-    // SAFETY: `msg` outlives the request, which is waited for below.
-    let s = a
-        .isend(
-            wa,
-            1,
-            4,
-            unsafe { ch4_core::buffer::SendBuf::borrowed(&msg) },
-            SendMode::Standard,
-        )
-        .unwrap();
-    let mut got = vec![0u8; msg.len()];
-    // SAFETY: `got` outlives the request, which completes before `got` is read.
-    let r = b
-        .irecv(wb, 0, 4, unsafe {
-            ch4_core::buffer::RecvBuf::borrowed(&mut got)
-        })
-        .unwrap();
-    let start = Instant::now();
-    let st = loop {
-        a.progress().unwrap();
-        if let Some(st) = b.test_status(r).unwrap() {
-            break st;
-        }
-        assert!(start.elapsed() < Duration::from_secs(30));
-    };
-    a.wait(s).unwrap();
-    assert_eq!(st.bytes, msg.len());
+    let (got, placed) = receive_through(Layout::contiguous::<u8>(msg.len()).unwrap(), &msg);
     assert!(got == msg);
     // Rendezvous pieces went from the socket straight into `got`, not through the decoder.
-    assert!(b.netmod().payloads_placed() > 0);
+    assert!(placed > 0);
 }
 
 #[test]
@@ -159,4 +132,81 @@ fn every_large_payload_goes_straight_to_its_buffer_even_between_small_messages()
     }
     assert!(bigs.iter().all(|b| *b == large) && smalls.iter().all(|s| *s == small));
     assert_eq!(b.netmod().payloads_placed(), rounds as u64);
+}
+
+/// Receives `msg` into a buffer of `extent` bytes through `layout` (filled with 0xEE first);
+/// returns the buffer and how many payloads went straight into place.
+fn receive_through(layout: Layout, msg: &[u8]) -> (Vec<u8>, u64) {
+    let (mut a, mut b) = connected_pair();
+    let (wa, wb) = (a.world(), b.world());
+    let mut buf = vec![0xEEu8; layout.extent_bytes()];
+    // SAFETY: `buf` outlives the request, which completes before `buf` is read.
+    let r = b
+        .irecv(wb, 0, 9, unsafe {
+            RecvBuf::borrowed_with_layout(&mut buf, layout).unwrap()
+        })
+        .unwrap();
+    // SAFETY: `msg` outlives the request, waited for below.
+    let s = a
+        .isend(
+            wa,
+            1,
+            9,
+            unsafe { SendBuf::borrowed(msg) },
+            SendMode::Standard,
+        )
+        .unwrap();
+    let start = Instant::now();
+    let st = loop {
+        a.progress().unwrap();
+        if let Some(st) = b.test_status(r).unwrap() {
+            break st;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30));
+    };
+    a.wait(s).unwrap();
+    assert_eq!(st.bytes, msg.len());
+    let placed = b.netmod().payloads_placed();
+    (buf, placed)
+}
+
+#[test]
+fn a_strided_receive_with_large_blocks_is_read_straight_into_its_blocks() {
+    let (block, gap, count) = (48 * 1024, 100, 10);
+    let layout = Layout::vector::<u8>(count, block, block + gap).unwrap();
+    let msg: Vec<u8> = (0..block * count).map(|i| (i % 241) as u8).collect();
+    let (buf, placed) = receive_through(layout, &msg);
+    assert!(placed > 0, "the payload went through the decoder");
+    for k in 0..count {
+        let at = k * (block + gap);
+        assert!(
+            buf[at..at + block] == msg[k * block..(k + 1) * block],
+            "block {k}"
+        );
+        if k + 1 < count {
+            assert!(
+                buf[at + block..at + block + gap].iter().all(|&b| b == 0xEE),
+                "gap {k}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_strided_receive_with_tiny_blocks_is_copied_out_of_the_decoder() {
+    // A column of 8-byte elements: one readv over thousands of tiny pieces would cost more
+    // than the copy.
+    let layout = Layout::vector::<u64>(16384, 1, 3).unwrap();
+    let msg: Vec<u8> = (0..16384 * 8).map(|i| (i % 239) as u8).collect();
+    let (buf, placed) = receive_through(layout, &msg);
+    assert_eq!(placed, 0);
+    for k in 0..16384 {
+        assert!(
+            buf[k * 24..k * 24 + 8] == msg[k * 8..k * 8 + 8],
+            "element {k}"
+        );
+        if k + 1 < 16384 {
+            assert!(buf[k * 24 + 8..k * 24 + 24].iter().all(|&b| b == 0xEE));
+        }
+    }
 }

@@ -1,0 +1,102 @@
+//! Receiving into a strided (vector-layout) buffer over TCP: read straight into the blocks
+//! with one `readv` per read, or copied out of the decoder block by block. The two ranks are
+//! stepped in one thread over loopback, so the figure is the CPU cost of both sides of the
+//! transfer; each block size runs both ways, interleaved, several rounds, and prints medians and
+//! their ratio. This is what sets the default of `CH4_TCP_SCATTER_MIN` (blocks of 512 bytes
+//! split a 1 MiB piece into more iovecs than one `readv` takes, so both columns copy there).
+//!
+//! `cargo bench -p netmod-tcp --bench strided [-- rounds]`
+
+use std::time::Instant;
+
+use ch4_core::buffer::{RecvBuf, SendBuf};
+use ch4_core::core::DeviceConfig;
+use ch4_core::datatype::Layout;
+use ch4_core::{Device, NoShm, SendMode};
+use netmod_tcp::TcpNetmod;
+
+type Dev = Device<TcpNetmod, NoShm>;
+
+/// A connected pair whose receiver reads strided payloads in place only if `scatter`.
+fn pair(scatter: bool) -> (Dev, Dev) {
+    let mut a = TcpNetmod::bind(0, 2, 5, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let mut b = TcpNetmod::bind(1, 2, 5, "127.0.0.1:0".parse().unwrap()).unwrap();
+    b.set_scatter_min(if scatter { 0 } else { usize::MAX });
+    let (aa, ba) = (a.local_addr(), b.local_addr());
+    for t in [&mut a, &mut b] {
+        t.set_address(0, aa).unwrap();
+        t.set_address(1, ba).unwrap();
+    }
+    let cfg = DeviceConfig::default();
+    let mut a = Device::new(a, NoShm, 0, 2, cfg).unwrap();
+    let mut b = Device::new(b, NoShm, 1, 2, cfg).unwrap();
+    let (wa, wb) = (a.world(), b.world());
+    a.send(wa, 1, 0, b"hi", SendMode::Standard).unwrap();
+    let mut hi = [0u8; 2];
+    while b.iprobe(wb, 0, 0).unwrap().is_none() {
+        a.progress().unwrap();
+    }
+    b.recv(wb, 0, 0, &mut hi).unwrap();
+    (a, b)
+}
+
+/// MB/s moving `reps` messages of `bytes` into a vector layout of `block`-byte blocks.
+fn run(scatter: bool, block: usize, bytes: usize, reps: usize) -> f64 {
+    let (mut a, mut b) = pair(scatter);
+    let (wa, wb) = (a.world(), b.world());
+    let count = bytes / block;
+    let layout = Layout::vector::<u8>(count, block, block + 64).unwrap();
+    let msg = vec![7u8; count * block];
+    let mut buf = vec![0u8; layout.extent_bytes()];
+    let start = Instant::now();
+    for _ in 0..reps {
+        // SAFETY: `buf` and `msg` outlive the requests, both completed in this iteration.
+        let (r, s) = unsafe {
+            (
+                b.irecv(
+                    wb,
+                    0,
+                    1,
+                    RecvBuf::borrowed_with_layout(&mut buf, layout.clone()).unwrap(),
+                )
+                .unwrap(),
+                a.isend(wa, 1, 1, SendBuf::borrowed(&msg), SendMode::Standard)
+                    .unwrap(),
+            )
+        };
+        while b.test_status(r).unwrap().is_none() {
+            a.progress().unwrap();
+        }
+        a.wait(s).unwrap();
+    }
+    (count * block * reps) as f64 / 1e6 / start.elapsed().as_secs_f64()
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    // `cargo test` runs benches without `--bench`: then one quick round of small transfers.
+    let smoke = !std::env::args().any(|a| a == "--bench");
+    let rounds: usize = std::env::args()
+        .skip(1)
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(if smoke { 1 } else { 5 });
+    let (bytes, reps) = if smoke { (1 << 18, 2) } else { (4 << 20, 40) };
+    println!(
+        "# strided receive over TCP loopback, {} KiB messages, medians of {rounds}",
+        bytes >> 10
+    );
+    println!("# Block      readv (MB/s)    copy (MB/s)    readv/copy");
+    for block in [512, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10] {
+        let (mut direct, mut copied) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            direct.push(run(true, block, bytes, reps));
+            copied.push(run(false, block, bytes, reps));
+        }
+        let (d, c) = (median(direct), median(copied));
+        println!("{block:<10}{d:>16.0}{c:>15.0}{:>14.2}", d / c);
+    }
+}
