@@ -1,0 +1,313 @@
+//! Connections: connecting on demand, the hello handshake, accepting (and refusing) incoming
+//! connections, the simultaneous-connect tie-break, and which sockets epoll watches.
+
+use std::io::{self, Read, Write};
+
+use mio::net::TcpStream;
+use mio::{Interest, Token};
+
+use super::*;
+
+/// First bytes of a hello.
+pub(super) const HELLO_MAGIC: [u8; 8] = *b"ch4tcp\0\x01";
+
+/// Bytes of a hello: magic, job key (u64 LE), rank (u32 LE), reserved (u32).
+pub(super) const HELLO: usize = 24;
+
+/// First bytes of an answer to a hello.
+pub(super) const ANSWER_MAGIC: [u8; 4] = *b"ch4a";
+
+/// Bytes of an answer: magic, code (u32 LE).
+pub(super) const ANSWER: usize = 8;
+
+pub(super) const ACCEPTED: u32 = 0;
+
+pub(super) const DUPLICATE: u32 = 1;
+
+pub(super) const REFUSED: u32 = 2;
+
+/// Where our side of a handshake got to.
+pub(super) enum Hello {
+    Pending,
+    Failed(String),
+    Answer(u32),
+}
+
+/// A connection that has not finished its hello.
+pub(super) struct Incoming {
+    pub(super) stream: TcpStream,
+    pub(super) hello: Vec<u8>,
+}
+
+impl TcpNetmod {
+    /// Makes `stream`, a connection from `peer` that passed its hello (and is registered with
+    /// nothing), the VC's connection.
+    pub(super) fn adopt(&mut self, peer: usize, stream: TcpStream) {
+        let vc = &mut self.vcs[peer];
+        vc.stream = Some(stream);
+        vc.in_epoll = false;
+        vc.state = VcState::Connected;
+        self.went_connected(peer);
+        self.flush(peer);
+    }
+
+    /// A VC's connection is open. While few are (at most [`DIRECT_MAX`]), progress reads and
+    /// flushes each directly at every poll, and their sockets leave epoll: a socket that epoll
+    /// watches costs every arriving segment a wake-up callback in the sender's system call —
+    /// on the latency path. With more, every open connection is watched.
+    pub(super) fn went_connected(&mut self, peer: usize) {
+        self.connected.push(peer);
+        if self.connected.len() <= DIRECT_MAX {
+            self.watch(peer, false);
+        } else {
+            for i in 0..self.connected.len() {
+                self.watch(self.connected[i], true);
+            }
+        }
+    }
+
+    /// Registers the VC's socket with epoll (readable and writable, edge-triggered) or removes
+    /// it.
+    pub(super) fn watch(&mut self, peer: usize, on: bool) {
+        let vc = &mut self.vcs[peer];
+        if vc.in_epoll == on {
+            return;
+        }
+        let Some(stream) = vc.stream.as_mut() else {
+            return;
+        };
+        let registry = self.poll.registry();
+        let done = if on {
+            registry.register(stream, Token(peer), Interest::READABLE | Interest::WRITABLE)
+        } else {
+            registry.deregister(stream)
+        };
+        match done {
+            Ok(()) => vc.in_epoll = on,
+            Err(e) => self.fail(peer, format!("epoll: {e}")),
+        }
+    }
+
+    pub(super) fn start_connect(&mut self, peer: usize) -> Result<()> {
+        let addr = self.addrs[peer].ok_or_else(|| {
+            transport_err(format!(
+                "no address for process {peer}: its business card is missing"
+            ))
+        })?;
+        let mut stream = TcpStream::connect(addr)
+            .map_err(|e| transport_err(format!("connect to process {peer} at {addr}: {e}")))?;
+        self.poll
+            .registry()
+            .register(
+                &mut stream,
+                Token(peer),
+                Interest::READABLE | Interest::WRITABLE,
+            )
+            .map_err(|e| transport_err(format!("epoll register: {e}")))?;
+        self.vcs[peer].stream = Some(stream);
+        self.vcs[peer].in_epoll = true;
+        self.vcs[peer].state = VcState::Connecting;
+        Ok(())
+    }
+
+    /// A writable or readable event on our own connection to `peer`.
+    pub(super) fn on_vc_event(&mut self, peer: usize, writable: bool, readable: bool) {
+        if matches!(self.vcs[peer].state, VcState::Connecting) && writable {
+            let Some(stream) = self.vcs[peer].stream.as_mut() else {
+                return;
+            };
+            match stream.take_error() {
+                Ok(Some(e)) | Err(e) => return self.fail(peer, format!("connect: {e}")),
+                Ok(None) => {}
+            }
+            match stream.peer_addr() {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => return, // still connecting
+                Err(e) => return self.fail(peer, format!("connect: {e}")),
+            }
+            let _ = stream.set_nodelay(true);
+            self.vcs[peer].state = VcState::AwaitAnswer {
+                sent: 0,
+                got: Vec::new(),
+            };
+        }
+        if let VcState::AwaitAnswer { .. } = self.vcs[peer].state {
+            self.drive_hello(peer);
+        }
+        if matches!(self.vcs[peer].state, VcState::Connected) {
+            if writable {
+                self.flush(peer);
+            }
+            if readable {
+                self.read_all(peer, true);
+            }
+        }
+    }
+
+    /// Sends the rest of our hello and reads the answer.
+    pub(super) fn drive_hello(&mut self, peer: usize) {
+        match self.hello_step(peer) {
+            Hello::Pending => {}
+            Hello::Failed(why) => self.fail(peer, why),
+            Hello::Answer(ACCEPTED) => {
+                self.vcs[peer].state = VcState::Connected;
+                self.went_connected(peer);
+                self.flush(peer);
+                // Frames may have come right behind the answer.
+                self.read_all(peer, true);
+            }
+            Hello::Answer(DUPLICATE) => {
+                // Its own connection to us won; it will arrive as an incoming one.
+                if let Some(mut s) = self.vcs[peer].stream.take() {
+                    let _ = self.poll.registry().deregister(&mut s);
+                }
+                self.vcs[peer].state = VcState::AwaitIncoming;
+            }
+            Hello::Answer(_) => self.fail(
+                peer,
+                "the peer refused our hello (job key mismatch?)".into(),
+            ),
+        }
+    }
+
+    /// One step of our side of the handshake.
+    pub(super) fn hello_step(&mut self, peer: usize) -> Hello {
+        let mut hello = [0u8; HELLO];
+        hello[..8].copy_from_slice(&HELLO_MAGIC);
+        hello[8..16].copy_from_slice(&self.key.to_le_bytes());
+        hello[16..20].copy_from_slice(&self.me.to_le_bytes());
+        let vc = &mut self.vcs[peer];
+        let (VcState::AwaitAnswer { sent, got }, Some(stream)) =
+            (&mut vc.state, vc.stream.as_mut())
+        else {
+            return Hello::Pending;
+        };
+        while *sent < HELLO {
+            match stream.write(&hello[*sent..]) {
+                Ok(n) => *sent += n,
+                Err(e) if would_block(&e) => return Hello::Pending,
+                Err(e) => return Hello::Failed(format!("hello: {e}")),
+            }
+        }
+        let mut buf = [0u8; ANSWER];
+        while got.len() < ANSWER {
+            match stream.read(&mut buf[..ANSWER - got.len()]) {
+                Ok(0) => return Hello::Failed("closed during the handshake".into()),
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+                Err(e) if would_block(&e) => return Hello::Pending,
+                Err(e) => return Hello::Failed(format!("handshake: {e}")),
+            }
+        }
+        if got[..4] != ANSWER_MAGIC {
+            return Hello::Failed("the peer does not speak this protocol".into());
+        }
+        Hello::Answer(u32::from_le_bytes([got[4], got[5], got[6], got[7]]))
+    }
+
+    pub(super) fn accept_all(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok((mut stream, _)) => {
+                    let slot = match self.incoming.iter().position(Option::is_none) {
+                        Some(i) => i,
+                        None => {
+                            self.incoming.push(None);
+                            self.incoming.len() - 1
+                        }
+                    };
+                    if self
+                        .poll
+                        .registry()
+                        .register(&mut stream, Token(INCOMING + slot), Interest::READABLE)
+                        .is_ok()
+                    {
+                        self.incoming[slot] = Some(Incoming {
+                            stream,
+                            hello: Vec::with_capacity(HELLO),
+                        });
+                    }
+                }
+                Err(e) if would_block(&e) => return,
+                Err(e) => {
+                    tracing::warn!("tcp: accept: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Reads an incoming connection's hello and accepts, refuses or drops it.
+    pub(super) fn on_incoming(&mut self, slot: usize) {
+        let Some(inc) = self.incoming.get_mut(slot).and_then(Option::as_mut) else {
+            return;
+        };
+        let mut buf = [0u8; HELLO];
+        while inc.hello.len() < HELLO {
+            match inc.stream.read(&mut buf[..HELLO - inc.hello.len()]) {
+                Ok(0) => return self.drop_incoming(slot, None),
+                Ok(n) => inc.hello.extend_from_slice(&buf[..n]),
+                Err(e) if would_block(&e) => return,
+                Err(_) => return self.drop_incoming(slot, None),
+            }
+        }
+        let h = &inc.hello;
+        let key = u64::from_le_bytes(h[8..16].try_into().unwrap_or_default());
+        let rank = u32::from_le_bytes(h[16..20].try_into().unwrap_or_default()) as usize;
+        if h[..8] != HELLO_MAGIC
+            || key != self.key
+            || rank >= self.vcs.len()
+            || rank == self.me as usize
+        {
+            let from = inc.stream.peer_addr().ok();
+            tracing::warn!(?from, "tcp: refused a connection that is not from this job");
+            return self.drop_incoming(slot, Some(REFUSED));
+        }
+        let me = self.me as usize;
+        let vc = &self.vcs[rank];
+        let adopt = match vc.state {
+            VcState::Idle | VcState::AwaitIncoming => true,
+            // Simultaneous connects: the lower rank's connection wins.
+            VcState::Connecting | VcState::AwaitAnswer { .. } => rank < me,
+            // The peer finished closing the old connection before we did: the new one waits.
+            VcState::Connected => vc.close.is_some() && vc.successor.is_none(),
+            VcState::Failed(_) => false,
+        };
+        if !adopt {
+            return self.drop_incoming(slot, Some(DUPLICATE));
+        }
+        let Some(Incoming { mut stream, .. }) = self.incoming[slot].take() else {
+            return;
+        };
+        let mut answer = [0u8; ANSWER];
+        answer[..4].copy_from_slice(&ANSWER_MAGIC);
+        answer[4..].copy_from_slice(&ACCEPTED.to_le_bytes());
+        // Eight bytes into a fresh socket's empty buffer: written whole or the peer is gone.
+        if stream.write_all(&answer).is_err() {
+            let _ = self.poll.registry().deregister(&mut stream);
+            return;
+        }
+        let _ = stream.set_nodelay(true);
+        let registry = self.poll.registry();
+        let _ = registry.deregister(&mut stream);
+        if matches!(self.vcs[rank].state, VcState::Connected) {
+            self.vcs[rank].successor = Some(stream);
+            return;
+        }
+        if let Some(mut old) = self.vcs[rank].stream.take() {
+            let _ = registry.deregister(&mut old); // our losing attempt
+        }
+        self.adopt(rank, stream);
+    }
+
+    pub(super) fn drop_incoming(&mut self, slot: usize, answer: Option<u32>) {
+        if let Some(Some(mut inc)) = self.incoming.get_mut(slot).map(Option::take) {
+            if let Some(code) = answer {
+                let mut a = [0u8; ANSWER];
+                a[..4].copy_from_slice(&ANSWER_MAGIC);
+                a[4..].copy_from_slice(&code.to_le_bytes());
+                let _ = inc.stream.write(&a);
+            }
+            let _ = self.poll.registry().deregister(&mut inc.stream);
+        }
+    }
+}

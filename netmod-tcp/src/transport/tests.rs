@@ -1,0 +1,476 @@
+//! The TCP netmod over loopback, ranks as netmods stepped by threads or by one thread.
+
+use super::connect::{ACCEPTED, ANSWER_MAGIC, HELLO, HELLO_MAGIC, REFUSED};
+use super::*;
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Barrier;
+use std::time::Instant;
+
+/// Collects everything delivered.
+#[derive(Default)]
+struct Collect(Vec<(Gpid, u8, Vec<u8>, Vec<u8>)>);
+
+impl AmSink for Collect {
+    fn deliver(&mut self, src: Gpid, h: HandlerId, hdr: &[u8], payload: &[u8]) -> Result<()> {
+        self.0.push((src, h, hdr.to_vec(), payload.to_vec()));
+        Ok(())
+    }
+}
+
+/// `n` netmods on loopback that know each other's addresses.
+fn job(n: u32, key: u64) -> Vec<TcpNetmod> {
+    let mut ts: Vec<TcpNetmod> = (0..n)
+        .map(|r| TcpNetmod::bind(r, n, key, "127.0.0.1:0".parse().unwrap()).unwrap())
+        .collect();
+    let addrs: Vec<SocketAddr> = ts.iter().map(TcpNetmod::local_addr).collect();
+    for t in &mut ts {
+        for (r, a) in addrs.iter().enumerate() {
+            t.set_address(r as Gpid, *a).unwrap();
+        }
+    }
+    ts
+}
+
+fn pattern(src: u32, i: usize, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|k| (src as usize * 31 + i * 7 + k) as u8)
+        .collect()
+}
+
+/// Every rank sends `count` messages to every rank (itself included), of sizes up to
+/// `max_len`, then polls until it has everything and every rank is done.
+fn exchange(n: u32, count: usize, max_len: usize) {
+    let ts = job(n, 42);
+    let done = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for mut t in ts {
+            let done = &done;
+            s.spawn(move || {
+                let me = t.me;
+                for i in 0..count {
+                    for dest in 0..n {
+                        let len = (i * 7919 + dest as usize * 13) % (max_len + 1);
+                        let body = pattern(me, i, len);
+                        t.am_send(
+                            dest,
+                            5,
+                            &(i as u32).to_le_bytes(),
+                            &[&body[..len / 2], &body[len / 2..]],
+                        )
+                        .unwrap();
+                    }
+                }
+                let mut sink = Collect::default();
+                let start = Instant::now();
+                let mut finished = false;
+                loop {
+                    t.am_poll(&mut sink, 64).unwrap();
+                    if !finished && sink.0.len() == count * n as usize {
+                        finished = true;
+                        done.fetch_add(1, Ordering::SeqCst);
+                    }
+                    if done.load(Ordering::SeqCst) == n as usize && !t.has_queued_output() {
+                        break;
+                    }
+                    assert!(start.elapsed() < Duration::from_secs(30), "rank {me} stuck");
+                }
+                let mut next = vec![0usize; n as usize];
+                for (src, h, hdr, payload) in sink.0 {
+                    let i = next[src as usize];
+                    assert_eq!((h, hdr), (5, (i as u32).to_le_bytes().to_vec()));
+                    let len = (i * 7919 + me as usize * 13) % (max_len + 1);
+                    assert_eq!(payload, pattern(src, i, len), "from {src} message {i}");
+                    next[src as usize] += 1;
+                }
+                assert!(next.iter().all(|&c| c == count));
+            });
+        }
+    });
+}
+
+#[test]
+fn all_to_all_messages_arrive_whole_and_in_order() {
+    exchange(3, 60, 200_000);
+}
+
+#[test]
+fn a_connection_storm_of_small_messages() {
+    exchange(6, 200, 100);
+}
+
+#[test]
+fn more_peers_than_are_read_directly_are_watched_by_epoll() {
+    // Ten ranks: each opens nine connections, one more than DIRECT_MAX, so every rank
+    // moves its sockets into epoll midway, with messages in flight.
+    exchange(10, 40, 3000);
+}
+
+#[test]
+fn simultaneous_connects_lose_and_duplicate_nothing() {
+    // Both ranks send before either polls: both connect, one connection must win.
+    for _ in 0..20 {
+        exchange(2, 30, 1000);
+    }
+}
+
+#[test]
+fn strangers_are_refused_and_the_job_goes_on() {
+    let mut ts = job(2, 7);
+    let addr = ts[0].local_addr();
+    // Garbage, and a well-formed hello with the wrong key.
+    let mut junk = std::net::TcpStream::connect(addr).unwrap();
+    junk.write_all(&[0xAB; 100]).unwrap();
+    let mut wrong = std::net::TcpStream::connect(addr).unwrap();
+    let mut hello = [0u8; HELLO];
+    hello[..8].copy_from_slice(&HELLO_MAGIC);
+    hello[8..16].copy_from_slice(&8u64.to_le_bytes());
+    wrong.write_all(&hello).unwrap();
+    let mut sink = Collect::default();
+    let barrier = Barrier::new(2);
+    let mut t1 = ts.pop().unwrap();
+    let mut t0 = ts.pop().unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            barrier.wait();
+            t1.am_send(0, 3, b"hi", &[b"there"]).unwrap();
+            let start = Instant::now();
+            while t1.has_queued_output() || start.elapsed() < Duration::from_millis(200) {
+                t1.am_poll(&mut Collect::default(), 64).unwrap();
+            }
+        });
+        for _ in 0..1000 {
+            t0.am_poll(&mut sink, 64).unwrap();
+        }
+        barrier.wait();
+        let start = Instant::now();
+        while sink.0.is_empty() {
+            t0.am_poll(&mut sink, 64).unwrap();
+            assert!(start.elapsed() < Duration::from_secs(10));
+        }
+    });
+    assert_eq!(sink.0, vec![(1, 3, b"hi".to_vec(), b"there".to_vec())]);
+    // The stranger with the wrong key was answered "refused" and disconnected.
+    let mut answer = Vec::new();
+    wrong
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let _ = wrong.read_to_end(&mut answer);
+    assert_eq!(&answer[..4], &ANSWER_MAGIC);
+    assert_eq!(
+        u32::from_le_bytes(answer[4..8].try_into().unwrap()),
+        REFUSED
+    );
+}
+
+/// Polls `a` and `b` in turn, collecting what each receives, until `done` holds.
+fn poll_both(
+    a: &mut TcpNetmod,
+    got_a: &mut Collect,
+    b: &mut TcpNetmod,
+    got_b: &mut Collect,
+    mut done: impl FnMut(&TcpNetmod, &Collect, &TcpNetmod, &Collect) -> bool,
+) {
+    let start = Instant::now();
+    while !done(a, got_a, b, got_b) {
+        a.am_poll(got_a, 64).unwrap();
+        b.am_poll(got_b, 64).unwrap();
+        assert!(start.elapsed() < Duration::from_secs(20), "stuck");
+    }
+}
+
+#[test]
+fn terminate_sends_what_is_queued_then_closes_and_a_later_send_reconnects() {
+    let mut ts = job(2, 11);
+    let mut t1 = ts.pop().unwrap();
+    let mut t0 = ts.pop().unwrap();
+    let (mut g0, mut g1) = (Collect::default(), Collect::default());
+    let big = pattern(0, 0, 1 << 20);
+    t0.am_send(1, 2, b"first", &[]).unwrap();
+    poll_both(&mut t0, &mut g0, &mut t1, &mut g1, |a, _, _, g| {
+        a.is_connected(1) && g.0.len() == 1
+    });
+    // More than the socket takes at once, then the close: the call returns at once, with
+    // the data still queued.
+    for i in 0..6u8 {
+        t0.am_send(1, 3, &[i], &[&big]).unwrap();
+    }
+    t0.vc_terminate(1).unwrap();
+    assert!(t0.has_queued_output());
+    // Sent after the close began: waits for the next connection.
+    t0.am_send(1, 4, b"after", &[]).unwrap();
+    poll_both(&mut t0, &mut g0, &mut t1, &mut g1, |_, _, _, g| {
+        g.0.len() == 7
+    });
+    for (i, m) in g1.0[1..7].iter().enumerate() {
+        assert_eq!((m.0, m.1, &m.2[..]), (0, 3, &[i as u8][..]));
+        assert!(m.3 == big, "message {i} intact");
+    }
+    assert_eq!((g1.0[0].1, &g1.0[0].2[..]), (2, &b"first"[..]));
+    // The last message made a new connection once the old one had closed on both sides.
+    poll_both(&mut t0, &mut g0, &mut t1, &mut g1, |a, _, b, g| {
+        g.0.len() == 8 && !a.has_queued_output() && a.is_connected(1) && b.is_connected(0)
+    });
+    assert_eq!((g1.0[7].1, &g1.0[7].2[..]), (4, &b"after"[..]));
+    assert!(!t0.peer_failed(1) && !t1.peer_failed(0));
+    // Both ways work on the new connection.
+    t1.am_send(0, 5, b"back", &[]).unwrap();
+    poll_both(&mut t0, &mut g0, &mut t1, &mut g1, |_, g, _, _| {
+        g.0.len() == 1
+    });
+    assert!(g0.0[0].2 == b"back");
+}
+
+#[test]
+fn both_ends_closing_at_once_end_idle_and_reconnect() {
+    for _ in 0..10 {
+        let mut ts = job(2, 12);
+        let mut t1 = ts.pop().unwrap();
+        let mut t0 = ts.pop().unwrap();
+        let (mut g0, mut g1) = (Collect::default(), Collect::default());
+        t0.am_send(1, 1, b"a", &[]).unwrap();
+        t1.am_send(0, 1, b"b", &[]).unwrap();
+        poll_both(&mut t0, &mut g0, &mut t1, &mut g1, |_, a, _, b| {
+            a.0.len() == 1 && b.0.len() == 1
+        });
+        t0.vc_terminate(1).unwrap();
+        t1.vc_terminate(0).unwrap();
+        poll_both(&mut t0, &mut g0, &mut t1, &mut g1, |a, _, b, _| {
+            !a.is_connected(1) && !b.is_connected(0)
+        });
+        assert!(!t0.peer_failed(1) && !t1.peer_failed(0));
+        t1.am_send(0, 1, b"c", &[]).unwrap();
+        t0.am_send(1, 1, b"d", &[]).unwrap();
+        poll_both(&mut t0, &mut g0, &mut t1, &mut g1, |_, a, _, b| {
+            a.0.len() == 2 && b.0.len() == 2
+        });
+        assert!(g0.0[1].2 == b"c" && g1.0[1].2 == b"d");
+    }
+}
+
+/// A raw socket speaking the protocol as rank 1 of `key`'s job, connected to `addr`.
+fn raw_rank_1(addr: SocketAddr, key: u64) -> std::net::TcpStream {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let mut hello = [0u8; HELLO];
+    hello[..8].copy_from_slice(&HELLO_MAGIC);
+    hello[8..16].copy_from_slice(&key.to_le_bytes());
+    hello[16..20].copy_from_slice(&1u32.to_le_bytes());
+    s.write_all(&hello).unwrap();
+    s
+}
+
+fn raw_frame(handler: u8, header: &[u8]) -> Vec<u8> {
+    let mut v = frame::encode(handler, header.len(), 0).to_vec();
+    v.extend_from_slice(header);
+    v
+}
+
+#[test]
+fn a_new_connection_during_a_close_waits_until_the_old_one_ended() {
+    let mut ts = job(2, 13);
+    drop(ts.pop()); // rank 1 is played by raw sockets
+    let mut t0 = ts.pop().unwrap();
+    let mut got = Collect::default();
+    let mut old = raw_rank_1(t0.local_addr(), 13);
+    old.write_all(&raw_frame(7, b"A1")).unwrap();
+    old.write_all(&raw_frame(7, b"A2")).unwrap();
+    old.write_all(&frame::encode_control(frame::GOODBYE))
+        .unwrap();
+    let start = Instant::now();
+    while got.0.len() < 2 || t0.vcs[1].close.is_none_or(|c| !c.shut) {
+        t0.am_poll(&mut got, 64).unwrap();
+        assert!(start.elapsed() < Duration::from_secs(10));
+    }
+    // Rank 0 answered: its goodbye, then the end of its stream.
+    let mut answer = Vec::new();
+    old.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    old.read_to_end(&mut answer).unwrap();
+    let mut want = ANSWER_MAGIC.to_vec();
+    want.extend(ACCEPTED.to_le_bytes());
+    want.extend(frame::encode_control(frame::GOODBYE));
+    assert_eq!(answer, want);
+    // "Rank 1" connects again and sends before its old connection has ended at rank 0.
+    let mut new = raw_rank_1(t0.local_addr(), 13);
+    new.write_all(&raw_frame(7, b"X")).unwrap();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(300) {
+        t0.am_poll(&mut got, 64).unwrap();
+    }
+    assert_eq!(
+        got.0.len(),
+        2,
+        "the new connection's frame must wait for the old one"
+    );
+    assert!(t0.vcs[1].successor.is_some());
+    old.shutdown(std::net::Shutdown::Write).unwrap();
+    let start = Instant::now();
+    while got.0.len() < 3 {
+        t0.am_poll(&mut got, 64).unwrap();
+        assert!(start.elapsed() < Duration::from_secs(10), "X never came");
+    }
+    let order: Vec<&[u8]> = got.0.iter().map(|m| &m.2[..]).collect();
+    assert_eq!(order, vec![&b"A1"[..], b"A2", b"X"]);
+    assert!(t0.is_connected(1) && !t0.peer_failed(1));
+}
+
+#[test]
+fn a_peer_that_leaves_is_reported_as_gone_after_its_messages() {
+    let mut ts = job(2, 14);
+    let mut t1 = ts.pop().unwrap();
+    let mut t0 = ts.pop().unwrap();
+    let (mut g0, mut g1) = (Collect::default(), Collect::default());
+    t1.am_send(0, 1, b"hello", &[]).unwrap();
+    poll_both(&mut t0, &mut g0, &mut t1, &mut g1, |_, g, _, _| {
+        g.0.len() == 1
+    });
+    // Rank 1 sends a last message and finalizes: its queue goes out, then LEAVING.
+    t1.am_send(0, 1, b"last", &[&pattern(1, 0, 300_000)])
+        .unwrap();
+    t1.close_connections();
+    let start = Instant::now();
+    while t1.has_queued_output() {
+        t1.am_poll(&mut g1, 64).unwrap();
+        assert!(start.elapsed() < Duration::from_secs(10));
+    }
+    drop(t1);
+    let start = Instant::now();
+    while !t0.peer_failed(1) {
+        t0.am_poll(&mut g0, 64).unwrap();
+        assert!(start.elapsed() < Duration::from_secs(1), "leaving not seen");
+    }
+    let start = Instant::now();
+    while g0.0.len() < 2 {
+        t0.am_poll(&mut g0, 64).unwrap();
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the last message was lost"
+        );
+    }
+    assert!(g0.0[1].3 == pattern(1, 0, 300_000));
+    let err = t0.am_send(1, 1, b"x", &[]).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::PeerFailed);
+    assert!(err.to_string().contains("left the job"), "{err}");
+    assert!(!t0.has_queued_output());
+}
+
+/// One step of a random schedule for three ranks polled from one thread.
+#[derive(Debug, Clone)]
+enum Step {
+    /// Rank `from` sends a message of `len` bytes to rank `to`.
+    Send { from: usize, to: usize, len: usize },
+    /// Rank `at` closes its connection to `peer`.
+    Terminate { at: usize, peer: usize },
+    /// Every rank polls `times` times.
+    Poll { times: usize },
+}
+
+fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+    use proptest::prelude::*;
+    let rank = 0usize..3;
+    prop_oneof![
+        4 => (rank.clone(), rank.clone(), prop_oneof![0usize..200, 20_000usize..300_000])
+            .prop_map(|(from, to, len)| Step::Send { from, to, len }),
+        2 => (rank.clone(), rank).prop_map(|(at, peer)| Step::Terminate { at, peer }),
+        2 => (0usize..6).prop_map(|times| Step::Poll { times }),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 128, max_shrink_iters: 64, ..Default::default() })]
+
+    /// Closing connections at arbitrary points — while messages are queued, while the
+    /// peer closes too, while a reconnect races the old connection's end — loses,
+    /// duplicates and reorders nothing, and never reports a live peer failed.
+    #[test]
+    fn closes_and_reconnects_at_random_points_lose_nothing(
+        steps in proptest::collection::vec(step(), 1..40)
+    ) {
+        let mut ts = job(3, 21);
+        let mut got: Vec<Collect> = (0..3).map(|_| Collect::default()).collect();
+        let mut sent = [[0u32; 3]; 3];
+        let poll_all = |ts: &mut Vec<TcpNetmod>, got: &mut Vec<Collect>| {
+            for (t, g) in ts.iter_mut().zip(got.iter_mut()) {
+                t.am_poll(g, 64).unwrap();
+            }
+        };
+        for st in &steps {
+            match *st {
+                Step::Send { from, to, len } => {
+                    let seq = sent[from][to];
+                    sent[from][to] += 1;
+                    let body = pattern(from as u32, seq as usize, len);
+                    let mut hdr = seq.to_le_bytes().to_vec();
+                    hdr.extend((len as u32).to_le_bytes());
+                    ts[from].am_send(to as Gpid, 6, &hdr, &[&body]).unwrap();
+                }
+                Step::Terminate { at, peer } => ts[at].vc_terminate(peer as Gpid).unwrap(),
+                Step::Poll { times } => {
+                    for _ in 0..times {
+                        poll_all(&mut ts, &mut got);
+                    }
+                }
+            }
+        }
+        let total: u32 = sent.iter().flatten().sum();
+        let start = Instant::now();
+        while got.iter().map(|g| g.0.len() as u32).sum::<u32>() < total
+            || ts.iter().any(|t| t.has_queued_output())
+        {
+            poll_all(&mut ts, &mut got);
+            proptest::prop_assert!(start.elapsed() < Duration::from_secs(10), "stuck");
+        }
+        for (me, g) in got.iter().enumerate() {
+            let mut next = [0u32; 3];
+            for (src, h, hdr, payload) in &g.0 {
+                let src = *src as usize;
+                let seq = u32::from_le_bytes(hdr[..4].try_into().unwrap());
+                proptest::prop_assert_eq!((*h, seq), (6, next[src]), "at {} from {}", me, src);
+                let len = u32::from_le_bytes(hdr[4..8].try_into().unwrap()) as usize;
+                proptest::prop_assert!(*payload == pattern(src as u32, seq as usize, len));
+                next[src] += 1;
+            }
+            for src in 0..3 {
+                proptest::prop_assert_eq!(next[src], sent[src][me]);
+            }
+        }
+        for (me, t) in ts.iter().enumerate() {
+            for peer in 0..3 {
+                proptest::prop_assert!(!t.peer_failed(peer as Gpid), "{} sees {} failed", me, peer);
+            }
+        }
+    }
+}
+
+#[test]
+fn terminating_a_vc_without_a_connection_or_out_of_range() {
+    let mut ts = job(3, 15);
+    let t0 = &mut ts[0];
+    t0.vc_terminate(2).unwrap();
+    t0.vc_terminate(0).unwrap();
+    assert!(!t0.has_queued_output() && !t0.is_connected(2));
+    assert_eq!(t0.vc_terminate(3).unwrap_err().kind(), ErrorKind::Rank);
+}
+
+#[test]
+fn a_peer_that_dies_is_reported_within_a_second() {
+    let mut ts = job(2, 9);
+    let t1 = ts.pop().unwrap();
+    let mut t0 = ts.pop().unwrap();
+    let mut t1 = t1;
+    t0.am_send(1, 1, b"x", &[]).unwrap();
+    let mut got = Collect::default();
+    let start = Instant::now();
+    while got.0.is_empty() {
+        t0.am_poll(&mut Collect::default(), 64).unwrap();
+        t1.am_poll(&mut got, 64).unwrap();
+        assert!(start.elapsed() < Duration::from_secs(10));
+    }
+    drop(t1); // the process "dies": its sockets close
+    let start = Instant::now();
+    while !t0.peer_failed(1) {
+        t0.am_poll(&mut Collect::default(), 64).unwrap();
+        assert!(start.elapsed() < Duration::from_secs(1), "no failure seen");
+    }
+    let err = t0.am_send(1, 1, b"x", &[]).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::PeerFailed);
+}
