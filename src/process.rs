@@ -174,10 +174,18 @@ fn process_netmod(
     size: u32,
     spans_nodes: bool,
 ) -> Result<ProcessNetmod> {
-    let bind: std::net::SocketAddr = std::env::var("CH4_TCP_BIND")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| ([0, 0, 0, 0], 0).into());
+    // A mistyped address must not quietly open the port on every interface instead.
+    let bind: std::net::SocketAddr = match std::env::var("CH4_TCP_BIND") {
+        Ok(v) => v.trim().parse().map_err(|_| {
+            Error::new(
+                ErrorKind::Arg,
+                format!(
+                    "CH4_TCP_BIND={v:?} is not an address and port (like 10.0.0.5:0 or [::1]:0)"
+                ),
+            )
+        })?,
+        Err(_) => ([0, 0, 0, 0], 0).into(),
+    };
     if !spans_nodes {
         // Loopback only, and no exchange: nothing of this job will connect. The key is still
         // random, so that no other local process can pass for a rank.

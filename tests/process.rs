@@ -382,3 +382,43 @@ fn eight_processes_over_tcp_connect_at_once() {
     let stdout = stress(cmd);
     assert!(stdout.contains("shm_stress: 8 ranks"), "{stdout}");
 }
+
+/// `CH4_TCP_BIND` chooses the listening address, IPv6 included; one that does not parse is a
+/// clear error, not a listener quietly opened on every interface.
+#[test]
+fn the_tcp_listening_address_is_chosen_and_checked() {
+    let dir = built();
+    let ring = |bind: &str| {
+        Command::new(dir.join("ch4run"))
+            .args(["-n", "3"])
+            .arg(dir.join("examples/ring"))
+            .env("CH4_NODE_SIZE", "1")
+            .env("CH4_TCP_BIND", bind)
+            .output()
+            .unwrap()
+    };
+    let v6 = ring("[::1]:0");
+    if v6.status.success() {
+        assert_eq!(
+            String::from_utf8_lossy(&v6.stdout)
+                .lines()
+                .filter(|l| l.contains("sum of ranks 3"))
+                .count(),
+            3
+        );
+    } else {
+        eprintln!(
+            "no IPv6 loopback here: {}",
+            String::from_utf8_lossy(&v6.stderr)
+        );
+    }
+    let v4 = succeeded(ring("127.0.0.1:0"));
+    assert!(v4.contains("sum of ranks 3"), "{v4}");
+    let bad = ring("eth0");
+    assert!(!bad.status.success());
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        stderr.contains("CH4_TCP_BIND=\"eth0\" is not an address"),
+        "{stderr}"
+    );
+}

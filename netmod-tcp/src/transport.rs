@@ -310,8 +310,14 @@ impl TcpNetmod {
     }
 }
 
+/// A size from the environment; a value that is not a number is ignored, with a warning.
 fn env_usize(name: &str) -> Option<usize> {
-    std::env::var(name).ok().and_then(|v| v.trim().parse().ok())
+    let v = std::env::var(name).ok()?;
+    let parsed = v.trim().parse().ok();
+    if parsed.is_none() {
+        tracing::warn!("{name}={v:?} is not a number of bytes; using the default");
+    }
+    parsed
 }
 
 impl AmTransport for TcpNetmod {
