@@ -111,6 +111,20 @@ impl SendBuf {
         }
     }
 
+    /// For a buffer with a layout, the pieces of user memory holding message bytes
+    /// `[offset, offset + len)`, in order (see [`Layout::segments`]), so a transport can send
+    /// them as they lie instead of packing them. `None` for a contiguous buffer (use
+    /// [`SendBuf::contiguous`]) and for a range spanning more than `max_pieces` blocks.
+    pub fn segments(
+        &self,
+        offset: usize,
+        len: usize,
+        max_pieces: usize,
+    ) -> Option<smallvec::SmallVec<[&[u8]; 8]>> {
+        let layout = self.layout.as_deref()?;
+        layout.segments(self.extent(), offset, len, max_pieces)
+    }
+
     /// The message as one contiguous byte vector (packing noncontiguous data).
     pub fn to_vec(&self) -> Result<Vec<u8>> {
         match &self.layout {

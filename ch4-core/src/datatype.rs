@@ -456,18 +456,7 @@ impl Layout {
         max_pieces: usize,
     ) -> Option<SmallVec<[&'a mut [u8]; 8]>> {
         self.check_fits(dst.len()).ok()?;
-        if offset.checked_add(len)? > self.packed {
-            return None;
-        }
-        let mut spans: SmallVec<[(usize, usize); 8]> = SmallVec::new();
-        self.for_each_segment(offset, len, |at, n| {
-            if spans.len() == max_pieces {
-                bail!(Count, "more than {max_pieces} pieces");
-            }
-            spans.push((at, n));
-            Ok(())
-        })
-        .ok()?;
+        let spans = self.spans(offset, len, max_pieces)?;
         let mut pieces = SmallVec::with_capacity(spans.len());
         let mut rest = dst;
         let mut consumed = 0usize;
@@ -483,6 +472,45 @@ impl Layout {
             consumed = at + n;
         }
         Some(pieces)
+    }
+
+    /// The pieces of `src` that hold packed bytes `[offset, offset + len)`, in packing order:
+    /// a gather list, so a transport can send a range of a noncontiguous message without
+    /// packing it first. `None` when the range is not inside the message or touches more than
+    /// `max_pieces` blocks.
+    pub fn segments<'a>(
+        &self,
+        src: &'a [u8],
+        offset: usize,
+        len: usize,
+        max_pieces: usize,
+    ) -> Option<SmallVec<[&'a [u8]; 8]>> {
+        self.check_fits(src.len()).ok()?;
+        let spans = self.spans(offset, len, max_pieces)?;
+        spans.iter().map(|&(at, n)| src.get(at..at + n)).collect()
+    }
+
+    /// `(buffer offset, length)` of the blocks holding packed bytes `[offset, offset + len)`,
+    /// if the range is inside the message and touches at most `max_pieces` blocks.
+    fn spans(
+        &self,
+        offset: usize,
+        len: usize,
+        max_pieces: usize,
+    ) -> Option<SmallVec<[(usize, usize); 8]>> {
+        if offset.checked_add(len)? > self.packed {
+            return None;
+        }
+        let mut spans = SmallVec::new();
+        self.for_each_segment(offset, len, |at, n| {
+            if spans.len() == max_pieces {
+                bail!(Count, "more than {max_pieces} pieces");
+            }
+            spans.push((at, n));
+            Ok(())
+        })
+        .ok()?;
+        Some(spans)
     }
 
     /// Gathers the whole message from `src` into a new buffer, for transports (and eager
@@ -547,6 +575,26 @@ mod tests {
                 .map(|p| (p.as_ptr() as usize - base, p.len()))
                 .collect(),
         )
+    }
+
+    #[test]
+    fn gather_segments_concatenate_to_the_packed_range() {
+        let l = Layout::indexed::<u8>(&[(12, 5), (0, 3), (30, 4)]).unwrap();
+        let src = pattern(l.extent_bytes());
+        let packed = l.pack(&src).unwrap();
+        for (offset, len) in [(0, 12), (1, 9), (5, 7), (12, 0)] {
+            let got: Vec<u8> = l.segments(&src, offset, len, 8).unwrap().concat();
+            assert_eq!(got, packed[offset..offset + len], "range {offset}+{len}");
+        }
+        assert!(
+            l.segments(&src, 0, 12, 2).is_none(),
+            "three blocks, two allowed"
+        );
+        assert!(l.segments(&src, 10, 3, 8).is_none(), "beyond the message");
+        assert!(
+            l.segments(&src[..20], 0, 12, 8).is_none(),
+            "buffer too short"
+        );
     }
 
     #[test]

@@ -125,6 +125,9 @@ struct Vc {
     after_placed: bool,
 }
 
+/// The most iovecs one `writev`/`readv` takes (Linux's `IOV_MAX`).
+const IOV_LIMIT: usize = 1024;
+
 /// Frames up to this many bytes go out with one plain write of a copy (see `am_send`).
 const SMALL_FRAME: usize = 256;
 
@@ -342,6 +345,11 @@ impl AmTransport for TcpNetmod {
         let peer = dest as usize;
         if peer >= self.vcs.len() {
             return Err(Error::new(ErrorKind::Rank, format!("no process {dest}")));
+        }
+        if payload.len() > IOV_LIMIT - 2 {
+            // More pieces than one writev takes (with the two headers): join them.
+            let joined = payload.concat();
+            return self.am_send(dest, handler, header, &[&joined]);
         }
         let plen: usize = payload.iter().map(|p| p.len()).sum();
         if header.len() > u8::MAX as usize || plen > self.max_payload + u16::MAX as usize {

@@ -33,8 +33,8 @@ pub(super) enum Direct {
 }
 
 /// A noncontiguous receive buffer is read into directly when a payload falls into at most this
-/// many pieces (one `readv`: the kernel takes at most 1024 iovecs)...
-pub(super) const SCATTER_MAX: usize = 1024;
+/// many pieces (one `readv`)...
+pub(super) const SCATTER_MAX: usize = IOV_LIMIT;
 
 /// ...of at least this many bytes on average (default of `CH4_TCP_SCATTER_MIN`). Measured with
 /// `cargo bench -p netmod-tcp --bench strided` (4 MiB into a vector layout, medians of 5, two
