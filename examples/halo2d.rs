@@ -16,9 +16,12 @@
 //! Rows are contiguous and go straight from and into the grid. Columns are not: each is
 //! described by a [`ch4::Layout`] vector (MPI_Type_vector: `rows` blocks of one `f64`, a row
 //! apart), which gathers it into a staging buffer before the send and scatters the received
-//! column into the halo after the receive. The facade's layout-aware calls (`send_layout` /
-//! `recv_layout`) are blocking, so for a nonblocking exchange the layout packs and unpacks
-//! around plain `isend` / `irecv` — which is also what an eager noncontiguous send does inside.
+//! column into the halo after the receive. The facade's nonblocking layout calls
+//! (`isend_layout` / `irecv_layout`) borrow the whole buffer they select from, and here the
+//! edges and halos of one grid would all be borrowed at once, some mutably — so the layout packs
+//! and unpacks around plain `isend` / `irecv` instead. That is also what the device does with
+//! columns this narrow (blocks of one `f64` are packed; only messages of at most 64 blocks go to
+//! the transport as they lie).
 //!
 //! At the end rank 0 prints the residual, a checksum (the global sum of the grid, by
 //! `allreduce`) and the time per iteration. With `--check`, the blocks are gathered on rank 0

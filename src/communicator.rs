@@ -139,7 +139,9 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
         )
     }
 
-    /// Sends the elements of `buf` selected by `layout` (a vector or indexed datatype).
+    /// Sends the elements of `buf` selected by `layout` (a vector or indexed datatype). The
+    /// blocks go to the transport as they lie in `buf` when they are few enough, without being
+    /// packed into a copy first.
     pub fn send_layout<T: Pod>(
         &self,
         buf: &[T],
@@ -147,8 +149,18 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
         dest: Rank,
         tag: Tag,
     ) -> Result<()> {
-        let packed = layout.pack(as_bytes(buf))?;
-        borrow(&self.dev)?.send(self.id, dest, tag, &packed, SendMode::Standard)
+        // SAFETY: `buf` is borrowed for this whole call, and the request is waited for or
+        // released before we return.
+        let sbuf = unsafe { SendBuf::borrowed_with_layout(as_bytes(buf), layout.clone())? };
+        let mut dev = borrow(&self.dev)?;
+        let h = dev.isend(self.id, dest, tag, sbuf, SendMode::Standard)?;
+        match dev.wait(h) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                dev.release(h);
+                Err(e)
+            }
+        }
     }
 
     /// Receives into the elements of `buf` selected by `layout`; other elements are untouched.
@@ -278,6 +290,43 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
         // SAFETY: `buf` is mutably borrowed for `'a`, which outlives the scope; the scope
         // completes or releases the request before it returns, so no write happens after 'a.
         let rbuf = unsafe { RecvBuf::borrowed(as_bytes_mut(buf)) };
+        let h = borrow(&self.dev)?.irecv(self.id, src, tag, rbuf)?;
+        Ok(scope.register(h))
+    }
+
+    /// Starts a send of the elements of `buf` selected by `layout`, borrowed until the request
+    /// completes (MPI_Isend with a derived datatype): no packed copy is made when the transport
+    /// can take the blocks as they lie.
+    pub fn isend_layout<'a, 's, T: Pod>(
+        &self,
+        scope: &'s Scope<'a, N, S>,
+        buf: &'a [T],
+        layout: &Layout,
+        dest: Rank,
+        tag: Tag,
+    ) -> Result<Request<'a, 's, N, S>> {
+        self.same_device(scope)?;
+        // SAFETY: as in `isend_mode`: `buf` outlives the scope, which completes or releases
+        // the request before 'a ends.
+        let sbuf = unsafe { SendBuf::borrowed_with_layout(as_bytes(buf), layout.clone())? };
+        let h = borrow(&self.dev)?.isend(self.id, dest, tag, sbuf, SendMode::Standard)?;
+        Ok(scope.register(h))
+    }
+
+    /// Starts a receive into the elements of `buf` selected by `layout` (other elements are
+    /// untouched), borrowed until the request completes (MPI_Irecv with a derived datatype).
+    pub fn irecv_layout<'a, 's, T: Pod>(
+        &self,
+        scope: &'s Scope<'a, N, S>,
+        buf: &'a mut [T],
+        layout: &Layout,
+        src: Rank,
+        tag: Tag,
+    ) -> Result<Request<'a, 's, N, S>> {
+        self.same_device(scope)?;
+        // SAFETY: as in `irecv`: `buf` is mutably borrowed for 'a, which outlives the scope;
+        // the scope completes or releases the request before it returns.
+        let rbuf = unsafe { RecvBuf::borrowed_with_layout(as_bytes_mut(buf), layout.clone())? };
         let h = borrow(&self.dev)?.irecv(self.id, src, tag, rbuf)?;
         Ok(scope.register(h))
     }

@@ -500,6 +500,26 @@ fn layouts<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
             assert_eq!(x, want);
         }
     }
+    // Nonblocking, both ways at once: blocks of 40 elements 50 apart (eager and rendezvous
+    // pieces of several blocks each), into an indexed layout listing its blocks backwards.
+    let send_lay = ch4::Layout::vector::<u32>(6, 40, 50)?;
+    let recv_lay = ch4::Layout::indexed::<u32>(&[(500, 120), (0, 120)])?;
+    let src: Vec<u32> = (0..300).map(|i| i + 1000 * w.rank() as u32).collect();
+    let mut dst = vec![0u32; 620];
+    if w.rank() < 2 {
+        let peer = 1 - w.rank();
+        ctx.scope(|s| {
+            let r = w.irecv_layout(s, &mut dst, &recv_lay, peer, 7)?;
+            let q = w.isend_layout(s, &src, &send_lay, peer, 7)?;
+            s.wait_all(vec![q, r]).map(drop)
+        })?;
+        let sent: Vec<u32> = (0..6)
+            .flat_map(|b| (b * 50..b * 50 + 40).map(|i| i + 1000 * peer as u32))
+            .collect();
+        assert_eq!(&dst[500..620], &sent[..120]);
+        assert_eq!(&dst[0..120], &sent[120..]);
+        assert!(dst[120..500].iter().all(|&x| x == 0), "outside the layout");
+    }
     w.barrier()
 }
 on_all_routes!(noncontiguous, 2, layouts);
