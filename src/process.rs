@@ -341,6 +341,11 @@ fn node_segment(
 ) -> Result<Arc<Segment>> {
     if ranks == 1 {
         // Alone on the node: the rings live in private memory and no file is needed at all.
+        // The two barriers below are the whole job's, though: skipping them would pair this
+        // rank's later barriers with the other nodes' segment barriers (a job with nodes of
+        // one and of more ranks then read the job key before rank 0 had published it).
+        client.barrier().map_err(pmi_err)?;
+        client.barrier().map_err(pmi_err)?;
         return Ok(Arc::new(Segment::anonymous(1, cfg.geometry())?));
     }
     let path = segment_path(kvs, node);

@@ -422,3 +422,26 @@ fn the_tcp_listening_address_is_chosen_and_checked() {
         "{stderr}"
     );
 }
+
+/// Nodes of different sizes (3 ranks in nodes of 2: one node of two, one of one). A rank alone
+/// on its node used to skip the shared-segment barriers that the others took, so its later
+/// barriers paired with theirs and it read the TCP job key before rank 0 had published it.
+#[test]
+fn a_job_with_nodes_of_different_sizes_starts() {
+    let dir = built();
+    for (ranks, node) in [("3", "2"), ("5", "2"), ("4", "3")] {
+        let out = Command::new(dir.join("ch4run"))
+            .args(["-n", ranks])
+            .arg(dir.join("examples/ring"))
+            .env("CH4_NODE_SIZE", node)
+            .output()
+            .unwrap();
+        let stdout = succeeded(out);
+        let n: usize = ranks.parse().unwrap();
+        assert_eq!(
+            stdout.lines().filter(|l| l.contains("token")).count(),
+            n,
+            "{ranks} ranks in nodes of {node}: {stdout}"
+        );
+    }
+}

@@ -56,6 +56,13 @@ pub fn succeeded(out: Output) -> String {
 /// netmod over loopback — with the route tests' tiny eager limit and piece size. Fails if the
 /// job fails, takes more than a minute, or any rank did not run and pass its test.
 pub fn processes_over_tcp(module: &str, ranks: u32) {
+    processes_on_nodes_of(module, ranks, 1);
+}
+
+/// Like [`processes_over_tcp`], with every `node_size` consecutive ranks one node: those talk
+/// through shared memory (with the shm layer's tiny eager limit too), the others over TCP, so
+/// ANY_SOURCE receives draw from both in real processes.
+pub fn processes_on_nodes_of(module: &str, ranks: u32, node_size: u32) {
     let test = module
         .split_once("::")
         .map(|(_crate, rest)| format!("{rest}::rank"))
@@ -71,7 +78,8 @@ pub fn processes_over_tcp(module: &str, ranks: u32) {
             "--nocapture",
             "--test-threads=1",
         ])
-        .env("CH4_NODE_SIZE", "1")
+        .env("CH4_NODE_SIZE", node_size.to_string())
+        .env("CH4_SHM_EAGER_LIMIT", super::EAGER.to_string())
         .env("CH4_TCP_EAGER_LIMIT", super::EAGER.to_string())
         .env("CH4_TCP_PIECE_SIZE", "100")
         .stdout(std::process::Stdio::piped())

@@ -12,6 +12,8 @@
 //! - `tcp`: one rank per node, everything through the TCP netmod over loopback sockets;
 //! - `tcp_processes`: the same with every rank a process under `ch4run` (the ignored `rank`
 //!   test is what each process runs);
+//! - `mixed_processes`: processes on nodes of two (at least three ranks, so there is more than
+//!   one node): shared memory within a node, TCP between nodes;
 //! - `native_mixed`: two ranks per node with the natively matching netmod, so shm, native
 //!   matching and the ANY_SOURCE partner logic all take part.
 //!
@@ -31,7 +33,7 @@ pub fn small(ranks: u32) -> Threads {
     Threads::new(ranks).eager_limit(EAGER).max_payload(100)
 }
 
-/// Generates `shm`, `shm_streamed`, `shm_crowded`, `net_am`, `tcp`, `tcp_processes` and `native_mixed` tests that run `$body(ctx)` on `$ranks` ranks
+/// Generates `shm`, `shm_streamed`, `shm_crowded`, `net_am`, `tcp`, `tcp_processes`, `mixed_processes` and `native_mixed` tests that run `$body(ctx)` on `$ranks` ranks
 /// (and with `processes = n`, `tcp_processes_wide`: the body on `n` processes over TCP).
 #[macro_export]
 macro_rules! on_all_routes {
@@ -92,6 +94,13 @@ macro_rules! on_all_routes {
             #[test]
             fn tcp_processes() {
                 common::jobs::processes_over_tcp(module_path!(), $ranks);
+            }
+
+            /// The same as processes on nodes of two: shared memory within, TCP between.
+            #[cfg(feature = "tcp")]
+            #[test]
+            fn mixed_processes() {
+                common::jobs::processes_on_nodes_of(module_path!(), ($ranks).max(3), 2);
             }
 
             $(
