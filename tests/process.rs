@@ -272,6 +272,7 @@ fn kill_9_of_a_rank_ends_the_job_and_leaves_nothing_behind() {
     assert!(!segment_of(launcher).exists());
 }
 
+/// MPICH's launcher drives the same PMI-1 bootstrap, on one node and over TCP.
 #[test]
 fn ring_runs_under_hydra() {
     let Some(hydra) = ["mpiexec.hydra", "mpiexec.mpich"].into_iter().find(|h| {
@@ -285,20 +286,23 @@ fn ring_runs_under_hydra() {
         return;
     };
     let dir = built();
-    let out = Command::new(hydra)
-        .args(["-n", "4"])
-        .arg(dir.join("examples/ring"))
-        .output()
-        .unwrap();
-    let stdout = succeeded(out);
-    assert_eq!(
-        stdout
-            .lines()
-            .filter(|l| l.contains("sum of ranks 6"))
-            .count(),
-        4,
-        "{stdout}"
-    );
+    // One node (shared memory), every rank its own node (TCP), and nodes of 3 and 1.
+    for node_size in [None, Some("1"), Some("3")] {
+        let mut cmd = Command::new(hydra);
+        cmd.args(["-n", "4"]);
+        if let Some(k) = node_size {
+            cmd.args(["-genv", "CH4_NODE_SIZE", k]);
+        }
+        let stdout = succeeded(cmd.arg(dir.join("examples/ring")).output().unwrap());
+        assert_eq!(
+            stdout
+                .lines()
+                .filter(|l| l.contains("sum of ranks 6"))
+                .count(),
+            4,
+            "nodes of {node_size:?}: {stdout}"
+        );
+    }
 }
 
 /// Every rank its own node (`CH4_NODE_SIZE=1`): all traffic through the TCP netmod over
