@@ -88,6 +88,16 @@ enum VcState {
     Failed(String),
 }
 
+impl VcState {
+    /// Whether a handshake is under way: it advances only on epoll events.
+    fn in_handshake(&self) -> bool {
+        matches!(
+            self,
+            VcState::Connecting | VcState::AwaitAnswer { .. } | VcState::AwaitIncoming
+        )
+    }
+}
+
 /// One peer's connection state (CH3's VC).
 struct Vc {
     state: VcState,
@@ -150,6 +160,8 @@ pub struct TcpNetmod {
     connected: Vec<usize>,
     /// Polls since the last epoll_wait.
     polls: u32,
+    /// VCs in a handshake (see [`VcState::in_handshake`]); kept by [`TcpNetmod::set_state`].
+    handshakes: usize,
     /// Payloads read straight into receive buffers so far.
     placed: u64,
     eager_limit: usize,
@@ -224,11 +236,23 @@ impl TcpNetmod {
             backlog: Vec::new(),
             connected: Vec::new(),
             polls: 0,
+            handshakes: 0,
             placed: 0,
             eager_limit,
             max_payload,
             scatter_min: env_usize("CH4_TCP_SCATTER_MIN").unwrap_or(SCATTER_MIN_PIECE),
         })
+    }
+
+    /// Moves `peer`'s VC to `state`, counting the VCs in a handshake.
+    fn set_state(&mut self, peer: usize, state: VcState) {
+        let vc = &mut self.vcs[peer];
+        match (vc.state.in_handshake(), state.in_handshake()) {
+            (false, true) => self.handshakes += 1,
+            (true, false) => self.handshakes -= 1,
+            _ => {}
+        }
+        vc.state = state;
     }
 
     /// Lowers the eager limit and the largest payload (tests use tiny ones so that small messages
@@ -476,8 +500,9 @@ impl AmTransport for TcpNetmod {
             delivered += self.deliver_backlog(sink, budget - delivered)?;
         }
         // With few connections, reading (and flushing) them directly costs one system call each
-        // and no epoll_wait: the latency path. epoll still runs every few polls for new
-        // connections, handshakes and failures, and always when there are many peers.
+        // and no epoll_wait: the latency path. epoll still runs every 64th poll for new
+        // connections, at every poll while a handshake is under way, and always when there are
+        // many peers.
         self.polls = self.polls.wrapping_add(1);
         let direct = self.connected.len() <= DIRECT_MAX;
         if direct {
@@ -493,8 +518,9 @@ impl AmTransport for TcpNetmod {
             if delivered < budget && !self.backlog.is_empty() {
                 delivered += self.deliver_backlog(sink, budget - delivered)?;
             }
-            let settled = self.connected.len() + 1 == self.vcs.len()
-                && self.incoming.iter().all(Option::is_none);
+            // Handshakes and connections that are still saying who they are advance only on
+            // epoll events; otherwise epoll is needed just for new connections and can wait.
+            let settled = self.handshakes == 0 && self.incoming.iter().all(Option::is_none);
             if settled && self.polls % EPOLL_EVERY != 0 {
                 return Ok(delivered);
             }

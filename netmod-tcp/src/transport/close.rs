@@ -107,6 +107,7 @@ impl TcpNetmod {
         vc.peer_goodbye = None;
         vc.eof = false;
         vc.head_sent = 0;
+        // From Connected: no handshake to uncount (see `set_state`).
         vc.state = VcState::Idle;
         vc.sendq = std::mem::take(&mut vc.reopen);
         tracing::debug!(peer, "tcp: connection closed in order");
@@ -132,7 +133,7 @@ impl TcpNetmod {
         vc.close = None;
         vc.reopen.clear();
         vc.successor = None;
-        vc.state = VcState::Failed(why);
+        self.set_state(peer, VcState::Failed(why));
     }
 
     /// The peer is gone (`why`): no more sends to it, but what it sent is still delivered.
@@ -146,6 +147,6 @@ impl TcpNetmod {
         vc.close = None;
         vc.reopen.clear();
         vc.successor = None;
-        vc.state = VcState::Failed(why);
+        self.set_state(peer, VcState::Failed(why));
     }
 }

@@ -46,7 +46,7 @@ impl TcpNetmod {
         let vc = &mut self.vcs[peer];
         vc.stream = Some(stream);
         vc.in_epoll = false;
-        vc.state = VcState::Connected;
+        self.set_state(peer, VcState::Connected);
         self.went_connected(peer);
         self.flush(peer);
     }
@@ -106,7 +106,7 @@ impl TcpNetmod {
             .map_err(|e| transport_err(format!("epoll register: {e}")))?;
         self.vcs[peer].stream = Some(stream);
         self.vcs[peer].in_epoll = true;
-        self.vcs[peer].state = VcState::Connecting;
+        self.set_state(peer, VcState::Connecting);
         Ok(())
     }
 
@@ -126,10 +126,13 @@ impl TcpNetmod {
                 Err(e) => return self.fail(peer, format!("connect: {e}")),
             }
             let _ = stream.set_nodelay(true);
-            self.vcs[peer].state = VcState::AwaitAnswer {
-                sent: 0,
-                got: Vec::new(),
-            };
+            self.set_state(
+                peer,
+                VcState::AwaitAnswer {
+                    sent: 0,
+                    got: Vec::new(),
+                },
+            );
         }
         if let VcState::AwaitAnswer { .. } = self.vcs[peer].state {
             self.drive_hello(peer);
@@ -150,7 +153,7 @@ impl TcpNetmod {
             Hello::Pending => {}
             Hello::Failed(why) => self.fail(peer, why),
             Hello::Answer(ACCEPTED) => {
-                self.vcs[peer].state = VcState::Connected;
+                self.set_state(peer, VcState::Connected);
                 self.went_connected(peer);
                 self.flush(peer);
                 // Frames may have come right behind the answer.
@@ -161,7 +164,7 @@ impl TcpNetmod {
                 if let Some(mut s) = self.vcs[peer].stream.take() {
                     let _ = self.poll.registry().deregister(&mut s);
                 }
-                self.vcs[peer].state = VcState::AwaitIncoming;
+                self.set_state(peer, VcState::AwaitIncoming);
             }
             Hello::Answer(_) => self.fail(
                 peer,
