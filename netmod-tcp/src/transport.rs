@@ -123,6 +123,12 @@ struct Vc {
     successor: Option<TcpStream>,
     /// Whether `stream` is registered with epoll (see [`TcpNetmod::went_connected`]).
     in_epoll: bool,
+    /// Connections with this peer established so far, counted alike at both ends (each counts
+    /// a connection when it starts carrying messages). A hello carries the sender's count, so
+    /// a connection attempt from an earlier round — one that lost a simultaneous connect and
+    /// was accepted from the backlog only after the winner was closed — is told apart from a
+    /// real reconnection and dropped.
+    generation: u32,
     /// Reading stopped, with more perhaps in the socket, to deliver the frames that came in
     /// first: a large payload behind them may then go straight into a receive buffer instead
     /// of through the decoder. The delivery reads on once they are out.
@@ -226,6 +232,7 @@ impl TcpNetmod {
                     reopen: VecDeque::new(),
                     successor: None,
                     in_epoll: false,
+                    generation: 0,
                     paused: false,
                     decoder_only: false,
                     after_placed: false,

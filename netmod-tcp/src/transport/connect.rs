@@ -11,7 +11,8 @@ use super::*;
 /// First bytes of a hello.
 pub(super) const HELLO_MAGIC: [u8; 8] = *b"ch4tcp\0\x01";
 
-/// Bytes of a hello: magic, job key (u64 LE), rank (u32 LE), reserved (u32).
+/// Bytes of a hello: magic, job key (u64 LE), rank (u32 LE), generation (u32 LE: how many
+/// connections the sender has had with the receiver so far; see `Vc::generation`).
 pub(super) const HELLO: usize = 24;
 
 /// First bytes of an answer to a hello.
@@ -56,6 +57,7 @@ impl TcpNetmod {
     /// watches costs every arriving segment a wake-up callback in the sender's system call —
     /// on the latency path. With more, every open connection is watched.
     pub(super) fn went_connected(&mut self, peer: usize) {
+        self.vcs[peer].generation = self.vcs[peer].generation.wrapping_add(1);
         self.connected.push(peer);
         if self.connected.len() <= DIRECT_MAX {
             self.watch(peer, false);
@@ -179,6 +181,7 @@ impl TcpNetmod {
         hello[..8].copy_from_slice(&HELLO_MAGIC);
         hello[8..16].copy_from_slice(&self.key.to_le_bytes());
         hello[16..20].copy_from_slice(&self.me.to_le_bytes());
+        hello[20..24].copy_from_slice(&self.vcs[peer].generation.to_le_bytes());
         let vc = &mut self.vcs[peer];
         let (VcState::AwaitAnswer { sent, got }, Some(stream)) =
             (&mut vc.state, vc.stream.as_mut())
@@ -264,6 +267,13 @@ impl TcpNetmod {
             let from = inc.stream.peer_addr().ok();
             tracing::warn!(?from, "tcp: refused a connection that is not from this job");
             return self.drop_incoming(slot, Some(REFUSED));
+        }
+        let generation = u32::from_le_bytes(h[20..24].try_into().unwrap_or_default());
+        if generation != self.vcs[rank].generation {
+            // An attempt that lost a simultaneous connect, read only after the connection that
+            // won has come and gone: its sender dropped it long ago.
+            tracing::debug!(rank, generation, "tcp: dropped a stale connection attempt");
+            return self.drop_incoming(slot, Some(DUPLICATE));
         }
         let me = self.me as usize;
         let vc = &self.vcs[rank];

@@ -1,6 +1,6 @@
 //! The TCP netmod over loopback, ranks as netmods stepped by threads or by one thread.
 
-use super::connect::{ACCEPTED, ANSWER_MAGIC, HELLO, HELLO_MAGIC, REFUSED};
+use super::connect::{ACCEPTED, ANSWER, ANSWER_MAGIC, DUPLICATE, HELLO, HELLO_MAGIC, REFUSED};
 use super::*;
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -248,13 +248,15 @@ fn both_ends_closing_at_once_end_idle_and_reconnect() {
     }
 }
 
-/// A raw socket speaking the protocol as rank 1 of `key`'s job, connected to `addr`.
-fn raw_rank_1(addr: SocketAddr, key: u64) -> std::net::TcpStream {
+/// A raw socket speaking the protocol as rank 1 of `key`'s job, connected to `addr`, its hello
+/// saying it has had `generation` connections with rank 0 before.
+fn raw_rank_1(addr: SocketAddr, key: u64, generation: u32) -> std::net::TcpStream {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     let mut hello = [0u8; HELLO];
     hello[..8].copy_from_slice(&HELLO_MAGIC);
     hello[8..16].copy_from_slice(&key.to_le_bytes());
     hello[16..20].copy_from_slice(&1u32.to_le_bytes());
+    hello[20..24].copy_from_slice(&generation.to_le_bytes());
     s.write_all(&hello).unwrap();
     s
 }
@@ -266,12 +268,65 @@ fn raw_frame(handler: u8, header: &[u8]) -> Vec<u8> {
 }
 
 #[test]
+fn a_stale_attempt_read_after_its_winner_closed_is_dropped_not_adopted() {
+    let mut ts = job(2, 16);
+    drop(ts.pop()); // rank 1 is played by raw sockets
+    let mut t0 = ts.pop().unwrap();
+    let mut got = Collect::default();
+    let poll_until =
+        |t0: &mut TcpNetmod, got: &mut Collect, done: &dyn Fn(&TcpNetmod, &Collect) -> bool| {
+            let start = Instant::now();
+            while !done(t0, got) {
+                t0.am_poll(got, 64).unwrap();
+                assert!(start.elapsed() < Duration::from_secs(10), "stuck");
+            }
+        };
+    // A first connection carries a message and is closed in order.
+    let mut first = raw_rank_1(t0.local_addr(), 16, 0);
+    first.write_all(&raw_frame(7, b"one")).unwrap();
+    first
+        .write_all(&frame::encode_control(frame::GOODBYE))
+        .unwrap();
+    poll_until(&mut t0, &mut got, &|t, g| {
+        g.0.len() == 1 && t.vcs[1].close.is_some_and(|c| c.shut)
+    });
+    first.shutdown(std::net::Shutdown::Write).unwrap();
+    poll_until(&mut t0, &mut got, &|t, _| {
+        matches!(t.vcs[1].state, VcState::Idle)
+    });
+    // An attempt from before that connection (generation 0) turns up now: dropped, and the
+    // VC neither fails nor carries its message.
+    let mut stale = raw_rank_1(t0.local_addr(), 16, 0);
+    stale.write_all(&raw_frame(7, b"stale")).unwrap();
+    stale
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut answer = [0u8; ANSWER];
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(300) {
+        t0.am_poll(&mut got, 64).unwrap();
+    }
+    stale.read_exact(&mut answer).unwrap();
+    assert_eq!(
+        u32::from_le_bytes(answer[4..8].try_into().unwrap()),
+        DUPLICATE
+    );
+    assert_eq!(got.0.len(), 1);
+    assert!(!t0.peer_failed(1) && !t0.is_connected(1));
+    // A real reconnection (generation 1) is accepted.
+    let mut fresh = raw_rank_1(t0.local_addr(), 16, 1);
+    fresh.write_all(&raw_frame(7, b"two")).unwrap();
+    poll_until(&mut t0, &mut got, &|_, g| g.0.len() == 2);
+    assert!(got.0[1].2 == b"two" && t0.is_connected(1) && !t0.peer_failed(1));
+}
+
+#[test]
 fn a_new_connection_during_a_close_waits_until_the_old_one_ended() {
     let mut ts = job(2, 13);
     drop(ts.pop()); // rank 1 is played by raw sockets
     let mut t0 = ts.pop().unwrap();
     let mut got = Collect::default();
-    let mut old = raw_rank_1(t0.local_addr(), 13);
+    let mut old = raw_rank_1(t0.local_addr(), 13, 0);
     old.write_all(&raw_frame(7, b"A1")).unwrap();
     old.write_all(&raw_frame(7, b"A2")).unwrap();
     old.write_all(&frame::encode_control(frame::GOODBYE))
@@ -290,7 +345,7 @@ fn a_new_connection_during_a_close_waits_until_the_old_one_ended() {
     want.extend(frame::encode_control(frame::GOODBYE));
     assert_eq!(answer, want);
     // "Rank 1" connects again and sends before its old connection has ended at rank 0.
-    let mut new = raw_rank_1(t0.local_addr(), 13);
+    let mut new = raw_rank_1(t0.local_addr(), 13, 1);
     new.write_all(&raw_frame(7, b"X")).unwrap();
     let start = Instant::now();
     while start.elapsed() < Duration::from_millis(300) {
