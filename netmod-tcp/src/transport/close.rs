@@ -99,6 +99,7 @@ impl TcpNetmod {
             return;
         }
         self.connected.retain(|&p| p != peer);
+        self.hot.retain(|&p| p != peer);
         let vc = &mut self.vcs[peer];
         if let Some(mut s) = vc.stream.take() {
             let _ = self.poll.registry().deregister(&mut s);
@@ -123,6 +124,7 @@ impl TcpNetmod {
     pub(super) fn fail(&mut self, peer: usize, why: String) {
         tracing::warn!(peer, "tcp: connection failed: {why}");
         self.connected.retain(|&p| p != peer);
+        self.hot.retain(|&p| p != peer);
         let vc = &mut self.vcs[peer];
         if let Some(mut s) = vc.stream.take() {
             let _ = self.poll.registry().deregister(&mut s);
@@ -139,6 +141,7 @@ impl TcpNetmod {
     /// The peer is gone (`why`): no more sends to it, but what it sent is still delivered.
     pub(super) fn fail_after_drain(&mut self, peer: usize, why: String) {
         self.connected.retain(|&p| p != peer);
+        self.hot.retain(|&p| p != peer);
         let vc = &mut self.vcs[peer];
         if let Some(mut s) = vc.stream.take() {
             let _ = self.poll.registry().deregister(&mut s);

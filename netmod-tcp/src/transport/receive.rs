@@ -48,6 +48,16 @@ pub(super) const SCATTER_MIN_PIECE: usize = 4 << 10;
 pub(super) const DIRECT_MIN: usize = 16 << 10;
 
 impl TcpNetmod {
+    /// With more connections than are read directly, `peer` just sent something: read it
+    /// directly at the next polls too (it is likely to send again soon, and a read finds that
+    /// sooner than epoll), in place of the peer heard from longest ago.
+    fn mark_hot(&mut self, peer: usize) {
+        if self.connected.len() > DIRECT_MAX && !self.hot.contains(&peer) {
+            self.hot.insert(0, peer);
+            self.hot.truncate(HOT_MAX);
+        }
+    }
+
     /// Reads everything the socket has into the VC's decoder. Readiness from epoll is
     /// edge-triggered, so after an event the socket must be read until it would block; a direct
     /// read at a poll (`until_would_block` false) stops at the first read that leaves space,
@@ -96,6 +106,7 @@ impl TcpNetmod {
         // Frames that arrived before an end of stream are still delivered.
         if self.vcs[peer].decoder.has_data() && !self.backlog.contains(&peer) {
             self.backlog.push(peer);
+            self.mark_hot(peer);
         }
         match outcome {
             Ok(()) => {}
