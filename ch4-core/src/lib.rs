@@ -13,6 +13,7 @@ pub mod comm;
 pub mod core;
 pub mod datatype;
 pub mod device;
+pub mod env;
 pub mod error;
 pub mod matching;
 pub mod pool;

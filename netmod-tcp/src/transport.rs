@@ -215,10 +215,10 @@ impl TcpNetmod {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)
             .map_err(|e| transport_err(format!("epoll register: {e}")))?;
-        let max_payload = env_usize("CH4_TCP_PIECE_SIZE")
+        let max_payload = ch4_core::env::bytes("CH4_TCP_PIECE_SIZE")
             .unwrap_or(DEFAULT_PAYLOAD)
             .max(1);
-        let eager_limit = env_usize("CH4_TCP_EAGER_LIMIT")
+        let eager_limit = ch4_core::env::bytes("CH4_TCP_EAGER_LIMIT")
             .unwrap_or(DEFAULT_EAGER)
             .min(max_payload);
         Ok(TcpNetmod {
@@ -259,7 +259,7 @@ impl TcpNetmod {
             placed: 0,
             eager_limit,
             max_payload,
-            scatter_min: env_usize("CH4_TCP_SCATTER_MIN").unwrap_or(SCATTER_MIN_PIECE),
+            scatter_min: ch4_core::env::bytes("CH4_TCP_SCATTER_MIN").unwrap_or(SCATTER_MIN_PIECE),
         })
     }
 
@@ -371,16 +371,6 @@ impl TcpNetmod {
             self.maybe_closed(peer);
         }
     }
-}
-
-/// A size from the environment; a value that is not a number is ignored, with a warning.
-fn env_usize(name: &str) -> Option<usize> {
-    let v = std::env::var(name).ok()?;
-    let parsed = v.trim().parse().ok();
-    if parsed.is_none() {
-        tracing::warn!("{name}={v:?} is not a number of bytes; using the default");
-    }
-    parsed
 }
 
 impl AmTransport for TcpNetmod {

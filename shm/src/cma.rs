@@ -48,12 +48,7 @@ impl CmaConfig {
                 )
             })
             .unwrap_or(true);
-        let bytes = |name: &str, default: usize| {
-            std::env::var(name)
-                .ok()
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(default)
-        };
+        let bytes = |name: &str, default: usize| ch4_core::env::bytes(name).unwrap_or(default);
         CmaConfig {
             enabled: enabled && cfg!(target_os = "linux"),
             threshold: bytes("CH4_SHM_CMA_THRESHOLD", DEFAULT_THRESHOLD),

@@ -74,13 +74,13 @@ impl ShmConfig {
         // carry the rest.
         let budget = 64usize << 20;
         let per_pair = (budget / (ranks * ranks).max(1)).clamp(4 << 10, 1 << 20);
-        let ring_capacity = env_usize("CH4_SHM_RING_SIZE")
+        let ring_capacity = ch4_core::env::bytes("CH4_SHM_RING_SIZE")
             .filter(|c| c.is_power_of_two() && (4096..=MAX_CAPACITY).contains(c))
             .unwrap_or_else(|| per_pair.next_power_of_two().min(1 << 20));
-        let cell_size = env_usize("CH4_SHM_CELL_SIZE")
+        let cell_size = ch4_core::env::bytes("CH4_SHM_CELL_SIZE")
             .map(|c| (c.div_ceil(64) * 64).clamp(2 * CELL_HEADER, 1 << 20))
             .unwrap_or(Geometry::DEFAULT_CELL_SIZE);
-        let cells_per_rank = env_usize("CH4_SHM_CELLS")
+        let cells_per_rank = ch4_core::env::bytes("CH4_SHM_CELLS")
             .map(|c| c.clamp(1, MAX_CELLS_PER_RANK))
             .unwrap_or(Geometry::DEFAULT_CELLS);
         let record_max = max_record_body(ring_capacity).max(cell_size - CELL_HEADER);
@@ -89,7 +89,7 @@ impl ShmConfig {
         // to 64 KiB (32 KiB: 5.7-6.6 µs eager vs 6.4-8.5 µs rendezvous) with bandwidth within
         // noise; 32 rather than 64 KiB bounds what an early-arriving message costs to buffer.
         let eager_default = (32usize << 10).min(record_max - CTRL_HEADER_MAX);
-        let eager_limit = env_usize("CH4_SHM_EAGER_LIMIT")
+        let eager_limit = ch4_core::env::bytes("CH4_SHM_EAGER_LIMIT")
             .unwrap_or(eager_default)
             .min(record_max - CTRL_HEADER_MAX);
         ShmConfig {
@@ -108,16 +108,6 @@ impl ShmConfig {
             cells_per_rank: self.cells_per_rank,
         }
     }
-}
-
-/// A size from the environment; a value that is not a number is ignored, with a warning.
-fn env_usize(name: &str) -> Option<usize> {
-    let v = std::env::var(name).ok()?;
-    let parsed = v.trim().parse().ok();
-    if parsed.is_none() {
-        tracing::warn!("{name}={v:?} is not a number of bytes; using the default");
-    }
-    parsed
 }
 
 /// The shared-memory transport of one rank.
@@ -187,7 +177,7 @@ impl ShmTransport {
         // it overlap (a pipeline several pieces deep), large enough to amortize each record.
         // Measured with osu_latency on this project's 2-core host: 64 KiB pieces take a 1 MiB
         // message from 231 µs (512 KiB pieces) to 135 µs; 32-128 KiB are all close.
-        let max_payload = env_usize("CH4_SHM_PIECE_SIZE")
+        let max_payload = ch4_core::env::bytes("CH4_SHM_PIECE_SIZE")
             .unwrap_or(DEFAULT_PIECE)
             .max(1);
         seg.set_alive(me, pid, true);
@@ -209,7 +199,9 @@ impl ShmTransport {
             cma: CmaConfig::from_env(),
             seg,
         };
-        t.set_ring_record_max(env_usize("CH4_SHM_RING_RECORD_MAX").unwrap_or(usize::MAX));
+        t.set_ring_record_max(
+            ch4_core::env::bytes("CH4_SHM_RING_RECORD_MAX").unwrap_or(usize::MAX),
+        );
         Ok(t)
     }
 

@@ -74,8 +74,8 @@ impl TcpNetmod {
             .peer_goodbye
             .or_else(|| vc.decoder.ends_with_control().map(|c| c == frame::LEAVING));
         match goodbye {
-            None => self.fail_after_drain(peer, "the peer closed the connection".into()),
-            Some(true) => self.fail_after_drain(peer, format!("process {peer} left the job")),
+            None => self.fail(peer, "the peer closed the connection".into()),
+            Some(true) => self.peer_left(peer),
             Some(false) => {
                 vc.eof = true;
                 self.begin_close(peer, false);
@@ -121,8 +121,16 @@ impl TcpNetmod {
         }
     }
 
+    /// The connection to `peer` broke (`why`): it is closed, what was queued for it dropped,
+    /// and sends to it fail from now on. Frames it sent that are already held are still
+    /// delivered.
     pub(super) fn fail(&mut self, peer: usize, why: String) {
         tracing::warn!(peer, "tcp: connection failed: {why}");
+        self.end_vc(peer, why);
+    }
+
+    /// Ends `peer`'s VC for good, with `why` as the error its sends report.
+    fn end_vc(&mut self, peer: usize, why: String) {
         self.connected.retain(|&p| p != peer);
         self.hot.retain(|&p| p != peer);
         let vc = &mut self.vcs[peer];
@@ -138,18 +146,10 @@ impl TcpNetmod {
         self.set_state(peer, VcState::Failed(why));
     }
 
-    /// The peer is gone (`why`): no more sends to it, but what it sent is still delivered.
-    pub(super) fn fail_after_drain(&mut self, peer: usize, why: String) {
-        self.connected.retain(|&p| p != peer);
-        self.hot.retain(|&p| p != peer);
-        let vc = &mut self.vcs[peer];
-        if let Some(mut s) = vc.stream.take() {
-            let _ = self.poll.registry().deregister(&mut s);
-        }
-        vc.sendq.clear();
-        vc.close = None;
-        vc.reopen.clear();
-        vc.successor = None;
-        self.set_state(peer, VcState::Failed(why));
+    /// `peer` finalized and left the job: its VC ends like a failed one (requests waiting on it
+    /// fail, sends to it too), but that is no fault, so it is not reported as one.
+    pub(super) fn peer_left(&mut self, peer: usize) {
+        tracing::debug!(peer, "tcp: the peer left the job");
+        self.end_vc(peer, format!("process {peer} left the job"));
     }
 }

@@ -112,9 +112,7 @@ impl TcpNetmod {
             Ok(()) => {}
             Err(None) => self.on_eof(peer),
             // A process that left may reset the connection rather than close it.
-            Err(Some(_)) if self.vcs[peer].peer_goodbye == Some(true) => {
-                self.fail_after_drain(peer, format!("process {peer} left the job"))
-            }
+            Err(Some(_)) if self.vcs[peer].peer_goodbye == Some(true) => self.peer_left(peer),
             Err(Some(e)) => self.fail(peer, format!("read: {e}")),
         }
     }
