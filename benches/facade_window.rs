@@ -18,6 +18,8 @@ use shm::{Segment, ShmTransport};
 const WINDOW: usize = 64;
 
 fn main() -> ch4::Result<()> {
+    // ch4's warnings (and, with CH4_LOG=debug, more) on standard error.
+    ch4::log::init();
     let windows: usize = std::env::args()
         .skip(1)
         .find_map(|a| a.parse().ok())

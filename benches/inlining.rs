@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use ch4_core::buffer::{RecvBuf, SendBuf};
 use ch4_core::core::DeviceConfig;
-use ch4_core::transport::{AmSink, AmTransport, HandlerId, PeerRead, Shm};
+use ch4_core::transport::{AmSink, AmTransport, HandlerId, PeerRead, PeerState, Shm};
 use ch4_core::{CommId, Device, Gpid, NoNetmod, ReqHandle, Result, SendMode};
 use shm::{Geometry, Segment, ShmTransport};
 
@@ -34,7 +34,7 @@ trait ErasedShm {
     fn am_send(&mut self, dest: Gpid, h: HandlerId, header: &[u8], payload: &[&[u8]])
         -> Result<()>;
     fn am_poll_dyn(&mut self, sink: &mut dyn AmSink, budget: usize) -> Result<usize>;
-    fn peer_failed(&self, gpid: Gpid) -> bool;
+    fn peer_state(&self, gpid: Gpid) -> PeerState;
     fn has_queued_output(&self) -> bool;
     fn can_send_now(&mut self, dest: Gpid, bytes: usize) -> bool;
     fn offers_peer_read(&self, dest: Gpid, bytes: usize) -> bool;
@@ -74,8 +74,8 @@ impl ErasedShm for ShmTransport {
     fn am_poll_dyn(&mut self, sink: &mut dyn AmSink, budget: usize) -> Result<usize> {
         AmTransport::am_poll(self, &mut DynSink(sink), budget)
     }
-    fn peer_failed(&self, gpid: Gpid) -> bool {
-        AmTransport::peer_failed(self, gpid)
+    fn peer_state(&self, gpid: Gpid) -> PeerState {
+        AmTransport::peer_state(self, gpid)
     }
     fn has_queued_output(&self) -> bool {
         AmTransport::has_queued_output(self)
@@ -119,8 +119,8 @@ impl AmTransport for DynShm {
     fn am_poll<K: AmSink>(&mut self, sink: &mut K, budget: usize) -> Result<usize> {
         self.0.am_poll_dyn(sink, budget)
     }
-    fn peer_failed(&self, gpid: Gpid) -> bool {
-        self.0.peer_failed(gpid)
+    fn peer_state(&self, gpid: Gpid) -> PeerState {
+        self.0.peer_state(gpid)
     }
     fn has_queued_output(&self) -> bool {
         self.0.has_queued_output()

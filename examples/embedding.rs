@@ -18,8 +18,8 @@
 //!    in the default build), `S = ShmTransport`, every message within a node through its
 //!    shared-memory rings;
 //! 2. ranks as threads of one process (`ch4::threads::Threads::run`), two per simulated node:
-//!    `N = InprocNet<AmOnly>` carries the messages between nodes, `S = ShmTransport` (rings in
-//!    anonymous memory) those within one;
+//!    the same types as the processes (the build's netmod, TCP over loopback, between nodes;
+//!    `S = ShmTransport`, rings in anonymous memory, within one);
 //! 3. the same with both parameters swapped for other types: the natively matching
 //!    `InprocNet<Native>` and the locked mailboxes of `InprocShm`.
 //!
@@ -260,6 +260,8 @@ fn report(
 }
 
 fn main() -> Result<()> {
+    // ch4's warnings (and, with CH4_LOG=debug, more) on standard error.
+    ch4::log::init();
     let expected = serial();
 
     // 1. Ranks as processes: every process of the job runs the application and checks its

@@ -105,6 +105,8 @@ fn parse_args() -> Result<Options> {
 }
 
 fn main() -> Result<()> {
+    // ch4's warnings (and, with CH4_LOG=debug, more) on standard error.
+    ch4::log::init();
     let opts = parse_args()?; // once, before the ranks exist
     let universe = ch4::process::init_or_launch(4)?;
     let world = universe.world();

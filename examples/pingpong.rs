@@ -11,6 +11,8 @@ use std::time::Instant;
 use ch4::{Error, ErrorKind, Result};
 
 fn main() -> Result<()> {
+    // ch4's warnings (and, with CH4_LOG=debug, more) on standard error.
+    ch4::log::init();
     // Parse before launching, so a bad command line is reported once, not once per rank.
     let (bytes, round_trips) = parse_args()?;
     let universe = ch4::process::init_or_launch(2)?;

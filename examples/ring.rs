@@ -7,6 +7,8 @@
 use ch4::{op, Result};
 
 fn main() -> Result<()> {
+    // ch4's warnings (and, with CH4_LOG=debug, more) on standard error.
+    ch4::log::init();
     let universe = ch4::process::init_or_launch(4)?;
     let world = universe.world();
     let ctx = universe.context();

@@ -78,6 +78,8 @@ fn options() -> Options {
 }
 
 fn main() -> Result<()> {
+    // ch4's warnings (and, with CH4_LOG=debug, more) on standard error.
+    ch4::log::init();
     let o = options();
     if o.undumpable {
         // SAFETY: prctl(PR_SET_DUMPABLE, 0) only changes this process's dumpable flag; the

@@ -1,7 +1,6 @@
 //! Typed communicators: point-to-point, probes, nonblocking operations and collectives on
 //! slices of any [`Pod`] type.
 
-use std::cell::RefCell;
 use std::rc::Rc;
 
 use ch4_core::buffer::{RecvBuf, SendBuf};
@@ -9,17 +8,18 @@ use ch4_core::comm::CommId;
 use ch4_core::datatype::{as_bytes, as_bytes_mut, Layout, Pod};
 use ch4_core::rankmap::Group;
 use ch4_core::transport::{Netmod, Shm};
-use ch4_core::{Device, Error, ErrorKind, Rank, Result, SendMode, Status, Tag};
+use ch4_core::{Error, ErrorKind, Rank, Result, SendMode, Status, Tag};
 
+use crate::owned::OwnedRequest;
 use crate::request::{Request, Scope};
-use crate::{borrow, Context};
+use crate::{Context, RankState, SelectedNetmod, SelectedShm};
 
 /// A communicator of one rank's device: a group of processes with its own message space.
 ///
 /// Cheap to clone (all clones name the same communicator). Methods take `&self`: the device is
 /// shared by every communicator of the rank and borrowed for the length of each call.
-pub struct Communicator<N: Netmod, S: Shm> {
-    dev: Rc<RefCell<Device<N, S>>>,
+pub struct Communicator<N: Netmod = SelectedNetmod, S: Shm = SelectedShm> {
+    rank_state: Rc<RankState<N, S>>,
     id: CommId,
     rank: Rank,
     size: Rank,
@@ -28,7 +28,7 @@ pub struct Communicator<N: Netmod, S: Shm> {
 impl<N: Netmod, S: Shm> Clone for Communicator<N, S> {
     fn clone(&self) -> Self {
         Communicator {
-            dev: self.dev.clone(),
+            rank_state: self.rank_state.clone(),
             id: self.id,
             rank: self.rank,
             size: self.size,
@@ -37,13 +37,15 @@ impl<N: Netmod, S: Shm> Clone for Communicator<N, S> {
 }
 
 impl<N: Netmod, S: Shm> Communicator<N, S> {
-    pub(crate) fn new(dev: Rc<RefCell<Device<N, S>>>, id: CommId) -> Communicator<N, S> {
-        let (rank, size) = {
-            let d = dev.borrow();
-            (d.rank(id).unwrap_or(-1), d.size(id).unwrap_or(0))
+    pub(crate) fn new(rank_state: Rc<RankState<N, S>>, id: CommId) -> Communicator<N, S> {
+        // A finalized rank's device cannot be borrowed: the communicator it hands out then has
+        // no members, and every call on it fails with the finalized error.
+        let (rank, size) = match rank_state.dev.try_borrow() {
+            Ok(d) => (d.rank(id).unwrap_or(-1), d.size(id).unwrap_or(0)),
+            Err(_) => (-1, 0),
         };
         Communicator {
-            dev,
+            rank_state,
             id,
             rank,
             size,
@@ -68,7 +70,7 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
     /// The rank's context (to open scopes, reach the world communicator).
     pub fn context(&self) -> Context<N, S> {
         Context {
-            dev: self.dev.clone(),
+            rank: self.rank_state.clone(),
         }
     }
 
@@ -77,18 +79,24 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
     /// Sends `buf` to `dest` with `tag` (MPI_Send). Returns once `buf` may be reused.
     #[inline]
     pub fn send<T: Pod>(&self, buf: &[T], dest: Rank, tag: Tag) -> Result<()> {
-        borrow(&self.dev)?.send(self.id, dest, tag, as_bytes(buf), SendMode::Standard)
+        self.rank_state
+            .device()?
+            .send(self.id, dest, tag, as_bytes(buf), SendMode::Standard)
     }
 
     /// Synchronous send (MPI_Ssend): returns only after the receiver has matched the message.
     pub fn ssend<T: Pod>(&self, buf: &[T], dest: Rank, tag: Tag) -> Result<()> {
-        borrow(&self.dev)?.send(self.id, dest, tag, as_bytes(buf), SendMode::Synchronous)
+        self.rank_state
+            .device()?
+            .send(self.id, dest, tag, as_bytes(buf), SendMode::Synchronous)
     }
 
     /// Ready send (MPI_Rsend): the caller asserts the receive is posted; if it is not, the
     /// receive that later matches fails with [`ErrorKind::ReadyNotPosted`].
     pub fn rsend<T: Pod>(&self, buf: &[T], dest: Rank, tag: Tag) -> Result<()> {
-        borrow(&self.dev)?.send(self.id, dest, tag, as_bytes(buf), SendMode::Ready)
+        self.rank_state
+            .device()?
+            .send(self.id, dest, tag, as_bytes(buf), SendMode::Ready)
     }
 
     /// Receives into `buf` from `src` (or [`crate::ANY_SOURCE`]) with `tag` (or
@@ -96,7 +104,9 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
     /// [`ErrorKind::Truncate`]; nothing past `buf` is written.
     #[inline]
     pub fn recv<T: Pod>(&self, buf: &mut [T], src: Rank, tag: Tag) -> Result<Status> {
-        borrow(&self.dev)?.recv(self.id, src, tag, as_bytes_mut(buf))
+        self.rank_state
+            .device()?
+            .recv(self.id, src, tag, as_bytes_mut(buf))
     }
 
     /// Receives a message of any length into a new vector (probe, then receive exactly it).
@@ -128,7 +138,7 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
         src: Rank,
         recv_tag: Tag,
     ) -> Result<Status> {
-        borrow(&self.dev)?.sendrecv(
+        self.rank_state.device()?.sendrecv(
             self.id,
             as_bytes(send),
             dest,
@@ -152,7 +162,7 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
         // SAFETY: `buf` is borrowed for this whole call, and the request is waited for or
         // released before we return.
         let sbuf = unsafe { SendBuf::borrowed_with_layout(as_bytes(buf), layout.clone())? };
-        let mut dev = borrow(&self.dev)?;
+        let mut dev = self.rank_state.device()?;
         let h = dev.isend(self.id, dest, tag, sbuf, SendMode::Standard)?;
         match dev.wait(h) {
             Ok(_) => Ok(()),
@@ -175,7 +185,7 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
         // SAFETY: `bytes` is borrowed for this whole call, and the request is waited for or
         // released before we return.
         let rbuf = unsafe { RecvBuf::borrowed_with_layout(bytes, layout.clone())? };
-        let mut dev = borrow(&self.dev)?;
+        let mut dev = self.rank_state.device()?;
         let h = dev.irecv(self.id, src, tag, rbuf)?;
         match dev.wait(h) {
             Ok(st) => Ok(st),
@@ -191,21 +201,21 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
 
     /// Blocks until a matching message has arrived and returns its status (MPI_Probe).
     pub fn probe(&self, src: Rank, tag: Tag) -> Result<Status> {
-        borrow(&self.dev)?.probe(self.id, src, tag)
+        self.rank_state.device()?.probe(self.id, src, tag)
     }
 
     /// Whether a matching message has arrived (MPI_Iprobe).
     pub fn iprobe(&self, src: Rank, tag: Tag) -> Result<Option<Status>> {
-        borrow(&self.dev)?.iprobe(self.id, src, tag)
+        self.rank_state.device()?.iprobe(self.id, src, tag)
     }
 
     /// Takes a matching message out of matching; only the returned [`Message`] can receive it
     /// (MPI_Mprobe), so another thread's or library's receive cannot steal it.
     pub fn mprobe(&self, src: Rank, tag: Tag) -> Result<(Message<N, S>, Status)> {
-        let (m, st) = borrow(&self.dev)?.mprobe(self.id, src, tag)?;
+        let (m, st) = self.rank_state.device()?.mprobe(self.id, src, tag)?;
         Ok((
             Message {
-                dev: self.dev.clone(),
+                rank: self.rank_state.clone(),
                 msg: m,
             },
             st,
@@ -214,11 +224,11 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
 
     /// Nonblocking matched probe (MPI_Improbe).
     pub fn improbe(&self, src: Rank, tag: Tag) -> Result<Option<(Message<N, S>, Status)>> {
-        let found = borrow(&self.dev)?.improbe(self.id, src, tag)?;
+        let found = self.rank_state.device()?.improbe(self.id, src, tag)?;
         Ok(found.map(|(m, st)| {
             (
                 Message {
-                    dev: self.dev.clone(),
+                    rank: self.rank_state.clone(),
                     msg: m,
                 },
                 st,
@@ -235,7 +245,7 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
         buf: &'a [T],
         dest: Rank,
         tag: Tag,
-    ) -> Result<Request<'a, 's, N, S>> {
+    ) -> Result<Request<'s, N, S>> {
         self.isend_mode(scope, buf, dest, tag, SendMode::Standard)
     }
 
@@ -246,7 +256,7 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
         buf: &'a [T],
         dest: Rank,
         tag: Tag,
-    ) -> Result<Request<'a, 's, N, S>> {
+    ) -> Result<Request<'s, N, S>> {
         self.isend_mode(scope, buf, dest, tag, SendMode::Synchronous)
     }
 
@@ -257,7 +267,7 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
         buf: &'a [T],
         dest: Rank,
         tag: Tag,
-    ) -> Result<Request<'a, 's, N, S>> {
+    ) -> Result<Request<'s, N, S>> {
         self.isend_mode(scope, buf, dest, tag, SendMode::Ready)
     }
 
@@ -269,12 +279,15 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
         dest: Rank,
         tag: Tag,
         mode: SendMode,
-    ) -> Result<Request<'a, 's, N, S>> {
+    ) -> Result<Request<'s, N, S>> {
         self.same_device(scope)?;
         // SAFETY: `buf` is borrowed for `'a`, which outlives the scope; the scope completes (or
         // releases) the request before it returns, so the device never reads `buf` after 'a.
         let sbuf = unsafe { SendBuf::borrowed(as_bytes(buf)) };
-        let h = borrow(&self.dev)?.isend(self.id, dest, tag, sbuf, mode)?;
+        let h = self
+            .rank_state
+            .device()?
+            .isend(self.id, dest, tag, sbuf, mode)?;
         Ok(scope.register(h))
     }
 
@@ -285,12 +298,12 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
         buf: &'a mut [T],
         src: Rank,
         tag: Tag,
-    ) -> Result<Request<'a, 's, N, S>> {
+    ) -> Result<Request<'s, N, S>> {
         self.same_device(scope)?;
         // SAFETY: `buf` is mutably borrowed for `'a`, which outlives the scope; the scope
         // completes or releases the request before it returns, so no write happens after 'a.
         let rbuf = unsafe { RecvBuf::borrowed(as_bytes_mut(buf)) };
-        let h = borrow(&self.dev)?.irecv(self.id, src, tag, rbuf)?;
+        let h = self.rank_state.device()?.irecv(self.id, src, tag, rbuf)?;
         Ok(scope.register(h))
     }
 
@@ -304,12 +317,15 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
         layout: &Layout,
         dest: Rank,
         tag: Tag,
-    ) -> Result<Request<'a, 's, N, S>> {
+    ) -> Result<Request<'s, N, S>> {
         self.same_device(scope)?;
         // SAFETY: as in `isend_mode`: `buf` outlives the scope, which completes or releases
         // the request before 'a ends.
         let sbuf = unsafe { SendBuf::borrowed_with_layout(as_bytes(buf), layout.clone())? };
-        let h = borrow(&self.dev)?.isend(self.id, dest, tag, sbuf, SendMode::Standard)?;
+        let h = self
+            .rank_state
+            .device()?
+            .isend(self.id, dest, tag, sbuf, SendMode::Standard)?;
         Ok(scope.register(h))
     }
 
@@ -322,17 +338,104 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
         layout: &Layout,
         src: Rank,
         tag: Tag,
-    ) -> Result<Request<'a, 's, N, S>> {
+    ) -> Result<Request<'s, N, S>> {
         self.same_device(scope)?;
         // SAFETY: as in `irecv`: `buf` is mutably borrowed for 'a, which outlives the scope;
         // the scope completes or releases the request before it returns.
         let rbuf = unsafe { RecvBuf::borrowed_with_layout(as_bytes_mut(buf), layout.clone())? };
-        let h = borrow(&self.dev)?.irecv(self.id, src, tag, rbuf)?;
+        let h = self.rank_state.device()?.irecv(self.id, src, tag, rbuf)?;
         Ok(scope.register(h))
     }
 
+    /// Starts a send of `buf`, which the returned request owns until it completes and hands
+    /// it back (MPI_Isend with an owned buffer). Needs no scope; see [`OwnedRequest`].
+    pub fn isend_owned<T: Pod>(
+        &self,
+        buf: Vec<T>,
+        dest: Rank,
+        tag: Tag,
+    ) -> Result<OwnedRequest<T, N, S>> {
+        self.isend_owned_mode(buf, dest, tag, SendMode::Standard)
+    }
+
+    /// Starts a synchronous send of an owned buffer (MPI_Issend; see
+    /// [`Communicator::isend_owned`]).
+    pub fn issend_owned<T: Pod>(
+        &self,
+        buf: Vec<T>,
+        dest: Rank,
+        tag: Tag,
+    ) -> Result<OwnedRequest<T, N, S>> {
+        self.isend_owned_mode(buf, dest, tag, SendMode::Synchronous)
+    }
+
+    /// Starts a send of an owned buffer in the given mode.
+    pub fn isend_owned_mode<T: Pod>(
+        &self,
+        buf: Vec<T>,
+        dest: Rank,
+        tag: Tag,
+        mode: SendMode,
+    ) -> Result<OwnedRequest<T, N, S>> {
+        let id = self.id;
+        OwnedRequest::start_send(self.rank_state.clone(), buf, |dev, sbuf| {
+            dev.isend(id, dest, tag, sbuf, mode)
+        })
+    }
+
+    /// Starts a receive into `buf`, which the returned request owns until it completes and
+    /// hands it back (MPI_Irecv with an owned buffer). Needs no scope; see [`OwnedRequest`].
+    pub fn irecv_owned<T: Pod>(
+        &self,
+        buf: Vec<T>,
+        src: Rank,
+        tag: Tag,
+    ) -> Result<OwnedRequest<T, N, S>> {
+        let id = self.id;
+        OwnedRequest::start_recv(self.rank_state.clone(), buf, |dev, rbuf| {
+            dev.irecv(id, src, tag, rbuf)
+        })
+    }
+
+    // ------------------------------------------------------ rank translation
+
+    /// The ranks in `other` of the processes that have ranks `ranks` here, `None` for one that
+    /// is not a member of `other` (MPI_Group_translate_ranks on the two communicators' groups).
+    /// [`crate::PROC_NULL`] translates to itself. A rank outside this communicator is an error.
+    pub fn translate_ranks(
+        &self,
+        ranks: &[Rank],
+        other: &Communicator<N, S>,
+    ) -> Result<Vec<Option<Rank>>> {
+        let (mine, theirs) = {
+            let dev = self.rank_state.device()?;
+            (dev.comm_group(self.id)?, dev.comm_group(other.id)?)
+        };
+        ranks
+            .iter()
+            .map(|&r| {
+                if r == crate::PROC_NULL {
+                    return Ok(Some(crate::PROC_NULL));
+                }
+                let g = mine.gpid(r).ok_or_else(|| {
+                    Error::new(
+                        ErrorKind::Rank,
+                        format!("rank {r} is not in this communicator of {}", mine.size()),
+                    )
+                })?;
+                Ok(theirs.rank_of(g))
+            })
+            .collect()
+    }
+
+    /// The rank in `other` of the process that has rank `rank` here (see
+    /// [`Communicator::translate_ranks`]).
+    pub fn translate_rank(&self, rank: Rank, other: &Communicator<N, S>) -> Result<Option<Rank>> {
+        Ok(self.translate_ranks(&[rank], other)?[0])
+    }
+
     fn same_device(&self, scope: &Scope<'_, N, S>) -> Result<()> {
-        if Rc::ptr_eq(&self.dev, &scope.dev) {
+        if Rc::ptr_eq(&self.rank_state, scope.rank()) {
             Ok(())
         } else {
             Err(Error::new(
@@ -346,12 +449,14 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
 
     /// Waits for every member (MPI_Barrier).
     pub fn barrier(&self) -> Result<()> {
-        borrow(&self.dev)?.barrier(self.id)
+        self.rank_state.device()?.barrier(self.id)
     }
 
     /// Copies `root`'s `buf` to every member's `buf` (MPI_Bcast).
     pub fn bcast<T: Pod>(&self, root: Rank, buf: &mut [T]) -> Result<()> {
-        borrow(&self.dev)?.bcast(self.id, root, as_bytes_mut(buf))
+        self.rank_state
+            .device()?
+            .bcast(self.id, root, as_bytes_mut(buf))
     }
 
     /// Combines every member's `send` element-wise with `op` into `recv` at `root`
@@ -368,7 +473,9 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
         } else {
             &mut []
         };
-        borrow(&self.dev)?.reduce(self.id, root, as_bytes(send), recv_bytes, elementwise(op))
+        self.rank_state
+            .device()?
+            .reduce(self.id, root, as_bytes(send), recv_bytes, elementwise(op))
     }
 
     /// Combines every member's `send` element-wise with `op` into every member's `recv`
@@ -379,49 +486,58 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
         recv: &mut [T],
         op: impl FnMut(&mut T, &T),
     ) -> Result<()> {
-        borrow(&self.dev)?.allreduce(self.id, as_bytes(send), as_bytes_mut(recv), elementwise(op))
+        self.rank_state.device()?.allreduce(
+            self.id,
+            as_bytes(send),
+            as_bytes_mut(recv),
+            elementwise(op),
+        )
     }
 
     /// Collects every member's `send` at `root`, in rank order (MPI_Gather). `recv` is only
     /// used at the root and must hold `size * send.len()` elements there.
     pub fn gather<T: Pod>(&self, root: Rank, send: &[T], recv: &mut [T]) -> Result<()> {
-        borrow(&self.dev)?.gather(self.id, root, as_bytes(send), as_bytes_mut(recv))
+        self.rank_state
+            .device()?
+            .gather(self.id, root, as_bytes(send), as_bytes_mut(recv))
     }
 
     /// Collects every member's `send` at every member, in rank order (MPI_Allgather).
     pub fn allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        borrow(&self.dev)?.allgather(self.id, as_bytes(send), as_bytes_mut(recv))
+        self.rank_state
+            .device()?
+            .allgather(self.id, as_bytes(send), as_bytes_mut(recv))
     }
 
     // ------------------------------------------------------- communicators
 
     /// A communicator with the same members and a separate message space (MPI_Comm_dup).
     pub fn dup(&self) -> Result<Communicator<N, S>> {
-        let id = borrow(&self.dev)?.comm_dup(self.id)?;
-        Ok(Communicator::new(self.dev.clone(), id))
+        let id = self.rank_state.device()?.comm_dup(self.id)?;
+        Ok(Communicator::new(self.rank_state.clone(), id))
     }
 
     /// Splits by `color`, ordered by `key` (MPI_Comm_split); [`crate::UNDEFINED`] opts out.
     pub fn split(&self, color: i32, key: i32) -> Result<Option<Communicator<N, S>>> {
-        let id = borrow(&self.dev)?.comm_split(self.id, color, key)?;
-        Ok(id.map(|id| Communicator::new(self.dev.clone(), id)))
+        let id = self.rank_state.device()?.comm_split(self.id, color, key)?;
+        Ok(id.map(|id| Communicator::new(self.rank_state.clone(), id)))
     }
 
     /// A communicator of the members of `group` (MPI_Comm_create); collective over `self`.
     pub fn create(&self, group: &Group) -> Result<Option<Communicator<N, S>>> {
-        let id = borrow(&self.dev)?.comm_create(self.id, group)?;
-        Ok(id.map(|id| Communicator::new(self.dev.clone(), id)))
+        let id = self.rank_state.device()?.comm_create(self.id, group)?;
+        Ok(id.map(|id| Communicator::new(self.rank_state.clone(), id)))
     }
 
     /// The members (MPI_Comm_group).
     pub fn group(&self) -> Result<Group> {
-        borrow(&self.dev)?.comm_group(self.id)
+        self.rank_state.device()?.comm_group(self.id)
     }
 
     /// Frees the communicator (MPI_Comm_free). Clones become invalid: using one is a
     /// [`ErrorKind::Comm`] error.
     pub fn free(self) -> Result<()> {
-        borrow(&self.dev)?.comm_free(self.id)
+        self.rank_state.device()?.comm_free(self.id)
     }
 }
 
@@ -439,15 +555,44 @@ fn elementwise<T: Pod>(mut op: impl FnMut(&mut T, &T)) -> impl FnMut(&mut [u8], 
     }
 }
 
-/// A message taken by a matched probe; receive it with [`Message::recv`].
-pub struct Message<N: Netmod, S: Shm> {
-    dev: Rc<RefCell<Device<N, S>>>,
+/// A message taken by a matched probe; receive it with [`Message::recv`], or start its
+/// receive with [`Message::irecv`] (in a scope) or [`Message::irecv_owned`].
+pub struct Message<N: Netmod = SelectedNetmod, S: Shm = SelectedShm> {
+    rank: Rc<RankState<N, S>>,
     msg: ch4_core::Message,
 }
 
 impl<N: Netmod, S: Shm> Message<N, S> {
     /// Receives the message into `buf` (MPI_Mrecv).
     pub fn recv<T: Pod>(self, buf: &mut [T]) -> Result<Status> {
-        borrow(&self.dev)?.mrecv(self.msg, as_bytes_mut(buf))
+        self.rank.device()?.mrecv(self.msg, as_bytes_mut(buf))
+    }
+
+    /// Starts receiving the message into `buf`, borrowed until the request completes
+    /// (MPI_Imrecv).
+    pub fn irecv<'a, 's, T: Pod>(
+        self,
+        scope: &'s Scope<'a, N, S>,
+        buf: &'a mut [T],
+    ) -> Result<Request<'s, N, S>> {
+        if !Rc::ptr_eq(&self.rank, scope.rank()) {
+            return Err(Error::new(
+                ErrorKind::Arg,
+                "the scope belongs to another rank's device",
+            ));
+        }
+        // SAFETY: `buf` is mutably borrowed for `'a`, which outlives the scope; the scope
+        // completes or releases the request before it returns, so no write happens after 'a.
+        let rbuf = unsafe { RecvBuf::borrowed(as_bytes_mut(buf)) };
+        let h = self.rank.device()?.imrecv(self.msg, rbuf)?;
+        Ok(scope.register(h))
+    }
+
+    /// Starts receiving the message into `buf`, which the request owns until it hands it back
+    /// (MPI_Imrecv with an owned buffer; see [`OwnedRequest`]).
+    pub fn irecv_owned<T: Pod>(self, buf: Vec<T>) -> Result<OwnedRequest<T, N, S>> {
+        let rank = self.rank.clone();
+        let msg = self.msg;
+        OwnedRequest::start_recv(rank, buf, |dev, rbuf| dev.imrecv(msg, rbuf))
     }
 }

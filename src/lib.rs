@@ -35,49 +35,82 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod communicator;
+pub mod log;
 pub mod op;
+mod owned;
 pub mod process;
 mod request;
+pub mod settings;
 pub mod threads;
 
+use std::any::Any;
 use std::cell::{RefCell, RefMut};
 use std::rc::Rc;
+use std::time::Duration;
 
 pub use ch4_core::coll::UNDEFINED;
 pub use ch4_core::comm::CommId;
 pub use ch4_core::core::DeviceConfig;
 pub use ch4_core::datatype::{Layout, Pod, Zeroable};
 pub use ch4_core::rankmap::{Group, RankMap};
-pub use ch4_core::transport::{Netmod, NoShm, Shm};
+pub use ch4_core::transport::{Netmod, NoShm, PeerState, Shm};
 pub use ch4_core::{
     Error, ErrorKind, Result, SendMode, Status, ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB,
 };
 pub use ch4_core::{Rank, Tag};
 pub use communicator::{Communicator, Message};
-pub use request::{Request, Scope};
+pub use owned::OwnedRequest;
+pub use request::{Request, Scope, WaitAllItem};
 
 /// Re-exported so users can name the device type of their build.
 pub use ch4_core::Device as GenericDevice;
 
-/// The netmod of this build. Until a network netmod is enabled by a Cargo feature, the default
-/// is the in-process active-message netmod (ranks as threads).
-pub type SelectedNetmod = inproc::InprocNet<inproc::AmOnly>;
+/// The netmod of this build, which both process mode and ranks as threads use for peers on
+/// other nodes: TCP with the `tcp` feature (the default); without a network feature, none (a
+/// job must then fit on one node).
+#[cfg(feature = "tcp")]
+pub type SelectedNetmod = netmod_tcp::TcpNetmod;
+/// The netmod of this build, which both process mode and ranks as threads use for peers on
+/// other nodes: TCP with the `tcp` feature (the default); without a network feature, none (a
+/// job must then fit on one node).
+#[cfg(not(feature = "tcp"))]
+pub type SelectedNetmod = ch4_core::transport::NoNetmod;
 /// The shared-memory layer of this build: lock-free per-pair rings in a node segment.
 pub type SelectedShm = shm::ShmTransport;
 /// The device of this build.
 pub type Device = ch4_core::Device<SelectedNetmod, SelectedShm>;
 
+/// How long finalize waits for queued output to reach live peers, and for requests whose
+/// owners dropped them to finish.
+pub(crate) const FINALIZE_LIMIT: Duration = Duration::from_secs(60);
+
 /// One rank's handle on its device: where communicators and scopes come from.
 ///
+/// The type parameters default to this build's transports ([`SelectedNetmod`],
+/// [`SelectedShm`]), which both process mode ([`process::init`]) and ranks as threads
+/// ([`threads::Threads::run`]) use, so rank code can take a plain `Context` and run either way:
+///
+/// ```
+/// fn rank_main(ctx: ch4::Context) -> ch4::Result<u32> {
+///     let world = ctx.world();
+///     let mut total = [0u32];
+///     world.allreduce(&[1u32], &mut total, ch4::op::sum)?;
+///     Ok(total[0])
+/// }
+/// let totals = ch4::threads::Threads::new(3).run(rank_main)?;
+/// assert_eq!(totals, [3, 3, 3]);
+/// # Ok::<(), ch4::Error>(())
+/// ```
+///
 /// Not `Send`: a device belongs to the thread that drives it (MPI_THREAD_FUNNELED).
-pub struct Context<N: Netmod, S: Shm> {
-    dev: Rc<RefCell<ch4_core::Device<N, S>>>,
+pub struct Context<N: Netmod = SelectedNetmod, S: Shm = SelectedShm> {
+    rank: Rc<RankState<N, S>>,
 }
 
 impl<N: Netmod, S: Shm> Clone for Context<N, S> {
     fn clone(&self) -> Self {
         Context {
-            dev: self.dev.clone(),
+            rank: self.rank.clone(),
         }
     }
 }
@@ -86,49 +119,191 @@ impl<N: Netmod, S: Shm> Context<N, S> {
     /// Wraps a device that has already been connected to its peers.
     pub fn new(device: ch4_core::Device<N, S>) -> Context<N, S> {
         Context {
-            dev: Rc::new(RefCell::new(device)),
+            rank: Rc::new(RankState {
+                world: device.world(),
+                self_comm: device.self_comm(),
+                dev: RefCell::new(device),
+                detached: RefCell::new(Vec::new()),
+                finalized: std::cell::Cell::new(false),
+            }),
         }
     }
 
     /// All processes of the job.
     pub fn world(&self) -> Communicator<N, S> {
-        let id = self.dev.borrow().world();
-        Communicator::new(self.dev.clone(), id)
+        Communicator::new(self.rank.clone(), self.rank.world)
     }
 
     /// This process alone.
     pub fn self_comm(&self) -> Communicator<N, S> {
-        let id = self.dev.borrow().self_comm();
-        Communicator::new(self.dev.clone(), id)
+        Communicator::new(self.rank.clone(), self.rank.self_comm)
     }
 
     /// Makes one round of progress on every transport; returns how many events it handled.
     pub fn progress(&self) -> Result<usize> {
-        self.device()?.progress()
+        let n = self.device()?.progress()?;
+        self.rank.reap_detached();
+        Ok(n)
     }
 
     /// The device itself, for what the safe API does not cover. Fails if it is already
-    /// borrowed (a call from inside a reduction closure, for instance).
+    /// borrowed (a call from inside a reduction closure, for instance) or finalized.
     pub fn device(&self) -> Result<RefMut<'_, ch4_core::Device<N, S>>> {
-        borrow(&self.dev)
+        self.rank.device()
     }
 
     /// Runs `f` with a scope for nonblocking operations. Buffers lent to requests made in the
     /// scope must outlive it; when `f` returns (or panics), every request of the scope that is
     /// still pending is completed first — so even a forgotten request cannot outlive its buffer.
     pub fn scope<'a, R>(&self, f: impl FnOnce(&Scope<'a, N, S>) -> R) -> R {
-        request::scope(self.dev.clone(), f)
+        request::scope(self.rank.clone(), f)
+    }
+
+    /// The settings this rank runs with: every `CH4_*` setting that applies to it, the value in
+    /// force (after defaults, the environment and the program's own choices) and what the
+    /// environment said (MPICH's `MPIR_CVAR_DEBUG_SUMMARY`; `CH4_DEBUG_SUMMARY=1` prints it
+    /// at start-up).
+    pub fn settings(&self) -> Result<settings::Summary> {
+        let dev = self.device()?;
+        Ok(settings::Summary::of(&dev))
+    }
+
+    /// Leaves the job in order (MPI_Finalize for this rank): waits for requests whose owners
+    /// dropped them (bounded), flushes what the transports still hold for live peers and tells
+    /// the peers this rank left, so their requests that wait on it fail instead of hanging.
+    /// Every later call on this rank's communicators fails with a [`ErrorKind::Comm`] error.
+    ///
+    /// Fails with [`ErrorKind::Pending`], changing nothing, while requests of this rank are
+    /// pending (complete them first, as MPI requires); with the flush's error when a peer
+    /// stopped receiving (the rank is finalized all the same). Finalizing twice is a no-op.
+    pub fn finalize(&self) -> Result<()> {
+        self.rank.finalize()
+    }
+
+    /// Whether [`Context::finalize`] has run.
+    pub fn is_finalized(&self) -> bool {
+        self.rank.finalized.get()
     }
 }
 
-/// Borrows the device, turning a reentrant use into an error rather than a panic.
-pub(crate) fn borrow<D>(dev: &RefCell<D>) -> Result<RefMut<'_, D>> {
-    dev.try_borrow_mut().map_err(|_| {
-        Error::new(
-            ErrorKind::Arg,
-            "the device is busy: ch4 calls cannot be made from inside a reduction operator",
-        )
-    })
+/// A buffer kept alive for a dropped owned request until the device lets it go.
+pub(crate) struct Detached {
+    pub(crate) handle: ch4_core::ReqHandle,
+    pub(crate) _buffer: Box<dyn Any>,
+}
+
+/// What every handle on one rank shares: the device, the buffers of owned requests whose owners
+/// dropped them while the network could still use them, and whether the rank has finalized.
+///
+/// Field order matters: the device is dropped before the buffers it may still point into.
+pub(crate) struct RankState<N: Netmod, S: Shm> {
+    pub(crate) dev: RefCell<ch4_core::Device<N, S>>,
+    /// The device's world and self communicators (fixed for its life).
+    world: CommId,
+    self_comm: CommId,
+    pub(crate) detached: RefCell<Vec<Detached>>,
+    finalized: std::cell::Cell<bool>,
+}
+
+impl<N: Netmod, S: Shm> RankState<N, S> {
+    /// Borrows the device, turning a reentrant use (a call from inside a reduction operator) or
+    /// a use after finalize into an error rather than a panic.
+    #[inline(always)]
+    pub(crate) fn device(&self) -> Result<RefMut<'_, ch4_core::Device<N, S>>> {
+        match self.dev.try_borrow_mut() {
+            Ok(d) => Ok(d),
+            Err(_) => Err(self.busy()),
+        }
+    }
+
+    #[cold]
+    fn busy(&self) -> Error {
+        if self.finalized.get() {
+            Error::new(
+                ErrorKind::Comm,
+                "this rank has finalized: no more calls on it",
+            )
+        } else {
+            Error::new(
+                ErrorKind::Arg,
+                "the device is busy: ch4 calls cannot be made from inside a reduction operator",
+            )
+        }
+    }
+
+    /// Frees the buffers of dropped owned requests that have completed.
+    pub(crate) fn reap_detached(&self) {
+        let Ok(mut detached) = self.detached.try_borrow_mut() else {
+            return;
+        };
+        if detached.is_empty() {
+            return;
+        }
+        let Ok(mut dev) = self.dev.try_borrow_mut() else {
+            return;
+        };
+        // A request that completed (or whose handle is no longer known) no longer touches its
+        // buffer; its status was given up when its owner dropped it.
+        detached.retain(|d| matches!(dev.take_completed(d.handle), Ok(None)));
+    }
+
+    /// See [`Context::finalize`].
+    pub(crate) fn finalize(&self) -> Result<()> {
+        self.finalize_with(false)
+    }
+
+    /// Finalizes even with requests pending: they are abandoned with the frozen device (which
+    /// never touches their buffers again). Process mode's last resort when a program leaves
+    /// without completing them.
+    pub(crate) fn finalize_anyway(&self) -> Result<()> {
+        self.finalize_with(true)
+    }
+
+    pub(crate) fn is_finalized(&self) -> bool {
+        self.finalized.get()
+    }
+
+    fn finalize_with(&self, anyway: bool) -> Result<()> {
+        if self.finalized.get() {
+            return Ok(());
+        }
+        // Owned requests whose owners dropped them go on; give them their time (a send to a
+        // peer that left, or that failed, ends at once).
+        let start = std::time::Instant::now();
+        loop {
+            self.reap_detached();
+            let handles: Vec<_> = self.detached.borrow().iter().map(|d| d.handle).collect();
+            if handles.is_empty() || start.elapsed() > FINALIZE_LIMIT {
+                break;
+            }
+            let mut dev = self.device()?;
+            if dev.progress()? == 0 {
+                for h in handles {
+                    dev.fail_if_peer_gone(h);
+                }
+                std::thread::yield_now();
+            }
+        }
+        let mut dev = self.device()?;
+        let pending = dev
+            .pending_requests()
+            .saturating_sub(self.detached.borrow().len());
+        if pending > 0 && !anyway {
+            return Err(Error::new(
+                ErrorKind::Pending,
+                format!(
+                    "{pending} requests of this rank are still pending: complete them before \
+                     finalizing"
+                ),
+            ));
+        }
+        let flushed = dev.finalize(FINALIZE_LIMIT);
+        // From now on the device stays borrowed, so every later call fails with `busy`'s
+        // "finalized" error at no cost to the calls made before.
+        std::mem::forget(dev);
+        self.finalized.set(true);
+        flushed
+    }
 }
 
 /// The README's code runs as a doctest, so the example users copy first cannot rot.

@@ -23,23 +23,25 @@ use shm::{Segment, ShmConfig, ShmTransport};
 
 use crate::{Communicator, Context};
 
-/// The netmod process mode uses in this build: TCP with the `tcp` feature (the default); without
-/// it, none, and a job must fit on one node.
-#[cfg(feature = "tcp")]
-pub type ProcessNetmod = netmod_tcp::TcpNetmod;
-/// The netmod process mode uses in this build: TCP with the `tcp` feature (the default); without
-/// it, none, and a job must fit on one node.
-#[cfg(not(feature = "tcp"))]
-pub type ProcessNetmod = ch4_core::transport::NoNetmod;
+/// The netmod process mode uses in this build (the build's [`crate::SelectedNetmod`]): TCP
+/// with the `tcp` feature (the default); without it, none, and a job must fit on one node.
+pub type ProcessNetmod = crate::SelectedNetmod;
 
-/// How long finalize waits for queued output to reach live peers.
-const FINALIZE_FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+/// The context of a rank in process mode: the same type as a rank's as a thread
+/// ([`crate::threads::Threads::run`]), so rank code can take a plain [`Context`].
+pub type ProcessContext = Context;
 
-/// The context of a rank in process mode.
-pub type ProcessContext = Context<ProcessNetmod, ShmTransport>;
-
-/// A running rank: its device and its connection to the process manager. Dropping it finalizes
-/// (call [`Universe::finalize`] to see the result).
+/// A running rank: its device and its connection to the process manager.
+///
+/// Call [`Universe::finalize`] when the rank is done: it flushes what the transports still hold
+/// for live peers, tells them this rank left in order, leaves the job (PMI finalize) and
+/// returns the error if any of that failed. Dropping the universe does the same, ignoring
+/// errors. A program that ends with [`std::process::exit`] (or `abort`, or a signal) without
+/// either skips all of it: messages it sent that still wait in a transport queue are lost, and
+/// its peers see it fail rather than leave — requests that wait on it end with
+/// [`ErrorKind::PeerFailed`], receives from `ANY_SOURCE` on its communicators too — and the
+/// launcher sees it go without PMI finalize (a job whose other ranks then wait for it in a PMI
+/// barrier is ended with an error).
 pub struct Universe {
     ctx: ProcessContext,
     pmi: RefCell<Option<pmi::Client>>,
@@ -47,7 +49,7 @@ pub struct Universe {
 
 impl Universe {
     /// All processes of the job.
-    pub fn world(&self) -> Communicator<ProcessNetmod, ShmTransport> {
+    pub fn world(&self) -> Communicator {
         self.ctx.world()
     }
 
@@ -56,7 +58,10 @@ impl Universe {
         &self.ctx
     }
 
-    /// Leaves the job cleanly (PMI finalize). Communication must be complete.
+    /// Leaves the job in order: finalizes the rank ([`Context::finalize`]), then leaves the
+    /// process manager. Returns the first error: a flush that could not finish (a peer stopped
+    /// receiving), requests still pending ([`ErrorKind::Pending`]: they are abandoned, and the
+    /// job is left all the same), or the process manager's.
     pub fn finalize(self) -> Result<()> {
         self.finish()
     }
@@ -65,13 +70,15 @@ impl Universe {
         let Some(mut c) = self.pmi.borrow_mut().take() else {
             return Ok(());
         };
-        // Whatever the transports still hold for live peers must leave before we do.
-        let flushed = self
-            .ctx
-            .device()
-            .and_then(|mut d| d.finalize(FINALIZE_FLUSH_LIMIT));
-        c.finalize().map_err(pmi_err)?;
-        flushed
+        let finalized = match self.ctx.finalize() {
+            Err(e) if e.kind() == ErrorKind::Pending && !self.ctx.is_finalized() => {
+                let _ = self.ctx.rank.finalize_anyway();
+                Err(e)
+            }
+            other => other,
+        };
+        let left = c.finalize().map_err(pmi_err);
+        finalized.and(left)
     }
 
     /// Ends the whole job with `code` (PMI abort): the launcher stops every rank.
@@ -104,10 +111,8 @@ pub fn under_launcher() -> bool {
 /// overrides the count) and exits with the job's exit code. Under a launcher it just joins. This
 /// is what makes `cargo run --example ring` a four-process job with nothing installed.
 pub fn init_or_launch(ranks: u32) -> Result<Universe> {
-    let ranks = std::env::var("CH4_NP")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(ranks);
+    crate::settings::check_environment()?;
+    let ranks = ch4_core::env::count("CH4_NP")?.unwrap_or(ranks);
     pmi::launch::self_launch(ranks).map_err(pmi_err)?;
     init()
 }
@@ -119,6 +124,8 @@ pub fn init() -> Result<Universe> {
 
 /// Joins the job with the given device settings.
 pub fn init_with(config: DeviceConfig) -> Result<Universe> {
+    crate::settings::check_environment()?;
+    crate::log::init_if_asked();
     let mut client = pmi::Client::from_env().map_err(pmi_err)?;
     client.init().map_err(pmi_err)?;
     let rank = client.rank();
@@ -152,14 +159,18 @@ pub fn init_with(config: DeviceConfig) -> Result<Universe> {
         .iter()
         .position(|&g| g == rank)
         .ok_or_else(|| Error::new(ErrorKind::Internal, "rank missing from its node"))?;
-    let cfg = ShmConfig::for_ranks(local.len());
+    let cfg = ShmConfig::for_ranks(local.len())?;
     let kvs = client.get_my_kvsname().map_err(pmi_err)?.to_string();
     let seg = node_segment(&mut client, &kvs, my_node, me, local.len(), cfg)?;
     let shm = ShmTransport::new(seg, me, &local, size, cfg.eager_limit, std::process::id())?;
     let net = process_netmod(&mut client, rank, size, local.len() != size as usize)?;
     let dev = Device::new(net, shm, rank, size, config)?;
+    let ctx = Context::new(dev);
+    if rank == 0 {
+        crate::settings::print_summary_if_asked(&ctx);
+    }
     Ok(Universe {
-        ctx: Context::new(dev),
+        ctx,
         pmi: RefCell::new(Some(client)),
     })
 }
@@ -175,16 +186,15 @@ fn process_netmod(
     spans_nodes: bool,
 ) -> Result<ProcessNetmod> {
     // A mistyped address must not quietly open the port on every interface instead.
-    let bind: std::net::SocketAddr = match std::env::var("CH4_TCP_BIND") {
-        Ok(v) => v.trim().parse().map_err(|_| {
-            Error::new(
-                ErrorKind::Arg,
-                format!(
-                    "CH4_TCP_BIND={v:?} is not an address and port (like 10.0.0.5:0 or [::1]:0)"
-                ),
+    let bind: std::net::SocketAddr = match ch4_core::env::raw("CH4_TCP_BIND")? {
+        Some(v) => v.trim().parse().map_err(|_| {
+            ch4_core::env::bad(
+                "CH4_TCP_BIND",
+                &v,
+                "an address and port, like 10.0.0.5:0 or [::1]:0",
             )
         })?,
-        Err(_) => ([0, 0, 0, 0], 0).into(),
+        None => ([0, 0, 0, 0], 0).into(),
     };
     if !spans_nodes {
         // Loopback only, and no exchange: nothing of this job will connect. The key is still
@@ -267,11 +277,7 @@ pub(crate) fn random_key() -> u64 {
 /// Node id of every rank: `CH4_NODE_SIZE` if set, else the launcher's process mapping, else by
 /// comparing hostnames.
 fn node_ids(client: &mut pmi::Client, rank: u32, size: u32) -> Result<Vec<u32>> {
-    if let Some(k) = std::env::var("CH4_NODE_SIZE")
-        .ok()
-        .and_then(|v| v.trim().parse::<u32>().ok())
-        .filter(|&k| k > 0)
-    {
+    if let Some(k) = ch4_core::env::count("CH4_NODE_SIZE")? {
         return Ok((0..size).map(|r| r / k).collect());
     }
     if let Some(ids) = client.node_ids().map_err(pmi_err)? {

@@ -1,27 +1,52 @@
-//! Nonblocking requests and the scope that keeps them sound.
+//! Nonblocking requests, the scope that keeps them sound, and request sets.
 //!
 //! A request borrows its buffer for the scope's lifetime `'a`, which outlives the call to
 //! [`Context::scope`](crate::Context::scope). The scope records every request it hands out and,
 //! before it returns, completes the ones still pending. Soundness therefore does not depend on a
 //! request's `Drop` running: `mem::forget` of a request leaves it in the scope's list, and the
 //! scope finishes it while the buffer is still borrowed.
+//!
+//! # Request sets
+//!
+//! The wait and test families work on a slice of slots, `&mut [Option<Request>]`, as MPI's work
+//! on an array of request handles. One convention holds for all of them:
+//!
+//! - an index is a position in the slice you pass, and it never shifts: a request that
+//!   completes — well or with an error — is taken out of its slot, which becomes `None`
+//!   (MPI_REQUEST_NULL);
+//! - a `None` slot is inactive and skipped, and so is a request already finished with
+//!   [`Request::test`];
+//! - every completed request reports its own outcome: `Ok(status)`, or the error it completed
+//!   with, whose [`Error::status`](crate::Error::status) keeps source, tag and the bytes that
+//!   arrived (MPI_ERR_IN_STATUS: one request's error never hides another's result);
+//! - the outer `Result` fails only when the call itself cannot proceed (the device is busy or
+//!   failing, a request belongs to another rank's device), and then no slot has changed.
+//!
+//! [`Scope::wait_all`] consumes its requests instead (slots or plain requests) and returns every
+//! status in order.
 
 use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::rc::Rc;
 
+use ch4_core::device::{backoff, status_result};
 use ch4_core::transport::{Netmod, Shm};
-use ch4_core::{Device, ErrorKind, ReqHandle, Result, Status};
+use ch4_core::{Error, ErrorKind, ReqHandle, Result, Status};
 
-use crate::borrow;
+use crate::{RankState, SelectedNetmod, SelectedShm};
 
 /// Where nonblocking requests live; see [`Context::scope`](crate::Context::scope).
-pub struct Scope<'a, N: Netmod, S: Shm> {
-    pub(crate) dev: Rc<RefCell<Device<N, S>>>,
-    pending: RefCell<Vec<ReqHandle>>,
+pub struct Scope<'a, N: Netmod = SelectedNetmod, S: Shm = SelectedShm> {
+    pub(crate) core: ScopeCore<N, S>,
     /// Invariant in `'a`, so buffers of exactly the scope's lifetime are required.
     _buffers: PhantomData<std::cell::Cell<&'a ()>>,
+}
+
+/// The part of a scope its requests refer to: the rank and the list of pending requests.
+pub(crate) struct ScopeCore<N: Netmod, S: Shm> {
+    pub(crate) rank: Rc<RankState<N, S>>,
+    pending: RefCell<Vec<ReqHandle>>,
 }
 
 thread_local! {
@@ -36,8 +61,11 @@ thread_local! {
 const SPARE_LISTS_MAX: usize = 8;
 const SPARE_LIST_CAPACITY_MAX: usize = 1 << 16;
 
+/// Idle rounds of a waiting loop between two checks for failed peers (as `Device::wait`).
+const PEER_CHECK_EVERY: u32 = 256;
+
 pub(crate) fn scope<'a, N: Netmod, S: Shm, R>(
-    dev: Rc<RefCell<Device<N, S>>>,
+    rank: Rc<RankState<N, S>>,
     f: impl FnOnce(&Scope<'a, N, S>) -> R,
 ) -> R {
     let list = SPARE_LISTS
@@ -46,13 +74,15 @@ pub(crate) fn scope<'a, N: Netmod, S: Shm, R>(
         .flatten()
         .unwrap_or_default();
     let scope = Scope {
-        dev,
-        pending: RefCell::new(list),
+        core: ScopeCore {
+            rank,
+            pending: RefCell::new(list),
+        },
         _buffers: PhantomData,
     };
     let result = catch_unwind(AssertUnwindSafe(|| f(&scope)));
-    scope.finish_all();
-    let mut list = scope.pending.take();
+    scope.core.finish_all();
+    let mut list = scope.core.pending.take();
     if list.capacity() <= SPARE_LIST_CAPACITY_MAX {
         list.clear();
         let _ = SPARE_LISTS.try_with(|s| {
@@ -68,16 +98,7 @@ pub(crate) fn scope<'a, N: Netmod, S: Shm, R>(
     }
 }
 
-impl<'a, N: Netmod, S: Shm> Scope<'a, N, S> {
-    pub(crate) fn register(&self, h: ReqHandle) -> Request<'a, '_, N, S> {
-        self.pending.borrow_mut().push(h);
-        Request {
-            handle: h,
-            scope: self,
-            done: false,
-        }
-    }
-
+impl<N: Netmod, S: Shm> ScopeCore<N, S> {
     fn forget_handle(&self, h: ReqHandle) {
         let mut p = self.pending.borrow_mut();
         // The newest requests are at the end and are usually the ones finishing.
@@ -97,9 +118,11 @@ impl<'a, N: Netmod, S: Shm> Scope<'a, N, S> {
         }
         let handles: Vec<ReqHandle> = std::mem::take(&mut *pending);
         drop(pending);
-        let Ok(mut dev) = self.dev.try_borrow_mut() else {
-            // Unreachable: the scope's closure has returned, so no borrow is live.
-            std::process::abort();
+        let Ok(mut dev) = self.rank.device() else {
+            // The closure has returned, so no borrow of ours is live: the rank has finalized
+            // inside the scope. Its device never runs again, so nothing will touch the
+            // buffers of the requests it still holds.
+            return;
         };
         for h in handles {
             if dev.wait_status(h).is_err() {
@@ -107,48 +130,66 @@ impl<'a, N: Netmod, S: Shm> Scope<'a, N, S> {
             }
         }
     }
+}
 
-    /// Waits for all `requests`; the statuses come back in the same order. Every request is
-    /// completed even when one fails; the first failure is returned.
-    pub fn wait_all(&self, requests: Vec<Request<'a, '_, N, S>>) -> Result<Vec<Status>> {
+impl<'a, N: Netmod, S: Shm> Scope<'a, N, S> {
+    pub(crate) fn register(&self, h: ReqHandle) -> Request<'_, N, S> {
+        self.core.pending.borrow_mut().push(h);
+        Request {
+            handle: h,
+            scope: &self.core,
+            done: false,
+        }
+    }
+
+    pub(crate) fn rank(&self) -> &Rc<RankState<N, S>> {
+        &self.core.rank
+    }
+
+    /// Waits for every request and returns every status, in the order given (MPI_Waitall).
+    /// Takes plain requests (`vec![r, t]`, `[r, t]`) or slots (`Option<Request>`: a `None`
+    /// slot gives an empty status; from a slice of slots, pass
+    /// `slots.iter_mut().map(Option::take).collect::<Vec<_>>()`). Every request is completed
+    /// even when some fail; if any failed, the error is [`ErrorKind::InStatus`] and
+    /// [`Error::statuses`] holds every status, each failed one with its `error` set.
+    pub fn wait_all<'s, R>(&'s self, requests: impl Into<Vec<R>>) -> Result<Vec<Status>>
+    where
+        R: WaitAllItem<'s, N, S>,
+    {
+        let requests: Vec<R> = requests.into();
         let mut out = Vec::with_capacity(requests.len());
-        let mut first_err = None;
         // The usual shape: the requests waited for are the newest of the scope, in the order
         // they were started; then the scope's list is simply cut short, with no list of our own.
         let newest = {
-            let pending = self.pending.borrow();
+            let pending = self.core.pending.borrow();
             pending.len() >= requests.len()
                 && pending[pending.len() - requests.len()..]
                     .iter()
                     .zip(&requests)
-                    .all(|(p, r)| *p == r.handle)
+                    .all(|(p, r)| {
+                        // A spent request's handle was taken off the list, so it cannot match.
+                        r.peek()
+                            .is_some_and(|r| *p == r.handle && std::ptr::eq(r.scope, &self.core))
+                    })
         };
         let mut finished = Vec::new();
+        let mut any_failed = false;
         {
-            let mut dev = borrow(&self.dev)?;
-            for mut r in requests {
-                r.done = true;
-                if !newest {
-                    finished.push(r.handle);
+            let mut dev = self.core.rank.device()?;
+            if newest {
+                // Every item holds a live request of this scope (a spent one's handle is off
+                // the list, so it could not have matched).
+                for r in requests.into_iter().flat_map(WaitAllItem::take) {
+                    let st = wait_one(&mut dev, r.handle);
+                    any_failed |= st.error.is_some();
+                    out.push(st);
                 }
-                if r.handle == ReqHandle::DONE {
-                    // A send that finished when it started: nothing to ask the device.
-                    out.push(Status::EMPTY);
-                    continue;
-                }
-                match dev.wait(r.handle) {
-                    Ok(st) => out.push(st),
-                    Err(e) => {
-                        out.push(Status {
-                            error: Some(e.kind()),
-                            ..Status::EMPTY
-                        });
-                        first_err.get_or_insert(e);
-                    }
-                }
+            } else {
+                self.wait_all_others(&mut dev, requests, &mut finished, &mut out);
+                any_failed = out.iter().any(|st| st.error.is_some());
             }
         }
-        let mut pending = self.pending.borrow_mut();
+        let mut pending = self.core.pending.borrow_mut();
         if newest {
             let keep = pending.len() - out.len();
             pending.truncate(keep);
@@ -162,95 +203,363 @@ impl<'a, N: Netmod, S: Shm> Scope<'a, N, S> {
             });
         }
         drop(pending);
-        match first_err {
-            None => Ok(out),
-            Some(e) => Err(e),
+        if any_failed {
+            return Err(in_status(out));
+        }
+        Ok(out)
+    }
+
+    /// [`Scope::wait_all`] for any other set: requests of this scope in any order, spent ones,
+    /// inactive slots, requests of enclosing scopes. The handles taken off this scope's list
+    /// go to `finished`.
+    #[inline(never)]
+    fn wait_all_others<'s, R: WaitAllItem<'s, N, S>>(
+        &'s self,
+        dev: &mut ch4_core::Device<N, S>,
+        requests: Vec<R>,
+        finished: &mut Vec<ReqHandle>,
+        out: &mut Vec<Status>,
+    ) {
+        for r in requests {
+            let st = match r.take() {
+                Some(mut r) if !r.done => {
+                    r.done = true;
+                    if std::ptr::eq(r.scope, &self.core) {
+                        finished.push(r.handle);
+                        wait_one(dev, r.handle)
+                    } else if Rc::ptr_eq(&r.scope.rank, &self.core.rank) {
+                        // A request of an enclosing scope of the same rank.
+                        r.scope.forget_handle(r.handle);
+                        wait_one(dev, r.handle)
+                    } else {
+                        // Its handle names a request of another rank's device: left to
+                        // its own scope.
+                        Status {
+                            error: Some(ErrorKind::Arg),
+                            ..Status::EMPTY
+                        }
+                    }
+                }
+                _ => Status::EMPTY,
+            };
+            out.push(st);
         }
     }
 
-    /// Waits until one of `requests` completes, removes it from the vector and returns its
-    /// former index and status. `Err(Request)` on an empty vector.
-    pub fn wait_any(&self, requests: &mut Vec<Request<'a, '_, N, S>>) -> Result<(usize, Status)> {
-        if requests.is_empty() {
-            return Err(ch4_core::Error::new(
-                ErrorKind::Request,
-                "wait_any on no requests",
-            ));
+    /// Completes every active request of `slots` if all of them have completed, after one
+    /// round of progress (MPI_Testall): `Ok(Some(statuses))` in slot order (an empty status for
+    /// an inactive slot), every slot then `None`; `Ok(None)`, with no slot changed, while any
+    /// is pending. When some completed with errors the error is [`ErrorKind::InStatus`] with
+    /// every status ([`Error::statuses`]), and every slot is `None` as well.
+    pub fn test_all(&self, slots: &mut [Option<Request<'_, N, S>>]) -> Result<Option<Vec<Status>>> {
+        self.check_same_rank(slots)?;
+        let mut dev = self.core.rank.device()?;
+        self.progress_or_check(&mut dev, slots)?;
+        if !active(slots).all(|r| dev.is_done(r.handle).unwrap_or(true)) {
+            return Ok(None);
         }
+        let mut out = Vec::with_capacity(slots.len());
+        for slot in slots.iter_mut() {
+            let outcome = match slot.as_mut().filter(|r| !r.done) {
+                None => Ok(Status::EMPTY),
+                Some(r) => r.take_outcome(&mut dev),
+            };
+            *slot = None;
+            out.push(outcome.unwrap_or_else(|e| {
+                e.status().copied().unwrap_or(Status {
+                    error: Some(e.kind()),
+                    ..Status::EMPTY
+                })
+            }));
+        }
+        if out.iter().any(|st| st.error.is_some()) {
+            return Err(in_status(out));
+        }
+        Ok(Some(out))
+    }
+
+    /// Waits until one active request of `slots` completes, takes it out of its slot and
+    /// returns its index and outcome (MPI_Waitany); `Ok(None)` when no slot is active.
+    pub fn wait_any(
+        &self,
+        slots: &mut [Option<Request<'_, N, S>>],
+    ) -> Result<Option<(usize, Result<Status>)>> {
+        self.check_same_rank(slots)?;
+        if active(slots).next().is_none() {
+            return Ok(None);
+        }
+        let mut dev = self.core.rank.device()?;
         let mut idle = 0u32;
         loop {
-            for i in 0..requests.len() {
-                if let Some(st) = requests[i].poll_done()? {
-                    drop(requests.swap_remove(i));
-                    return Ok((i, st));
-                }
+            if let Some(i) = first_done(slots, &dev) {
+                return Ok(Some((i, take(&mut slots[i], &mut dev))));
             }
-            let n = borrow(&self.dev)?.progress()?;
-            idle = if n == 0 { idle + 1 } else { 0 };
-            if idle > 64 {
-                std::thread::yield_now();
+            if dev.progress()? == 0 {
+                idle += 1;
+                if idle % PEER_CHECK_EVERY == 0 {
+                    for r in active(slots) {
+                        dev.fail_if_peer_gone(r.handle);
+                    }
+                }
+                backoff(idle);
+            } else {
+                idle = 0;
             }
         }
     }
 
-    /// Makes progress once and removes every completed request from `requests`, returning
-    /// their former indices and results (MPI_Testsome).
+    /// Makes one round of progress; if an active request of `slots` has completed, takes it
+    /// out of its slot and returns its index and outcome (MPI_Testany). `Ok(None)` when none
+    /// has (including when no slot is active).
+    pub fn test_any(
+        &self,
+        slots: &mut [Option<Request<'_, N, S>>],
+    ) -> Result<Option<(usize, Result<Status>)>> {
+        self.check_same_rank(slots)?;
+        let mut dev = self.core.rank.device()?;
+        if first_done(slots, &dev).is_none() {
+            self.progress_or_check(&mut dev, slots)?;
+        }
+        Ok(first_done(slots, &dev).map(|i| (i, take(&mut slots[i], &mut dev))))
+    }
+
+    /// Waits until at least one active request of `slots` completes, then takes every
+    /// completed one out of its slot and returns their indices and outcomes in slot order
+    /// (MPI_Waitsome). Empty when no slot is active.
+    pub fn wait_some(
+        &self,
+        slots: &mut [Option<Request<'_, N, S>>],
+    ) -> Result<Vec<(usize, Result<Status>)>> {
+        if let Some((i, first)) = self.wait_any(slots)? {
+            let mut out = vec![(i, first)];
+            let mut dev = self.core.rank.device()?;
+            collect_done(slots, &mut dev, &mut out);
+            out.sort_unstable_by_key(|(i, _)| *i);
+            return Ok(out);
+        }
+        Ok(Vec::new())
+    }
+
+    /// Makes one round of progress, then takes every completed request out of its slot and
+    /// returns their indices and outcomes in slot order (MPI_Testsome); empty when none has
+    /// completed.
     pub fn test_some(
         &self,
-        requests: &mut Vec<Request<'a, '_, N, S>>,
+        slots: &mut [Option<Request<'_, N, S>>],
     ) -> Result<Vec<(usize, Result<Status>)>> {
-        borrow(&self.dev)?.progress()?;
-        let mut done = Vec::new();
-        let mut i = 0;
-        let mut original = 0;
-        while i < requests.len() {
-            let finished = {
-                let dev = borrow(&self.dev)?;
-                dev.is_done(requests[i].handle)?
-            };
-            if finished {
-                let r = requests.remove(i);
-                done.push((original, r.wait()));
-            } else {
-                i += 1;
+        self.check_same_rank(slots)?;
+        let mut dev = self.core.rank.device()?;
+        self.progress_or_check(&mut dev, slots)?;
+        let mut out = Vec::new();
+        collect_done(slots, &mut dev, &mut out);
+        Ok(out)
+    }
+
+    /// One round of progress; when it found nothing to do, fails the requests whose peers are
+    /// gone (as `Device::test` does).
+    fn progress_or_check(
+        &self,
+        dev: &mut ch4_core::Device<N, S>,
+        slots: &[Option<Request<'_, N, S>>],
+    ) -> Result<()> {
+        if dev.progress()? == 0 {
+            for r in active(slots) {
+                dev.fail_if_peer_gone(r.handle);
             }
-            original += 1;
         }
-        Ok(done)
+        Ok(())
+    }
+
+    /// Requests of one set must belong to this scope's rank: their handles name requests of
+    /// its device.
+    fn check_same_rank(&self, slots: &[Option<Request<'_, N, S>>]) -> Result<()> {
+        if active(slots).all(|r| Rc::ptr_eq(&r.scope.rank, &self.core.rank)) {
+            Ok(())
+        } else {
+            Err(Error::new(
+                ErrorKind::Arg,
+                "a request of this set belongs to another rank's device",
+            ))
+        }
     }
 }
 
-/// A pending nonblocking operation whose buffer is borrowed for `'a`.
+/// The active requests of a set (slots that hold a request not yet finished).
+fn active<'r, 's, N: Netmod, S: Shm>(
+    slots: &'r [Option<Request<'s, N, S>>],
+) -> impl Iterator<Item = &'r Request<'s, N, S>> {
+    slots.iter().flatten().filter(|r| !r.done)
+}
+
+/// The index of the first active request that has completed.
+fn first_done<N: Netmod, S: Shm>(
+    slots: &[Option<Request<'_, N, S>>],
+    dev: &ch4_core::Device<N, S>,
+) -> Option<usize> {
+    slots.iter().position(|s| {
+        s.as_ref()
+            .is_some_and(|r| !r.done && dev.is_done(r.handle).unwrap_or(true))
+    })
+}
+
+/// Takes every completed active request out of its slot, appending index and outcome.
+fn collect_done<N: Netmod, S: Shm>(
+    slots: &mut [Option<Request<'_, N, S>>],
+    dev: &mut ch4_core::Device<N, S>,
+    out: &mut Vec<(usize, Result<Status>)>,
+) {
+    for (i, slot) in slots.iter_mut().enumerate() {
+        let done = slot
+            .as_ref()
+            .is_some_and(|r| !r.done && dev.is_done(r.handle).unwrap_or(true));
+        if done {
+            out.push((i, take(slot, dev)));
+        }
+    }
+}
+
+/// Takes the completed request out of `slot` and returns its outcome.
+fn take<N: Netmod, S: Shm>(
+    slot: &mut Option<Request<'_, N, S>>,
+    dev: &mut ch4_core::Device<N, S>,
+) -> Result<Status> {
+    match slot.take() {
+        Some(mut r) => r.take_outcome(dev),
+        None => Err(Error::new(ErrorKind::Internal, "took an empty slot")),
+    }
+}
+
+/// The [`ErrorKind::InStatus`] error of a set whose statuses are `out`, some with errors; the
+/// detail names how many failed and the first.
+#[cold]
+fn in_status(out: Vec<Status>) -> Error {
+    let failed = out.iter().filter(|st| st.error.is_some()).count();
+    let (first, st) = out
+        .iter()
+        .enumerate()
+        .find(|(_, st)| st.error.is_some())
+        .map(|(i, st)| (i, *st))
+        .unwrap_or((0, Status::EMPTY));
+    let why = status_result(st)
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    Error::in_status(
+        format!(
+            "{failed} of {} requests failed; request {first}: {why}",
+            out.len()
+        ),
+        out,
+    )
+}
+
+/// Waits for `h` and returns its status, an error status as a value: at once when it has
+/// completed (the common case of a window of small messages), else through the device's
+/// waiting loop. A request the device cannot finish is released, so nothing refers to its
+/// buffer any more.
+#[inline(always)]
+fn wait_one<N: Netmod, S: Shm>(dev: &mut ch4_core::Device<N, S>, h: ReqHandle) -> Status {
+    if h == ReqHandle::DONE {
+        // A send that finished when it started: nothing to ask the device.
+        return Status::EMPTY;
+    }
+    if let Ok(Some(st)) = dev.take_completed(h) {
+        return st;
+    }
+    wait_slow(dev, h)
+}
+
+#[inline(never)]
+fn wait_slow<N: Netmod, S: Shm>(dev: &mut ch4_core::Device<N, S>, h: ReqHandle) -> Status {
+    dev.wait_status(h).unwrap_or_else(|e| {
+        dev.release(h);
+        Status {
+            error: Some(e.kind()),
+            ..Status::EMPTY
+        }
+    })
+}
+
+/// What [`Scope::wait_all`] takes: a request, or a slot that may hold one (`None` is an
+/// inactive slot, as MPI_REQUEST_NULL).
+pub trait WaitAllItem<'s, N: Netmod, S: Shm>: sealed::Sealed {
+    /// The request, if any, without taking it.
+    fn peek(&self) -> Option<&Request<'s, N, S>>;
+    /// The request, if any.
+    fn take(self) -> Option<Request<'s, N, S>>;
+}
+
+impl<'s, N: Netmod, S: Shm> WaitAllItem<'s, N, S> for Request<'s, N, S> {
+    #[inline(always)]
+    fn peek(&self) -> Option<&Request<'s, N, S>> {
+        Some(self)
+    }
+    #[inline(always)]
+    fn take(self) -> Option<Request<'s, N, S>> {
+        Some(self)
+    }
+}
+
+impl<'s, N: Netmod, S: Shm> WaitAllItem<'s, N, S> for Option<Request<'s, N, S>> {
+    #[inline(always)]
+    fn peek(&self) -> Option<&Request<'s, N, S>> {
+        self.as_ref()
+    }
+    #[inline(always)]
+    fn take(self) -> Option<Request<'s, N, S>> {
+        self
+    }
+}
+
+mod sealed {
+    /// Only the facade's request types are [`super::WaitAllItem`]s.
+    pub trait Sealed {}
+    impl<N: super::Netmod, S: super::Shm> Sealed for super::Request<'_, N, S> {}
+    impl<N: super::Netmod, S: super::Shm> Sealed for Option<super::Request<'_, N, S>> {}
+}
+
+/// A pending nonblocking operation whose buffer is borrowed by its scope.
 ///
-/// Finish it with [`Request::wait`] or [`Request::test`]. Dropping it without doing so leaves it
-/// to the scope, which completes it before the scope returns.
+/// Finish it with [`Request::wait`] or [`Request::test`], or as part of a set (see the
+/// [`Scope`] methods). Dropping it without doing so leaves it to the scope, which completes it
+/// before the scope returns.
 #[must_use = "a request must be waited for; unattended, its scope finishes it at the end"]
-pub struct Request<'a, 's, N: Netmod, S: Shm> {
+pub struct Request<'s, N: Netmod = SelectedNetmod, S: Shm = SelectedShm> {
     handle: ReqHandle,
-    scope: &'s Scope<'a, N, S>,
+    scope: &'s ScopeCore<N, S>,
     done: bool,
 }
 
-impl<N: Netmod, S: Shm> Request<'_, '_, N, S> {
+impl<N: Netmod, S: Shm> std::fmt::Debug for Request<'_, N, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request")
+            .field("handle", &self.handle)
+            .field("done", &self.done)
+            .finish()
+    }
+}
+
+impl<N: Netmod, S: Shm> Request<'_, N, S> {
     /// Blocks until the operation completes; an error status (truncation, ready send without
-    /// receive, dead peer) is returned as that error.
+    /// receive, dead peer) is returned as that error, with the status in
+    /// [`Error::status`](crate::Error::status).
     pub fn wait(mut self) -> Result<Status> {
+        if self.done {
+            return Err(spent());
+        }
         self.done = true;
-        let r = borrow(&self.scope.dev)?.wait(self.handle);
+        let r = self.scope.rank.device()?.wait(self.handle);
         self.scope.forget_handle(self.handle);
         r
     }
 
     /// Makes progress once; `Ok(Some(status))` when the operation has completed (the request is
-    /// then spent: a later call is a `Request` error).
+    /// then spent: a later call is a `Request` error, and request sets skip it).
     pub fn test(&mut self) -> Result<Option<Status>> {
         if self.done {
-            return Err(ch4_core::Error::new(
-                ErrorKind::Request,
-                "request already completed",
-            ));
+            return Err(spent());
         }
-        let r = borrow(&self.scope.dev)?.test(self.handle);
+        let r = self.scope.rank.device()?.test(self.handle);
         match r {
             Ok(None) => Ok(None),
             other => {
@@ -261,20 +570,41 @@ impl<N: Netmod, S: Shm> Request<'_, '_, N, S> {
         }
     }
 
-    fn poll_done(&mut self) -> Result<Option<Status>> {
-        let finished = borrow(&self.scope.dev)?.is_done(self.handle)?;
-        if !finished {
-            return Ok(None);
-        }
+    /// The outcome of a request that has completed, freeing it.
+    fn take_outcome(&mut self, dev: &mut ch4_core::Device<N, S>) -> Result<Status> {
         self.done = true;
-        let st = borrow(&self.scope.dev)?.wait(self.handle);
         self.scope.forget_handle(self.handle);
-        st.map(Some)
+        match dev.take_completed(self.handle) {
+            Ok(Some(st)) => status_result(st),
+            Ok(None) => {
+                // Not complete after all (cannot happen: asked only of completed ones); it
+                // must not stay behind with our buffer.
+                dev.release(self.handle);
+                Err(Error::new(
+                    ErrorKind::Internal,
+                    "request taken before completion",
+                ))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Asks to cancel the operation (MPI_Cancel). Still wait for the request; its status's
     /// `cancelled` says whether the cancel took effect.
     pub fn cancel(&self) -> Result<()> {
-        borrow(&self.scope.dev)?.cancel(self.handle)
+        if self.done {
+            return Err(spent());
+        }
+        self.scope.rank.device()?.cancel(self.handle)
     }
+
+    /// Whether this request has been completed through [`Request::test`] (it is then spent).
+    pub fn is_spent(&self) -> bool {
+        self.done
+    }
+}
+
+#[cold]
+fn spent() -> Error {
+    Error::new(ErrorKind::Request, "request already completed")
 }

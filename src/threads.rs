@@ -1,9 +1,18 @@
 //! Ranks as threads: run an SPMD closure on N threads of this process, each with its own device
-//! (MPC's thread-based mode). No launcher, no network: ranks of one (simulated) node talk through
-//! the shared-memory layer's lock-free rings, placed in anonymous memory, and ranks of different
-//! nodes through an in-process netmod from the `inproc` crate. Grouping ranks into nodes lets
-//! one process exercise both routes.
+//! (MPC's thread-based mode). No launcher: ranks of one (simulated) node talk through the
+//! shared-memory layer's lock-free rings, placed in anonymous memory, and ranks of different
+//! nodes through a netmod — by default this build's own ([`SelectedNetmod`], TCP over loopback),
+//! so a rank function that takes a plain [`Context`] runs unchanged as threads and as processes.
+//! Grouping ranks into nodes lets one process exercise both routes.
+//!
+//! Settings come from the same `CH4_*` variables as in process mode (the builder's methods
+//! override them), and a bad value is an error before any rank starts.
+//!
+//! A rank that returns an error or panics fails, as a killed process would: the others'
+//! pending and later operations that depend on it fail with [`ErrorKind::PeerFailed`] instead
+//! of waiting, and [`Threads::run`] returns the first failure.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 
 use ch4_core::core::DeviceConfig;
@@ -12,26 +21,33 @@ use ch4_core::{Device, Error, ErrorKind, Gpid, Result};
 use inproc::{AmOnly, Fabric, FabricConfig, InprocNet, InprocShm};
 use shm::{Geometry, Segment, ShmConfig, ShmTransport};
 
-use crate::Context;
+use crate::{Context, SelectedNetmod};
 
 /// A thread job under construction.
 #[derive(Debug, Clone)]
 pub struct Threads {
-    fabric: FabricConfig,
+    ranks: u32,
+    /// Set by the builder; else `CH4_NODE_SIZE`, else every rank on one node.
+    ranks_per_node: Option<u32>,
+    eager_limit: Option<usize>,
+    max_payload: Option<usize>,
     device: DeviceConfig,
     single_copy: Option<bool>,
     shm_geometry: Option<Geometry>,
     ring_record_max: Option<usize>,
 }
 
-/// The context type of a rank run by [`Threads::run`].
-pub type ThreadContext<M = AmOnly> = Context<InprocNet<M>, ShmTransport>;
+/// The context type of a rank run by [`Threads::run`]: the same as process mode's.
+pub type ThreadContext = Context;
 
 impl Threads {
     /// A job of `ranks` ranks on one simulated node.
     pub fn new(ranks: u32) -> Threads {
         Threads {
-            fabric: FabricConfig::new(ranks),
+            ranks,
+            ranks_per_node: None,
+            eager_limit: None,
+            max_payload: None,
             device: DeviceConfig::default(),
             single_copy: None,
             shm_geometry: None,
@@ -40,26 +56,28 @@ impl Threads {
     }
 
     /// Groups the ranks into nodes of `n`: ranks on one node use shared memory, the others the
-    /// netmod.
+    /// netmod. Overrides `CH4_NODE_SIZE`; without either, all ranks are on one node.
     pub fn ranks_per_node(mut self, n: u32) -> Threads {
-        self.fabric.ranks_per_node = n;
+        self.ranks_per_node = Some(n);
         self
     }
 
-    /// Messages up to `bytes` go eagerly; longer ones by rendezvous.
+    /// Messages up to `bytes` (at most) go eagerly, on every route; longer ones by rendezvous.
+    /// Overrides `CH4_SHM_EAGER_LIMIT` and the netmod's eager limit.
     pub fn eager_limit(mut self, bytes: usize) -> Threads {
-        self.fabric.eager_limit = bytes;
+        self.eager_limit = Some(bytes);
         self
     }
 
-    /// The largest single active-message payload (rendezvous data moves in pieces this big).
+    /// The largest single active-message payload on every route (rendezvous data moves in
+    /// pieces this big). Overrides `CH4_SHM_PIECE_SIZE` and the netmod's piece size.
     pub fn max_payload(mut self, bytes: usize) -> Threads {
-        self.fabric.max_payload = bytes;
+        self.max_payload = Some(bytes);
         self
     }
 
     /// Whether the shared-memory layer moves large messages with one copy (CMA reads of the
-    /// sender's buffer) or streams them through the rings; the default follows `CH4_SHM_CMA`.
+    /// sender's buffer) or streams them through the rings; overrides `CH4_SHM_CMA`.
     pub fn shm_single_copy(mut self, enabled: bool) -> Threads {
         self.single_copy = Some(enabled);
         self
@@ -73,7 +91,7 @@ impl Threads {
     }
 
     /// Only records of up to `bytes` take the shared-memory rings, the rest go through cells
-    /// (see `ShmTransport::set_ring_record_max`).
+    /// (see `ShmTransport::set_ring_record_max`); overrides `CH4_SHM_RING_RECORD_MAX`.
     pub fn shm_ring_record_max(mut self, bytes: usize) -> Threads {
         self.ring_record_max = Some(bytes);
         self
@@ -85,19 +103,21 @@ impl Threads {
         self
     }
 
-    /// Runs `f` on every rank with the active-message netmod; returns the ranks' results in rank
-    /// order, or the first failure (an error a rank returned, or a rank that panicked).
+    /// Runs `f` on every rank with this build's transports — the same [`Context`] type as
+    /// process mode's, so one rank function serves both — and returns the ranks' results in
+    /// rank order, or the first failure (the first error a rank returned or panic it raised,
+    /// with the rank's number; the other ranks' operations that depended on it fail too).
     pub fn run<R, F>(self, f: F) -> Result<Vec<R>>
     where
         R: Send,
-        F: Fn(ThreadContext<AmOnly>) -> Result<R> + Sync,
+        F: Fn(Context) -> Result<R> + Sync,
     {
-        self.run_with::<InprocNet<AmOnly>, R, F>(f)
+        self.run_with::<SelectedNetmod, R, F>(f)
     }
 
-    /// Like [`Threads::run`], with the in-process netmod flavour `Net`
-    /// (`InprocNet<AmOnly>`, the natively matching `InprocNet<Native>`, or the reordering
-    /// `Shuffled<InprocNet<AmOnly>>`).
+    /// Like [`Threads::run`], with the netmod `Net` between nodes: the in-process
+    /// active-message `InprocNet<AmOnly>`, the natively matching `InprocNet<Native>`, the
+    /// reordering `Shuffled<InprocNet<AmOnly>>`, or the TCP netmod.
     pub fn run_with<Net, R, F>(self, f: F) -> Result<Vec<R>>
     where
         Net: Netmod + FromFabric + Send,
@@ -116,108 +136,194 @@ impl Threads {
         R: Send,
         F: Fn(Context<Net, Sh>) -> Result<R> + Sync,
     {
-        let fabric = Fabric::new(self.fabric)?;
-        let n = self.fabric.ranks;
+        crate::settings::check_environment()?;
+        crate::log::init_if_asked();
+        let defaults = FabricConfig::new(self.ranks);
+        let ranks_per_node = match self.ranks_per_node {
+            Some(n) => n,
+            None => ch4_core::env::count("CH4_NODE_SIZE")?.unwrap_or(defaults.ranks_per_node),
+        };
+        let fabric = Fabric::new(FabricConfig {
+            ranks: self.ranks,
+            ranks_per_node,
+            eager_limit: self.eager_limit.unwrap_or(defaults.eager_limit),
+            max_payload: self.max_payload.unwrap_or(defaults.max_payload),
+        })?;
+        let n = self.ranks;
         let device = self.device;
-        let nodes = n.div_ceil(self.fabric.ranks_per_node.max(1));
+        let nodes = n.div_ceil(ranks_per_node.max(1));
         let job = ThreadJob {
             fabric: fabric.clone(),
             segments: (0..nodes).map(|_| Mutex::new(None)).collect(),
+            eager_limit: self.eager_limit,
+            max_payload: self.max_payload,
             single_copy: self.single_copy,
             shm_geometry: self.shm_geometry,
             ring_record_max: self.ring_record_max,
+            first_failure: Mutex::new(None),
         };
         let job = &job;
-        std::thread::scope(|s| {
+        let results: Vec<Option<R>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..n)
                 .map(|rank| {
-                    let fabric = Arc::clone(&fabric);
                     let f = &f;
                     std::thread::Builder::new()
                         .name(format!("ch4-rank-{rank}"))
-                        .spawn_scoped(s, move || -> Result<R> {
-                            let net = Net::from_fabric(fabric, rank)?;
-                            let shm = Sh::for_thread(job, rank)?;
-                            let dev = Device::new(net, shm, rank, n, device)?;
-                            let ctx = Context::new(dev);
-                            let r = f(ctx.clone())?;
-                            // Output still queued for live ranks must leave before this rank
-                            // ends, like a process's finalize.
-                            ctx.device()?.finalize(std::time::Duration::from_secs(60))?;
-                            Ok(r)
-                        })
-                        .map_err(|e| Error::new(ErrorKind::Internal, format!("spawn: {e}")))
+                        .spawn_scoped(s, move || job.run_rank::<Net, Sh, R, F>(rank, device, f))
                 })
                 .collect();
-            let mut out = Vec::with_capacity(n as usize);
-            let mut first_err = None;
-            for (rank, h) in handles.into_iter().enumerate() {
-                let r = match h {
-                    Ok(h) => h.join().unwrap_or_else(|p| {
-                        let msg = p
-                            .downcast_ref::<&str>()
-                            .map(|s| s.to_string())
-                            .or_else(|| p.downcast_ref::<String>().cloned())
-                            .unwrap_or_default();
-                        Err(Error::new(
-                            ErrorKind::PeerFailed,
-                            format!("rank {rank} panicked: {msg}"),
-                        ))
+            handles
+                .into_iter()
+                .enumerate()
+                .map(|(rank, h)| match h {
+                    Ok(h) => h.join().unwrap_or_else(|_| {
+                        // `run_rank` catches the rank's panics; this is a panic of its own.
+                        job.record_failure(
+                            rank as Gpid,
+                            Error::new(ErrorKind::Internal, "the rank's thread panicked"),
+                        );
+                        None
                     }),
-                    Err(e) => Err(e),
-                };
-                match r {
-                    Ok(v) => out.push(v),
                     Err(e) => {
-                        first_err.get_or_insert_with(|| {
-                            Error::new(e.kind(), format!("rank {rank}: {}", e.detail()))
-                        });
+                        job.record_failure(
+                            rank as Gpid,
+                            Error::new(ErrorKind::Internal, format!("spawn: {e}")),
+                        );
+                        None
                     }
-                }
+                })
+                .collect()
+        });
+        let failure = job
+            .first_failure
+            .lock()
+            .map_err(|_| Error::new(ErrorKind::Internal, "a rank panicked while failing"))?
+            .take();
+        match failure {
+            Some(e) => Err(e),
+            None => results
+                .into_iter()
+                .map(|r| r.ok_or_else(|| Error::new(ErrorKind::Internal, "a rank gave no result")))
+                .collect(),
+        }
+    }
+}
+
+impl ThreadJob {
+    /// One rank's thread: builds its device, runs `f`, finalizes. A failure (an error `f`
+    /// returned, a panic, a failed finalize) is recorded as the job's first failure if no other
+    /// came before, and only then is the rank's device dropped — which is what tells its peers
+    /// that it failed — so the first failure recorded is the cause, not one of its effects.
+    fn run_rank<Net, Sh, R, F>(&self, rank: Gpid, device: DeviceConfig, f: &F) -> Option<R>
+    where
+        Net: Netmod + FromFabric,
+        Sh: Shm + ThreadShm,
+        F: Fn(Context<Net, Sh>) -> Result<R>,
+    {
+        let n = self.fabric.config().ranks;
+        let started = (|| -> Result<Context<Net, Sh>> {
+            let net = Net::from_fabric(self.fabric.clone(), rank, self)?;
+            let shm = Sh::for_thread(self, rank)?;
+            Ok(Context::new(Device::new(net, shm, rank, n, device)?))
+        })();
+        let ctx = match started {
+            Ok(ctx) => ctx,
+            Err(e) => {
+                self.record_failure(rank, e);
+                self.fabric.kill(rank);
+                return None;
             }
-            match first_err {
-                None => Ok(out),
-                Some(e) => Err(e),
+        };
+        if rank == 0 {
+            crate::settings::print_summary_if_asked(&ctx);
+        }
+        let outcome = match catch_unwind(AssertUnwindSafe(|| f(ctx.clone()))) {
+            // Output still queued for live ranks must leave before this rank ends, like a
+            // process's finalize (a no-op if the rank finalized itself).
+            Ok(Ok(v)) => ctx.finalize().map(|()| v),
+            Ok(Err(e)) => Err(e),
+            Err(panic) => {
+                let msg = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                Err(Error::new(ErrorKind::Internal, format!("panicked: {msg}")))
             }
-        })
+        };
+        match outcome {
+            Ok(v) => {
+                self.fabric.leave(rank);
+                Some(v)
+            }
+            Err(e) => {
+                self.record_failure(rank, e);
+                self.fabric.kill(rank);
+                drop(ctx);
+                None
+            }
+        }
+    }
+
+    /// Keeps `e` as the job's failure unless an earlier one is kept already.
+    fn record_failure(&self, rank: Gpid, e: Error) {
+        if let Ok(mut first) = self.first_failure.lock() {
+            first.get_or_insert_with(|| e.context(format!("rank {rank}")));
+        }
     }
 }
 
 /// The TCP netmod for ranks as threads: every rank listens on loopback, and the ranks of one
-/// job (one fabric) swap addresses through a table in this process before any message moves.
+/// job (one fabric) swap addresses through a table in this process before any message moves —
+/// unless the job is one node, where the netmod carries nothing and the exchange is skipped
+/// (as process mode does). The job's own record of failed and finished ranks backs the
+/// connections' view, so a rank that fails before it ever connected is seen to fail.
 #[cfg(feature = "tcp")]
 impl FromFabric for netmod_tcp::TcpNetmod {
-    fn from_fabric(fabric: Arc<Fabric>, me: u32) -> Result<Self> {
+    fn from_fabric(fabric: Arc<Fabric>, me: u32, job: &ThreadJob) -> Result<Self> {
         use std::collections::HashMap;
         use std::net::SocketAddr;
         use std::sync::{Condvar, OnceLock};
         /// Per job: every rank's address, how many ranks have read the table, the job key.
         type Book = HashMap<usize, (Vec<Option<SocketAddr>>, u32, u64)>;
         static BOOKS: OnceLock<(Mutex<Book>, Condvar)> = OnceLock::new();
-        let (lock, cv) = BOOKS.get_or_init(|| (Mutex::new(HashMap::new()), Condvar::new()));
         let cfg = *fabric.config();
-        let job = Arc::as_ptr(&fabric) as usize;
+        let loopback: SocketAddr = ([127, 0, 0, 1], 0).into();
+        let watched = |mut net: netmod_tcp::TcpNetmod| {
+            job.limit_net(&mut net);
+            let fabric = fabric.clone();
+            net.watch_peers(Arc::new(move |g| fabric.peer_state(g)));
+            net
+        };
+        if cfg.ranks_per_node >= cfg.ranks {
+            // One node: no rank is reached through the netmod.
+            let net =
+                netmod_tcp::TcpNetmod::bind(me, cfg.ranks, crate::process::random_key(), loopback)?;
+            return Ok(watched(net));
+        }
+        let (lock, cv) = BOOKS.get_or_init(|| (Mutex::new(HashMap::new()), Condvar::new()));
+        let key = Arc::as_ptr(&fabric) as usize;
         fn poisoned<T>(_: T) -> Error {
             Error::new(ErrorKind::PeerFailed, "a rank panicked during setup")
         }
         let mut books = lock.lock().map_err(poisoned)?;
         // The first rank of the job draws its key; a predictable one would let any local
         // process pass for a rank.
-        let entry = books.entry(job).or_insert_with(|| {
+        let entry = books.entry(key).or_insert_with(|| {
             (
                 vec![None; cfg.ranks as usize],
                 0,
                 crate::process::random_key(),
             )
         });
-        let mut net =
-            netmod_tcp::TcpNetmod::bind(me, cfg.ranks, entry.2, ([127, 0, 0, 1], 0).into())?;
-        net.limit(cfg.eager_limit, cfg.max_payload);
+        let mut net = watched(netmod_tcp::TcpNetmod::bind(
+            me, cfg.ranks, entry.2, loopback,
+        )?);
         entry.0[me as usize] = Some(net.local_addr());
         cv.notify_all();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         loop {
-            let book = books.get(&job).map(|b| b.0.clone()).unwrap_or_default();
+            let book = books.get(&key).map(|b| b.0.clone()).unwrap_or_default();
             if book.iter().all(Option::is_some) {
                 for (r, a) in book.into_iter().enumerate() {
                     if let Some(a) = a {
@@ -225,34 +331,52 @@ impl FromFabric for netmod_tcp::TcpNetmod {
                     }
                 }
                 // The last rank to read the table removes it.
-                if let Some(b) = books.get_mut(&job) {
+                if let Some(b) = books.get_mut(&key) {
                     b.1 += 1;
                     if b.1 == cfg.ranks {
-                        books.remove(&job);
+                        books.remove(&key);
                     }
                 }
                 return Ok(net);
             }
             let now = std::time::Instant::now();
-            if now >= deadline {
+            if now >= deadline
+                || (0..cfg.ranks).any(|g| fabric.peer_state(g) != ch4_core::PeerState::Alive)
+            {
                 return Err(Error::new(
                     ErrorKind::Transport,
                     "the other ranks never published their TCP addresses",
                 ));
             }
-            books = cv.wait_timeout(books, deadline - now).map_err(poisoned)?.0;
+            let wait = (deadline - now).min(std::time::Duration::from_millis(50));
+            books = cv.wait_timeout(books, wait).map_err(poisoned)?.0;
         }
     }
 }
 
-/// In-process netmods that can be made from a fabric (both flavours of [`InprocNet`]).
+/// No netmod (a build without a network feature): a thread job must fit on one node.
+impl FromFabric for ch4_core::transport::NoNetmod {
+    fn from_fabric(fabric: Arc<Fabric>, _me: u32, _job: &ThreadJob) -> Result<Self> {
+        let cfg = fabric.config();
+        if cfg.ranks_per_node < cfg.ranks {
+            return Err(Error::new(
+                ErrorKind::Arg,
+                "this build has no network netmod: run every rank on one node, or use \
+                 Threads::run_with with an in-process netmod",
+            ));
+        }
+        Ok(ch4_core::transport::NoNetmod)
+    }
+}
+
+/// Netmods that ranks as threads can use: made for rank `me` of the job's fabric.
 pub trait FromFabric: Sized {
     /// The endpoint of rank `me`.
-    fn from_fabric(fabric: Arc<Fabric>, me: u32) -> Result<Self>;
+    fn from_fabric(fabric: Arc<Fabric>, me: u32, job: &ThreadJob) -> Result<Self>;
 }
 
 impl<M> FromFabric for InprocNet<M> {
-    fn from_fabric(fabric: Arc<Fabric>, me: u32) -> Result<Self> {
+    fn from_fabric(fabric: Arc<Fabric>, me: u32, _job: &ThreadJob) -> Result<Self> {
         InprocNet::new(fabric, me)
     }
 }
@@ -261,7 +385,7 @@ impl<M> FromFabric for InprocNet<M> {
 /// rank shuffles differently, and a failing run can be replayed): lets whole MPI programs run
 /// over an unordered transport, which drives the AM fallback's sequence-number path.
 impl FromFabric for inproc::Shuffled<InprocNet<AmOnly>> {
-    fn from_fabric(fabric: Arc<Fabric>, me: u32) -> Result<Self> {
+    fn from_fabric(fabric: Arc<Fabric>, me: u32, _job: &ThreadJob) -> Result<Self> {
         Ok(inproc::Shuffled::new(
             InprocNet::new(fabric, me)?,
             u64::from(me),
@@ -269,14 +393,18 @@ impl FromFabric for inproc::Shuffled<InprocNet<AmOnly>> {
     }
 }
 
-/// What a thread job shares between its ranks: the in-process fabric and one shared-memory
-/// segment per simulated node (made by the first rank of the node to need it).
+/// What a thread job shares between its ranks: the in-process fabric (which also records which
+/// ranks failed or finished), one shared-memory segment per simulated node (made by the first
+/// rank of the node to need it), the builder's overrides, and the first failure.
 pub struct ThreadJob {
     fabric: Arc<Fabric>,
     segments: Vec<Mutex<Option<Arc<Segment>>>>,
+    eager_limit: Option<usize>,
+    max_payload: Option<usize>,
     single_copy: Option<bool>,
     shm_geometry: Option<Geometry>,
     ring_record_max: Option<usize>,
+    first_failure: Mutex<Option<Error>>,
 }
 
 impl ThreadJob {
@@ -286,6 +414,17 @@ impl ThreadJob {
         (0..self.fabric.config().ranks)
             .filter(|&g| self.fabric.node_of(g) == node)
             .collect()
+    }
+
+    /// Applies the builder's thresholds to a TCP netmod.
+    #[cfg(feature = "tcp")]
+    fn limit_net(&self, net: &mut netmod_tcp::TcpNetmod) {
+        if self.eager_limit.is_some() || self.max_payload.is_some() {
+            net.limit(
+                self.eager_limit.unwrap_or(usize::MAX),
+                self.max_payload.unwrap_or(usize::MAX),
+            );
+        }
     }
 }
 
@@ -309,7 +448,7 @@ impl ThreadShm for ShmTransport {
             .position(|&g| g == rank)
             .ok_or_else(|| Error::new(ErrorKind::Internal, "rank missing from its node"))?;
         let node = job.fabric.node_of(rank) as usize;
-        let cfg = ShmConfig::for_ranks(local.len());
+        let cfg = ShmConfig::for_ranks(local.len())?;
         let seg = {
             let slot = job
                 .segments
@@ -330,9 +469,12 @@ impl ThreadShm for ShmTransport {
                 }
             }
         };
-        let fc = job.fabric.config();
-        let mut t = ShmTransport::new(seg, me, &local, fc.ranks, fc.eager_limit, 0)?;
-        t.limit_payload(fc.max_payload);
+        let ranks = job.fabric.config().ranks;
+        let eager = job.eager_limit.unwrap_or(cfg.eager_limit);
+        let mut t = ShmTransport::new(seg, me, &local, ranks, eager, 0)?;
+        if let Some(bytes) = job.max_payload {
+            t.limit_payload(bytes);
+        }
         if let Some(on) = job.single_copy {
             t.set_cma(on);
         }

@@ -312,7 +312,9 @@ proptest! {
     #[test]
     fn non_overtaking_over_am_netmod(case in case()) {
         check(&case, |c, t| {
-            common::small(2).ranks_per_node(1).run(|ctx| exchange(ctx, c, t))
+            common::small(2)
+                .ranks_per_node(1)
+                .run_with::<inproc::InprocNet<inproc::AmOnly>, _, _>(|ctx| exchange(ctx, c, t))
         })?;
     }
 

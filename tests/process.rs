@@ -422,7 +422,7 @@ fn the_tcp_listening_address_is_chosen_and_checked() {
     assert!(!bad.status.success());
     let stderr = String::from_utf8_lossy(&bad.stderr);
     assert!(
-        stderr.contains("CH4_TCP_BIND=\"eth0\" is not an address"),
+        stderr.contains("CH4_TCP_BIND=\"eth0\" is not valid: it takes an address and port"),
         "{stderr}"
     );
 }
@@ -448,4 +448,61 @@ fn a_job_with_nodes_of_different_sizes_starts() {
             "{ranks} ranks in nodes of {node}: {stdout}"
         );
     }
+}
+
+/// A rank that ends with `std::process::exit` without finalizing: what it sent is delivered,
+/// then its peer sees it fail (PeerFailed, also for an ANY_SOURCE receive), where a rank that
+/// finalized is seen to leave (no failure for ANY_SOURCE).
+#[test]
+fn a_rank_that_exits_without_finalize_is_seen_to_fail() {
+    for node_size in ["1", "2"] {
+        let child = common::jobs::test_as_ranks(
+            "exit_without_finalize_rank",
+            3,
+            &[("CH4_NODE_SIZE", node_size)],
+        );
+        let out = child.wait_with_output().expect("the job ends");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            stdout.matches("rank 0 saw it fail").count(),
+            1,
+            "node size {node_size}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// One rank of `a_rank_that_exits_without_finalize_is_seen_to_fail`.
+#[test]
+#[ignore = "one rank of a process job"]
+fn exit_without_finalize_rank() {
+    use ch4::{ErrorKind, ANY_SOURCE};
+    let universe = ch4::process::init().expect("join");
+    let w = universe.world();
+    match w.rank() {
+        1 => {
+            w.send(&[7u8; 100], 0, 1).unwrap();
+            w.recv(&mut [0u8], 0, 2).unwrap(); // rank 0 has the message
+            std::process::exit(0);
+        }
+        2 => {
+            // Finalizes in order, then lingers as a process.
+            w.send(&[8u8], 0, 3).unwrap();
+            drop(w);
+            universe.finalize().unwrap();
+            std::thread::sleep(Duration::from_secs(2));
+            return;
+        }
+        _ => {}
+    }
+    let mut b = [0u8; 100];
+    assert_eq!(w.recv(&mut b, 1, 1).unwrap().bytes, 100);
+    assert_eq!(w.recv(&mut b, 2, 3).unwrap().bytes, 1);
+    w.send(&[0u8], 1, 2).unwrap();
+    // Rank 2 left in order: no reason for an ANY_SOURCE receive to fail; rank 1 did not.
+    let e = w.recv(&mut b, ANY_SOURCE, 5).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::PeerFailed, "{e}");
+    let e = w.recv(&mut b, 1, 5).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::PeerFailed, "{e}");
+    println!("rank 0 saw it fail");
 }

@@ -524,7 +524,8 @@ fn layouts<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
 }
 on_all_routes!(noncontiguous, 2, layouts);
 
-/// wait_any and test_some hand back every completion exactly once.
+/// wait_any and test_some hand back every completion exactly once, at the index it was
+/// given, and leave its slot empty.
 fn completion_sets<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
     let w = ctx.world();
     if w.rank() == 0 {
@@ -535,37 +536,45 @@ fn completion_sets<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
         let done = ctx.scope(|s| {
             let mut reqs = Vec::new();
             for (i, b) in small.iter().enumerate() {
-                reqs.push(w.isend(s, b, 1, i as i32)?);
+                reqs.push(Some(w.isend(s, b, 1, i as i32)?));
             }
-            reqs.push(w.isend(s, &large, 1, 50)?);
-            let mut done = 0;
-            let (_, first) = s.wait_any(&mut reqs)?;
-            assert_eq!(first.error, None);
-            done += 1;
-            while !reqs.is_empty() {
-                for (_, st) in s.test_some(&mut reqs)? {
+            reqs.push(Some(w.isend(s, &large, 1, 50)?));
+            let mut done = vec![false; reqs.len()];
+            let (i, first) = s.wait_any(&mut reqs)?.expect("active requests");
+            assert_eq!(first?.error, None);
+            assert!(reqs[i].is_none(), "a completed request leaves its slot");
+            done[i] = true;
+            while reqs.iter().any(Option::is_some) {
+                for (i, st) in s.test_some(&mut reqs)? {
                     st?;
-                    done += 1;
+                    assert!(!done[i], "request {i} completed twice");
+                    done[i] = true;
                 }
             }
+            assert_eq!(
+                s.wait_any(&mut reqs)?.map(|(i, _)| i),
+                None,
+                "no active request"
+            );
             Ok::<_, ch4::Error>(done)
         })?;
-        assert_eq!(done, 9);
+        assert!(done.iter().all(|&d| d));
     } else if w.rank() == 1 {
         let mut large = vec![0u8; 5000];
         let mut bufs = [[0u8; 1]; 8];
         let seen = ctx.scope(|s| {
             let mut reqs = Vec::new();
+            // Slot j receives tag 7 - j.
             for (i, b) in bufs.iter_mut().enumerate().rev() {
-                reqs.push(w.irecv(s, b, 0, i as i32)?);
+                reqs.push(Some(w.irecv(s, b, 0, i as i32)?));
             }
             let mut seen = 0;
-            let (_, first) = s.wait_any(&mut reqs)?;
-            assert!(first.tag < 8);
+            let (j, first) = s.wait_any(&mut reqs)?.expect("active requests");
+            assert_eq!(first?.tag, 7 - j as i32, "the index is the request's slot");
             seen += 1;
-            while !reqs.is_empty() {
-                for (_, st) in s.test_some(&mut reqs)? {
-                    st?;
+            while reqs.iter().any(Option::is_some) {
+                for (j, st) in s.wait_some(&mut reqs)? {
+                    assert_eq!(st?.tag, 7 - j as i32);
                     seen += 1;
                 }
             }
@@ -581,6 +590,144 @@ fn completion_sets<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
     w.barrier()
 }
 on_all_routes!(wait_any_test_some, 2, completion_sets);
+
+/// A request that completes with an error leaves its set like one that completes well: its
+/// index and its error (with the status as data) come back, its slot is emptied, and the other
+/// requests of the set are still collected — with every member of the wait and test families.
+fn errors_in_sets<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
+    let w = ctx.world();
+    // Rounds: 1 = wait_any alone, 2 = wait_any with a good receive beside, 3 = test_any,
+    // 4 = test_some, 5 = wait_some, 6 = wait_all, 7 = test_all, 8 = a rendezvous message
+    // truncated. Each round rank 0 sends one byte with tag 0 (for the too-short receive) and
+    // one with tag 1 (for the good one).
+    const ROUNDS: i32 = 8;
+    if w.rank() == 0 {
+        for round in 1..=ROUNDS {
+            let long = vec![round as u8; if round == 8 { 3 * EAGER } else { 1 }];
+            w.send(&long, 1, 0)?;
+            w.send(&[round as u8], 1, 1)?;
+        }
+        return w.barrier();
+    }
+    if w.rank() != 1 {
+        return w.barrier();
+    }
+    let truncated = |e: &ch4::Error| {
+        assert_eq!(e.kind(), ErrorKind::Truncate, "{e}");
+        let st = e.status().expect("a truncation keeps its status");
+        assert_eq!((st.source, st.tag, st.bytes), (0, 0, 0), "{e}");
+        assert_eq!(st.error, Some(ErrorKind::Truncate));
+        assert!(e.to_string().contains("truncated"), "{e}");
+    };
+    for round in 1..=ROUNDS {
+        let mut short: [u8; 0] = [];
+        let mut good = [0u8; 1];
+        ctx.scope(|s| -> Result<()> {
+            match round {
+                1 => {
+                    let mut set = [Some(w.irecv(s, &mut short, 0, 0)?)];
+                    let (i, outcome) = s.wait_any(&mut set)?.expect("one active request");
+                    assert_eq!(i, 0);
+                    truncated(&outcome.unwrap_err());
+                    assert!(set[0].is_none());
+                    assert!(s.wait_any(&mut set)?.is_none(), "the set is spent");
+                    w.recv(&mut good, 0, 1)?;
+                }
+                2 => {
+                    let mut set = [
+                        Some(w.irecv(s, &mut short, 0, 0)?),
+                        Some(w.irecv(s, &mut good, 0, 1)?),
+                    ];
+                    let mut seen = [false; 2];
+                    while let Some((i, outcome)) = s.wait_any(&mut set)? {
+                        seen[i] = true;
+                        match i {
+                            0 => truncated(&outcome.unwrap_err()),
+                            _ => assert_eq!(outcome?.bytes, 1),
+                        }
+                    }
+                    assert_eq!(seen, [true, true]);
+                }
+                3 => {
+                    let mut set = [None, Some(w.irecv(s, &mut short, 0, 0)?)];
+                    let (i, outcome) = loop {
+                        if let Some(done) = s.test_any(&mut set)? {
+                            break done;
+                        }
+                    };
+                    assert_eq!(i, 1, "indices count inactive slots too");
+                    truncated(&outcome.unwrap_err());
+                    assert!(s.test_any(&mut set)?.is_none());
+                    w.recv(&mut good, 0, 1)?;
+                }
+                4 | 5 => {
+                    let mut set = [
+                        Some(w.irecv(s, &mut good, 0, 1)?),
+                        Some(w.irecv(s, &mut short, 0, 0)?),
+                    ];
+                    let mut seen = Vec::new();
+                    while set.iter().any(Option::is_some) {
+                        let done = if round == 4 {
+                            s.test_some(&mut set)?
+                        } else {
+                            s.wait_some(&mut set)?
+                        };
+                        for (i, outcome) in done {
+                            seen.push(i);
+                            match i {
+                                1 => truncated(&outcome.unwrap_err()),
+                                _ => assert_eq!(outcome?.bytes, 1),
+                            }
+                        }
+                    }
+                    seen.sort_unstable();
+                    assert_eq!(seen, [0, 1]);
+                }
+                6 => {
+                    let set = vec![w.irecv(s, &mut short, 0, 0)?, w.irecv(s, &mut good, 0, 1)?];
+                    let e = s.wait_all(set).unwrap_err();
+                    assert_eq!(e.kind(), ErrorKind::InStatus, "{e}");
+                    let st = e.statuses().expect("every status");
+                    assert_eq!(st.len(), 2);
+                    assert_eq!(st[0].error, Some(ErrorKind::Truncate));
+                    assert_eq!((st[1].error, st[1].bytes, st[1].tag), (None, 1, 1));
+                }
+                7 => {
+                    let mut set = [
+                        Some(w.irecv(s, &mut short, 0, 0)?),
+                        None,
+                        Some(w.irecv(s, &mut good, 0, 1)?),
+                    ];
+                    let e = loop {
+                        match s.test_all(&mut set) {
+                            Ok(None) => assert!(set[0].is_some() && set[2].is_some()),
+                            Ok(Some(_)) => panic!("test_all hid the truncation"),
+                            Err(e) => break e,
+                        }
+                    };
+                    assert_eq!(e.kind(), ErrorKind::InStatus, "{e}");
+                    let st = e.statuses().expect("every status");
+                    assert_eq!(st[0].error, Some(ErrorKind::Truncate));
+                    assert_eq!(st[1], Status::EMPTY, "an inactive slot");
+                    assert_eq!((st[2].error, st[2].bytes), (None, 1));
+                    assert!(set.iter().all(Option::is_none));
+                }
+                _ => {
+                    let mut set = [Some(w.irecv(s, &mut short, 0, 0)?)];
+                    let (_, outcome) = s.wait_any(&mut set)?.expect("one active request");
+                    let e = outcome.unwrap_err();
+                    assert_eq!(e.kind(), ErrorKind::Truncate, "{e}");
+                    assert_eq!(e.status().map(|st| (st.source, st.tag)), Some((0, 0)));
+                    w.recv(&mut good, 0, 1)?;
+                }
+            }
+            Ok(())
+        })?;
+        assert_eq!(good[0], round as u8, "round {round}: the good receive");
+    }
+    w.barrier()
+}
+on_all_routes!(set_errors, 2, errors_in_sets);
 
 /// A request forgotten with mem::forget is still completed by its scope before the buffer's
 /// borrow ends.
@@ -613,7 +760,7 @@ on_all_routes!(forget_is_sound, 2, forgotten_request);
 fn dead_peer_fails_the_request() {
     let results = ch4::threads::Threads::new(2)
         .ranks_per_node(1)
-        .run(|ctx| {
+        .run_with::<inproc::InprocNet<inproc::AmOnly>, _, _>(|ctx| {
             let w = ctx.world();
             if w.rank() == 1 {
                 return Ok(None); // exits without sending: its endpoints close
@@ -632,7 +779,7 @@ fn dead_peer_fails_the_request() {
 fn messages_of_a_dead_peer_are_still_delivered() {
     let results = ch4::threads::Threads::new(2)
         .ranks_per_node(1)
-        .run(|ctx| {
+        .run_with::<inproc::InprocNet<inproc::AmOnly>, _, _>(|ctx| {
             let w = ctx.world();
             if w.rank() == 1 {
                 for tag in 0..100 {
@@ -812,3 +959,118 @@ fn all_to_all_at_start<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
     Ok(())
 }
 on_all_routes!(storm, 4, all_to_all_at_start, processes = 8);
+
+/// Operations that own their buffer: sent and received without a scope, handed back with the
+/// outcome (also a truncated one), dropped while pending (a receive is cancelled, a send still
+/// delivered), forgotten (the buffer leaks, nothing breaks), and matched-probe receives.
+fn owned_buffers<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
+    let w = ctx.world();
+    let long = 3 * EAGER; // by rendezvous on the route tests' tiny limits
+    if w.rank() == 0 {
+        for (tag, len) in [(0, 10), (1, long)] {
+            let (back, st) = w.isend_owned(pattern(tag, len), 1, tag as i32)?.wait();
+            st?;
+            assert_eq!(
+                back,
+                pattern(tag, len),
+                "the send's buffer comes back intact"
+            );
+        }
+        // A send dropped while pending (rendezvous: rank 1 receives it only later) still
+        // arrives.
+        drop(w.isend_owned(pattern(2, long), 1, 2)?);
+        w.send(&pattern(3, 20), 1, 3)?; // truncated at rank 1
+        w.send(&pattern(4, 8), 1, 4)?; // for the receive after the cancelled one
+        w.send(&pattern(5, long), 1, 5)?; // matched probe, then irecv_owned
+        w.send(&pattern(6, 30), 1, 6)?; // matched probe, then irecv in a scope
+        w.send(&[7u8; 4], 1, 7)?; // into a forgotten receive's buffer
+    } else if w.rank() == 1 {
+        for (tag, len) in [(0usize, 10usize), (1, long)] {
+            let r = w.irecv_owned(vec![0u8; len + 5], 0, tag as i32)?;
+            assert!(r.is_receive());
+            let (got, st) = r.wait();
+            assert_eq!(st?.bytes, len);
+            assert_eq!(&got[..len], &pattern(tag, len)[..]);
+        }
+        let (got, st) = w.irecv_owned(vec![0u8; long], 0, 2)?.wait();
+        assert_eq!((st?.bytes, got), (long, pattern(2, long)));
+        // Truncated: the buffer comes back filled, the error keeps the status.
+        let (got, st) = w.irecv_owned(vec![0u8; 10], 0, 3)?.wait();
+        let e = st.unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Truncate);
+        assert_eq!(e.status().map(|s| (s.source, s.tag)), Some((0, 3)));
+        assert_eq!(got, pattern(3, 20)[..10]);
+        // Dropped before a message came: cancelled, so tag 4 goes to the next receive.
+        drop(w.irecv_owned(vec![0u8; 8], 0, 99)?);
+        let mut b = [0u8; 8];
+        w.recv(&mut b, 0, 4)?;
+        assert_eq!(b[..], pattern(4, 8)[..]);
+        // Matched probe, then an owned receive, and one in a scope.
+        let (msg, st) = w.mprobe(0, 5)?;
+        assert_eq!(st.bytes, long);
+        let mut req = msg.irecv_owned(vec![0u8; long])?;
+        while !req.test()? {}
+        let (got, st) = req.wait();
+        assert_eq!((st?.bytes, got), (long, pattern(5, long)));
+        let (msg, _) = w.mprobe(0, 6)?;
+        let mut into = [0u8; 30];
+        ctx.scope(|s| msg.irecv(s, &mut into)?.wait().map(drop))?;
+        assert_eq!(into[..], pattern(6, 30)[..]);
+        // Forgotten: the buffer leaks, the receive still completes into it, nothing breaks.
+        std::mem::forget(w.irecv_owned(vec![0u8; 4], 0, 7)?);
+    }
+    w.barrier()
+}
+on_all_routes!(owned, 2, owned_buffers);
+
+/// Rank translation between communicators (MPI_Group_translate_ranks).
+fn translation<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
+    let w = ctx.world();
+    let (rank, size) = (w.rank(), w.size());
+    // The odd ranks, in reverse order.
+    let odd = w.split(rank % 2, -rank)?.expect("every rank has a color");
+    let all: Vec<i32> = (0..size).collect();
+    let to_odd = w.translate_ranks(&all, &odd)?;
+    for (r, t) in all.iter().zip(&to_odd) {
+        let want = (r % 2 == rank % 2).then(|| {
+            let members: Vec<i32> = (0..size).filter(|m| m % 2 == rank % 2).rev().collect();
+            members.iter().position(|m| m == r).unwrap() as i32
+        });
+        assert_eq!(*t, want, "world rank {r}");
+    }
+    assert_eq!(odd.translate_rank(odd.rank(), &w)?, Some(rank));
+    assert_eq!(
+        w.translate_rank(ch4::PROC_NULL, &odd)?,
+        Some(ch4::PROC_NULL)
+    );
+    let e = w.translate_rank(size, &odd).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Rank);
+    w.barrier()
+}
+on_all_routes!(translate_ranks, 4, translation);
+
+/// A rank finalizes explicitly: refused while a request is pending, then done; later calls
+/// fail with a clear error; finalizing again (as the runner and `as_rank` do) is a no-op.
+fn explicit_finalize<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
+    let w = ctx.world();
+    let pending = w.irecv_owned(vec![0u8; 4], ch4::ANY_SOURCE, 77)?;
+    let e = ctx.finalize().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Pending, "{e}");
+    assert!(!ctx.is_finalized());
+    pending.cancel()?;
+    let (_, st) = pending.wait();
+    assert!(st?.cancelled);
+    w.barrier()?;
+    ctx.finalize()?;
+    assert!(ctx.is_finalized());
+    let e = w.send(&[1u8], 0, 0).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Comm);
+    assert!(e.to_string().contains("finalized"), "{e}");
+    assert_eq!(
+        ctx.world().size(),
+        0,
+        "a finalized rank's communicators have no members"
+    );
+    ctx.finalize()
+}
+on_all_routes!(finalize, 2, explicit_finalize);

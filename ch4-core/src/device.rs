@@ -14,7 +14,7 @@ use crate::buffer::{RecvBuf, SendBuf};
 use crate::comm::CommId;
 use crate::core::{Core, DeviceConfig};
 use crate::request::{CancelState, Message, RecvState, ReqHandle, Request, RequestKind, Route};
-use crate::transport::{Cx, Netmod, NoPartner, P2p, Partner, SendOp, Shm};
+use crate::transport::{Cx, Netmod, NoPartner, P2p, Partner, PeerState, SendOp, Shm};
 use crate::types::{
     Envelope, Gpid, Rank, SendMode, Status, Tag, ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB,
 };
@@ -25,6 +25,10 @@ pub struct Device<N: Netmod, S: Shm> {
     pub(crate) core: Core,
     pub(crate) net: N,
     pub(crate) shm: S,
+    /// Whether any process of the job is reached through the netmod. A job that fits on one
+    /// node never needs it, and progress then skips polling it (a TCP netmod's poll makes an
+    /// epoll system call now and then).
+    net_in_use: bool,
 }
 
 /// Cancels the netmod half of an ANY_SOURCE receive on behalf of the shm engine.
@@ -53,7 +57,7 @@ impl<N: Netmod> Partner for NetPartner<'_, N> {
 /// Runs `$body` with `$cx` lent to the shm engine.
 macro_rules! on_shm {
     ($dev:expr, |$cx:ident| $body:expr) => {{
-        let Device { core, net, shm } = $dev;
+        let Device { core, net, shm, .. } = $dev;
         let mut partner = NetPartner(net);
         let $cx = &mut Cx {
             core,
@@ -103,10 +107,12 @@ impl<N: Netmod, S: Shm> Device<N, S> {
                 "the shm layer must match in the core's queues"
             )
         };
+        let net_in_use = !S::PRESENT || (0..world_size).any(|g| !shm.is_local(g));
         Ok(Device {
             core: Core::new(gpid, world_size, config)?,
             net,
             shm,
+            net_in_use,
         })
     }
 
@@ -155,6 +161,16 @@ impl<N: Netmod, S: Shm> Device<N, S> {
     /// Requests currently alive in the pool (for leak checks and statistics).
     pub fn live_requests(&self) -> usize {
         self.core.requests.len()
+    }
+
+    /// Requests that have not completed yet (live ones minus those completed but not yet
+    /// waited for): what must be finished before the process may leave.
+    pub fn pending_requests(&self) -> usize {
+        self.core
+            .requests
+            .iter()
+            .filter(|(_, r)| !r.complete)
+            .count()
     }
 
     /// Messages waiting in the core's unexpected queue.
@@ -469,7 +485,11 @@ impl<N: Netmod, S: Shm> Device<N, S> {
                 Direct::Pending => {}
             }
             // The netmod keeps moving while we wait.
-            let n = on_net!(self, |cx| NetP2p::<N>::progress(cx))?;
+            let n = if self.net_in_use {
+                on_net!(self, |cx| NetP2p::<N>::progress(cx))?
+            } else {
+                0
+            };
             self.flush_replies()?;
             if n == 0 {
                 idle += 1;
@@ -510,7 +530,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             if self.progress()? == 0 {
                 idle += 1;
                 if idle % 256 == 0 {
-                    self.check_peer_failure(h);
+                    self.fail_if_peer_gone(h);
                 }
                 backoff(idle);
             } else {
@@ -555,7 +575,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
     /// a peer's last messages can still be in flight after it died.
     fn progress_or_check_peer(&mut self, h: ReqHandle) -> Result<()> {
         if self.progress()? == 0 {
-            self.check_peer_failure(h);
+            self.fail_if_peer_gone(h);
         }
         Ok(())
     }
@@ -571,6 +591,14 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         }
     }
 
+    /// If `h` has completed, frees it and returns its status — an error status as a value, in
+    /// `status.error` — without making progress; `None` while it is pending. The request sets
+    /// of the facade complete their members with it.
+    #[inline]
+    pub fn take_completed(&mut self, h: ReqHandle) -> Result<Option<Status>> {
+        self.take_if_complete(h)
+    }
+
     #[inline(always)]
     fn take_if_complete(&mut self, h: ReqHandle) -> Result<Option<Status>> {
         if h == ReqHandle::DONE {
@@ -582,39 +610,72 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             .map_err(|()| stale_request())
     }
 
-    /// Fails `h` if the one peer it depends on is known to have died.
-    fn check_peer_failure(&mut self, h: ReqHandle) {
+    /// Fails `h` with [`ErrorKind::PeerFailed`] if it can no longer complete because a peer
+    /// is gone: a send whose receiver left or failed, a receive whose one source did, or an
+    /// ANY_SOURCE receive on a communicator one of whose members failed (ULFM's rule:
+    /// the message it waits for may have been the failed process's; a member that left in
+    /// order is no reason). Returns whether it failed the request. Call it only after progress
+    /// found nothing to do: a peer's last messages may still be on their way when it is gone.
+    pub fn fail_if_peer_gone(&mut self, h: ReqHandle) -> bool {
         let Some(req) = self.core.requests.get(h) else {
-            return;
+            return false;
         };
         if req.complete {
-            return;
+            return false;
         }
-        let peer = match &req.kind {
-            RequestKind::Send(s) => Some(s.dest),
-            RequestKind::Recv(r) if r.want.source != ANY_SOURCE => self
-                .core
-                .comms
-                .iter()
-                .find(|(_, c)| c.context == r.want.context & !1)
-                .and_then(|(_, c)| c.group.gpid(r.want.source)),
-            _ => None,
+        let (failed, source) = match &req.kind {
+            RequestKind::Send(s) => (self.peer_state(s.dest) != PeerState::Alive, PROC_NULL),
+            RequestKind::Recv(r) => {
+                let Some(comm) = self
+                    .core
+                    .comms
+                    .iter()
+                    .find(|(_, c)| c.context == r.want.context & !1)
+                    .map(|(_, c)| c)
+                else {
+                    return false;
+                };
+                if r.want.source == ANY_SOURCE {
+                    let me = self.core.gpid;
+                    let group = comm.group.clone();
+                    let failed = (0..group.size() as Rank)
+                        .filter_map(|rank| group.gpid(rank).map(|g| (rank, g)))
+                        .find(|&(_, g)| g != me && self.peer_state(g) == PeerState::Failed);
+                    match failed {
+                        Some((rank, _)) => (true, rank),
+                        None => (false, PROC_NULL),
+                    }
+                } else {
+                    match comm.group.gpid(r.want.source) {
+                        Some(g) => (self.peer_state(g) != PeerState::Alive, r.want.source),
+                        None => (false, PROC_NULL),
+                    }
+                }
+            }
+            RequestKind::Done => (false, PROC_NULL),
         };
-        let Some(peer) = peer else { return };
-        let failed = if self.route_of(peer) == Route::Shm {
-            self.shm.peer_failed(peer)
+        if !failed {
+            return false;
+        }
+        let is_recv = matches!(req.kind, RequestKind::Recv(_));
+        tracing::warn!(source, "failing a request: a peer process is gone");
+        if is_recv {
+            let _ = self.cancel_recv_halves(h);
+        }
+        if let Some(r) = self.core.requests.get_mut(h) {
+            r.status.error = Some(ErrorKind::PeerFailed);
+            r.status.source = source;
+            r.complete = true;
+        }
+        true
+    }
+
+    /// Whether process `gpid` is alive, left or failed, asked of the transport that reaches it.
+    fn peer_state(&self, gpid: Gpid) -> PeerState {
+        if self.route_of(gpid) == Route::Shm {
+            self.shm.peer_state(gpid)
         } else {
-            self.net.peer_failed(peer)
-        };
-        if failed {
-            tracing::warn!(peer, "failing a request: its peer process died");
-            if matches!(req.kind, RequestKind::Recv(_)) {
-                let _ = self.cancel_recv_halves(h);
-            }
-            if let Some(r) = self.core.requests.get_mut(h) {
-                r.status.error = Some(ErrorKind::PeerFailed);
-                r.complete = true;
-            }
+            self.net.peer_state(gpid)
         }
     }
 
@@ -843,7 +904,9 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         if S::PRESENT {
             n += on_shm!(self, |cx| ShmP2p::<S>::progress(cx))?;
         }
-        n += on_net!(self, |cx| NetP2p::<N>::progress(cx))?;
+        if self.net_in_use {
+            n += on_net!(self, |cx| NetP2p::<N>::progress(cx))?;
+        }
         if n != 0 {
             self.flush_replies()?;
         }
@@ -882,6 +945,9 @@ impl<N: Netmod, S: Shm> Device<N, S> {
     pub fn finalize(&mut self, limit: std::time::Duration) -> Result<()> {
         self.flush(limit)?;
         self.net.close_connections();
+        if S::PRESENT {
+            self.shm.close_connections();
+        }
         self.flush(limit)
     }
 
@@ -901,9 +967,10 @@ impl<N: Netmod, S: Shm> Device<N, S> {
 }
 
 /// Gives the other ranks' threads the core now and then while waiting, without sleeping on a
-/// busy path.
+/// busy path; `idle` counts the polls in a row that found nothing. Every waiting loop of the
+/// device and of the facade uses it.
 #[inline(always)]
-fn backoff(idle: u32) {
+pub fn backoff(idle: u32) {
     // 64 idle polls, not Nemesis's 1000: measured interleaved on a 2-core host, 1024 was no
     // better at best and worse in the median (0.84x message rate, 0.77x 64 KiB bandwidth),
     // since a rank that does not give up the core can starve a peer sharing it.
@@ -947,7 +1014,7 @@ pub fn status_result(st: Status) -> Result<Status> {
 
 #[cold]
 fn status_error(kind: ErrorKind, st: &Status) -> Error {
-    Error::new(
+    Error::with_status(
         kind,
         format!(
             "{} (source {}, tag {}, {} bytes delivered)",
@@ -956,5 +1023,6 @@ fn status_error(kind: ErrorKind, st: &Status) -> Error {
             st.tag,
             st.bytes
         ),
+        *st,
     )
 }

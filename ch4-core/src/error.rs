@@ -6,6 +6,8 @@
 
 use std::fmt;
 
+use crate::types::Status;
+
 /// What went wrong, in MPI's vocabulary. Stable across releases; match on it, not on messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -40,6 +42,9 @@ pub enum ErrorKind {
     Transport,
     /// A broken invariant inside the device; please report it (MPI_ERR_INTERN).
     Internal,
+    /// Some requests of a set completed with errors; each one's own is in its status
+    /// ([`Error::statuses`]), as MPI reports it (MPI_ERR_IN_STATUS).
+    InStatus,
 }
 
 impl ErrorKind {
@@ -56,6 +61,7 @@ impl ErrorKind {
             ErrorKind::Truncate => 14,
             ErrorKind::ReadyNotPosted | ErrorKind::Protocol | ErrorKind::Transport => 15,
             ErrorKind::Internal => 16,
+            ErrorKind::InStatus => 17,
             ErrorKind::Pending => 18,
             ErrorKind::Exhausted => 34,
             ErrorKind::PeerFailed => 101,
@@ -80,6 +86,7 @@ impl ErrorKind {
             ErrorKind::Protocol => "protocol violation by peer",
             ErrorKind::Transport => "transport failure",
             ErrorKind::Internal => "internal error",
+            ErrorKind::InStatus => "error in a request's status",
         }
     }
 }
@@ -90,7 +97,8 @@ impl fmt::Display for ErrorKind {
     }
 }
 
-/// An error from the device: a kind plus a human-readable detail.
+/// An error from the device: a kind, a human-readable detail and, when the error completed an
+/// operation, that operation's status as data.
 ///
 /// Boxed so that `Result<T, Error>` costs one word; errors are never on the fast path.
 #[derive(Clone, PartialEq, Eq)]
@@ -100,6 +108,18 @@ pub struct Error(Box<Inner>);
 struct Inner {
     kind: ErrorKind,
     detail: String,
+    payload: Payload,
+}
+
+/// What an error keeps of the operations it ended, beside its text.
+#[derive(Clone, PartialEq, Eq)]
+enum Payload {
+    None,
+    /// The status of the one operation the error completed (MPI keeps a failed receive's
+    /// source, tag and count in its status).
+    Status(Status),
+    /// The statuses of every request of a set, in the set's order ([`ErrorKind::InStatus`]).
+    Statuses(Vec<Status>),
 }
 
 impl Error {
@@ -109,7 +129,27 @@ impl Error {
         Error(Box::new(Inner {
             kind,
             detail: detail.into(),
+            payload: Payload::None,
         }))
+    }
+
+    /// The error that completed an operation with `status` (whose `error` says what went
+    /// wrong): a truncated receive, a ready send that found no receive, a failed peer.
+    #[cold]
+    pub fn with_status(kind: ErrorKind, detail: impl Into<String>, status: Status) -> Self {
+        let mut e = Error::new(kind, detail);
+        e.0.payload = Payload::Status(status);
+        e
+    }
+
+    /// An [`ErrorKind::InStatus`] error for a set of requests of which at least one failed:
+    /// `statuses` holds every request's status in the set's order, each failed one with its
+    /// `error` set (MPI_ERR_IN_STATUS).
+    #[cold]
+    pub fn in_status(detail: impl Into<String>, statuses: Vec<Status>) -> Self {
+        let mut e = Error::new(ErrorKind::InStatus, detail);
+        e.0.payload = Payload::Statuses(statuses);
+        e
     }
 
     /// The kind, for matching and for the MPI error class.
@@ -120,6 +160,31 @@ impl Error {
     /// The detail message given when the error was made.
     pub fn detail(&self) -> &str {
         &self.0.detail
+    }
+
+    /// The status of the operation this error completed — source, tag and the bytes that
+    /// arrived for a truncated receive — or `None` for an error that completed nothing (a bad
+    /// argument, a failing device).
+    pub fn status(&self) -> Option<&Status> {
+        match &self.0.payload {
+            Payload::Status(st) => Some(st),
+            _ => None,
+        }
+    }
+
+    /// For an [`ErrorKind::InStatus`] error, every request's status in the set's order.
+    pub fn statuses(&self) -> Option<&[Status]> {
+        match &self.0.payload {
+            Payload::Statuses(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The same error with `context` put before its detail (which rank, which request).
+    #[cold]
+    pub fn context(mut self, context: impl std::fmt::Display) -> Self {
+        self.0.detail = format!("{context}: {}", self.0.detail);
+        self
     }
 }
 

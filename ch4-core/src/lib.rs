@@ -26,5 +26,5 @@ pub use comm::CommId;
 pub use device::Device;
 pub use error::{Error, ErrorKind, Result};
 pub use request::{Message, RecvState, ReqHandle};
-pub use transport::{AmTransport, Netmod, NoNetmod, NoShm, P2p, Shm};
+pub use transport::{AmTransport, Netmod, NoNetmod, NoShm, P2p, PeerState, Shm};
 pub use types::*;

@@ -47,9 +47,22 @@ pub trait AmTransport: Sized {
     /// Delivers up to `budget` arrived messages to `sink`, finishes queued sends, and returns
     /// how many messages it delivered.
     fn am_poll<K: AmSink>(&mut self, sink: &mut K, budget: usize) -> Result<usize>;
-    /// Whether `gpid` is known to have failed (its connection broke, its process died).
-    fn peer_failed(&self, _gpid: Gpid) -> bool {
-        false
+    /// Whether `gpid` is still in the job, left it in order (finalized) or failed (its
+    /// connection broke, its process died or its rank thread ended with an error). Either way
+    /// a peer that is not [`PeerState::Alive`] sends nothing more once what it sent before has
+    /// been delivered.
+    fn peer_state(&self, _gpid: Gpid) -> PeerState {
+        PeerState::Alive
+    }
+    /// The settings this transport runs with, as (environment variable, value in force): what
+    /// a program prints to show its configuration (`ch4::Context::settings`). Cold; transports
+    /// without settings keep the empty default.
+    fn settings(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
+    }
+    /// Whether `gpid` will never send again: it failed or left (see [`AmTransport::peer_state`]).
+    fn peer_failed(&self, gpid: Gpid) -> bool {
+        self.peer_state(gpid) != PeerState::Alive
     }
 
     /// Whether bytes accepted by `am_send` still wait inside the transport (a full ring, a busy
@@ -86,6 +99,20 @@ pub trait AmTransport: Sized {
     fn read_peer(&mut self, _src: Gpid, _addr: u64, _into: &mut [u8]) -> Result<PeerRead> {
         Ok(PeerRead::Unavailable)
     }
+}
+
+/// Whether a peer is still in the job, as far as a transport can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerState {
+    /// Running (or not known to have stopped).
+    Alive,
+    /// Finalized and left the job in order: requests that wait on it alone fail, but it is no
+    /// fault, so receives from ANY_SOURCE are not failed for it.
+    Left,
+    /// Died: killed, crashed, its connection broke, or its rank thread ended with an error or a
+    /// panic. ANY_SOURCE receives on a communicator it belongs to fail too (ULFM's
+    /// MPIX_ERR_PROC_FAILED_PENDING), since the message they wait for may have been its.
+    Failed,
 }
 
 /// The outcome of [`AmTransport::read_peer`].

@@ -21,10 +21,10 @@ mod native;
 mod shuffle;
 
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
-use ch4_core::transport::{AmSink, AmTransport, HandlerId, Netmod, Shm};
+use ch4_core::transport::{AmSink, AmTransport, HandlerId, Netmod, PeerState, Shm};
 use ch4_core::{Error, ErrorKind, Gpid, Result};
 
 use mailbox::{Inbox, Mailbox};
@@ -65,8 +65,13 @@ pub struct Fabric {
     config: FabricConfig,
     /// `mailboxes[route][gpid]`.
     mailboxes: [Vec<Mailbox>; 2],
-    alive: Vec<AtomicBool>,
+    /// Per rank: [`ALIVE`], [`FAILED`] or [`LEFT`].
+    alive: Vec<AtomicU8>,
 }
+
+const ALIVE: u8 = 0;
+const FAILED: u8 = 1;
+const LEFT: u8 = 2;
 
 impl Fabric {
     /// A fabric for `config.ranks` ranks.
@@ -84,7 +89,7 @@ impl Fabric {
         Ok(Arc::new(Fabric {
             config,
             mailboxes: [boxes(), boxes()],
-            alive: (0..config.ranks).map(|_| AtomicBool::new(true)).collect(),
+            alive: (0..config.ranks).map(|_| AtomicU8::new(ALIVE)).collect(),
         }))
     }
 
@@ -98,17 +103,36 @@ impl Fabric {
         gpid / self.config.ranks_per_node
     }
 
-    /// Marks `gpid` dead, as if its process had been killed. Its peers' requests fail.
+    /// Marks `gpid` dead, as if its process had been killed. Its peers' requests fail. A rank
+    /// that already left in order stays so.
     pub fn kill(&self, gpid: Gpid) {
         if let Some(a) = self.alive.get(gpid as usize) {
-            a.store(false, Ordering::Release);
+            let _ = a.compare_exchange(ALIVE, FAILED, Ordering::AcqRel, Ordering::Acquire);
+        }
+    }
+
+    /// Marks `gpid` as having left the job in order (it finalized).
+    pub fn leave(&self, gpid: Gpid) {
+        if let Some(a) = self.alive.get(gpid as usize) {
+            a.store(LEFT, Ordering::Release);
+        }
+    }
+
+    /// Whether `gpid` is alive, left or failed.
+    pub fn peer_state(&self, gpid: Gpid) -> PeerState {
+        match self
+            .alive
+            .get(gpid as usize)
+            .map(|a| a.load(Ordering::Acquire))
+        {
+            Some(ALIVE) => PeerState::Alive,
+            Some(LEFT) => PeerState::Left,
+            _ => PeerState::Failed,
         }
     }
 
     fn is_alive(&self, gpid: Gpid) -> bool {
-        self.alive
-            .get(gpid as usize)
-            .is_some_and(|a| a.load(Ordering::Acquire))
+        self.peer_state(gpid) == PeerState::Alive
     }
 
     fn check_rank(&self, gpid: Gpid) -> Result<()> {
@@ -221,8 +245,11 @@ impl AmTransport for InprocShm {
     fn am_poll<K: AmSink>(&mut self, sink: &mut K, budget: usize) -> Result<usize> {
         self.ep.poll(sink, budget)
     }
-    fn peer_failed(&self, gpid: Gpid) -> bool {
-        !self.ep.fabric.is_alive(gpid)
+    fn peer_state(&self, gpid: Gpid) -> PeerState {
+        self.ep.fabric.peer_state(gpid)
+    }
+    fn close_connections(&mut self) {
+        self.ep.fabric.leave(self.ep.me);
     }
 }
 
@@ -285,8 +312,11 @@ macro_rules! am_transport_for_net {
             fn am_poll<K: AmSink>(&mut self, sink: &mut K, budget: usize) -> Result<usize> {
                 self.ep.poll(sink, budget)
             }
-            fn peer_failed(&self, gpid: Gpid) -> bool {
-                !self.ep.fabric.is_alive(gpid)
+            fn peer_state(&self, gpid: Gpid) -> PeerState {
+                self.ep.fabric.peer_state(gpid)
+            }
+            fn close_connections(&mut self) {
+                self.ep.fabric.leave(self.ep.me);
             }
         }
     };

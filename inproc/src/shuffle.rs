@@ -10,7 +10,7 @@
 //! The order comes from a small xorshift generator seeded at construction, so a run is
 //! repeatable up to the thread timing that decides which messages share a batch.
 
-use ch4_core::transport::{AmSink, AmTransport, HandlerId, Netmod};
+use ch4_core::transport::{AmSink, AmTransport, HandlerId, Netmod, PeerState};
 use ch4_core::{Gpid, Result};
 
 /// The most arrivals held back at once; while this many wait, a poll pulls nothing new from the
@@ -223,8 +223,20 @@ impl<T: AmTransport> AmTransport for Shuffled<T> {
     /// The inner transport's verdict, except that a peer whose messages are still held here is
     /// not yet reported failed: those messages must be delivered first, as they would have been
     /// without the wrapper.
-    fn peer_failed(&self, gpid: Gpid) -> bool {
-        self.inner.peer_failed(gpid) && !self.held.iter().any(|m| m.src == gpid)
+    fn peer_state(&self, gpid: Gpid) -> PeerState {
+        if self.held.iter().any(|m| m.src == gpid) {
+            PeerState::Alive
+        } else {
+            self.inner.peer_state(gpid)
+        }
+    }
+
+    fn has_queued_output(&self) -> bool {
+        self.inner.has_queued_output()
+    }
+
+    fn close_connections(&mut self) {
+        self.inner.close_connections()
     }
 }
 
@@ -407,8 +419,8 @@ mod tests {
             fn am_poll<K: AmSink>(&mut self, sink: &mut K, budget: usize) -> Result<usize> {
                 self.0.am_poll(sink, budget)
             }
-            fn peer_failed(&self, _: Gpid) -> bool {
-                true
+            fn peer_state(&self, _: Gpid) -> PeerState {
+                PeerState::Failed
             }
         }
         let mut t = Shuffled::new(Dead(Queue::default()), 0);

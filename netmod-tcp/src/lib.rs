@@ -9,4 +9,32 @@
 pub mod frame;
 pub mod transport;
 
-pub use transport::TcpNetmod;
+pub use transport::{PeerWatch, TcpNetmod};
+
+use ch4_core::env::Setting;
+
+/// The settings this crate reads from the environment (see `ch4_core::env`); the README's
+/// settings table lists them with the others. `CH4_TCP_BIND` is read where the netmod is
+/// bootstrapped (the facade's process mode), since it decides where [`TcpNetmod::bind`] listens.
+pub const SETTINGS: &[Setting] = &[
+    Setting::new(
+        "CH4_TCP_EAGER_LIMIT",
+        "64K",
+        "messages up to this many bytes go eagerly over TCP; longer ones by rendezvous",
+    ),
+    Setting::new(
+        "CH4_TCP_PIECE_SIZE",
+        "1M",
+        "rendezvous data moves in pieces this big",
+    ),
+    Setting::new(
+        "CH4_TCP_SCATTER_MIN",
+        "4K",
+        "a noncontiguous receive whose blocks average at least this many bytes is read straight into them (readv)",
+    ),
+    Setting::new(
+        "CH4_TCP_BIND",
+        "0.0.0.0:0",
+        "address and port to listen on (IPv4 or IPv6); the business card carries this host's resolved address",
+    ),
+];

@@ -46,7 +46,7 @@ use std::io::{self, IoSlice, Write};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use ch4_core::transport::{AmSink, AmTransport, HandlerId, Netmod};
+use ch4_core::transport::{AmSink, AmTransport, HandlerId, Netmod, PeerState};
 use ch4_core::{Error, ErrorKind, Gpid, Result};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
@@ -92,8 +92,9 @@ enum VcState {
     AwaitIncoming,
     /// Messages flow.
     Connected,
-    /// Gone: the reason, for errors.
-    Failed(String),
+    /// Gone: the reason, for errors, and whether the peer left the job in order (finalized)
+    /// rather than failed.
+    Failed(String, bool),
 }
 
 impl VcState {
@@ -185,7 +186,12 @@ pub struct TcpNetmod {
     max_payload: usize,
     /// Smallest average piece of a noncontiguous receive read straight into place.
     scatter_min: usize,
+    /// Who else knows which peers are gone (see [`TcpNetmod::watch_peers`]).
+    watch: Option<PeerWatch>,
 }
+
+/// Tells whether a process is still in the job, for [`TcpNetmod::watch_peers`].
+pub type PeerWatch = std::sync::Arc<dyn Fn(Gpid) -> PeerState + Send + Sync>;
 
 fn transport_err(what: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Transport, what.to_string())
@@ -206,6 +212,13 @@ impl TcpNetmod {
                 format!("process {me} outside a job of {world}"),
             ));
         }
+        let max_payload = ch4_core::env::bytes("CH4_TCP_PIECE_SIZE")?
+            .unwrap_or(DEFAULT_PAYLOAD)
+            .max(1);
+        let eager_limit = ch4_core::env::bytes("CH4_TCP_EAGER_LIMIT")?
+            .unwrap_or(DEFAULT_EAGER)
+            .min(max_payload);
+        let scatter_min = ch4_core::env::bytes("CH4_TCP_SCATTER_MIN")?.unwrap_or(SCATTER_MIN_PIECE);
         let poll = Poll::new().map_err(|e| transport_err(format!("epoll: {e}")))?;
         let mut listener =
             TcpListener::bind(bind).map_err(|e| transport_err(format!("listen on {bind}: {e}")))?;
@@ -215,12 +228,6 @@ impl TcpNetmod {
         poll.registry()
             .register(&mut listener, LISTENER, Interest::READABLE)
             .map_err(|e| transport_err(format!("epoll register: {e}")))?;
-        let max_payload = ch4_core::env::bytes("CH4_TCP_PIECE_SIZE")
-            .unwrap_or(DEFAULT_PAYLOAD)
-            .max(1);
-        let eager_limit = ch4_core::env::bytes("CH4_TCP_EAGER_LIMIT")
-            .unwrap_or(DEFAULT_EAGER)
-            .min(max_payload);
         Ok(TcpNetmod {
             me,
             key,
@@ -259,7 +266,8 @@ impl TcpNetmod {
             placed: 0,
             eager_limit,
             max_payload,
-            scatter_min: ch4_core::env::bytes("CH4_TCP_SCATTER_MIN").unwrap_or(SCATTER_MIN_PIECE),
+            scatter_min,
+            watch: None,
         })
     }
 
@@ -296,6 +304,14 @@ impl TcpNetmod {
     pub fn limit(&mut self, eager_limit: usize, max_payload: usize) {
         self.max_payload = self.max_payload.min(max_payload.max(1));
         self.eager_limit = self.eager_limit.min(eager_limit).min(self.max_payload);
+    }
+
+    /// Adds a second opinion on which peers are still in the job, for peers this rank may never
+    /// have connected to: ranks as threads pass their job's own record, so a receive from a
+    /// rank that failed before any connection was made fails too. Consulted only on idle
+    /// waits (cold), never on the data path.
+    pub fn watch_peers(&mut self, watch: PeerWatch) {
+        self.watch = Some(watch);
     }
 
     /// Reads a payload for a noncontiguous receive straight into its pieces (one `readv`) when
@@ -420,7 +436,7 @@ impl AmTransport for TcpNetmod {
         let total = FRAME_HEADER + header.len() + plen;
         let vc = &mut self.vcs[peer];
         match vc.state {
-            VcState::Failed(ref why) => {
+            VcState::Failed(ref why, _) => {
                 return Err(Error::new(
                     ErrorKind::PeerFailed,
                     format!("process {dest}: {why}"),
@@ -575,18 +591,31 @@ impl AmTransport for TcpNetmod {
         Ok(delivered)
     }
 
-    fn peer_failed(&self, gpid: Gpid) -> bool {
-        matches!(
-            self.vcs.get(gpid as usize).map(|v| &v.state),
-            Some(VcState::Failed(_))
-        )
+    fn peer_state(&self, gpid: Gpid) -> PeerState {
+        match self.vcs.get(gpid as usize).map(|v| &v.state) {
+            Some(VcState::Failed(_, true)) => PeerState::Left,
+            Some(VcState::Failed(_, false)) => PeerState::Failed,
+            // Never connected (nothing of it can be in flight): ask the watch. A connection
+            // tells itself, through its end of stream, once its frames are delivered.
+            Some(VcState::Idle) => self.watch.as_ref().map_or(PeerState::Alive, |w| w(gpid)),
+            _ => PeerState::Alive,
+        }
+    }
+
+    fn settings(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("CH4_TCP_EAGER_LIMIT", self.eager_limit.to_string()),
+            ("CH4_TCP_PIECE_SIZE", self.max_payload.to_string()),
+            ("CH4_TCP_SCATTER_MIN", self.scatter_min.to_string()),
+            ("CH4_TCP_BIND", self.local_addr.to_string()),
+        ]
     }
 
     fn has_queued_output(&self) -> bool {
         self.vcs.iter().any(|v| {
             let unsent =
                 !v.sendq.is_empty() || !v.reopen.is_empty() || v.close.is_some_and(|c| !c.shut);
-            unsent && !matches!(v.state, VcState::Failed(_)) && v.peer_goodbye != Some(true)
+            unsent && !matches!(v.state, VcState::Failed(..)) && v.peer_goodbye != Some(true)
         })
     }
 

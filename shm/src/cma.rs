@@ -37,23 +37,18 @@ pub const DEFAULT_THRESHOLD: usize = 0;
 pub const DEFAULT_MAX: usize = 256 << 10;
 
 impl CmaConfig {
-    /// From `CH4_SHM_CMA` (on unless `0`/`off`/`no`/`false`), `CH4_SHM_CMA_THRESHOLD` and
-    /// `CH4_SHM_CMA_MAX` (bytes).
-    pub fn from_env() -> CmaConfig {
-        let enabled = std::env::var("CH4_SHM_CMA")
-            .map(|v| {
-                !matches!(
-                    v.trim().to_ascii_lowercase().as_str(),
-                    "0" | "off" | "no" | "false"
-                )
-            })
-            .unwrap_or(true);
-        let bytes = |name: &str, default: usize| ch4_core::env::bytes(name).unwrap_or(default);
-        CmaConfig {
+    /// From `CH4_SHM_CMA` (on unless switched off), `CH4_SHM_CMA_THRESHOLD` and
+    /// `CH4_SHM_CMA_MAX` (bytes); a value that does not parse is an error.
+    pub fn from_env() -> ch4_core::Result<CmaConfig> {
+        let enabled = ch4_core::env::switch("CH4_SHM_CMA")?.unwrap_or(true);
+        let bytes = |name: &str, default: usize| -> ch4_core::Result<usize> {
+            Ok(ch4_core::env::bytes(name)?.unwrap_or(default))
+        };
+        Ok(CmaConfig {
             enabled: enabled && cfg!(target_os = "linux"),
-            threshold: bytes("CH4_SHM_CMA_THRESHOLD", DEFAULT_THRESHOLD),
-            max: bytes("CH4_SHM_CMA_MAX", DEFAULT_MAX),
-        }
+            threshold: bytes("CH4_SHM_CMA_THRESHOLD", DEFAULT_THRESHOLD)?,
+            max: bytes("CH4_SHM_CMA_MAX", DEFAULT_MAX)?,
+        })
     }
 }
 

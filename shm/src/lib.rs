@@ -28,3 +28,51 @@ pub use transport::{ShmConfig, ShmTransport};
 
 #[cfg(loom)]
 mod loom_tests;
+
+use ch4_core::env::Setting;
+
+/// The settings this crate reads from the environment (see `ch4_core::env`); the README's
+/// settings table lists them with the others.
+pub const SETTINGS: &[Setting] = &[
+    Setting::new(
+        "CH4_SHM_EAGER_LIMIT",
+        "32K",
+        "messages up to this many bytes are one record; longer ones go by rendezvous",
+    ),
+    Setting::new(
+        "CH4_SHM_RING_SIZE",
+        "64M / ranks², 4K to 1M",
+        "bytes per ring (a power of two)",
+    ),
+    Setting::new(
+        "CH4_SHM_RING_RECORD_MAX",
+        "half the ring",
+        "largest record (header + payload) a ring takes; larger ones go through cells",
+    ),
+    Setting::new(
+        "CH4_SHM_CELL_SIZE",
+        "16K",
+        "bytes per cell, 64 of them header",
+    ),
+    Setting::new("CH4_SHM_CELLS", "32", "cells per rank (at most 128)"),
+    Setting::new(
+        "CH4_SHM_PIECE_SIZE",
+        "64K",
+        "rendezvous data streams through the rings in pieces this big",
+    ),
+    Setting::new(
+        "CH4_SHM_CMA",
+        "on",
+        "single-copy rendezvous through Linux CMA (process_vm_readv); off at the first EPERM",
+    ),
+    Setting::new(
+        "CH4_SHM_CMA_THRESHOLD",
+        "0",
+        "rendezvous messages of at least this many bytes are offered for a single-copy read",
+    ),
+    Setting::new(
+        "CH4_SHM_CMA_MAX",
+        "256K",
+        "... and of at most this many; larger ones stream (two cores copying beat one)",
+    ),
+];

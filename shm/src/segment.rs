@@ -17,7 +17,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use ch4_core::{Error, ErrorKind, Result};
+use ch4_core::{Error, ErrorKind, PeerState, Result};
 use memmap2::{MmapMut, MmapOptions};
 
 use crate::cells::{CellQueue, CellReceiver, CellSender, CELL_HEADER, MAX_CELLS_PER_RANK};
@@ -28,6 +28,11 @@ const MAGIC: u64 = 0x6368_345f_7368_6d32; // "ch4_shm2"
 const HEADER: usize = 4096;
 const INDICES: usize = 256;
 const QUEUE: usize = 256;
+/// Values of a rank's liveness word: attached and running; gone without leaving in order;
+/// left in order (finalized). 0 means not attached yet.
+const ALIVE: u64 = 1;
+const FAILED: u64 = 2;
+const LEFT: u64 = 3;
 const _: () = assert!(std::mem::size_of::<RingIndices>() <= INDICES);
 const _: () = assert!(std::mem::size_of::<CellQueue>() <= QUEUE);
 
@@ -475,7 +480,7 @@ impl Segment {
             self.pid_word(local)
                 .store(u64::from(pid), Ordering::Relaxed);
             self.alive_word(local)
-                .store(u64::from(alive), Ordering::Release);
+                .store(if alive { ALIVE } else { 0 }, Ordering::Release);
         }
     }
 
@@ -487,27 +492,53 @@ impl Segment {
         self.pid_word(local).load(Ordering::Relaxed) as u32
     }
 
-    /// Whether local rank `local` has gone: it said so on exit, or its process no longer exists.
-    pub(crate) fn is_gone(&self, local: usize) -> bool {
+    /// Whether local rank `local` is still in the job: it said it left or failed, or its
+    /// process no longer exists (killed: it could say nothing).
+    pub(crate) fn peer_state(&self, local: usize) -> PeerState {
         if local >= self.ranks {
-            return true;
+            return PeerState::Failed;
         }
-        if self.alive_word(local).load(Ordering::Acquire) == 2 {
-            return true;
+        match self.alive_word(local).load(Ordering::Acquire) {
+            FAILED => return PeerState::Failed,
+            LEFT => return PeerState::Left,
+            _ => {}
         }
         let pid = self.pid_word(local).load(Ordering::Relaxed);
         if pid == 0 {
-            return false;
+            return PeerState::Alive;
         }
         // SAFETY: kill with signal 0 only checks that the process exists; no signal is sent.
         let r = unsafe { libc::kill(pid as libc::pid_t, 0) };
-        r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+        if r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+            PeerState::Failed
+        } else {
+            PeerState::Alive
+        }
     }
 
-    /// Records that local rank `local` has left (its transport was dropped).
+    /// Whether local rank `local` has gone, in order or not.
+    pub(crate) fn is_gone(&self, local: usize) -> bool {
+        self.peer_state(local) != PeerState::Alive
+    }
+
+    /// Records that local rank `local` left the job in order (finalize).
+    pub(crate) fn mark_left(&self, local: usize) {
+        if local < self.ranks {
+            self.alive_word(local).store(LEFT, Ordering::Release);
+        }
+    }
+
+    /// Records that local rank `local` is gone without leaving in order (its transport was
+    /// dropped before finalize: its thread failed or its program ended without finalizing). A
+    /// rank that left in order stays so.
     pub(crate) fn mark_gone(&self, local: usize) {
         if local < self.ranks {
-            self.alive_word(local).store(2, Ordering::Release);
+            let _ = self.alive_word(local).compare_exchange(
+                ALIVE,
+                FAILED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
         }
     }
 

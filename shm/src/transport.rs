@@ -22,7 +22,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use ch4_core::core::CTRL_HEADER_MAX;
-use ch4_core::transport::{AmSink, AmTransport, HandlerId, PeerRead, Shm};
+use ch4_core::transport::{AmSink, AmTransport, HandlerId, PeerRead, PeerState, Shm};
 use ch4_core::{Error, ErrorKind, Gpid, Result};
 
 use crate::cells::{CellReceiver, CellSendError, CellSender, CELL_HEADER, MAX_CELLS_PER_RANK};
@@ -66,38 +66,64 @@ pub struct ShmConfig {
 impl ShmConfig {
     /// Defaults scaled to the number of local ranks (the segment holds `ranks²` rings and
     /// `ranks * cells_per_rank` cells), overridden by `CH4_SHM_EAGER_LIMIT`, `CH4_SHM_RING_SIZE`,
-    /// `CH4_SHM_CELL_SIZE` (bytes) and `CH4_SHM_CELLS` (per rank). The rendezvous piece size is
-    /// `CH4_SHM_PIECE_SIZE` (default 64 KiB).
-    pub fn for_ranks(ranks: usize) -> ShmConfig {
+    /// `CH4_SHM_CELL_SIZE` (bytes) and `CH4_SHM_CELLS` (per rank); a value that does not parse
+    /// or is out of range is an error. The rendezvous piece size is `CH4_SHM_PIECE_SIZE`
+    /// (default 64 KiB), read by [`ShmTransport::new`].
+    pub fn for_ranks(ranks: usize) -> Result<ShmConfig> {
+        use ch4_core::env;
         // Ring bytes per node: 1 MiB rings up to 8 ranks, shrinking to 4 KiB ones (a few small
         // messages per pair, like Nemesis's fastboxes) at 128 ranks and beyond, where the cells
         // carry the rest.
         let budget = 64usize << 20;
         let per_pair = (budget / (ranks * ranks).max(1)).clamp(4 << 10, 1 << 20);
-        let ring_capacity = ch4_core::env::bytes("CH4_SHM_RING_SIZE")
-            .filter(|c| c.is_power_of_two() && (4096..=MAX_CAPACITY).contains(c))
-            .unwrap_or_else(|| per_pair.next_power_of_two().min(1 << 20));
-        let cell_size = ch4_core::env::bytes("CH4_SHM_CELL_SIZE")
-            .map(|c| (c.div_ceil(64) * 64).clamp(2 * CELL_HEADER, 1 << 20))
-            .unwrap_or(Geometry::DEFAULT_CELL_SIZE);
-        let cells_per_rank = ch4_core::env::bytes("CH4_SHM_CELLS")
-            .map(|c| c.clamp(1, MAX_CELLS_PER_RANK))
-            .unwrap_or(Geometry::DEFAULT_CELLS);
+        let ring_capacity = match env::bytes("CH4_SHM_RING_SIZE")? {
+            Some(c) if c.is_power_of_two() && (4096..=MAX_CAPACITY).contains(&c) => c,
+            Some(c) => {
+                return Err(env::bad(
+                    "CH4_SHM_RING_SIZE",
+                    &c.to_string(),
+                    &format!("a power of two from 4096 to {MAX_CAPACITY}"),
+                ))
+            }
+            None => per_pair.next_power_of_two().min(1 << 20),
+        };
+        let cell_size = match env::bytes("CH4_SHM_CELL_SIZE")? {
+            Some(c) if (2 * CELL_HEADER..=1 << 20).contains(&c) => c.div_ceil(64) * 64,
+            Some(c) => {
+                return Err(env::bad(
+                    "CH4_SHM_CELL_SIZE",
+                    &c.to_string(),
+                    &format!("a number of bytes from {} to 1M", 2 * CELL_HEADER),
+                ))
+            }
+            None => Geometry::DEFAULT_CELL_SIZE,
+        };
+        let cells_per_rank = match env::bytes("CH4_SHM_CELLS")? {
+            Some(c) if (1..=MAX_CELLS_PER_RANK).contains(&c) => c,
+            Some(c) => {
+                return Err(env::bad(
+                    "CH4_SHM_CELLS",
+                    &c.to_string(),
+                    &format!("a count from 1 to {MAX_CELLS_PER_RANK}"),
+                ))
+            }
+            None => Geometry::DEFAULT_CELLS,
+        };
         let record_max = max_record_body(ring_capacity).max(cell_size - CELL_HEADER);
         // 32 KiB, by measurement on this project's host (osu_latency / osu_bw sweeping
         // CH4_SHM_EAGER_LIMIT over 4-64 KiB): eager beats rendezvous in latency at every size up
         // to 64 KiB (32 KiB: 5.7-6.6 µs eager vs 6.4-8.5 µs rendezvous) with bandwidth within
         // noise; 32 rather than 64 KiB bounds what an early-arriving message costs to buffer.
         let eager_default = (32usize << 10).min(record_max - CTRL_HEADER_MAX);
-        let eager_limit = ch4_core::env::bytes("CH4_SHM_EAGER_LIMIT")
+        let eager_limit = env::bytes("CH4_SHM_EAGER_LIMIT")?
             .unwrap_or(eager_default)
             .min(record_max - CTRL_HEADER_MAX);
-        ShmConfig {
+        Ok(ShmConfig {
             eager_limit,
             ring_capacity,
             cell_size,
             cells_per_rank,
-        }
+        })
     }
 
     /// The segment geometry this configuration asks for.
@@ -131,6 +157,8 @@ pub struct ShmTransport {
     next_poll: usize,
     eager_limit: usize,
     max_payload: usize,
+    /// The largest record the rings take (`set_ring_record_max`).
+    ring_record_max: usize,
     /// Single-copy reads for large messages (LMT Get through CMA).
     cma: CmaConfig,
 }
@@ -177,9 +205,11 @@ impl ShmTransport {
         // it overlap (a pipeline several pieces deep), large enough to amortize each record.
         // Measured with osu_latency on this project's 2-core host: 64 KiB pieces take a 1 MiB
         // message from 231 µs (512 KiB pieces) to 135 µs; 32-128 KiB are all close.
-        let max_payload = ch4_core::env::bytes("CH4_SHM_PIECE_SIZE")
+        let max_payload = ch4_core::env::bytes("CH4_SHM_PIECE_SIZE")?
             .unwrap_or(DEFAULT_PIECE)
             .max(1);
+        let cma = CmaConfig::from_env()?;
+        let ring_record_max = ch4_core::env::bytes("CH4_SHM_RING_RECORD_MAX")?;
         seg.set_alive(me, pid, true);
         let mut t = ShmTransport {
             me,
@@ -196,12 +226,11 @@ impl ShmTransport {
             next_poll: 0,
             eager_limit: eager_limit.min(max_payload),
             max_payload,
-            cma: CmaConfig::from_env(),
+            ring_record_max: usize::MAX,
+            cma,
             seg,
         };
-        t.set_ring_record_max(
-            ch4_core::env::bytes("CH4_SHM_RING_RECORD_MAX").unwrap_or(usize::MAX),
-        );
+        t.set_ring_record_max(ring_record_max.unwrap_or(usize::MAX));
         Ok(t)
     }
 
@@ -215,6 +244,7 @@ impl ShmTransport {
         }
         let g = self.seg.geometry();
         let ring = max_record_body(g.ring_capacity).min(bytes);
+        self.ring_record_max = ring;
         // A cell holds at least 64 bytes (the geometry's minimum): every control record fits.
         let record_max = ring.max(g.cell_size - CELL_HEADER);
         self.limit_payload(record_max - CTRL_HEADER_MAX);
@@ -495,11 +525,32 @@ impl AmTransport for ShmTransport {
         Ok(delivered)
     }
 
-    fn peer_failed(&self, gpid: Gpid) -> bool {
+    fn settings(&self) -> Vec<(&'static str, String)> {
+        let g = self.seg.geometry();
+        let cma = if self.cma.enabled { "on" } else { "off" };
+        vec![
+            ("CH4_SHM_EAGER_LIMIT", self.eager_limit.to_string()),
+            ("CH4_SHM_RING_SIZE", g.ring_capacity.to_string()),
+            ("CH4_SHM_RING_RECORD_MAX", self.ring_record_max.to_string()),
+            ("CH4_SHM_CELL_SIZE", g.cell_size.to_string()),
+            ("CH4_SHM_CELLS", g.cells_per_rank.to_string()),
+            ("CH4_SHM_PIECE_SIZE", self.max_payload.to_string()),
+            ("CH4_SHM_CMA", cma.to_string()),
+            ("CH4_SHM_CMA_THRESHOLD", self.cma.threshold.to_string()),
+            ("CH4_SHM_CMA_MAX", self.cma.max.to_string()),
+        ]
+    }
+
+    fn peer_state(&self, gpid: Gpid) -> PeerState {
         match self.local(gpid) {
-            Some(l) => l != self.me && self.seg.is_gone(l),
-            None => false,
+            Some(l) if l != self.me => self.seg.peer_state(l),
+            _ => PeerState::Alive,
         }
+    }
+
+    /// Leaving the job in order: peers learn that this rank left rather than failed.
+    fn close_connections(&mut self) {
+        self.seg.mark_left(self.me);
     }
 
     fn has_queued_output(&self) -> bool {

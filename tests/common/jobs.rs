@@ -67,25 +67,18 @@ pub fn processes_on_nodes_of(module: &str, ranks: u32, node_size: u32) {
         .split_once("::")
         .map(|(_crate, rest)| format!("{rest}::rank"))
         .expect("a module path inside the test crate");
-    let exe = std::env::current_exe().expect("test executable path");
-    let mut child = Command::new(built().join("ch4run"))
-        .args(["-n", &ranks.to_string()])
-        .arg(exe)
-        .args([
-            "--ignored",
-            "--exact",
-            &test,
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("CH4_NODE_SIZE", node_size.to_string())
-        .env("CH4_SHM_EAGER_LIMIT", super::EAGER.to_string())
-        .env("CH4_TCP_EAGER_LIMIT", super::EAGER.to_string())
-        .env("CH4_TCP_PIECE_SIZE", "100")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start ch4run");
+    let eager = super::EAGER.to_string();
+    let node_size = node_size.to_string();
+    let mut child = test_as_ranks(
+        &test,
+        ranks,
+        &[
+            ("CH4_NODE_SIZE", &node_size),
+            ("CH4_SHM_EAGER_LIMIT", &eager),
+            ("CH4_TCP_EAGER_LIMIT", &eager),
+            ("CH4_TCP_PIECE_SIZE", "100"),
+        ],
+    );
     let start = std::time::Instant::now();
     while child.try_wait().expect("wait for ch4run").is_none() {
         if start.elapsed() > std::time::Duration::from_secs(60) {
@@ -105,6 +98,28 @@ pub fn processes_on_nodes_of(module: &str, ranks: u32, node_size: u32) {
         .filter(|l| l.starts_with("test result: ok. 1 passed"))
         .count();
     assert_eq!(passed, ranks as usize, "every rank runs {test}:\n{stdout}");
+}
+
+/// Starts `ch4run -n ranks` over this test executable running only the ignored test `test`
+/// (its full name), with `env` set, output piped.
+pub fn test_as_ranks(test: &str, ranks: u32, env: &[(&str, &str)]) -> std::process::Child {
+    let exe = std::env::current_exe().expect("test executable path");
+    let mut cmd = Command::new(built().join("ch4run"));
+    cmd.args(["-n", &ranks.to_string()])
+        .arg(exe)
+        .args([
+            "--ignored",
+            "--exact",
+            test,
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().expect("start ch4run")
 }
 
 /// The body of a `rank` test: joins the process job `processes_over_tcp` started, runs `body`

@@ -76,7 +76,7 @@ macro_rules! on_all_routes {
             fn net_am() {
                 common::small($ranks)
                     .ranks_per_node(1)
-                    .run(|ctx| $body(ctx))
+                    .run_with::<inproc::InprocNet<inproc::AmOnly>, _, _>(|ctx| $body(ctx))
                     .unwrap();
             }
 

@@ -280,6 +280,8 @@ pub fn print(spec: &Spec, o: &Options, implementation: &str, ranks: usize, rows:
 /// The whole program: parses OSU's options, starts or joins the job, measures and prints at
 /// rank 0. Exit code 2 for bad options, 1 for a failed run.
 pub fn main(spec: &Spec) -> std::process::ExitCode {
+    // ch4's warnings (and, with CH4_LOG=debug, more) on standard error.
+    ch4::log::init();
     let o = match parse_args(spec) {
         Ok(o) => o,
         Err(msg) => {

@@ -38,7 +38,7 @@ impl TcpNetmod {
 
     pub(super) fn begin_close(&mut self, peer: usize, leaving: bool) {
         let vc = &mut self.vcs[peer];
-        if matches!(vc.state, VcState::Idle | VcState::Failed(_)) {
+        if matches!(vc.state, VcState::Idle | VcState::Failed(..)) {
             return;
         }
         match vc.close.as_mut() {
@@ -126,11 +126,12 @@ impl TcpNetmod {
     /// delivered.
     pub(super) fn fail(&mut self, peer: usize, why: String) {
         tracing::warn!(peer, "tcp: connection failed: {why}");
-        self.end_vc(peer, why);
+        self.end_vc(peer, why, false);
     }
 
-    /// Ends `peer`'s VC for good, with `why` as the error its sends report.
-    fn end_vc(&mut self, peer: usize, why: String) {
+    /// Ends `peer`'s VC for good, with `why` as the error its sends report; `left` when the peer
+    /// left the job in order.
+    fn end_vc(&mut self, peer: usize, why: String, left: bool) {
         self.connected.retain(|&p| p != peer);
         self.hot.retain(|&p| p != peer);
         let vc = &mut self.vcs[peer];
@@ -143,13 +144,13 @@ impl TcpNetmod {
         vc.close = None;
         vc.reopen.clear();
         vc.successor = None;
-        self.set_state(peer, VcState::Failed(why));
+        self.set_state(peer, VcState::Failed(why, left));
     }
 
     /// `peer` finalized and left the job: its VC ends like a failed one (requests waiting on it
     /// fail, sends to it too), but that is no fault, so it is not reported as one.
     pub(super) fn peer_left(&mut self, peer: usize) {
         tracing::debug!(peer, "tcp: the peer left the job");
-        self.end_vc(peer, format!("process {peer} left the job"));
+        self.end_vc(peer, format!("process {peer} left the job"), true);
     }
 }

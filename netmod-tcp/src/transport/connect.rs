@@ -283,7 +283,7 @@ impl TcpNetmod {
             VcState::Connecting | VcState::AwaitAnswer { .. } => rank < me,
             // The peer finished closing the old connection before we did: the new one waits.
             VcState::Connected => vc.close.is_some() && vc.successor.is_none(),
-            VcState::Failed(_) => false,
+            VcState::Failed(..) => false,
         };
         if !adopt {
             return self.drop_incoming(slot, Some(DUPLICATE));

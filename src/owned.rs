@@ -1,0 +1,198 @@
+//! Nonblocking operations that own their buffer, the shape io_uring users know: the buffer
+//! moves into the request and comes back when the operation completes.
+//!
+//! No scope is needed, because nothing is borrowed: the request keeps the buffer, so the
+//! network may read or write it for as long as it likes. What happens to the buffer when the
+//! request is not completed by its owner:
+//!
+//! - dropped while pending: a receive is cancelled if it has not matched yet; otherwise (and for
+//!   a send) the operation goes on without its owner, as after MPI_Request_free, and the rank
+//!   keeps the buffer until the device reports the operation complete, then frees it;
+//! - `mem::forget`: the buffer leaks, and so does the rank's device (the request holds a
+//!   reference to it); nothing is freed while the network may touch it.
+
+use std::rc::Rc;
+
+use ch4_core::buffer::{RecvBuf, SendBuf};
+use ch4_core::datatype::{as_bytes, as_bytes_mut, Pod};
+use ch4_core::transport::{Netmod, Shm};
+use ch4_core::{Device, Error, ErrorKind, ReqHandle, Result, Status};
+
+use crate::{Detached, RankState, SelectedNetmod, SelectedShm};
+
+/// A pending operation that owns its buffer; [`OwnedRequest::wait`] hands the buffer back with
+/// the outcome. Made by [`Communicator::isend_owned`](crate::Communicator::isend_owned),
+/// [`Communicator::irecv_owned`](crate::Communicator::irecv_owned) and
+/// [`Message::irecv_owned`](crate::Message::irecv_owned). See the module documentation for
+/// what dropping or forgetting one does.
+///
+/// ```
+/// ch4::threads::Threads::new(2).run(|ctx| {
+///     let world = ctx.world();
+///     let peer = 1 - world.rank();
+///     // No scope and no borrow: both buffers travel with their requests.
+///     let recv = world.irecv_owned(vec![0u32; 4], peer, 0)?;
+///     let send = world.isend_owned(vec![world.rank() as u32; 4], peer, 0)?;
+///     let (got, status) = recv.wait();
+///     assert_eq!((got, status?.bytes), (vec![peer as u32; 4], 16));
+///     let (_sent, status) = send.wait();
+///     status.map(drop)
+/// })?;
+/// # Ok::<(), ch4::Error>(())
+/// ```
+#[must_use = "an owned request should be waited for to get its buffer and outcome back"]
+pub struct OwnedRequest<T: Pod, N: Netmod = SelectedNetmod, S: Shm = SelectedShm> {
+    rank: Rc<RankState<N, S>>,
+    handle: ReqHandle,
+    /// `Some` until handed back by `wait`.
+    buf: Option<Vec<T>>,
+    receive: bool,
+}
+
+impl<T: Pod, N: Netmod, S: Shm> OwnedRequest<T, N, S> {
+    /// Starts a send of `buf` with `start`, which hands the device a send buffer over it.
+    pub(crate) fn start_send(
+        rank: Rc<RankState<N, S>>,
+        buf: Vec<T>,
+        start: impl FnOnce(&mut Device<N, S>, SendBuf) -> Result<ReqHandle>,
+    ) -> Result<OwnedRequest<T, N, S>> {
+        rank.reap_detached();
+        // SAFETY: the bytes live in `buf`'s heap allocation, which the request owns and never
+        // touches, resizes or frees while the device may read it: `wait` hands it back only
+        // once the operation is complete or released, `Drop` keeps it with the rank until the
+        // device has let go of it, and `mem::forget` leaks it. Moving the request moves the
+        // vector's pointer, not the allocation.
+        let sbuf = unsafe { SendBuf::borrowed(as_bytes(&buf)) };
+        let handle = start(&mut *rank.device()?, sbuf)?;
+        Ok(OwnedRequest {
+            rank,
+            handle,
+            buf: Some(buf),
+            receive: false,
+        })
+    }
+
+    /// Starts a receive into `buf` with `start`, which hands the device a receive buffer over
+    /// it.
+    pub(crate) fn start_recv(
+        rank: Rc<RankState<N, S>>,
+        mut buf: Vec<T>,
+        start: impl FnOnce(&mut Device<N, S>, RecvBuf) -> Result<ReqHandle>,
+    ) -> Result<OwnedRequest<T, N, S>> {
+        rank.reap_detached();
+        // SAFETY: as in `start_send`: the allocation stays with the request, untouched, until
+        // the device is done writing it.
+        let rbuf = unsafe { RecvBuf::borrowed(as_bytes_mut(&mut buf)) };
+        let handle = start(&mut *rank.device()?, rbuf)?;
+        Ok(OwnedRequest {
+            rank,
+            handle,
+            buf: Some(buf),
+            receive: true,
+        })
+    }
+
+    /// Blocks until the operation completes and hands the buffer back with the outcome: the
+    /// status, or the error the operation completed with (a truncated receive's buffer holds
+    /// what fitted, and the error's [`Error::status`] the source, tag and byte count).
+    ///
+    /// Called from inside a reduction operator, where the device is busy, the buffer cannot be
+    /// taken from it: the rank keeps it until the operation completes, and an empty vector
+    /// comes back with the error.
+    pub fn wait(mut self) -> (Vec<T>, Result<Status>) {
+        let buf = self.buf.take().unwrap_or_default();
+        let Ok(mut dev) = self.rank.dev.try_borrow_mut() else {
+            let e = self.rank.device().err().unwrap_or_else(|| {
+                Error::new(ErrorKind::Internal, "the device could not be borrowed")
+            });
+            if self.rank.is_finalized() {
+                // A finalized device never runs again: nothing will touch the buffer.
+                return (buf, Err(e));
+            }
+            self.keep_with_rank(buf);
+            return (Vec::new(), Err(e));
+        };
+        let outcome = match dev.wait(self.handle) {
+            Ok(st) => Ok(st),
+            Err(e) => {
+                // Completed with an error, the request is already gone; anything else must not
+                // keep a reference to the buffer we hand back.
+                dev.release(self.handle);
+                Err(e)
+            }
+        };
+        (buf, outcome)
+    }
+
+    /// Makes one round of progress; `Ok(true)` once the operation has completed (then
+    /// [`OwnedRequest::wait`] returns at once).
+    pub fn test(&mut self) -> Result<bool> {
+        let mut dev = self.rank.device()?;
+        if dev.is_done(self.handle)? {
+            return Ok(true);
+        }
+        if dev.progress()? == 0 {
+            dev.fail_if_peer_gone(self.handle);
+        }
+        dev.is_done(self.handle)
+    }
+
+    /// Asks to cancel the operation (MPI_Cancel); still wait for it: its status's `cancelled`
+    /// says whether the cancel took effect.
+    pub fn cancel(&self) -> Result<()> {
+        self.rank.device()?.cancel(self.handle)
+    }
+
+    /// Whether this is a receive (else a send).
+    pub fn is_receive(&self) -> bool {
+        self.receive
+    }
+
+    /// Keeps `buf` with the rank until the device reports this request complete.
+    fn keep_with_rank(&self, buf: Vec<T>) {
+        match self.rank.detached.try_borrow_mut() {
+            Ok(mut detached) => detached.push(Detached {
+                handle: self.handle,
+                _buffer: Box::new(buf),
+            }),
+            // Unreachable (the list is only borrowed while it is reaped, which drops no
+            // request); leaking is the safe way out.
+            Err(_) => std::mem::forget(buf),
+        }
+    }
+}
+
+impl<T: Pod, N: Netmod, S: Shm> Drop for OwnedRequest<T, N, S> {
+    /// A pending receive is cancelled if it has not matched; whatever is still in flight goes
+    /// on without its owner, its buffer kept by the rank until the device lets go of it.
+    fn drop(&mut self) {
+        let Some(buf) = self.buf.take() else {
+            return;
+        };
+        let done = match self.rank.dev.try_borrow_mut() {
+            Ok(mut dev) => {
+                if self.receive {
+                    let _ = dev.cancel(self.handle);
+                }
+                // Complete (its outcome is given up with the request) or no longer known to
+                // the device: nothing refers to the buffer.
+                !matches!(dev.take_completed(self.handle), Ok(None))
+            }
+            // A finalized device never runs again; a busy one might.
+            Err(_) => self.rank.is_finalized(),
+        };
+        if !done {
+            self.keep_with_rank(buf);
+        }
+    }
+}
+
+impl<T: Pod, N: Netmod, S: Shm> std::fmt::Debug for OwnedRequest<T, N, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OwnedRequest")
+            .field("handle", &self.handle)
+            .field("receive", &self.receive)
+            .field("elements", &self.buf.as_ref().map_or(0, Vec::len))
+            .finish()
+    }
+}
