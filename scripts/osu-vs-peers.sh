@@ -29,21 +29,11 @@ shift || true
 benches=("$@")
 [ ${#benches[@]} -ne 0 ] || benches=(latency bw bibw mbw_mr)
 
-need=()
-command -v mpicc.mpich >/dev/null || need+=(mpich libmpich-dev)
-command -v mpicc.openmpi >/dev/null || need+=(openmpi-bin libopenmpi-dev)
-ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 || need+=(libclang-dev)
-[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
-if [ ${#need[@]} -ne 0 ]; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        echo "installing ${need[*]}..." >&2
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
-    else
-        echo "missing: ${need[*]} (install them, or run as root on Debian)" >&2
-        exit 1
-    fi
-fi
+fonts=()
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || fonts+=(fonts-dejavu-core)
+# shellcheck source=lib/peers.sh
+. scripts/lib/peers.sh
+install_peers "${fonts[@]}"
 
 examples=()
 for b in "${benches[@]}"; do examples+=(--example "osu_$b"); done

@@ -117,12 +117,15 @@ pub fn init_or_launch(ranks: u32) -> Result<Universe> {
     init()
 }
 
-/// Joins the job this process belongs to (or becomes a singleton) with default settings.
+/// Joins the job this process belongs to (or becomes a singleton) with the default settings and
+/// those of the environment.
 pub fn init() -> Result<Universe> {
-    init_with(DeviceConfig::default())
+    crate::settings::check_environment()?;
+    init_with(DeviceConfig::from_env()?)
 }
 
-/// Joins the job with the given device settings.
+/// Joins the job with the given device settings (the environment's `CH4_EAGER_CREDIT*` are not
+/// applied: start from `DeviceConfig::from_env()` to keep them).
 pub fn init_with(config: DeviceConfig) -> Result<Universe> {
     crate::settings::check_environment()?;
     crate::log::init_if_asked();

@@ -58,11 +58,16 @@ pub fn all() -> impl Iterator<Item = &'static Setting> + Clone {
     let net: &[Setting] = netmod_tcp::SETTINGS;
     #[cfg(not(feature = "tcp"))]
     let net: &[Setting] = &[];
-    FACADE.iter().chain(shm::SETTINGS).chain(net)
+    FACADE
+        .iter()
+        .chain(ch4_core::core::SETTINGS)
+        .chain(shm::SETTINGS)
+        .chain(net)
 }
 
 /// Checks the environment before a rank starts: no unknown `CH4_*` variable, and every
-/// facade-level setting parses (the transports check their own when they are made).
+/// facade-level setting parses (the device and the transports check their own when they are
+/// made).
 pub(crate) fn check_environment() -> Result<()> {
     env::check_known(all())?;
     env::count("CH4_NODE_SIZE")?;
@@ -109,8 +114,7 @@ pub struct Summary {
 
 impl Summary {
     pub(crate) fn of<N: Netmod, S: Shm>(dev: &ch4_core::Device<N, S>) -> Summary {
-        let mut reported = dev.shm().settings();
-        reported.extend(dev.netmod().settings());
+        let reported = dev.settings();
         let entries = all()
             .map(|s| {
                 let environment = env::raw(s.name).ok().flatten();

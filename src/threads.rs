@@ -31,10 +31,11 @@ pub struct Threads {
     ranks_per_node: Option<u32>,
     eager_limit: Option<usize>,
     max_payload: Option<usize>,
-    device: DeviceConfig,
     single_copy: Option<bool>,
     shm_geometry: Option<Geometry>,
     ring_record_max: Option<usize>,
+    /// Set by the builder; else the defaults with the environment's settings.
+    device_config: Option<DeviceConfig>,
 }
 
 /// The context type of a rank run by [`Threads::run`]: the same as process mode's.
@@ -48,7 +49,7 @@ impl Threads {
             ranks_per_node: None,
             eager_limit: None,
             max_payload: None,
-            device: DeviceConfig::default(),
+            device_config: None,
             single_copy: None,
             shm_geometry: None,
             ring_record_max: None,
@@ -97,9 +98,10 @@ impl Threads {
         self
     }
 
-    /// Device settings (request pool sizes, progress budgets).
+    /// Device settings (request pool sizes, progress budgets, eager credit), instead of the
+    /// defaults with the environment's `CH4_EAGER_CREDIT*`.
     pub fn device_config(mut self, config: DeviceConfig) -> Threads {
-        self.device = config;
+        self.device_config = Some(config);
         self
     }
 
@@ -150,7 +152,10 @@ impl Threads {
             max_payload: self.max_payload.unwrap_or(defaults.max_payload),
         })?;
         let n = self.ranks;
-        let device = self.device;
+        let device = match self.device_config {
+            Some(c) => c,
+            None => DeviceConfig::from_env()?,
+        };
         let nodes = n.div_ceil(ranks_per_node.max(1));
         let job = ThreadJob {
             fabric: fabric.clone(),

@@ -131,6 +131,12 @@ impl<T: AmTransport> P2p<T> for Am {
         }
     }
 
+    /// A blocking eager send waits for the receiver's credit (see `ch4_core::core::AmRouteState`).
+    #[inline(always)]
+    fn send_ready<P: Partner>(cx: &mut Cx<'_, T, P>, dest: Gpid, total: usize) -> bool {
+        total > cx.transport.eager_limit() || cx.core.has_credit(cx.route, dest, total)
+    }
+
     #[inline]
     fn progress<P: Partner>(cx: &mut Cx<'_, T, P>) -> Result<usize> {
         progress(cx)
@@ -193,11 +199,14 @@ const EAGER_ONLY_WITH_ROOM: usize = 4096;
 #[inline(always)]
 fn isend<T: AmTransport, P: Partner>(cx: &mut Cx<'_, T, P>, op: SendOp) -> Result<ReqHandle> {
     let total = op.buf.packed_len();
+    // Eager when short enough, with room for a larger one, and within the receiver's credit:
+    // beyond it the message goes by rendezvous, its data staying in the sender's buffer.
     let eager = total <= cx.transport.eager_limit()
         && (total < EAGER_ONLY_WITH_ROOM
             || cx
                 .transport
-                .can_send_now(op.dest, std::mem::size_of::<MatchHeader>() + total));
+                .can_send_now(op.dest, std::mem::size_of::<MatchHeader>() + total))
+        && cx.core.has_credit(cx.route, op.dest, total);
     let sync = op.mode == SendMode::Synchronous;
     let needs_req = !eager || sync;
     let mut hdr = MatchHeader {
@@ -213,6 +222,9 @@ fn isend<T: AmTransport, P: Partner>(cx: &mut Cx<'_, T, P>, op: SendOp) -> Resul
     if !needs_req {
         // The iStartMsg path: a small standard send leaves at once and needs no request.
         hdr.seq = next_seq::<T>(cx.core, cx.route, op.dest);
+        // Spent as the message goes: if the transport fails it, its peer is gone and its
+        // credit no longer matters.
+        cx.core.spend_credit(cx.route, op.dest, total);
         let sent = send_eager(cx.transport, op.dest, &hdr, &op.buf);
         if sent.is_err() {
             unsend_seq::<T>(cx.core, cx.route, op.dest);
@@ -242,6 +254,9 @@ fn isend<T: AmTransport, P: Partner>(cx: &mut Cx<'_, T, P>, op: SendOp) -> Resul
     })?;
     hdr.sreq = h.to_raw();
     hdr.seq = next_seq::<T>(cx.core, cx.route, dest);
+    if eager {
+        cx.core.spend_credit(cx.route, dest, total);
+    }
     let sent = match cx.core.requests.get(h).map(|r| &r.kind) {
         Some(RequestKind::Send(s)) if eager => send_eager(cx.transport, dest, &hdr, &s.buf),
         Some(RequestKind::Send(s)) => send_rts(cx.transport, dest, &hdr, &s.buf),
@@ -523,6 +538,29 @@ fn deliver_eager(
         ack(core, route, src, handler::SYNC_ACK, sreq, 0)?;
     }
     core.complete_recv(req, status);
+    consumed(core, route, src, data.len())
+}
+
+/// An eager message of `total` bytes from `src` was delivered or dropped: count its credit as
+/// consumed, and give the sender back what has added up.
+#[inline(always)]
+fn consumed(core: &mut Core, route: Route, src: Gpid, total: usize) -> Result<()> {
+    match core.consume_credit(route, src, total) {
+        None => Ok(()),
+        Some(amount) => give_back_credit(core, route, src, amount),
+    }
+}
+
+#[cold]
+fn give_back_credit(core: &mut Core, route: Route, src: Gpid, amount: u64) -> Result<()> {
+    let a = AckHeader {
+        sreq: 0,
+        value: amount,
+    };
+    let mut p = CtrlPacket::new(src, handler::CREDIT, bytemuck::bytes_of(&a))?;
+    // A sender that has left needs no credit.
+    p.droppable = true;
+    core.queue_ctrl(route, p);
     Ok(())
 }
 
@@ -711,6 +749,7 @@ fn copy_direct(
     if flags & msg_flags::SYNC != 0 {
         ack(core, route, src, handler::SYNC_ACK, sreq, 0)?;
     }
+    consumed(core, route, src, data.len())?;
     Ok(st)
 }
 
@@ -830,7 +869,7 @@ fn finish_poll<T: AmTransport>(core: &mut Core, transport: &mut T, route: Route)
         events += run_peer_reads(core, transport, route)?;
     }
     while let Some(p) = core.am[route.index()].outbox.pop_front() {
-        transport.am_send(p.dest, p.handler, p.header(), &[])?;
+        p.send(transport)?;
     }
     if core.am[route.index()].streaming.is_empty() {
         return Ok(events);
@@ -869,6 +908,11 @@ impl<T: AmTransport, P: Partner> AmSink for Dispatch<'_, T, P> {
             handler::CANCEL_REQ => self.on_cancel_req(src, wire::parse(header)?),
             handler::CANCEL_ACK => self.on_cancel_ack(wire::parse(header)?),
             handler::GET_DONE => self.on_get_done(wire::parse(header)?),
+            handler::CREDIT => {
+                let a: AckHeader = wire::parse(header)?;
+                self.core.credit_returned(self.route, src, a.value);
+                Ok(())
+            }
             other => Err(Error::new(
                 ErrorKind::Protocol,
                 format!("unknown active-message handler {other} from process {src}"),
@@ -1047,7 +1091,7 @@ impl<'a, T: AmTransport, P: Partner> Dispatch<'a, T, P> {
                 if hdr.flags & msg_flags::SYNC != 0 {
                     ack(self.core, self.route, src, handler::SYNC_ACK, hdr.sreq, 0)?;
                 }
-                return Ok(());
+                return consumed(self.core, self.route, src, payload.len());
             }
             // An ANY_SOURCE receive also posted in a natively matching netmod: take it only if
             // its netmod half can still be cancelled; otherwise the netmod matched it first.
@@ -1198,8 +1242,11 @@ impl<'a, T: AmTransport, P: Partner> Dispatch<'a, T, P> {
         let removed = self
             .core
             .unexpected
-            .remove_first_where(&env, |u| u.src == src && u.sreq == c.sreq)
-            .is_some();
+            .remove_first_where(&env, |u| u.src == src && u.sreq == c.sreq);
+        if let Some((_, Unexpected { data: Some(d), .. })) = &removed {
+            consumed(self.core, self.route, src, d.len())?;
+        }
+        let removed = removed.is_some();
         ack(
             self.core,
             self.route,

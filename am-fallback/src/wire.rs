@@ -31,6 +31,9 @@ pub mod handler {
     pub const RTS_GET: HandlerId = 8;
     /// The receiver has read an offered buffer: [`super::AckHeader`] with the bytes read.
     pub const GET_DONE: HandlerId = 9;
+    /// Eager credit given back (flow control): [`super::AckHeader`] with `sreq` 0 and the
+    /// credit bytes in `value`.
+    pub const CREDIT: HandlerId = 10;
 }
 
 /// The header of a message that takes part in matching (eager data or request-to-send).

@@ -396,3 +396,90 @@ fn a_failed_send_leaves_no_gap_in_sequence_numbers() {
         a.wait(h).unwrap();
     }
 }
+
+/// Handlers of the frames waiting in `dest`'s inbox, in order.
+fn inbox(wire: &Wire, dest: usize) -> Vec<HandlerId> {
+    wire.borrow()[dest].iter().map(|f| f.handler).collect()
+}
+
+/// Eager flow control, step by step: a sender spends its credit at the receiver, sends the
+/// rest by rendezvous (nothing of their data leaves the sender), the receiver gives credit back
+/// as it consumes, and order holds across the switch.
+#[test]
+fn eager_credit_bounds_what_a_receiver_holds_and_comes_back() {
+    use ch4_core::core::credit_cost;
+    const LEN: usize = 16;
+    let init = 10 * credit_cost(LEN) as usize; // ten messages' worth
+    let config = DeviceConfig {
+        eager_credit: init,
+        ..DeviceConfig::default()
+    };
+    let (wire, mut a, mut b) = pair(config);
+    let (wa, wb) = (a.world(), b.world());
+    // 50 nonblocking sends while b receives nothing: ten go eager, forty by rendezvous.
+    let sends: Vec<_> = (0..50u8)
+        .map(|i| {
+            a.isend(
+                wa,
+                1,
+                i32::from(i),
+                SendBuf::owned(vec![i; LEN]),
+                SendMode::Standard,
+            )
+            .unwrap()
+        })
+        .collect();
+    let on_wire = inbox(&wire, 1);
+    assert_eq!(on_wire[..10], [handler::EAGER; 10]);
+    assert_eq!(on_wire[10..], [handler::RTS; 40]);
+    let held: usize = wire.borrow()[1].iter().map(|f| f.payload.len()).sum();
+    assert_eq!(
+        held,
+        10 * LEN,
+        "only the credit's worth of data left the sender"
+    );
+    // b takes them all in as unexpected messages: still only ten messages' data.
+    while b.progress().unwrap() > 0 {}
+    assert_eq!(b.unexpected_len(), 50);
+    // b receives in send order; credit goes back once a quarter of it is consumed.
+    for i in 0..50u8 {
+        let mut got = [0u8; LEN];
+        let r = b.irecv(wb, 0, i32::from(i), unsafe_free(&mut got)).unwrap();
+        if i == 2 {
+            assert!(
+                inbox(&wire, 0).contains(&handler::CREDIT),
+                "three consumed messages are a quarter of the credit: it is given back"
+            );
+        }
+        loop {
+            a.progress().unwrap();
+            b.progress().unwrap();
+            if b.is_done(r).unwrap() {
+                break;
+            }
+        }
+        assert_eq!(b.wait(r).unwrap().bytes, LEN);
+        assert_eq!(got, [i; LEN]);
+    }
+    for s in sends {
+        a.wait(s).unwrap();
+    }
+    while a.progress().unwrap() + b.progress().unwrap() > 0 {}
+    // All consumed and given back: ten eager messages fit again.
+    for i in 0..10u8 {
+        a.isend(wa, 1, 100, SendBuf::owned(vec![i; LEN]), SendMode::Standard)
+            .unwrap();
+    }
+    let on_wire = inbox(&wire, 1);
+    let eager = on_wire.iter().filter(|&&h| h == handler::EAGER).count();
+    assert!(
+        eager >= 8,
+        "credit came back (up to the unreturned quarter): {on_wire:?}"
+    );
+}
+
+/// A receive buffer over `buf` for a test that waits for its request before `buf` goes.
+fn unsafe_free(buf: &mut [u8]) -> RecvBuf {
+    // SAFETY: every caller waits for the request before the buffer's borrow ends.
+    unsafe { RecvBuf::borrowed(buf) }
+}

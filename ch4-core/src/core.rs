@@ -31,6 +31,9 @@ pub struct CtrlPacket {
     pub header: [u8; CTRL_HEADER_MAX],
     /// Used length of `header`.
     pub len: u8,
+    /// Whether the packet may be lost when its receiver is gone (returned credit, which only a
+    /// live sender needs); a failure to send any other control packet is an error.
+    pub droppable: bool,
 }
 
 impl CtrlPacket {
@@ -41,6 +44,7 @@ impl CtrlPacket {
             handler,
             header: [0; CTRL_HEADER_MAX],
             len: header.len() as u8,
+            droppable: false,
         };
         p.header
             .get_mut(..header.len())
@@ -52,6 +56,15 @@ impl CtrlPacket {
     /// The header bytes.
     pub fn header(&self) -> &[u8] {
         &self.header[..self.len as usize]
+    }
+
+    /// Sends this packet on `transport`; a droppable one's failure is ignored.
+    #[inline]
+    pub fn send<T: crate::transport::AmTransport>(&self, transport: &mut T) -> Result<()> {
+        match transport.am_send(self.dest, self.handler, self.header(), &[]) {
+            Err(_) if self.droppable => Ok(()),
+            other => other,
+        }
     }
 }
 
@@ -82,6 +95,43 @@ pub struct AmRouteState {
     pub scratch: Vec<u8>,
     /// Matched rendezvous receives whose data the transport will read from the sender (LMT Get).
     pub reads: VecDeque<PeerReadJob>,
+    /// Eager credit left towards each process (indexed by process id), in credit bytes
+    /// ([`credit_cost`]): an eager message that would overdraw it goes by rendezvous instead, so
+    /// a receiver never holds more than its senders' credit of unexpected eager data, and a
+    /// sender never more than its credit of copies waiting for a full ring or socket (flow
+    /// control of eager buffers, which the CH3 TCP notes call not optional).
+    pub credit: Vec<u64>,
+    /// Credit consumed from each source's eager messages (delivered to a receive, or dropped)
+    /// and not yet given back.
+    pub consumed: Vec<u64>,
+    /// What a process's credit starts at (see [`DeviceConfig::eager_credit`]).
+    pub credit_init: u64,
+    /// Consumed credit is given back to its sender once it reaches this much.
+    pub credit_return_at: u64,
+}
+
+/// Credit bytes an eager message of `total` bytes costs: its data and what the receiver keeps
+/// beside an unexpected message (its record and queue entry). A protocol constant: sender and
+/// receiver must count alike.
+#[inline(always)]
+pub const fn credit_cost(total: usize) -> u64 {
+    (total as u64).saturating_add(CREDIT_OVERHEAD as u64)
+}
+
+/// The per-message part of [`credit_cost`].
+pub const CREDIT_OVERHEAD: usize = 128;
+
+impl AmRouteState {
+    /// The state of one route of a job of `world_size` processes, every credit at `init`.
+    pub fn new(world_size: u32, init: u64) -> AmRouteState {
+        AmRouteState {
+            credit: vec![init; world_size as usize],
+            consumed: vec![0; world_size as usize],
+            credit_init: init,
+            credit_return_at: (init / 4).max(1),
+            ..AmRouteState::default()
+        }
+    }
 }
 
 /// A matched receive waiting for its single-copy read (LMT Get).
@@ -106,7 +156,23 @@ pub struct DeviceConfig {
     pub poll_budget: usize,
     /// How many rendezvous data pieces one progress call streams per route at most.
     pub stream_budget: usize,
+    /// The most eager data (in [`credit_cost`] bytes) this process sends one peer before that
+    /// peer has received it; beyond it, a blocking send waits for credit to come back and a
+    /// nonblocking one goes by rendezvous. `CH4_EAGER_CREDIT`.
+    pub eager_credit: usize,
+    /// The eager credit of all peers together: a peer's credit is this divided by the number
+    /// of peers (at least [`MIN_EAGER_CREDIT`]), capped by `eager_credit`. Bounds what a receiver
+    /// holds of unexpected eager data from all its senders. `CH4_EAGER_CREDIT_TOTAL`.
+    pub eager_credit_total: usize,
 }
+
+/// Default of [`DeviceConfig::eager_credit`]: a window of 64 eager messages of the largest eager
+/// size (shm 32 KiB, TCP 64 KiB) fits, so osu_bw never falls back to rendezvous.
+pub const DEFAULT_EAGER_CREDIT: usize = 8 << 20;
+/// Default of [`DeviceConfig::eager_credit_total`].
+pub const DEFAULT_EAGER_CREDIT_TOTAL: usize = 32 << 20;
+/// A peer's credit when [`DeviceConfig::eager_credit_total`] is shared by very many peers.
+pub const MIN_EAGER_CREDIT: usize = 256 << 10;
 
 impl Default for DeviceConfig {
     fn default() -> Self {
@@ -118,9 +184,47 @@ impl Default for DeviceConfig {
             },
             poll_budget: 64,
             stream_budget: 8,
+            eager_credit: DEFAULT_EAGER_CREDIT,
+            eager_credit_total: DEFAULT_EAGER_CREDIT_TOTAL,
         }
     }
 }
+
+impl DeviceConfig {
+    /// The defaults, with `CH4_EAGER_CREDIT` and `CH4_EAGER_CREDIT_TOTAL` applied; a value
+    /// that does not parse is an error.
+    pub fn from_env() -> Result<DeviceConfig> {
+        let mut c = DeviceConfig::default();
+        if let Some(v) = crate::env::bytes("CH4_EAGER_CREDIT")? {
+            c.eager_credit = v;
+        }
+        if let Some(v) = crate::env::bytes("CH4_EAGER_CREDIT_TOTAL")? {
+            c.eager_credit_total = v;
+        }
+        Ok(c)
+    }
+
+    /// The credit each peer starts with in a job of `world_size` processes.
+    pub fn credit_per_peer(&self, world_size: u32) -> u64 {
+        let peers = (world_size as usize).saturating_sub(1).max(1);
+        let share = (self.eager_credit_total / peers).max(MIN_EAGER_CREDIT);
+        share.min(self.eager_credit) as u64
+    }
+}
+
+/// The settings this crate reads from the environment (see [`crate::env`]).
+pub const SETTINGS: &[crate::env::Setting] = &[
+    crate::env::Setting::new(
+        "CH4_EAGER_CREDIT",
+        "8M",
+        "eager data (plus 128 bytes a message) a rank sends one peer before the peer has received it; beyond, a blocking send waits for credit to come back and a nonblocking one goes by rendezvous (its data stays in the user's buffer)",
+    ),
+    crate::env::Setting::new(
+        "CH4_EAGER_CREDIT_TOTAL",
+        "32M",
+        "the eager credit of all peers together (a peer gets this over the number of peers, at least 256K, at most CH4_EAGER_CREDIT): bounds a receiver's unexpected eager data and a sender's queued copies",
+    ),
+];
 
 /// What the engines borrow from the device.
 pub struct Core {
@@ -205,7 +309,13 @@ impl Core {
             unexpected: UnexpectedQueue::new(),
             comms,
             contexts: ContextMask::default(),
-            am: Default::default(),
+            am: {
+                let init = config.credit_per_peer(world_size);
+                [
+                    AmRouteState::new(world_size, init),
+                    AmRouteState::new(world_size, init),
+                ]
+            },
             config,
             world,
             self_comm,
@@ -274,5 +384,44 @@ impl Core {
     #[inline]
     pub fn queue_ctrl(&mut self, route: Route, packet: CtrlPacket) {
         self.am[route.index()].outbox.push_back(packet);
+    }
+
+    /// Whether an eager message of `total` bytes to `dest` is within its credit.
+    #[inline(always)]
+    pub fn has_credit(&self, route: Route, dest: Gpid, total: usize) -> bool {
+        self.am[route.index()]
+            .credit
+            .get(dest as usize)
+            .is_some_and(|&c| c >= credit_cost(total))
+    }
+
+    /// Spends the credit an eager message of `total` bytes to `dest` cost, once it is out
+    /// (checked before with [`Core::has_credit`]).
+    #[inline(always)]
+    pub fn spend_credit(&mut self, route: Route, dest: Gpid, total: usize) {
+        if let Some(c) = self.am[route.index()].credit.get_mut(dest as usize) {
+            *c = c.saturating_sub(credit_cost(total));
+        }
+    }
+
+    /// Credit `dest` gave back (capped at the initial credit: more is a peer's mistake).
+    pub fn credit_returned(&mut self, route: Route, dest: Gpid, amount: u64) {
+        let st = &mut self.am[route.index()];
+        if let Some(c) = st.credit.get_mut(dest as usize) {
+            *c = c.saturating_add(amount).min(st.credit_init);
+        }
+    }
+
+    /// Counts an eager message of `total` bytes from `src` as consumed (delivered to a receive,
+    /// or dropped); returns the credit to give back to `src` once enough has been consumed.
+    #[inline(always)]
+    pub fn consume_credit(&mut self, route: Route, src: Gpid, total: usize) -> Option<u64> {
+        let st = &mut self.am[route.index()];
+        let c = st.consumed.get_mut(src as usize)?;
+        *c = c.saturating_add(credit_cost(total));
+        if *c < st.credit_return_at {
+            return None;
+        }
+        Some(std::mem::take(c))
     }
 }

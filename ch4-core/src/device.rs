@@ -163,6 +163,21 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         self.core.requests.len()
     }
 
+    /// The settings this device runs with, as (environment variable, value in force): its own
+    /// (eager credit) and its transports.
+    pub fn settings(&self) -> Vec<(&'static str, String)> {
+        let mut v = vec![
+            ("CH4_EAGER_CREDIT", self.core.am[0].credit_init.to_string()),
+            (
+                "CH4_EAGER_CREDIT_TOTAL",
+                self.core.config.eager_credit_total.to_string(),
+            ),
+        ];
+        v.extend(self.shm.settings());
+        v.extend(self.net.settings());
+        v
+    }
+
     /// Requests that have not completed yet (live ones minus those completed but not yet
     /// waited for): what must be finished before the process may leave.
     pub fn pending_requests(&self) -> usize {
@@ -260,6 +275,9 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         // SAFETY: `data` is borrowed for this whole call. If the engine keeps the buffer in a
         // request, we wait for that request below, or remove it on failure, before returning.
         let buf = unsafe { SendBuf::borrowed(data) };
+        if !self.send_ready(gpid, data.len()) {
+            self.wait_for_send_room(gpid, data.len())?;
+        }
         let op = SendOp {
             dest: gpid,
             env,
@@ -270,6 +288,40 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             ReqHandle::DONE => Ok(()),
             h => self.wait_or_abandon(h).map(drop),
         }
+    }
+
+    /// Whether the engine of `dest`'s route lets a blocking send of `total` bytes start now
+    /// ([`P2p::send_ready`]).
+    #[inline(always)]
+    fn send_ready(&mut self, dest: Gpid, total: usize) -> bool {
+        if self.route_of(dest) == Route::Shm {
+            on_shm!(self, |cx| ShmP2p::<S>::send_ready(cx, dest, total))
+        } else {
+            on_net!(self, |cx| NetP2p::<N>::send_ready(cx, dest, total))
+        }
+    }
+
+    /// Makes progress until a blocking send of `total` bytes to `dest` may start (flow
+    /// control: the receiver has given back enough credit); fails if `dest` is gone.
+    #[cold]
+    #[inline(never)]
+    fn wait_for_send_room(&mut self, dest: Gpid, total: usize) -> Result<()> {
+        let mut idle = 0u32;
+        while !self.send_ready(dest, total) {
+            if self.progress()? == 0 {
+                idle += 1;
+                if idle % 256 == 0 && self.peer_state(dest) != PeerState::Alive {
+                    return Err(Error::new(
+                        ErrorKind::PeerFailed,
+                        format!("process {dest} is gone: a send to it can never be received"),
+                    ));
+                }
+                backoff(idle);
+            } else {
+                idle = 0;
+            }
+        }
+        Ok(())
     }
 
     /// Starts a nonblocking send of `buf`, which stays lent to the request until it completes.
@@ -956,11 +1008,11 @@ impl<N: Netmod, S: Shm> Device<N, S> {
     fn flush_replies(&mut self) -> Result<()> {
         if S::PRESENT {
             while let Some(p) = self.core.am[Route::Shm.index()].outbox.pop_front() {
-                self.shm.am_send(p.dest, p.handler, p.header(), &[])?;
+                p.send(&mut self.shm)?;
             }
         }
         while let Some(p) = self.core.am[Route::Net.index()].outbox.pop_front() {
-            self.net.am_send(p.dest, p.handler, p.header(), &[])?;
+            p.send(&mut self.net)?;
         }
         Ok(())
     }

@@ -275,6 +275,15 @@ pub enum Direct {
 ///
 /// Engines keep their per-operation state in the core's requests and their unmatched messages
 /// in the core's queues (AM fallback) or inside the network (native engines).
+///
+/// Every engine bounds the memory a flood can take (the flow-control contract): what it copies
+/// aside for a peer that is not taking data, and what a receiver holds of messages it has not
+/// matched, stay within a documented limit per peer and in total, whatever the program sends.
+/// A blocking send beyond the limit waits ([`P2p::send_ready`]); a nonblocking one keeps its
+/// data in the user's buffer (it is lent to the request anyway). The AM fallback does it with
+/// eager credit (`ch4_core::core::AmRouteState::credit`); a native engine relies on its
+/// network's own flow control where it has one (libfabric's resource management, UCX's
+/// rendezvous thresholds) and on the same credit scheme where it does not.
 pub trait P2p<T: AmTransport> {
     /// Whether this engine matches messages itself (in the network) instead of in the core.
     const NATIVE_MATCHING: bool;
@@ -299,6 +308,17 @@ pub trait P2p<T: AmTransport> {
     ) -> Result<Option<(Message, Status)>>;
     /// Receives a message taken by [`P2p::improbe`] into request `req`.
     fn imrecv<P: Partner>(cx: &mut Cx<'_, T, P>, msg: Message, req: ReqHandle) -> Result<()>;
+    /// Whether a *blocking* send of `total` bytes to `dest` may start now. `false` asks the
+    /// device to make progress and ask again: the engine's flow control (the AM fallback's eager
+    /// credit) has no room, and a blocking send waits for room rather than switching protocol
+    /// — it then keeps the eager protocol's buffering, so a receiver that takes a sender's
+    /// messages a little out of order still gets them all. Nonblocking sends never wait here;
+    /// an engine deals with them in `isend` (the AM fallback sends them by rendezvous, their
+    /// data staying in the user's buffer).
+    #[inline(always)]
+    fn send_ready<P: Partner>(_cx: &mut Cx<'_, T, P>, _dest: Gpid, _total: usize) -> bool {
+        true
+    }
     /// Moves pending work forward: delivers arrivals, streams rendezvous data, sends replies.
     /// Bounded work per call; returns a count of events handled (0 = idle).
     fn progress<P: Partner>(cx: &mut Cx<'_, T, P>) -> Result<usize>;

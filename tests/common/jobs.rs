@@ -69,6 +69,7 @@ pub fn processes_on_nodes_of(module: &str, ranks: u32, node_size: u32) {
         .expect("a module path inside the test crate");
     let eager = super::EAGER.to_string();
     let node_size = node_size.to_string();
+    let credit = super::CREDIT.to_string();
     let mut child = test_as_ranks(
         &test,
         ranks,
@@ -77,6 +78,7 @@ pub fn processes_on_nodes_of(module: &str, ranks: u32, node_size: u32) {
             ("CH4_SHM_EAGER_LIMIT", &eager),
             ("CH4_TCP_EAGER_LIMIT", &eager),
             ("CH4_TCP_PIECE_SIZE", "100"),
+            ("CH4_EAGER_CREDIT", &credit),
         ],
     );
     let start = std::time::Instant::now();

@@ -17,8 +17,9 @@
 //! - `native_mixed`: two ranks per node with the natively matching netmod, so shm, native
 //!   matching and the ANY_SOURCE partner logic all take part.
 //!
-//! The thresholds are tiny (eager 64 bytes, AM payload 100 bytes) so that small test messages
-//! already cross the eager/rendezvous boundary and rendezvous data moves in several pieces.
+//! The thresholds are tiny (eager 64 bytes, AM payload 100 bytes, eager credit 2 KiB) so that
+//! small test messages already cross the eager/rendezvous boundary, rendezvous data moves in
+//! several pieces, and flow control holds senders back.
 
 #![allow(dead_code)]
 
@@ -29,8 +30,19 @@ use ch4::threads::Threads;
 /// Eager threshold used by the route tests.
 pub const EAGER: usize = 64;
 
+/// Eager credit of the route tests: a dozen small messages in flight per pair, so that sends
+/// switch between eager and waiting (blocking) or rendezvous (nonblocking) all the time.
+pub const CREDIT: usize = 2048;
+
 pub fn small(ranks: u32) -> Threads {
-    Threads::new(ranks).eager_limit(EAGER).max_payload(100)
+    let config = ch4::DeviceConfig {
+        eager_credit: CREDIT,
+        ..ch4::DeviceConfig::default()
+    };
+    Threads::new(ranks)
+        .eager_limit(EAGER)
+        .max_payload(100)
+        .device_config(config)
 }
 
 /// Generates `shm`, `shm_streamed`, `shm_crowded`, `net_am`, `tcp`, `tcp_processes`, `mixed_processes` and `native_mixed` tests that run `$body(ctx)` on `$ranks` ranks

@@ -35,6 +35,11 @@ impl<N: Netmod, S: Shm> Pt2Pt for Ch4<N, S> {
         Ok(())
     }
 
+    fn recv_any(&self, buf: &mut [u8]) -> BenchResult<(usize, i32)> {
+        let st = self.world.recv(buf, ch4::ANY_SOURCE, ch4::ANY_TAG)?;
+        Ok((st.source as usize, st.tag))
+    }
+
     fn send_window(&self, buf: &[u8], count: usize, dest: usize, tag: i32) -> BenchResult<()> {
         self.ctx.scope(|s| {
             let mut reqs = Vec::with_capacity(count);
@@ -48,7 +53,7 @@ impl<N: Netmod, S: Shm> Pt2Pt for Ch4<N, S> {
 
     fn recv_window(
         &self,
-        bufs: &mut [Vec<u8>],
+        bufs: &mut [super::PageBuf],
         len: usize,
         src: usize,
         tag: i32,
@@ -66,7 +71,7 @@ impl<N: Netmod, S: Shm> Pt2Pt for Ch4<N, S> {
     fn exchange_window(
         &self,
         sbuf: &[u8],
-        rbufs: &mut [Vec<u8>],
+        rbufs: &mut [super::PageBuf],
         len: usize,
         peer: usize,
         tag: i32,
@@ -119,6 +124,30 @@ pub fn launch(spec: &Spec, o: &Options) -> BenchResult<()> {
         let how = format!("ch4 {}, {} processes", env!("CARGO_PKG_VERSION"), c.size());
         super::print(spec, o, &how, c.size(), &rows);
     }
+    drop(c);
+    Ok(universe.finalize()?)
+}
+
+/// Runs `job` on `ranks` ranks (processes, self-launched unless a launcher started this one,
+/// `CH4_NP` overriding the count; or threads).
+pub fn run_job<J: super::Job>(ranks: u32, threads: bool, job: &J) -> BenchResult<()> {
+    if threads {
+        ch4::threads::Threads::new(ranks).run(|ctx| {
+            let c = Ch4 {
+                world: ctx.world(),
+                ctx: ctx.clone(),
+            };
+            job.run(&c)
+                .map_err(|e| ch4::Error::new(ch4::ErrorKind::Internal, e.to_string()))
+        })?;
+        return Ok(());
+    }
+    let universe = ch4::process::init_or_launch(ranks)?;
+    let c = Ch4 {
+        world: universe.world(),
+        ctx: universe.context().clone(),
+    };
+    job.run(&c)?;
     drop(c);
     Ok(universe.finalize()?)
 }

@@ -45,6 +45,11 @@ impl Pt2Pt for Mpi {
         Ok(())
     }
 
+    fn recv_any(&self, buf: &mut [u8]) -> BenchResult<(usize, i32)> {
+        let st = self.world.any_process().receive_into(buf);
+        Ok((st.source_rank() as usize, st.tag()))
+    }
+
     fn send_window(&self, buf: &[u8], count: usize, dest: usize, tag: i32) -> BenchResult<()> {
         let peer = self.world.process_at_rank(dest as i32);
         multiple_scope(count, |scope, coll| {
@@ -59,7 +64,7 @@ impl Pt2Pt for Mpi {
 
     fn recv_window(
         &self,
-        bufs: &mut [Vec<u8>],
+        bufs: &mut [super::PageBuf],
         len: usize,
         src: usize,
         tag: i32,
@@ -78,7 +83,7 @@ impl Pt2Pt for Mpi {
     fn exchange_window(
         &self,
         sbuf: &[u8],
-        rbufs: &mut [Vec<u8>],
+        rbufs: &mut [super::PageBuf],
         len: usize,
         peer: usize,
         tag: i32,
@@ -133,4 +138,16 @@ pub fn launch(spec: &Spec, o: &Options) -> BenchResult<()> {
         super::print(spec, o, &how, c.size(), &rows);
     }
     Ok(())
+}
+
+/// Initializes MPI and runs `job` on this rank.
+pub fn run_job<J: super::Job>(_ranks: u32, threads: bool, job: &J) -> BenchResult<()> {
+    if threads {
+        return Err("--threads is ch4's; this build measures the system MPI".into());
+    }
+    let universe = mpi::initialize().ok_or("MPI was initialized already")?;
+    let c = Mpi {
+        world: universe.world(),
+    };
+    job.run(&c)
 }

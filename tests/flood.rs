@@ -1,0 +1,79 @@
+//! Floods under flow control, as real processes under `ch4run`: four senders each send a
+//! quarter of a million blocking 1 KiB messages to a rank that is busy first, or that takes
+//! each sender's messages in runs of 100 tags backwards — over shared memory, over TCP (every
+//! rank its own node) and on nodes of two (both at once). The `flood` example checks that every
+//! message arrived once and in order; here every rank's peak resident memory must stay within
+//! 64 MiB of its idle size (without flow control the senders' queues alone grew by 250 MiB and
+//! a TCP receiver by three times that). The million-message figures are the bench's
+//! (`cargo run --release --example flood`).
+
+mod common;
+
+use std::process::Command;
+
+const MESSAGES: &str = "250000";
+/// The bound on what a rank may grow by, in MiB.
+const BOUND_MIB: f64 = 64.0;
+
+/// Runs the flood with `args` on nodes of `node_size` ranks; returns each rank's growth.
+fn flood(node_size: &str, args: &[&str]) -> Vec<f64> {
+    let dir = common::jobs::built();
+    let out = Command::new(dir.join("ch4run"))
+        .args(["-n", "5"])
+        .arg(dir.join("examples/flood"))
+        .args(["-n", MESSAGES])
+        .args(args)
+        .env("CH4_NODE_SIZE", node_size)
+        .output()
+        .expect("run the flood");
+    let stdout = common::jobs::succeeded(out);
+    assert!(stdout.contains("all in order"), "{stdout}");
+    let growth: Vec<f64> = stdout
+        .lines()
+        .filter_map(|l| l.split("(+").nth(1))
+        .filter_map(|g| g.split(')').next())
+        .filter_map(|g| g.parse().ok())
+        .collect();
+    assert_eq!(growth.len(), 5, "every rank reports its memory:\n{stdout}");
+    for (i, g) in growth.iter().enumerate() {
+        assert!(
+            *g <= BOUND_MIB,
+            "a rank grew by {g} MiB (line {i}), more than {BOUND_MIB}:\n{stdout}"
+        );
+    }
+    growth
+}
+
+#[test]
+fn a_flood_to_a_busy_receiver_stays_bounded_over_shared_memory() {
+    flood("5", &["--sleep", "1000"]);
+}
+
+#[test]
+fn a_flood_received_in_reverse_runs_stays_bounded_over_shared_memory() {
+    flood("5", &["--sleep", "0", "--reverse", "100"]);
+}
+
+#[cfg(feature = "tcp")]
+#[test]
+fn a_flood_to_a_busy_receiver_stays_bounded_over_tcp() {
+    flood("1", &["--sleep", "1000"]);
+}
+
+#[cfg(feature = "tcp")]
+#[test]
+fn a_flood_received_in_reverse_runs_stays_bounded_over_tcp() {
+    flood("1", &["--sleep", "0", "--reverse", "100"]);
+}
+
+#[cfg(feature = "tcp")]
+#[test]
+fn a_flood_to_a_busy_receiver_stays_bounded_on_mixed_nodes() {
+    flood("2", &["--sleep", "1000"]);
+}
+
+#[cfg(feature = "tcp")]
+#[test]
+fn a_flood_received_in_reverse_runs_stays_bounded_on_mixed_nodes() {
+    flood("2", &["--sleep", "0", "--reverse", "100"]);
+}
