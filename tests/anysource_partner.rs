@@ -9,25 +9,21 @@
 use ch4_core::buffer::{RecvBuf, SendBuf};
 use ch4_core::core::DeviceConfig;
 use ch4_core::{Device, ReqHandle, SendMode, Status, ANY_SOURCE, ANY_TAG};
-use inproc::{Fabric, FabricConfig, InprocNet, InprocShm, Native};
+use inproc::{FabricConfig, InprocNet, InprocShm, Native};
+use testkit::{inproc_job, InprocHarness};
 
 type Dev = Device<InprocNet<Native>, InprocShm>;
 
-fn job() -> Vec<Dev> {
-    let fabric = Fabric::new(FabricConfig {
+/// Ranks 0 and 1 on one node, rank 2 on another; tiny thresholds, so 300 bytes go by
+/// rendezvous.
+fn job() -> InprocHarness<Native> {
+    let fabric = FabricConfig {
         ranks: 3,
         ranks_per_node: 2,
         eager_limit: 64,
         max_payload: 100,
-    })
-    .unwrap();
-    (0..3)
-        .map(|r| {
-            let net = InprocNet::new(fabric.clone(), r).unwrap();
-            let shm = InprocShm::new(fabric.clone(), r).unwrap();
-            Device::new(net, shm, r, 3, DeviceConfig::default()).unwrap()
-        })
-        .collect()
+    };
+    inproc_job(fabric, DeviceConfig::default()).unwrap().1
 }
 
 /// Posts an ANY_SOURCE receive into a leaked buffer (fine for a test; keeps lifetimes simple).
@@ -70,11 +66,7 @@ fn shm_matches_first_and_cancels_the_netmod_half() {
     assert_eq!(&buf[..8], b"from-shm");
     // The netmod's message was not swallowed by the cancelled partner.
     let (r2, buf2) = irecv_any(&mut d[0], 16);
-    let st2 = loop {
-        if let Some(st) = done(&mut d[0], r2) {
-            break st;
-        }
-    };
+    let st2 = d.wait(0, r2).unwrap();
     assert_eq!((st2.source, st2.tag), (2, 2));
     assert_eq!(&buf2[..8], b"from-net");
     assert_eq!(d[0].live_requests(), 0);
@@ -115,29 +107,17 @@ fn rendezvous_over_shm_claims_the_receive_before_data_arrives() {
     let s = send(&mut d[1], 0, 7, &big); // RTS over shm
     assert!(d[0].progress().unwrap() > 0); // RTS matched: partner cancelled, CTS queued
     send(&mut d[2], 0, 8, b"late-net"); // must not complete the claimed receive
-    let mut st = None;
-    let mut sent = None;
-    for _ in 0..100 {
-        if sent.is_none() {
-            sent = done(&mut d[1], s);
-        }
-        if st.is_none() {
-            st = done(&mut d[0], r);
-        }
-        if st.is_some() && sent.is_some() {
-            break;
-        }
-    }
-    let st = st.expect("rendezvous receive completes");
+
+    // At most 100 rounds; the assertions below say which request did not complete.
+    d.steps_until(100, |d| Ok(d[0].is_done(r)? && d[1].is_done(s)?))
+        .unwrap();
+    let st = done(&mut d[0], r).expect("rendezvous receive completes");
+    let sent = done(&mut d[1], s);
     assert!(sent.is_some(), "rendezvous send completes");
     assert_eq!((st.source, st.tag, st.bytes), (1, 7, 300));
     assert_eq!(&buf[..300], &big[..]);
     let (r2, buf2) = irecv_any(&mut d[0], 16);
-    let st2 = loop {
-        if let Some(st) = done(&mut d[0], r2) {
-            break st;
-        }
-    };
+    let st2 = d.wait(0, r2).unwrap();
     assert_eq!((st2.source, &buf2[..8]), (2, &b"late-net"[..]));
 }
 
@@ -180,19 +160,11 @@ fn many_interleavings_deliver_every_message_exactly_once() {
         } else {
             send(&mut d[1], 0, 1, &[round]);
         }
-        let st = loop {
-            if let Some(st) = done(&mut d[0], r) {
-                break st;
-            }
-        };
+        let st = d.wait(0, r).unwrap();
         got.push((st.source, buf[0]));
         // Receive the other message of the round with a second wildcard receive.
         let (r2, buf2) = irecv_any(&mut d[0], 4);
-        let st2 = loop {
-            if let Some(st) = done(&mut d[0], r2) {
-                break st;
-            }
-        };
+        let st2 = d.wait(0, r2).unwrap();
         got.push((st2.source, buf2[0]));
         assert_ne!(st.source, st2.source, "round {round}: same sender twice");
     }

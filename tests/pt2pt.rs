@@ -852,9 +852,10 @@ fn strangers_at_the_port(ctx: ch4::process::ProcessContext) -> Result<()> {
     let mut junk = TcpStream::connect(addr).map_err(io)?;
     junk.write_all(&[0xAB; 100]).map_err(io)?;
     let mut wrong = TcpStream::connect(addr).map_err(io)?;
-    let mut hello = b"ch4tcp\0\x01".to_vec();
+    let mut hello = b"ch4tcp\0\x02".to_vec();
     hello.extend(0xDEAD_BEEFu64.to_le_bytes()); // not this job's key
-    hello.extend([0u8; 8]); // rank 0, reserved
+    hello.extend([0u8; 8]); // rank 0, generation 0
+    hello.extend(0x0102_0304u32.to_ne_bytes()); // byte-order mark
     wrong.write_all(&hello).map_err(io)?;
     // Ring traffic across the eager limit while the strangers wait.
     let (right, left) = (

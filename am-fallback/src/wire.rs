@@ -3,6 +3,10 @@
 //! Every header is a fixed-size `#[repr(C)]` struct of plain integers with its size asserted at
 //! compile time. Parsing takes exactly that many bytes and never panics: a short, long or
 //! garbled header from a peer becomes a `Protocol` error.
+//!
+//! Byte order: headers are in the sender's native order, read without conversion. Within a
+//! node that is trivially shared; across hosts the TCP netmod's hello checks that both ends
+//! have the same order and refuses a connection otherwise.
 
 use bytemuck::{Pod, Zeroable};
 use ch4_core::transport::HandlerId;

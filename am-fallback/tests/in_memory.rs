@@ -1,128 +1,15 @@
-//! The AM fallback driven in memory: two devices in one thread over a hand-made transport whose
+//! The AM fallback driven in memory: two devices in one thread over the test kit's `Pipe`, whose
 //! wire the test can read and write. Nothing runs unless the test calls `progress`, so each
 //! scenario is deterministic — and the test can inject the malformed packets a hostile or broken
 //! peer might send.
-
-use std::cell::RefCell;
-use std::collections::VecDeque;
-use std::rc::Rc;
 
 use am_fallback::wire::{handler, CtsHeader, DataHeader, MatchHeader, ReadableRts};
 use ch4_core::buffer::{RecvBuf, SendBuf};
 use ch4_core::core::DeviceConfig;
 use ch4_core::pool::PoolConfig;
-use ch4_core::transport::{AmSink, AmTransport, HandlerId, Netmod, NoShm};
-use ch4_core::{Device, ErrorKind, Gpid, Result, SendMode};
-
-/// One message on the wire.
-#[derive(Clone, Debug)]
-struct Frame {
-    src: Gpid,
-    handler: HandlerId,
-    header: Vec<u8>,
-    payload: Vec<u8>,
-}
-
-type Wire = Rc<RefCell<Vec<VecDeque<Frame>>>>;
-
-/// An ordered in-memory transport: `wire[dest]` is dest's inbox.
-struct Pipe {
-    me: Gpid,
-    wire: Wire,
-}
-
-impl AmTransport for Pipe {
-    const AM_ORDERED: bool = true;
-    const NAME: &'static str = "pipe";
-    fn eager_limit(&self) -> usize {
-        32
-    }
-    fn am_max_payload(&self) -> usize {
-        40
-    }
-    fn am_send(
-        &mut self,
-        dest: Gpid,
-        h: HandlerId,
-        header: &[u8],
-        payload: &[&[u8]],
-    ) -> Result<()> {
-        self.wire.borrow_mut()[dest as usize].push_back(Frame {
-            src: self.me,
-            handler: h,
-            header: header.to_vec(),
-            payload: payload.concat(),
-        });
-        Ok(())
-    }
-    fn am_poll<K: AmSink>(&mut self, sink: &mut K, budget: usize) -> Result<usize> {
-        let mut n = 0;
-        while n < budget {
-            let Some(f) = self.wire.borrow_mut()[self.me as usize].pop_front() else {
-                break;
-            };
-            n += 1;
-            sink.deliver(f.src, f.handler, &f.header, &f.payload)?;
-        }
-        Ok(n)
-    }
-}
-
-impl Netmod for Pipe {
-    type P2p = am_fallback::Am;
-}
-
-/// The same pipe, declared unordered: the fallback must number and reorder its packets.
-struct Unordered(Pipe);
-impl AmTransport for Unordered {
-    const AM_ORDERED: bool = false;
-    const NAME: &'static str = "unordered";
-    fn eager_limit(&self) -> usize {
-        self.0.eager_limit()
-    }
-    fn am_max_payload(&self) -> usize {
-        self.0.am_max_payload()
-    }
-    fn am_send(&mut self, d: Gpid, h: HandlerId, hd: &[u8], p: &[&[u8]]) -> Result<()> {
-        self.0.am_send(d, h, hd, p)
-    }
-    fn am_poll<K: AmSink>(&mut self, sink: &mut K, budget: usize) -> Result<usize> {
-        self.0.am_poll(sink, budget)
-    }
-}
-impl Netmod for Unordered {
-    type P2p = am_fallback::Am;
-}
-
-type Dev = Device<Pipe, NoShm>;
-
-fn pair(config: DeviceConfig) -> (Wire, Dev, Dev) {
-    let wire: Wire = Rc::new(RefCell::new(vec![VecDeque::new(), VecDeque::new()]));
-    let mk = |me| {
-        Device::new(
-            Pipe {
-                me,
-                wire: wire.clone(),
-            },
-            NoShm,
-            me,
-            2,
-            config,
-        )
-        .unwrap()
-    };
-    let (a, b) = (mk(0), mk(1));
-    (wire, a, b)
-}
-
-fn inject(wire: &Wire, dest: usize, handler: HandlerId, header: &[u8], payload: &[u8]) {
-    wire.borrow_mut()[dest].push_back(Frame {
-        src: 1 - dest as Gpid,
-        handler,
-        header: header.to_vec(),
-        payload: payload.to_vec(),
-    });
-}
+use ch4_core::transport::HandlerId;
+use ch4_core::{ErrorKind, SendMode};
+use testkit::{pipe_job, pipe_pair, Frame, PipeHarness, Unordered, Wire};
 
 fn match_header(tag: i32, total: u64) -> MatchHeader {
     MatchHeader {
@@ -138,22 +25,19 @@ fn match_header(tag: i32, total: u64) -> MatchHeader {
 }
 
 /// After a protocol error the device still works: a normal message goes through.
-fn still_works(wire: &Wire, a: &mut Dev, b: &mut Dev) {
-    assert!(
-        wire.borrow()[0].is_empty(),
-        "the bad packet was not consumed"
-    );
-    let w = b.world();
-    b.send(w, 0, 9, b"ok", SendMode::Standard).unwrap();
+fn still_works(wire: &Wire, h: &mut PipeHarness) {
+    assert_eq!(wire.pending(0), 0, "the bad packet was not consumed");
+    let w = h[1].world();
+    h[1].send(w, 0, 9, b"ok", SendMode::Standard).unwrap();
     let mut buf = [0u8; 2];
-    let w = a.world();
-    let st = a.recv(w, 1, 9, &mut buf).unwrap();
+    let w = h[0].world();
+    let st = h[0].recv(w, 1, 9, &mut buf).unwrap();
     assert_eq!((st.bytes, &buf), (2, b"ok"));
 }
 
 #[test]
 fn malformed_packets_are_protocol_errors_not_panics() {
-    let (wire, mut a, mut b) = pair(DeviceConfig::default());
+    let (wire, mut h) = pipe_pair(DeviceConfig::default()).unwrap();
     let hdr = match_header(1, 10);
     let cases: Vec<(HandlerId, Vec<u8>, Vec<u8>)> = vec![
         (99, vec![], vec![]),                    // unknown handler
@@ -193,57 +77,55 @@ fn malformed_packets_are_protocol_errors_not_panics() {
         (handler::RTS_GET, bytemuck::bytes_of(&hdr).to_vec(), vec![]), // offer without address
         (handler::GET_DONE, vec![0; 16], vec![]), // read-done for nobody
     ];
-    for (i, (h, header, payload)) in cases.into_iter().enumerate() {
-        inject(&wire, 0, h, &header, &payload);
-        let err = a.progress().expect_err(&format!("case {i} was accepted"));
+    for (i, (id, header, payload)) in cases.into_iter().enumerate() {
+        wire.inject(0, Frame::new(1, id, &header, &payload));
+        let err = h[0]
+            .progress()
+            .expect_err(&format!("case {i} was accepted"));
         assert_eq!(err.kind(), ErrorKind::Protocol, "case {i}: {err}");
-        still_works(&wire, &mut a, &mut b);
+        still_works(&wire, &mut h);
     }
 }
 
 #[test]
 fn data_beyond_the_accepted_length_is_refused() {
-    let (wire, mut a, mut b) = pair(DeviceConfig::default());
+    let (wire, mut h) = pipe_pair(DeviceConfig::default()).unwrap();
     // A rendezvous receive of 8 bytes for a 100-byte message.
     let mut mem = vec![0u8; 8];
     let ptr: *mut [u8] = mem.as_mut_slice();
     // SAFETY: `mem` lives until the end of the test and is read only after the request is gone.
     let rbuf = unsafe { RecvBuf::borrowed(&mut *ptr) };
-    let w = a.world();
-    let r = a.irecv(w, 1, 3, rbuf).unwrap();
-    let w = b.world();
-    let s = b
+    let w = h[0].world();
+    let r = h[0].irecv(w, 1, 3, rbuf).unwrap();
+    let w = h[1].world();
+    let s = h[1]
         .isend(w, 0, 3, SendBuf::owned(vec![7; 100]), SendMode::Standard)
         .unwrap();
     // RTS reaches a, which answers with a CTS accepting 8 bytes.
-    a.progress().unwrap();
-    let cts = wire.borrow()[1].front().cloned().expect("a CTS");
+    h[0].progress().unwrap();
+    let cts = wire.front(1).expect("a CTS");
     assert_eq!(cts.handler, handler::CTS);
     let c: CtsHeader = am_fallback::wire::parse(&cts.header).unwrap();
     assert_eq!(c.accept, 8, "the receiver accepts only what fits");
     // A forged DATA piece past the accepted length is refused, and nothing is written.
-    inject(
-        &wire,
+    wire.inject(
         0,
-        handler::DATA,
-        bytemuck::bytes_of(&DataHeader {
-            rreq: c.rreq,
-            offset: 4,
-        }),
-        &[9; 10],
+        Frame::new(
+            1,
+            handler::DATA,
+            bytemuck::bytes_of(&DataHeader {
+                rreq: c.rreq,
+                offset: 4,
+            }),
+            &[9; 10],
+        ),
     );
-    assert_eq!(a.progress().unwrap_err().kind(), ErrorKind::Protocol);
+    assert_eq!(h[0].progress().unwrap_err().kind(), ErrorKind::Protocol);
     assert_eq!(mem[..], [0u8; 8][..]);
     // The real transfer then completes with a truncation error for the receiver only.
-    loop {
-        b.progress().unwrap();
-        a.progress().unwrap();
-        if a.is_done(r).unwrap() && b.is_done(s).unwrap() {
-            break;
-        }
-    }
-    assert!(b.wait(s).is_ok());
-    let err = a.wait(r).unwrap_err();
+    h.drive_until_done(&[(0, r), (1, s)]).unwrap();
+    assert!(h[1].wait(s).is_ok());
+    let err = h[0].wait(r).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::Truncate);
     assert_eq!(mem, vec![7u8; 8]);
 }
@@ -258,7 +140,8 @@ fn request_pool_exhaustion_is_an_error_then_recovers() {
         },
         ..DeviceConfig::default()
     };
-    let (_wire, mut a, mut b) = pair(config);
+    let (_wire, h) = pipe_pair(config).unwrap();
+    let (mut a, mut b) = h.into_pair();
     let (wa, wb) = (a.world(), b.world());
     // Receives always need a request: eight fill b's pool.
     let mut reqs = Vec::new();
@@ -292,30 +175,16 @@ fn request_pool_exhaustion_is_an_error_then_recovers() {
 #[test]
 fn unordered_delivery_is_reordered_by_sequence_number() {
     // Sent 0,1,2; delivered 2,0,1 by hand on a transport that declares itself unordered.
-    let wire: Wire = Rc::new(RefCell::new(vec![VecDeque::new(), VecDeque::new()]));
-    let mk = |me| {
-        Device::new(
-            Unordered(Pipe {
-                me,
-                wire: wire.clone(),
-            }),
-            NoShm,
-            me,
-            2,
-            DeviceConfig::default(),
-        )
-        .unwrap()
-    };
-    let (mut a, mut b) = (mk(0), mk(1));
+    let (wire, h) = pipe_job(2, DeviceConfig::default(), |p| Unordered::new(p, 0)).unwrap();
+    let (mut a, mut b) = h.into_pair();
     let wb = b.world();
     for v in 0u8..3 {
         b.send(wb, 0, 5, &[v], SendMode::Standard).unwrap();
     }
-    {
-        let mut w = wire.borrow_mut();
-        let f2 = w[0].pop_back().unwrap();
-        w[0].push_front(f2);
-    }
+    wire.with_inbox(0, |q| {
+        let f2 = q.pop_back().unwrap();
+        q.push_front(f2);
+    });
     let wa = a.world();
     for v in 0u8..3 {
         let mut x = [9u8];
@@ -324,9 +193,9 @@ fn unordered_delivery_is_reordered_by_sequence_number() {
     }
     // A duplicated sequence number is a protocol error.
     b.send(wb, 0, 5, &[3], SendMode::Standard).unwrap();
-    let dup = wire.borrow()[0].front().cloned().unwrap();
+    let dup = wire.front(0).unwrap();
     a.progress().unwrap();
-    wire.borrow_mut()[0].push_back(dup);
+    wire.inject(0, dup);
     assert_eq!(a.progress().unwrap_err().kind(), ErrorKind::Protocol);
 }
 
@@ -334,7 +203,6 @@ fn unordered_delivery_is_reordered_by_sequence_number() {
 fn a_failed_send_leaves_no_gap_in_sequence_numbers() {
     // Regression: on an unordered transport the sequence number used to be taken before the
     // request pool could refuse the send, so the receiver waited forever for the missing number.
-    let wire: Wire = Rc::new(RefCell::new(vec![VecDeque::new(), VecDeque::new()]));
     let config = DeviceConfig {
         requests: PoolConfig {
             min: 4,
@@ -343,20 +211,8 @@ fn a_failed_send_leaves_no_gap_in_sequence_numbers() {
         },
         ..DeviceConfig::default()
     };
-    let mk = |me| {
-        Device::new(
-            Unordered(Pipe {
-                me,
-                wire: wire.clone(),
-            }),
-            NoShm,
-            me,
-            2,
-            config,
-        )
-        .unwrap()
-    };
-    let (mut a, mut b) = (mk(0), mk(1));
+    let (_wire, mut h) = pipe_job(2, config, |p| Unordered::new(p, 0)).unwrap();
+    let (a, b) = h.pair_mut(0, 1);
     let wa = a.world();
     // Synchronous sends keep their request until acknowledged: they fill the pool.
     let mut sends = Vec::new();
@@ -375,31 +231,22 @@ fn a_failed_send_leaves_no_gap_in_sequence_numbers() {
     let rbuf = unsafe { RecvBuf::borrowed(&mut x) };
     let wb = b.world();
     let r = b.irecv(wb, 0, 1, rbuf).unwrap();
-    let mut done = false;
-    for _ in 0..1000 {
-        if b.test(r).unwrap().is_some() {
-            done = true;
-            break;
-        }
-    }
+    let done = h.steps_until(1000, |d| d[1].is_done(r)).unwrap();
     assert!(
         done,
         "the message after the refused send never became matchable"
     );
+    h[1].wait(r).unwrap();
     assert_eq!(x, [2]);
     // The synchronous sends complete once received.
+    let (a, b) = h.pair_mut(0, 1);
     let mut y = [0u8];
     for _ in 0..sends.len() {
         b.recv(wb, 0, 0, &mut y).unwrap();
     }
-    for h in sends {
-        a.wait(h).unwrap();
+    for s in sends {
+        a.wait(s).unwrap();
     }
-}
-
-/// Handlers of the frames waiting in `dest`'s inbox, in order.
-fn inbox(wire: &Wire, dest: usize) -> Vec<HandlerId> {
-    wire.borrow()[dest].iter().map(|f| f.handler).collect()
 }
 
 /// Eager flow control, step by step: a sender spends its credit at the receiver, sends the
@@ -414,7 +261,8 @@ fn eager_credit_bounds_what_a_receiver_holds_and_comes_back() {
         eager_credit: init,
         ..DeviceConfig::default()
     };
-    let (wire, mut a, mut b) = pair(config);
+    let (wire, mut h) = pipe_pair(config).unwrap();
+    let (a, b) = h.pair_mut(0, 1);
     let (wa, wb) = (a.world(), b.world());
     // 50 nonblocking sends while b receives nothing: ten go eager, forty by rendezvous.
     let sends: Vec<_> = (0..50u8)
@@ -429,48 +277,43 @@ fn eager_credit_bounds_what_a_receiver_holds_and_comes_back() {
             .unwrap()
         })
         .collect();
-    let on_wire = inbox(&wire, 1);
+    let on_wire = wire.handlers(1);
     assert_eq!(on_wire[..10], [handler::EAGER; 10]);
     assert_eq!(on_wire[10..], [handler::RTS; 40]);
-    let held: usize = wire.borrow()[1].iter().map(|f| f.payload.len()).sum();
+    let held: usize = wire.with_inbox(1, |q| q.iter().map(|f| f.payload.len()).sum());
     assert_eq!(
         held,
         10 * LEN,
         "only the credit's worth of data left the sender"
     );
     // b takes them all in as unexpected messages: still only ten messages' data.
-    while b.progress().unwrap() > 0 {}
-    assert_eq!(b.unexpected_len(), 50);
+    while h[1].progress().unwrap() > 0 {}
+    assert_eq!(h[1].unexpected_len(), 50);
     // b receives in send order; credit goes back once a quarter of it is consumed.
     for i in 0..50u8 {
         let mut got = [0u8; LEN];
-        let r = b.irecv(wb, 0, i32::from(i), unsafe_free(&mut got)).unwrap();
+        let r = h[1]
+            .irecv(wb, 0, i32::from(i), unsafe_free(&mut got))
+            .unwrap();
         if i == 2 {
             assert!(
-                inbox(&wire, 0).contains(&handler::CREDIT),
+                wire.handlers(0).contains(&handler::CREDIT),
                 "three consumed messages are a quarter of the credit: it is given back"
             );
         }
-        loop {
-            a.progress().unwrap();
-            b.progress().unwrap();
-            if b.is_done(r).unwrap() {
-                break;
-            }
-        }
-        assert_eq!(b.wait(r).unwrap().bytes, LEN);
+        assert_eq!(h.wait(1, r).unwrap().bytes, LEN);
         assert_eq!(got, [i; LEN]);
     }
     for s in sends {
-        a.wait(s).unwrap();
+        h[0].wait(s).unwrap();
     }
-    while a.progress().unwrap() + b.progress().unwrap() > 0 {}
+    h.settle().unwrap();
     // All consumed and given back: ten eager messages fit again.
     for i in 0..10u8 {
-        a.isend(wa, 1, 100, SendBuf::owned(vec![i; LEN]), SendMode::Standard)
+        h[0].isend(wa, 1, 100, SendBuf::owned(vec![i; LEN]), SendMode::Standard)
             .unwrap();
     }
-    let on_wire = inbox(&wire, 1);
+    let on_wire = wire.handlers(1);
     let eager = on_wire.iter().filter(|&&h| h == handler::EAGER).count();
     assert!(
         eager >= 8,

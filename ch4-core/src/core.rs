@@ -12,8 +12,7 @@ use crate::comm::{Comm, CommId, ContextMask};
 use crate::matching::{PostedQueue, UnexpectedQueue};
 use crate::pool::{Pool, PoolConfig};
 use crate::request::{ReqHandle, Request, RequestKind, Route, Unexpected};
-use crate::transport::HandlerId;
-use crate::types::{Gpid, Status};
+use crate::types::{Gpid, HandlerId, Status};
 use crate::{Error, ErrorKind, Result};
 
 /// The longest control header the outbox holds (every control packet of the AM protocol fits).
@@ -56,15 +55,6 @@ impl CtrlPacket {
     /// The header bytes.
     pub fn header(&self) -> &[u8] {
         &self.header[..self.len as usize]
-    }
-
-    /// Sends this packet on `transport`; a droppable one's failure is ignored.
-    #[inline]
-    pub fn send<T: crate::transport::AmTransport>(&self, transport: &mut T) -> Result<()> {
-        match transport.am_send(self.dest, self.handler, self.header(), &[]) {
-            Err(_) if self.droppable => Ok(()),
-            other => other,
-        }
     }
 }
 
@@ -396,11 +386,13 @@ impl Core {
     }
 
     /// Spends the credit an eager message of `total` bytes to `dest` cost, once it is out
-    /// (checked before with [`Core::has_credit`]).
+    /// (checked before with [`Core::has_credit`], so it cannot go below zero: a plain
+    /// subtraction, where a saturating one would cost the send path a compare and a move).
     #[inline(always)]
     pub fn spend_credit(&mut self, route: Route, dest: Gpid, total: usize) {
         if let Some(c) = self.am[route.index()].credit.get_mut(dest as usize) {
-            *c = c.saturating_sub(credit_cost(total));
+            debug_assert!(*c >= credit_cost(total), "credit spent without has_credit");
+            *c = c.wrapping_sub(credit_cost(total));
         }
     }
 
@@ -416,10 +408,18 @@ impl Core {
     /// or dropped); returns the credit to give back to `src` once enough has been consumed.
     #[inline(always)]
     pub fn consume_credit(&mut self, route: Route, src: Gpid, total: usize) -> Option<u64> {
-        let st = &mut self.am[route.index()];
-        let c = st.consumed.get_mut(src as usize)?;
+        self.am[route.index()].consume_credit(src, total)
+    }
+}
+
+impl AmRouteState {
+    /// [`Core::consume_credit`] on this route: the engine's hot delivery path holds a request
+    /// of the core while it calls this, so it is reachable without borrowing the whole core.
+    #[inline(always)]
+    pub fn consume_credit(&mut self, src: Gpid, total: usize) -> Option<u64> {
+        let c = self.consumed.get_mut(src as usize)?;
         *c = c.saturating_add(credit_cost(total));
-        if *c < st.credit_return_at {
+        if *c < self.credit_return_at {
             return None;
         }
         Some(std::mem::take(c))

@@ -14,7 +14,7 @@ use crate::buffer::{RecvBuf, SendBuf};
 use crate::comm::CommId;
 use crate::core::{Core, DeviceConfig};
 use crate::request::{CancelState, Message, RecvState, ReqHandle, Request, RequestKind, Route};
-use crate::transport::{Cx, Netmod, NoPartner, P2p, Partner, PeerState, SendOp, Shm};
+use crate::transport::{send_ctrl, Cx, Netmod, NoPartner, P2p, Partner, PeerState, SendOp, Shm};
 use crate::types::{
     Envelope, Gpid, Rank, SendMode, Status, Tag, ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB,
 };
@@ -1008,11 +1008,11 @@ impl<N: Netmod, S: Shm> Device<N, S> {
     fn flush_replies(&mut self) -> Result<()> {
         if S::PRESENT {
             while let Some(p) = self.core.am[Route::Shm.index()].outbox.pop_front() {
-                p.send(&mut self.shm)?;
+                send_ctrl(&mut self.shm, &p)?;
             }
         }
         while let Some(p) = self.core.am[Route::Net.index()].outbox.pop_front() {
-            p.send(&mut self.net)?;
+            send_ctrl(&mut self.net, &p)?;
         }
         Ok(())
     }

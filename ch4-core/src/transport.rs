@@ -9,13 +9,11 @@
 //! straight into one engine — no function table, no `dyn`.
 
 use crate::buffer::SendBuf;
-use crate::core::Core;
+use crate::core::{Core, CtrlPacket};
 use crate::request::{Message, ReqHandle, Route};
+pub use crate::types::HandlerId;
 use crate::types::{Envelope, Gpid, SendMode, Status};
 use crate::Result;
-
-/// Names the handler an active message is delivered to on the receiving side.
-pub type HandlerId = u8;
 
 /// The mandatory active-message API every transport implements (CH4's AM API; Nemesis's iSend /
 /// handle_pkt pair).
@@ -98,6 +96,16 @@ pub trait AmTransport: Sized {
     /// be streamed instead; an error means the peer is gone.
     fn read_peer(&mut self, _src: Gpid, _addr: u64, _into: &mut [u8]) -> Result<PeerRead> {
         Ok(PeerRead::Unavailable)
+    }
+}
+
+/// Sends a queued control packet on `transport`; a droppable one's failure is ignored (see
+/// [`CtrlPacket::droppable`]).
+#[inline]
+pub fn send_ctrl<T: AmTransport>(transport: &mut T, p: &CtrlPacket) -> Result<()> {
+    match transport.am_send(p.dest, p.handler, p.header(), &[]) {
+        Err(_) if p.droppable => Ok(()),
+        other => other,
     }
 }
 

@@ -9,6 +9,8 @@ pub type Tag = i32;
 pub type ContextId = u32;
 /// A global process id: the index of a process in the job ("world"), fixed for its lifetime.
 pub type Gpid = u32;
+/// Names the handler an active message is delivered to on the receiving side.
+pub type HandlerId = u8;
 
 /// Wildcard source for receives and probes (MPI_ANY_SOURCE).
 pub const ANY_SOURCE: Rank = -1;

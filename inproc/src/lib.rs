@@ -1,20 +1,28 @@
-//! inproc: ranks as threads (MPC's thread-based mode).
+//! inproc: in-process transports and test doubles.
 //!
-//! N ranks run as N threads of one process and never touch the network. A [`Fabric`] is the
-//! shared meeting point; each rank takes its endpoints from it:
+//! Transports whose "wire" is memory of this process, for tests and for jobs whose ranks are
+//! threads of one process (the facade's `threads` module runs ranks over the real shared-memory
+//! layer, `shm::ShmTransport`, and over the build's netmod by default; these are the doubles it
+//! can run them over instead). A [`Fabric`] is the shared meeting point; each rank takes its
+//! endpoints from it:
 //!
-//! - [`InprocShm`]: the shared-memory layer for ranks on the same (simulated) node;
+//! - [`InprocShm`]: a simple shared-memory layer (locked mailboxes) for ranks of one simulated
+//!   node;
 //! - [`InprocNet<AmOnly>`]: an active-message netmod that falls back to `am_fallback::Am`;
 //! - [`InprocNet<Native>`]: a netmod that matches messages "in the network", the way libfabric
 //!   or UCX do — the stand-in that lets the core's ANY_SOURCE partner logic be tested without
-//!   hardware.
+//!   hardware;
+//! - [`Shuffled`]: a wrapper that reorders another transport's deliveries, to drive the AM
+//!   fallback's sequence numbers.
 //!
 //! The fabric can split the ranks into nodes (`ranks_per_node`), so one process can exercise
-//! every route of the device: shm between ranks of a node, the netmod between nodes.
+//! every route of the device: shm between ranks of a node, the netmod between nodes. It also
+//! records which ranks failed or left, which the thread runner and the TCP netmod consult.
 //!
 //! Each endpoint's mailbox is a locked byte buffer that senders append framed messages to and the
 //! receiver swaps out whole, so steady-state traffic allocates nothing and costs one lock per
-//! send and one per poll. (The lock-free cell queues belong to the shm issue.)
+//! send and one per poll (the real shared-memory layer's lock-free rings and cell queues are
+//! in the `shm` crate).
 
 mod mailbox;
 mod native;

@@ -12,39 +12,25 @@ use std::time::Instant;
 use ch4_core::buffer::{RecvBuf, SendBuf};
 use ch4_core::core::DeviceConfig;
 use ch4_core::datatype::Layout;
-use ch4_core::{Device, NoShm, SendMode};
-use netmod_tcp::TcpNetmod;
-
-type Dev = Device<TcpNetmod, NoShm>;
+use testkit::{tcp_job, TcpHarness};
 
 /// A connected pair whose receiver reads strided payloads in place only if `scatter`.
-fn pair(scatter: bool) -> (Dev, Dev) {
-    let mut a = TcpNetmod::bind(0, 2, 5, "127.0.0.1:0".parse().unwrap()).unwrap();
-    let mut b = TcpNetmod::bind(1, 2, 5, "127.0.0.1:0".parse().unwrap()).unwrap();
-    b.set_scatter_min(if scatter { 0 } else { usize::MAX });
-    let (aa, ba) = (a.local_addr(), b.local_addr());
-    for t in [&mut a, &mut b] {
-        t.set_address(0, aa).unwrap();
-        t.set_address(1, ba).unwrap();
-    }
-    let cfg = DeviceConfig::default();
-    let mut a = Device::new(a, NoShm, 0, 2, cfg).unwrap();
-    let mut b = Device::new(b, NoShm, 1, 2, cfg).unwrap();
-    let (wa, wb) = (a.world(), b.world());
-    a.send(wa, 1, 0, b"hi", SendMode::Standard).unwrap();
-    let mut hi = [0u8; 2];
-    while b.iprobe(wb, 0, 0).unwrap().is_none() {
-        a.progress().unwrap();
-    }
-    b.recv(wb, 0, 0, &mut hi).unwrap();
-    (a, b)
+fn pair(scatter: bool) -> TcpHarness {
+    let scatter_min = if scatter { 0 } else { usize::MAX };
+    let mut h = tcp_job(2, 5, DeviceConfig::default(), |rank, net| {
+        if rank == 1 {
+            net.set_scatter_min(scatter_min);
+        }
+    })
+    .unwrap();
+    h.pass(0, 1, 0, b"hi").unwrap();
+    h
 }
 
 /// MB/s moving `reps` messages of `bytes` into a vector layout of `block`-byte blocks (or,
 /// with `strided_send`, out of one into a contiguous receive).
 fn run(scatter: bool, strided_send: bool, block: usize, bytes: usize, reps: usize) -> f64 {
-    let (mut a, mut b) = pair(scatter);
-    let (wa, wb) = (a.world(), b.world());
+    let mut h = pair(scatter);
     let count = bytes / block;
     let layout = Layout::vector::<u8>(count, block, block + 64).unwrap();
     let strided = vec![7u8; layout.extent_bytes()];
@@ -53,9 +39,10 @@ fn run(scatter: bool, strided_send: bool, block: usize, bytes: usize, reps: usiz
     let mut packed_in = vec![0u8; count * block];
     let start = Instant::now();
     for _ in 0..reps {
-        // SAFETY: the buffers outlive the requests, both completed in this iteration.
-        let (r, s) = unsafe {
-            let (recv_buf, send_buf) = if strided_send {
+        // SAFETY: the buffers outlive the transfer, which completes both requests before it
+        // returns.
+        let (recv_buf, send_buf) = unsafe {
+            if strided_send {
                 (
                     RecvBuf::borrowed(&mut packed_in),
                     SendBuf::borrowed_with_layout(&strided, layout.clone()).unwrap(),
@@ -65,16 +52,10 @@ fn run(scatter: bool, strided_send: bool, block: usize, bytes: usize, reps: usiz
                     RecvBuf::borrowed_with_layout(&mut strided_in, layout.clone()).unwrap(),
                     SendBuf::borrowed(&packed),
                 )
-            };
-            (
-                b.irecv(wb, 0, 1, recv_buf).unwrap(),
-                a.isend(wa, 1, 1, send_buf, SendMode::Standard).unwrap(),
-            )
+            }
         };
-        while b.test_status(r).unwrap().is_none() {
-            a.progress().unwrap();
-        }
-        a.wait(s).unwrap();
+        let t = h.transfer(0, 1, 1, send_buf, recv_buf).unwrap();
+        assert_eq!(t.send.error, None);
     }
     (count * block * reps) as f64 / 1e6 / start.elapsed().as_secs_f64()
 }

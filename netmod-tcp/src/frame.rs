@@ -10,7 +10,7 @@
 //! [`LEAVING`]).
 //!
 //! TCP delivers a byte stream, so frames arrive in arbitrary pieces: the [`Decoder`] keeps what
-//! has arrived of an incomplete frame (seed 000's per-VC pending packet) and hands out whole
+//! has arrived of an incomplete frame (the CH3 TCP netmod's per-VC pending packet) and hands out whole
 //! frames in place. Everything it reads is checked before use: a frame that cannot be valid is
 //! an error for that connection, never a panic or an allocation of an attacker's choosing.
 
@@ -29,10 +29,14 @@ pub const LEAVING: u8 = 2;
 
 /// Encodes a control frame carrying `code`.
 pub fn encode_control(code: u8) -> [u8; FRAME_HEADER] {
-    let mut h = [0u8; FRAME_HEADER];
-    h[0] = code;
-    h[2] = CONTROL;
-    h
+    FrameHeader {
+        handler: code,
+        header_len: 0,
+        kind: CONTROL,
+        reserved: 0,
+        payload_len: 0,
+    }
+    .encode()
 }
 
 /// What [`Decoder::pop_with`] took off the stream.
@@ -47,11 +51,81 @@ pub enum Popped<R> {
 /// Encodes a frame header.
 #[inline]
 pub fn encode(handler: u8, header_len: usize, payload_len: usize) -> [u8; FRAME_HEADER] {
-    let mut h = [0u8; FRAME_HEADER];
-    h[0] = handler;
-    h[1] = header_len as u8;
-    h[4..8].copy_from_slice(&(payload_len as u32).to_le_bytes());
-    h
+    FrameHeader {
+        handler,
+        header_len: header_len as u8,
+        kind: 0,
+        reserved: 0,
+        payload_len: payload_len as u32,
+    }
+    .encode()
+}
+
+/// A frame header, field by field: the one place its layout is written down in code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeader {
+    /// The active-message handler (or, for a control frame, its code).
+    pub handler: u8,
+    /// Bytes of the AM header that follow.
+    pub header_len: u8,
+    /// 0 for an active message, [`CONTROL`] for the connection's own.
+    pub kind: u8,
+    /// Zero.
+    pub reserved: u8,
+    /// Bytes of payload after the AM header (little-endian on the wire).
+    pub payload_len: u32,
+}
+
+impl FrameHeader {
+    /// The header at the start of `bytes` (which must hold at least [`FRAME_HEADER`] bytes).
+    #[inline(always)]
+    pub fn read(bytes: &[u8]) -> FrameHeader {
+        FrameHeader {
+            handler: bytes[0],
+            header_len: bytes[1],
+            kind: bytes[2],
+            reserved: bytes[3],
+            payload_len: u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]),
+        }
+    }
+
+    /// The header's bytes.
+    #[inline(always)]
+    pub fn encode(&self) -> [u8; FRAME_HEADER] {
+        let mut h = [0u8; FRAME_HEADER];
+        h[0] = self.handler;
+        h[1] = self.header_len;
+        h[2] = self.kind;
+        h[3] = self.reserved;
+        h[4..8].copy_from_slice(&self.payload_len.to_le_bytes());
+        h
+    }
+
+    /// Whether this frame is an active message (rather than control, or foreign bytes).
+    #[inline(always)]
+    pub fn is_message(&self) -> bool {
+        self.kind == 0 && self.reserved == 0
+    }
+
+    /// The whole frame's length: this header, the AM header and the payload.
+    #[inline(always)]
+    pub fn frame_len(&self) -> usize {
+        FRAME_HEADER + usize::from(self.header_len) + self.payload_len as usize
+    }
+
+    /// The control code of a control frame, checked.
+    fn control_code(&self) -> Result<u8, DecodeError> {
+        if self.kind != CONTROL || self.reserved != 0 {
+            return Err(DecodeError::Reserved);
+        }
+        if self.header_len != 0
+            || self.payload_len != 0
+            || !matches!(self.handler, GOODBYE | LEAVING)
+        {
+            return Err(DecodeError::BadControl);
+        }
+        Ok(self.handler)
+    }
 }
 
 /// Why a stream is not a sequence of valid frames.
@@ -163,12 +237,11 @@ impl Decoder {
         if have < FRAME_HEADER {
             return FRAME_HEADER - have;
         }
-        let h = &self.buf[self.start..self.start + FRAME_HEADER];
-        let plen = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as usize;
-        if plen > self.max_payload {
+        let h = FrameHeader::read(&self.buf[self.start..]);
+        if h.payload_len as usize > self.max_payload {
             return 0; // pop_with reports it; never size a buffer from an invalid length
         }
-        (FRAME_HEADER + usize::from(h[1]) + plen).saturating_sub(have)
+        h.frame_len().saturating_sub(have)
     }
 
     /// The front frame while its headers are in but its payload is not complete: (handler, AM
@@ -176,19 +249,23 @@ impl Decoder {
     /// that is not valid ([`Decoder::pop_with`] reports those).
     pub fn partial_front(&self) -> Option<(u8, &[u8], usize, &[u8])> {
         let held = &self.buf[self.start..self.end];
-        if held.len() < FRAME_HEADER || held[2] != 0 || held[3] != 0 {
+        if held.len() < FRAME_HEADER {
+            return None;
+        }
+        let h = FrameHeader::read(held);
+        if !h.is_message() {
             // Control frames have no payload to place; foreign ones are reported by pop_with.
             return None;
         }
-        let hlen = usize::from(held[1]);
-        let plen = u32::from_le_bytes([held[4], held[5], held[6], held[7]]) as usize;
+        let hlen = usize::from(h.header_len);
+        let plen = h.payload_len as usize;
         if plen > self.max_payload || held.len() < FRAME_HEADER + hlen {
             return None;
         }
         let payload = &held[FRAME_HEADER + hlen..];
         (payload.len() < plen).then(|| {
             (
-                held[0],
+                h.handler,
                 &held[FRAME_HEADER..FRAME_HEADER + hlen],
                 plen,
                 payload,
@@ -230,28 +307,26 @@ impl Decoder {
         if have < FRAME_HEADER {
             return Ok(None);
         }
-        let h = &self.buf[self.start..self.start + FRAME_HEADER];
-        if h[2] != 0 || h[3] != 0 {
-            let code = control_code(h)?;
+        let h = FrameHeader::read(&self.buf[self.start..]);
+        if !h.is_message() {
+            let code = h.control_code()?;
             self.start += FRAME_HEADER;
             return Ok(Some(Popped::Control(code)));
         }
-        let handler = h[0];
-        let hlen = usize::from(h[1]);
-        let plen = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
-        if plen as usize > self.max_payload {
+        let hlen = usize::from(h.header_len);
+        if h.payload_len as usize > self.max_payload {
             return Err(DecodeError::TooLong {
-                announced: u64::from(plen),
+                announced: u64::from(h.payload_len),
                 max: self.max_payload,
             });
         }
-        let total = FRAME_HEADER + hlen + plen as usize;
+        let total = h.frame_len();
         if have < total {
             return Ok(None);
         }
         let body = &self.buf[self.start + FRAME_HEADER..self.start + total];
         let (header, payload) = body.split_at(hlen);
-        let r = f(handler, header, payload);
+        let r = f(h.handler, header, payload);
         self.start += total;
         Ok(Some(Popped::Message(r)))
     }
@@ -263,29 +338,17 @@ impl Decoder {
         let mut at = self.start;
         let mut last = None;
         while at + FRAME_HEADER <= self.end {
-            let h = &self.buf[at..at + FRAME_HEADER];
-            if h[2] != 0 || h[3] != 0 {
-                last = Some(control_code(h).ok()?);
+            let h = FrameHeader::read(&self.buf[at..]);
+            if !h.is_message() {
+                last = Some(h.control_code().ok()?);
                 at += FRAME_HEADER;
                 continue;
             }
-            let plen = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as usize;
-            at += FRAME_HEADER + usize::from(h[1]) + plen;
+            at += h.frame_len();
             last = None;
         }
         (at == self.end).then_some(last).flatten()
     }
-}
-
-/// The code of a control frame header, checked.
-fn control_code(h: &[u8]) -> Result<u8, DecodeError> {
-    if h[2] != CONTROL || h[3] != 0 {
-        return Err(DecodeError::Reserved);
-    }
-    if h[1] != 0 || h[4..8] != [0; 4] || !matches!(h[0], GOODBYE | LEAVING) {
-        return Err(DecodeError::BadControl);
-    }
-    Ok(h[0])
 }
 
 #[cfg(test)]

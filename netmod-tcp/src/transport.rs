@@ -25,7 +25,7 @@
 //! Bytes go into the VC's [`Decoder`], which reassembles frames and hands them to the AM engine
 //! in place; large payloads are read straight into the receive buffer.
 //!
-//! **Closing** (seed 000's `vc_terminate`) never blocks: [`TcpNetmod::vc_terminate`] queues a
+//! **Closing** (the Nemesis netmod API's `vc_terminate`) never blocks: [`TcpNetmod::vc_terminate`] queues a
 //! goodbye frame behind everything already sent and returns; progress writes it and shuts our
 //! sending side. The peer answers with its own goodbye once its queue is out, and the VC goes
 //! idle when both ends of the stream have arrived — a later send connects again (a connection

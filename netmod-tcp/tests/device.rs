@@ -8,36 +8,17 @@ use std::time::{Duration, Instant};
 use ch4_core::buffer::{RecvBuf, SendBuf};
 use ch4_core::core::DeviceConfig;
 use ch4_core::datatype::Layout;
-use ch4_core::{Device, ErrorKind, NoShm, SendMode};
-use netmod_tcp::TcpNetmod;
+use ch4_core::{ErrorKind, SendMode};
+use testkit::{tcp_job, Limit, TcpHarness};
 
-fn pair() -> (Device<TcpNetmod, NoShm>, Device<TcpNetmod, NoShm>) {
-    let mut a = TcpNetmod::bind(0, 2, 11, "127.0.0.1:0".parse().unwrap()).unwrap();
-    let mut b = TcpNetmod::bind(1, 2, 11, "127.0.0.1:0".parse().unwrap()).unwrap();
-    let (aa, ba) = (a.local_addr(), b.local_addr());
-    for t in [&mut a, &mut b] {
-        t.set_address(0, aa).unwrap();
-        t.set_address(1, ba).unwrap();
-    }
-    let cfg = DeviceConfig::default();
-    (
-        Device::new(a, NoShm, 0, 2, cfg).unwrap(),
-        Device::new(b, NoShm, 1, 2, cfg).unwrap(),
-    )
-}
-
-/// A pair whose connection is open: rank 0 has sent rank 1 a message, and rank 1 received it.
-fn connected_pair() -> (Device<TcpNetmod, NoShm>, Device<TcpNetmod, NoShm>) {
-    let (mut a, mut b) = pair();
-    let (wa, wb) = (a.world(), b.world());
-    a.send(wa, 1, 1, b"hello", SendMode::Standard).unwrap();
-    let start = Instant::now();
-    while b.iprobe(wb, 0, 1).unwrap().is_none() {
-        a.progress().unwrap();
-        assert!(start.elapsed() < Duration::from_secs(10));
-    }
-    b.recv(wb, 0, 1, &mut [0u8; 5]).unwrap();
-    (a, b)
+/// A pair whose connection is open: rank 0 has sent rank 1 a message (within 10 s), and rank 1
+/// received it. Later waits are bounded by 30 s.
+fn connected_pair() -> TcpHarness {
+    let mut h = tcp_job(2, 11, DeviceConfig::default(), |_, _| {}).unwrap();
+    h.set_limit(Limit::time(Duration::from_secs(10)));
+    h.pass(0, 1, 1, b"hello").unwrap();
+    h.set_limit(Limit::time(Duration::from_secs(30)));
+    h
 }
 
 #[test]
@@ -51,7 +32,7 @@ fn a_large_message_streams_through_the_sockets() {
 
 #[test]
 fn a_dead_peer_fails_the_waiting_receive_within_a_second() {
-    let (a, mut b) = connected_pair();
+    let (a, mut b) = connected_pair().into_pair();
     let wb = b.world();
     let mut buf = [0u8; 5];
     // Rank 0 goes away (its sockets close) while rank 1 waits for a message from it.
@@ -68,7 +49,7 @@ fn a_dead_peer_fails_the_waiting_receive_within_a_second() {
 
 #[test]
 fn a_peer_that_finalized_delivers_its_last_message_then_fails_receives_from_it() {
-    let (mut a, mut b) = connected_pair();
+    let (mut a, mut b) = connected_pair().into_pair();
     let (wa, wb) = (a.world(), b.world());
     let mut buf = [0u8; 5];
     // Rank 0 sends a last eager message and leaves: finalize closes its connection in order.
@@ -88,7 +69,8 @@ fn a_peer_that_finalized_delivers_its_last_message_then_fails_receives_from_it()
 
 #[test]
 fn every_large_payload_goes_straight_to_its_buffer_even_between_small_messages() {
-    let (mut a, mut b) = connected_pair();
+    let mut h = connected_pair();
+    let (a, b) = h.pair_mut(0, 1);
     let (wa, wb) = (a.world(), b.world());
     let large: Vec<u8> = (0..200_000u32).map(|i| (i % 253) as u8).collect();
     let small = [7u8; 100];
@@ -117,56 +99,36 @@ fn every_large_payload_goes_straight_to_its_buffer_even_between_small_messages()
             );
         }
     }
-    let start = Instant::now();
+    // Every receive within 30 s in all (the harness's limit for this one wait).
+    let waits: Vec<_> = recvs.iter().map(|&r| (1, r)).collect();
+    h.drive_until_done(&waits).unwrap();
     for r in recvs {
-        loop {
-            a.progress().unwrap();
-            if b.test_status(r).unwrap().is_some() {
-                break;
-            }
-            assert!(start.elapsed() < Duration::from_secs(30));
-        }
+        h[1].wait_status(r).unwrap();
     }
     for s in sends {
-        a.wait(s).unwrap();
+        h[0].wait(s).unwrap();
     }
     assert!(bigs.iter().all(|b| *b == large) && smalls.iter().all(|s| *s == small));
-    assert_eq!(b.netmod().payloads_placed(), rounds as u64);
+    assert_eq!(h[1].netmod().payloads_placed(), rounds as u64);
 }
 
 /// Receives `msg` into a buffer of `extent` bytes through `layout` (filled with 0xEE first);
 /// returns the buffer and how many payloads went straight into place.
 fn receive_through(layout: Layout, msg: &[u8]) -> (Vec<u8>, u64) {
-    let (mut a, mut b) = connected_pair();
-    let (wa, wb) = (a.world(), b.world());
+    let mut h = connected_pair();
     let mut buf = vec![0xEEu8; layout.extent_bytes()];
-    // SAFETY: `buf` outlives the request, which completes before `buf` is read.
-    let r = b
-        .irecv(wb, 0, 9, unsafe {
-            RecvBuf::borrowed_with_layout(&mut buf, layout).unwrap()
-        })
-        .unwrap();
-    // SAFETY: `msg` outlives the request, waited for below.
-    let s = a
-        .isend(
-            wa,
-            1,
-            9,
-            unsafe { SendBuf::borrowed(msg) },
-            SendMode::Standard,
+    // SAFETY: `msg` and `buf` outlive the call, which completes both requests (within 30 s)
+    // before it returns.
+    let (send, recv) = unsafe {
+        (
+            SendBuf::borrowed(msg),
+            RecvBuf::borrowed_with_layout(&mut buf, layout).unwrap(),
         )
-        .unwrap();
-    let start = Instant::now();
-    let st = loop {
-        a.progress().unwrap();
-        if let Some(st) = b.test_status(r).unwrap() {
-            break st;
-        }
-        assert!(start.elapsed() < Duration::from_secs(30));
     };
-    a.wait(s).unwrap();
-    assert_eq!(st.bytes, msg.len());
-    let placed = b.netmod().payloads_placed();
+    let t = h.transfer(0, 1, 9, send, recv).unwrap();
+    assert_eq!(t.send.error, None);
+    assert_eq!(t.recv.bytes, msg.len());
+    let placed = h[1].netmod().payloads_placed();
     (buf, placed)
 }
 

@@ -15,7 +15,7 @@ pub(super) struct Closing {
 }
 
 impl TcpNetmod {
-    /// Closes the connection to `peer` in order without waiting (seed 000's `vc_terminate`):
+    /// Closes the connection to `peer` in order without waiting (the Nemesis netmod API's `vc_terminate`):
     /// what was sent to it still goes out, followed by a goodbye; the peer answers with its own
     /// once its queue is out, and then the VC is idle. Sends made meanwhile wait and go on a new
     /// connection. Closing a VC that has no connection does nothing.

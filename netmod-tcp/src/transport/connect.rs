@@ -8,12 +8,11 @@ use mio::{Interest, Token};
 
 use super::*;
 
-/// First bytes of a hello.
-pub(super) const HELLO_MAGIC: [u8; 8] = *b"ch4tcp\0\x01";
+/// First bytes of a hello; the last byte is the protocol version.
+pub(super) const HELLO_MAGIC: [u8; 8] = *b"ch4tcp\0\x02";
 
-/// Bytes of a hello: magic, job key (u64 LE), rank (u32 LE), generation (u32 LE: how many
-/// connections the sender has had with the receiver so far; see `Vc::generation`).
-pub(super) const HELLO: usize = 24;
+/// Bytes of a hello: see [`HelloMsg`].
+pub(super) const HELLO: usize = 28;
 
 /// First bytes of an answer to a hello.
 pub(super) const ANSWER_MAGIC: [u8; 4] = *b"ch4a";
@@ -26,6 +25,56 @@ pub(super) const ACCEPTED: u32 = 0;
 pub(super) const DUPLICATE: u32 = 1;
 
 pub(super) const REFUSED: u32 = 2;
+
+/// The peer's byte order differs from ours: the active-message headers inside the frames are
+/// in the sender's native order (plain `#[repr(C)]` integers, read without conversion on the
+/// hot path), so ranks of one job must share a byte order, and this is where it is checked.
+pub(super) const WRONG_BYTE_ORDER: u32 = 3;
+
+/// Written in the sender's native byte order: a receiver that reads it back differently has
+/// the other order.
+const BYTE_ORDER_MARK: u32 = 0x0102_0304;
+
+/// A hello, the first bytes of every connection: `magic`, then the job key (u64 LE), the
+/// sender's rank (u32 LE), its connection generation with the receiver (u32 LE: how many
+/// connections the pair has had so far; see `Vc::generation`), and [`BYTE_ORDER_MARK`] in the
+/// sender's native order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct HelloMsg {
+    pub(super) key: u64,
+    pub(super) rank: u32,
+    pub(super) generation: u32,
+    /// Whether the sender's byte order is ours (always true for a hello we make).
+    pub(super) same_byte_order: bool,
+}
+
+impl HelloMsg {
+    /// The hello's bytes.
+    pub(super) fn encode(&self) -> [u8; HELLO] {
+        let mut h = [0u8; HELLO];
+        h[..8].copy_from_slice(&HELLO_MAGIC);
+        h[8..16].copy_from_slice(&self.key.to_le_bytes());
+        h[16..20].copy_from_slice(&self.rank.to_le_bytes());
+        h[20..24].copy_from_slice(&self.generation.to_le_bytes());
+        h[24..28].copy_from_slice(&BYTE_ORDER_MARK.to_ne_bytes());
+        h
+    }
+
+    /// The hello in `bytes`, or `None` when they are not a hello of this protocol.
+    pub(super) fn decode(bytes: &[u8]) -> Option<HelloMsg> {
+        let b: &[u8; HELLO] = bytes.try_into().ok()?;
+        if b[..8] != HELLO_MAGIC {
+            return None;
+        }
+        let word = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        Some(HelloMsg {
+            key: u64::from_le_bytes(b[8..16].try_into().ok()?),
+            rank: word(16),
+            generation: word(20),
+            same_byte_order: b[24..28] == BYTE_ORDER_MARK.to_ne_bytes(),
+        })
+    }
+}
 
 /// Where our side of a handshake got to.
 pub(super) enum Hello {
@@ -168,6 +217,10 @@ impl TcpNetmod {
                 }
                 self.set_state(peer, VcState::AwaitIncoming);
             }
+            Hello::Answer(WRONG_BYTE_ORDER) => self.fail(
+                peer,
+                "the peer's byte order differs from ours: ranks of one job must share it".into(),
+            ),
             Hello::Answer(_) => self.fail(
                 peer,
                 "the peer refused our hello (job key mismatch?)".into(),
@@ -177,11 +230,13 @@ impl TcpNetmod {
 
     /// One step of our side of the handshake.
     pub(super) fn hello_step(&mut self, peer: usize) -> Hello {
-        let mut hello = [0u8; HELLO];
-        hello[..8].copy_from_slice(&HELLO_MAGIC);
-        hello[8..16].copy_from_slice(&self.key.to_le_bytes());
-        hello[16..20].copy_from_slice(&self.me.to_le_bytes());
-        hello[20..24].copy_from_slice(&self.vcs[peer].generation.to_le_bytes());
+        let hello = HelloMsg {
+            key: self.key,
+            rank: self.me,
+            generation: self.vcs[peer].generation,
+            same_byte_order: true,
+        }
+        .encode();
         let vc = &mut self.vcs[peer];
         let (VcState::AwaitAnswer { sent, got }, Some(stream)) =
             (&mut vc.state, vc.stream.as_mut())
@@ -256,19 +311,22 @@ impl TcpNetmod {
                 Err(_) => return self.drop_incoming(slot, None),
             }
         }
-        let h = &inc.hello;
-        let key = u64::from_le_bytes(h[8..16].try_into().unwrap_or_default());
-        let rank = u32::from_le_bytes(h[16..20].try_into().unwrap_or_default()) as usize;
-        if h[..8] != HELLO_MAGIC
-            || key != self.key
-            || rank >= self.vcs.len()
-            || rank == self.me as usize
-        {
+        let from_job = HelloMsg::decode(&inc.hello).filter(|h| {
+            h.key == self.key && (h.rank as usize) < self.vcs.len() && h.rank != self.me
+        });
+        let Some(hello) = from_job else {
             let from = inc.stream.peer_addr().ok();
             tracing::warn!(?from, "tcp: refused a connection that is not from this job");
             return self.drop_incoming(slot, Some(REFUSED));
+        };
+        let (rank, generation) = (hello.rank as usize, hello.generation);
+        if !hello.same_byte_order {
+            tracing::warn!(
+                rank,
+                "tcp: refused a rank whose byte order differs from ours"
+            );
+            return self.drop_incoming(slot, Some(WRONG_BYTE_ORDER));
         }
-        let generation = u32::from_le_bytes(h[20..24].try_into().unwrap_or_default());
         if generation != self.vcs[rank].generation {
             // An attempt that lost a simultaneous connect, read only after the connection that
             // won has come and gone: its sender dropped it long ago.

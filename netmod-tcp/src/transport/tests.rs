@@ -1,6 +1,8 @@
 //! The TCP netmod over loopback, ranks as netmods stepped by threads or by one thread.
 
-use super::connect::{ACCEPTED, ANSWER, ANSWER_MAGIC, DUPLICATE, HELLO, HELLO_MAGIC, REFUSED};
+use super::connect::{
+    HelloMsg, ACCEPTED, ANSWER, ANSWER_MAGIC, DUPLICATE, REFUSED, WRONG_BYTE_ORDER,
+};
 use super::*;
 use std::io::{Read, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -122,10 +124,13 @@ fn strangers_are_refused_and_the_job_goes_on() {
     let mut junk = std::net::TcpStream::connect(addr).unwrap();
     junk.write_all(&[0xAB; 100]).unwrap();
     let mut wrong = std::net::TcpStream::connect(addr).unwrap();
-    let mut hello = [0u8; HELLO];
-    hello[..8].copy_from_slice(&HELLO_MAGIC);
-    hello[8..16].copy_from_slice(&8u64.to_le_bytes());
-    wrong.write_all(&hello).unwrap();
+    let hello = HelloMsg {
+        key: 8,
+        rank: 0,
+        generation: 0,
+        same_byte_order: true,
+    };
+    wrong.write_all(&hello.encode()).unwrap();
     let mut sink = Collect::default();
     let barrier = Barrier::new(2);
     let mut t1 = ts.pop().unwrap();
@@ -252,13 +257,52 @@ fn both_ends_closing_at_once_end_idle_and_reconnect() {
 /// saying it has had `generation` connections with rank 0 before.
 fn raw_rank_1(addr: SocketAddr, key: u64, generation: u32) -> std::net::TcpStream {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
-    let mut hello = [0u8; HELLO];
-    hello[..8].copy_from_slice(&HELLO_MAGIC);
-    hello[8..16].copy_from_slice(&key.to_le_bytes());
-    hello[16..20].copy_from_slice(&1u32.to_le_bytes());
-    hello[20..24].copy_from_slice(&generation.to_le_bytes());
-    s.write_all(&hello).unwrap();
+    let hello = HelloMsg {
+        key,
+        rank: 1,
+        generation,
+        same_byte_order: true,
+    };
+    s.write_all(&hello.encode()).unwrap();
     s
+}
+
+/// A rank whose byte order differs (its byte-order mark reads backwards) is refused with its
+/// own code, so the job fails with a clear reason rather than misreading every header.
+#[test]
+fn a_rank_of_the_other_byte_order_is_refused() {
+    let mut ts = job(2, 21);
+    let addr = ts[0].local_addr();
+    let mut hello = HelloMsg {
+        key: 21,
+        rank: 1,
+        generation: 0,
+        same_byte_order: true,
+    }
+    .encode();
+    hello[24..28].reverse();
+    assert!(!HelloMsg::decode(&hello).unwrap().same_byte_order);
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.write_all(&hello).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(20))).unwrap();
+    let mut answer = Vec::new();
+    let start = Instant::now();
+    while answer.len() < ANSWER {
+        ts[0].am_poll(&mut Collect::default(), 64).unwrap();
+        let mut buf = [0u8; ANSWER];
+        if let Ok(n) = s.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            answer.extend_from_slice(&buf[..n]);
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "no answer");
+    }
+    assert_eq!(&answer[..4], &ANSWER_MAGIC);
+    assert_eq!(
+        u32::from_le_bytes(answer[4..8].try_into().unwrap()),
+        WRONG_BYTE_ORDER
+    );
 }
 
 fn raw_frame(handler: u8, header: &[u8]) -> Vec<u8> {

@@ -1,0 +1,303 @@
+//! Progress and the dispatch of arriving active messages to their handlers: matching packets
+//! (eager messages, requests to send) in order, acknowledgements, cancels and credit. The
+//! rendezvous handlers are in [`crate::rendezvous`].
+
+use ch4_core::core::{Core, HeldPacket};
+use ch4_core::pool::Handle;
+use ch4_core::request::{msg_flags, CancelState, ReqHandle, RequestKind, Route, Unexpected};
+use ch4_core::transport::{send_ctrl, AmSink, AmTransport, Cx, HandlerId, Partner};
+use ch4_core::{Envelope, Error, ErrorKind, Gpid, Result};
+
+use crate::deliver::{
+    ack, announced_length, check_carried, consumed, deliver_eager, eager_delivered, envelope,
+    Arrival,
+};
+use crate::rendezvous::{accept_rts, run_peer_reads, stream_pending};
+use crate::wire::{self, handler, AckHeader, CancelHeader, DataHeader, MatchHeader};
+
+pub(crate) fn progress<T: AmTransport, P: Partner>(cx: &mut Cx<'_, T, P>) -> Result<usize> {
+    let Cx {
+        core,
+        transport,
+        route,
+        partner,
+    } = cx;
+    let route = *route;
+    let budget = core.config.poll_budget;
+    let mut sink = Dispatch::<T, P>::new(core, partner, route);
+    let n = transport.am_poll(&mut sink, budget)?;
+    Ok(n + finish_poll(core, *transport, route)?)
+}
+
+/// After a poll: sends our own route's replies now (the device flushes the other route's) and
+/// streams rendezvous data. Returns the data pieces sent.
+#[inline(always)]
+pub(crate) fn finish_poll<T: AmTransport>(
+    core: &mut Core,
+    transport: &mut T,
+    route: Route,
+) -> Result<usize> {
+    let mut events = 0;
+    if !core.am[route.index()].reads.is_empty() {
+        events += run_peer_reads(core, transport, route)?;
+    }
+    while let Some(p) = core.am[route.index()].outbox.pop_front() {
+        send_ctrl(transport, &p)?;
+    }
+    if core.am[route.index()].streaming.is_empty() {
+        return Ok(events);
+    }
+    Ok(events + stream_pending(core, transport, route)?)
+}
+
+/// Hands each arrived active message to its handler.
+pub(crate) struct Dispatch<'a, T, P> {
+    pub(crate) core: &'a mut Core,
+    pub(crate) partner: &'a mut P,
+    pub(crate) route: Route,
+    _transport: std::marker::PhantomData<T>,
+}
+
+impl<T: AmTransport, P: Partner> AmSink for Dispatch<'_, T, P> {
+    #[inline]
+    fn deliver(&mut self, src: Gpid, h: HandlerId, header: &[u8], payload: &[u8]) -> Result<()> {
+        match h {
+            handler::EAGER | handler::RTS | handler::RTS_GET => {
+                let (hdr, addr) = wire::parse_match(h, header)?;
+                if T::AM_ORDERED {
+                    self.on_match_packet(src, h, &hdr, addr, payload)
+                } else {
+                    self.in_order(src, h, hdr, addr, header, payload)
+                }
+            }
+            handler::CTS => self.on_cts(wire::parse(header)?),
+            handler::DATA => self.on_data(src, wire::parse(header)?, payload),
+            handler::SYNC_ACK => {
+                let a: AckHeader = wire::parse(header)?;
+                let sreq = self.send_request(a.sreq)?;
+                self.core.send_event_done(sreq);
+                Ok(())
+            }
+            handler::CANCEL_REQ => self.on_cancel_req(src, wire::parse(header)?),
+            handler::CANCEL_ACK => self.on_cancel_ack(wire::parse(header)?),
+            handler::GET_DONE => self.on_get_done(wire::parse(header)?),
+            handler::CREDIT => {
+                let a: AckHeader = wire::parse(header)?;
+                self.core.credit_returned(self.route, src, a.value);
+                Ok(())
+            }
+            other => Err(Error::new(
+                ErrorKind::Protocol,
+                format!("unknown active-message handler {other} from process {src}"),
+            )),
+        }
+    }
+
+    /// Rendezvous data for a matched receive with a contiguous buffer: its place in the buffer.
+    fn destination(
+        &mut self,
+        _src: Gpid,
+        h: HandlerId,
+        header: &[u8],
+        len: usize,
+    ) -> Option<&mut [u8]> {
+        let (rs, offset) = self.data_receive(h, header, len)?;
+        rs.buf.contiguous_mut()?.get_mut(offset..offset + len)
+    }
+
+    /// Rendezvous data for a matched receive with a noncontiguous layout: the pieces of the
+    /// user's buffer it fills.
+    fn scattered_destination(
+        &mut self,
+        _src: Gpid,
+        h: HandlerId,
+        header: &[u8],
+        len: usize,
+        max_pieces: usize,
+    ) -> Option<smallvec::SmallVec<[&mut [u8]; 8]>> {
+        let (rs, offset) = self.data_receive(h, header, len)?;
+        rs.buf.segments_mut(offset, len, max_pieces)
+    }
+
+    fn placed(&mut self, src: Gpid, h: HandlerId, header: &[u8], len: usize) -> Result<()> {
+        if h != handler::DATA {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                format!("handler {h} from process {src} was placed directly"),
+            ));
+        }
+        let d: DataHeader = wire::parse(header)?;
+        let h = self.data_target(src, d, len)?;
+        self.account_data(h, len);
+        Ok(())
+    }
+}
+
+impl<'a, T: AmTransport, P: Partner> Dispatch<'a, T, P> {
+    /// The dispatcher for one poll of `route`.
+    #[inline(always)]
+    pub(crate) fn new(core: &'a mut Core, partner: &'a mut P, route: Route) -> Self {
+        Dispatch {
+            core,
+            partner,
+            route,
+            _transport: std::marker::PhantomData,
+        }
+    }
+    /// A send request named by a peer, checked: a forged or stale id is a protocol error.
+    pub(crate) fn send_request(&mut self, raw: u64) -> Result<ReqHandle> {
+        let h = Handle::from_raw(raw);
+        match self.core.requests.get(h).map(|r| &r.kind) {
+            Some(RequestKind::Send(_)) => Ok(h),
+            _ => Err(Error::new(
+                ErrorKind::Protocol,
+                format!("peer named send request {raw:#x}, which does not exist"),
+            )),
+        }
+    }
+    /// Restores per-source order on transports that may reorder.
+    #[cold]
+    pub(crate) fn in_order(
+        &mut self,
+        src: Gpid,
+        h: HandlerId,
+        hdr: MatchHeader,
+        addr: u64,
+        header: &[u8],
+        payload: &[u8],
+    ) -> Result<()> {
+        let state = &mut self.core.am[self.route.index()];
+        let expected = *state.seq_in.get(&src).unwrap_or(&0);
+        let ahead = hdr.seq.wrapping_sub(expected);
+        if ahead != 0 {
+            if ahead > u32::MAX / 2 {
+                return Err(Error::new(
+                    ErrorKind::Protocol,
+                    format!("process {src} sent sequence {} twice", hdr.seq),
+                ));
+            }
+            state.held.entry(src).or_default().insert(
+                hdr.seq,
+                HeldPacket {
+                    handler: h,
+                    header: header.to_vec(),
+                    payload: payload.to_vec(),
+                },
+            );
+            return Ok(());
+        }
+        self.on_match_packet(src, h, &hdr, addr, payload)?;
+        let mut next = expected.wrapping_add(1);
+        loop {
+            let state = &mut self.core.am[self.route.index()];
+            let held = state.held.get_mut(&src).and_then(|m| m.remove(&next));
+            let Some(p) = held else { break };
+            let (hdr, addr) = wire::parse_match(p.handler, &p.header)?;
+            self.on_match_packet(src, p.handler, &hdr, addr, &p.payload)?;
+            next = next.wrapping_add(1);
+        }
+        self.core.am[self.route.index()].seq_in.insert(src, next);
+        Ok(())
+    }
+    /// An eager message or request-to-send: match it against posted receives, or queue it.
+    #[inline(always)]
+    pub(crate) fn on_match_packet(
+        &mut self,
+        src: Gpid,
+        h: HandlerId,
+        hdr: &MatchHeader,
+        remote_addr: u64,
+        payload: &[u8],
+    ) -> Result<()> {
+        let total = announced_length(hdr)?;
+        let env = envelope(hdr);
+        let eager = h == handler::EAGER;
+        // An eager packet carries its whole message; a request-to-send carries nothing.
+        check_carried(src, if eager { hdr.total } else { 0 }, payload.len())?;
+        while let Some((_, _, req)) = self.core.posted.take_match(&env) {
+            let Some(r) = self.core.requests.get_mut(req) else {
+                continue;
+            };
+            let RequestKind::Recv(rs) = &mut r.kind else {
+                continue;
+            };
+            rs.posted = None;
+            let partnered = rs.partnered;
+            // (Each branch makes its own `Arrival`: one that no out-of-line call sees stays in
+            // registers on the hot path.)
+            if eager && !partnered {
+                // The common case, with one request lookup: copy, finish, complete.
+                let written = rs.buf.write_at(0, payload);
+                let a = Arrival::new(self.route, src, hdr, total, remote_addr);
+                r.status = eager_delivered(&mut self.core.am[a.route.index()], &a, written)?;
+                r.complete = true;
+                return Ok(());
+            }
+            // An ANY_SOURCE receive also posted in a natively matching netmod: take it only if
+            // its netmod half can still be cancelled; otherwise the netmod matched it first.
+            if partnered && !self.partner.cancel_partner(self.core, req)? {
+                continue;
+            }
+            let a = Arrival::new(self.route, src, hdr, total, remote_addr);
+            return if eager {
+                deliver_eager(self.core, req, &a, payload)
+            } else {
+                accept_rts(self.core, req, &a)
+            };
+        }
+        let mut a = Arrival::new(self.route, src, hdr, total, remote_addr);
+        if a.flags & msg_flags::READY != 0 {
+            tracing::warn!(
+                src,
+                tag = hdr.tag,
+                "ready-mode send arrived before its receive"
+            );
+            a.flags |= msg_flags::READY_UNMATCHED;
+        }
+        let data = eager.then(|| self.core.buffer_from(payload));
+        self.core.unexpected.push(a.env, a.waiting(data));
+        Ok(())
+    }
+    pub(crate) fn on_cancel_req(&mut self, src: Gpid, c: CancelHeader) -> Result<()> {
+        let env = Envelope {
+            context: c.context,
+            source: c.source,
+            tag: c.tag,
+        };
+        let removed = self
+            .core
+            .unexpected
+            .remove_first_where(&env, |u| u.src == src && u.sreq == c.sreq);
+        if let Some((_, Unexpected { data: Some(d), .. })) = &removed {
+            consumed(self.core, self.route, src, d.len())?;
+        }
+        let removed = removed.is_some();
+        ack(
+            self.core,
+            self.route,
+            src,
+            handler::CANCEL_ACK,
+            c.sreq,
+            u64::from(removed),
+        )
+    }
+    pub(crate) fn on_cancel_ack(&mut self, a: AckHeader) -> Result<()> {
+        let h = self.send_request(a.sreq)?;
+        let Some(r) = self.core.requests.get_mut(h) else {
+            return Ok(());
+        };
+        let RequestKind::Send(s) = &mut r.kind else {
+            return Ok(());
+        };
+        let removed = a.value == 1;
+        s.cancel = CancelState::Answered(removed);
+        if removed {
+            s.pending = 0;
+            r.status.cancelled = true;
+            r.complete = true;
+        } else {
+            self.core.send_event_done(h);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,199 @@
+//! An in-memory wire whose frames a test can read, rewrite and forge.
+//!
+//! The real transports hide their bytes (a ring in shared memory, a socket); a protocol test
+//! needs to see what went out — a CTS and the length it accepts, how many eager packets left
+//! under flow control — and to put in what a broken or hostile peer would send. [`Pipe`] is an
+//! ordered [`AmTransport`] whose wire is a [`Wire`]: one queue of [`Frame`]s per rank, shared
+//! with the test through an `Rc`, so nothing moves unless the test polls (quinn-proto's `Pair`
+//! keeps its in-flight datagrams in plain queues for the same reason).
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+
+use ch4_core::transport::{AmSink, AmTransport, HandlerId, Netmod};
+use ch4_core::{Error, ErrorKind, Gpid, Result};
+
+/// One active message on the wire, owned, so a test can keep it, change it or send it again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// The sending rank, as the receiver's sink will be told.
+    pub src: Gpid,
+    /// The handler it is for.
+    pub handler: HandlerId,
+    /// The protocol header bytes.
+    pub header: Vec<u8>,
+    /// The payload, already one piece (a sender's slices are concatenated).
+    pub payload: Vec<u8>,
+}
+
+impl Frame {
+    /// A frame from `src`: the shape a forged packet is written in.
+    pub fn new(src: Gpid, handler: HandlerId, header: &[u8], payload: &[u8]) -> Frame {
+        Frame {
+            src,
+            handler,
+            header: header.to_vec(),
+            payload: payload.to_vec(),
+        }
+    }
+}
+
+/// The wire of a pipe job: rank `r`'s inbox is a queue of frames, in send order.
+///
+/// A cheap handle (`Rc`): the test keeps one and every [`Pipe`] holds another, so the test can
+/// look at the wire between progress calls without reaching into a device.
+#[derive(Clone, Debug, Default)]
+pub struct Wire {
+    inboxes: Rc<RefCell<Vec<VecDeque<Frame>>>>,
+}
+
+impl Wire {
+    /// A wire for `ranks` ranks, every inbox empty.
+    pub fn new(ranks: usize) -> Wire {
+        Wire {
+            inboxes: Rc::new(RefCell::new(vec![VecDeque::new(); ranks])),
+        }
+    }
+
+    /// Rank `me`'s end of the wire, with the pipe's small default limits.
+    pub fn endpoint(&self, me: Gpid) -> Pipe {
+        Pipe {
+            me,
+            wire: self.clone(),
+            eager_limit: Pipe::EAGER_LIMIT,
+            max_payload: Pipe::MAX_PAYLOAD,
+        }
+    }
+
+    /// Appends `frame` to `dest`'s inbox, as if a peer had sent it: how a test plays a broken
+    /// or hostile peer.
+    pub fn inject(&self, dest: Gpid, frame: Frame) {
+        self.with_inbox(dest, |q| q.push_back(frame));
+    }
+
+    /// The frame `dest` will receive next, if any (a copy: the wire keeps it).
+    pub fn front(&self, dest: Gpid) -> Option<Frame> {
+        self.with_inbox(dest, |q| q.front().cloned())
+    }
+
+    /// The handlers of the frames waiting for `dest`, in order: what a protocol test usually
+    /// asserts on ("ten EAGER, then forty RTS").
+    pub fn handlers(&self, dest: Gpid) -> Vec<HandlerId> {
+        self.with_inbox(dest, |q| q.iter().map(|f| f.handler).collect())
+    }
+
+    /// How many frames wait for `dest`.
+    pub fn pending(&self, dest: Gpid) -> usize {
+        self.with_inbox(dest, |q| q.len())
+    }
+
+    /// Runs `f` on `dest`'s inbox: reorder, drop or rewrite frames by hand. Panics if `dest` is
+    /// not a rank of this wire (a test bug).
+    pub fn with_inbox<R>(&self, dest: Gpid, f: impl FnOnce(&mut VecDeque<Frame>) -> R) -> R {
+        let mut inboxes = self.inboxes.borrow_mut();
+        let ranks = inboxes.len();
+        let q = inboxes
+            .get_mut(dest as usize)
+            .unwrap_or_else(|| panic!("rank {dest} is not on a wire of {ranks} ranks"));
+        f(q)
+    }
+
+    fn ranks(&self) -> usize {
+        self.inboxes.borrow().len()
+    }
+}
+
+/// An ordered in-memory [`AmTransport`] and [`Netmod`] over a [`Wire`], with MPI semantics from
+/// the AM fallback.
+///
+/// Its limits are tiny by default, so a message of a few dozen bytes already goes by rendezvous
+/// and its data in several pieces: every path of the protocol runs with short test messages.
+#[derive(Debug, Clone)]
+pub struct Pipe {
+    me: Gpid,
+    wire: Wire,
+    eager_limit: usize,
+    max_payload: usize,
+}
+
+impl Pipe {
+    /// Default eager limit: messages above 32 bytes go by rendezvous.
+    pub const EAGER_LIMIT: usize = 32;
+    /// Default largest payload of one frame: rendezvous data moves in pieces of 40 bytes.
+    pub const MAX_PAYLOAD: usize = 40;
+
+    /// The same pipe with other limits, for a test that needs larger eager messages or pieces.
+    pub fn with_limits(self, eager_limit: usize, max_payload: usize) -> Pipe {
+        Pipe {
+            eager_limit,
+            max_payload,
+            ..self
+        }
+    }
+
+    /// The rank this end belongs to.
+    pub fn me(&self) -> Gpid {
+        self.me
+    }
+
+    /// The wire this pipe sends on and receives from.
+    pub fn wire(&self) -> &Wire {
+        &self.wire
+    }
+}
+
+impl AmTransport for Pipe {
+    const AM_ORDERED: bool = true;
+    const NAME: &'static str = "pipe";
+
+    fn eager_limit(&self) -> usize {
+        self.eager_limit
+    }
+
+    fn am_max_payload(&self) -> usize {
+        self.max_payload
+    }
+
+    fn am_send(
+        &mut self,
+        dest: Gpid,
+        handler: HandlerId,
+        header: &[u8],
+        payload: &[&[u8]],
+    ) -> Result<()> {
+        if dest as usize >= self.wire.ranks() {
+            return Err(Error::new(
+                ErrorKind::Arg,
+                format!("pipe: no rank {dest} on this wire"),
+            ));
+        }
+        self.wire.inject(
+            dest,
+            Frame {
+                src: self.me,
+                handler,
+                header: header.to_vec(),
+                payload: payload.concat(),
+            },
+        );
+        Ok(())
+    }
+
+    fn am_poll<K: AmSink>(&mut self, sink: &mut K, budget: usize) -> Result<usize> {
+        let mut n = 0;
+        while n < budget {
+            // The borrow ends before the sink runs: a handler may send, which pushes to the wire.
+            let Some(f) = self.wire.with_inbox(self.me, VecDeque::pop_front) else {
+                break;
+            };
+            n += 1;
+            sink.deliver(f.src, f.handler, &f.header, &f.payload)?;
+        }
+        Ok(n)
+    }
+}
+
+impl Netmod for Pipe {
+    type P2p = am_fallback::Am;
+}
