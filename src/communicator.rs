@@ -216,7 +216,7 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
         Ok((
             Message {
                 rank: self.rank_state.clone(),
-                msg: m,
+                msg: Some(m),
             },
             st,
         ))
@@ -229,7 +229,7 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
             (
                 Message {
                     rank: self.rank_state.clone(),
-                    msg: m,
+                    msg: Some(m),
                 },
                 st,
             )
@@ -557,21 +557,52 @@ fn elementwise<T: Pod>(mut op: impl FnMut(&mut T, &T)) -> impl FnMut(&mut [u8], 
 
 /// A message taken by a matched probe; receive it with [`Message::recv`], or start its
 /// receive with [`Message::irecv`] (in a scope) or [`Message::irecv_owned`].
+///
+/// Dropped without being received, the message is discarded: its data is freed and its sender
+/// released (a rendezvous sender would otherwise wait for it forever), as MPICH's ch4:ofi does
+/// with `FI_CLAIM | FI_DISCARD`.
 pub struct Message<N: Netmod = SelectedNetmod, S: Shm = SelectedShm> {
     rank: Rc<RankState<N, S>>,
-    msg: ch4_core::Message,
+    /// `None` once received.
+    msg: Option<ch4_core::Message>,
+}
+
+impl<N: Netmod, S: Shm> Drop for Message<N, S> {
+    fn drop(&mut self) {
+        if let Some(msg) = self.msg.take() {
+            match self.rank.device() {
+                Ok(mut dev) => {
+                    if let Err(e) = dev.discard_message(msg) {
+                        tracing::warn!(error = %e, "discarding a probed message failed");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "a probed message dropped while its device was busy")
+                }
+            }
+        }
+    }
 }
 
 impl<N: Netmod, S: Shm> Message<N, S> {
+    /// The message itself, leaving `self` to drop without discarding it.
+    fn take(&mut self) -> Result<ch4_core::Message> {
+        self.msg
+            .take()
+            .ok_or_else(|| Error::new(ErrorKind::Request, "the message was already received"))
+    }
+
     /// Receives the message into `buf` (MPI_Mrecv).
-    pub fn recv<T: Pod>(self, buf: &mut [T]) -> Result<Status> {
-        self.rank.device()?.mrecv(self.msg, as_bytes_mut(buf))
+    pub fn recv<T: Pod>(mut self, buf: &mut [T]) -> Result<Status> {
+        let rank = self.rank.clone();
+        let mut dev = rank.device()?; // first, so a busy device leaves the message to discard
+        dev.mrecv(self.take()?, as_bytes_mut(buf))
     }
 
     /// Starts receiving the message into `buf`, borrowed until the request completes
     /// (MPI_Imrecv).
     pub fn irecv<'a, 's, T: Pod>(
-        self,
+        mut self,
         scope: &'s Scope<'a, N, S>,
         buf: &'a mut [T],
     ) -> Result<Request<'s, N, S>> {
@@ -584,15 +615,18 @@ impl<N: Netmod, S: Shm> Message<N, S> {
         // SAFETY: `buf` is mutably borrowed for `'a`, which outlives the scope; the scope
         // completes or releases the request before it returns, so no write happens after 'a.
         let rbuf = unsafe { RecvBuf::borrowed(as_bytes_mut(buf)) };
-        let h = self.rank.device()?.imrecv(self.msg, rbuf)?;
+        let rank = self.rank.clone();
+        let mut dev = rank.device()?;
+        let h = dev.imrecv(self.take()?, rbuf)?;
+        drop(dev);
         Ok(scope.register(h))
     }
 
     /// Starts receiving the message into `buf`, which the request owns until it hands it back
     /// (MPI_Imrecv with an owned buffer; see [`OwnedRequest`]).
-    pub fn irecv_owned<T: Pod>(self, buf: Vec<T>) -> Result<OwnedRequest<T, N, S>> {
+    pub fn irecv_owned<T: Pod>(mut self, buf: Vec<T>) -> Result<OwnedRequest<T, N, S>> {
         let rank = self.rank.clone();
-        let msg = self.msg;
+        let msg = self.take()?;
         OwnedRequest::start_recv(rank, buf, |dev, rbuf| dev.imrecv(msg, rbuf))
     }
 }

@@ -285,6 +285,10 @@ impl<N: Netmod, S: Shm> RankState<N, S> {
             }
         }
         let mut dev = self.device()?;
+        // Let the networks finish what they already took on: a natively matching NIC may hold
+        // a matched receive's data, to be reported by a later completion. A peer that stopped
+        // receiving is finalize's error, reported by `Device::finalize` below.
+        let _ = dev.flush(FINALIZE_LIMIT);
         let pending = dev
             .pending_requests()
             .saturating_sub(self.detached.borrow().len());

@@ -78,8 +78,9 @@ fn netmod_matched_first_so_shm_leaves_its_message() {
     let mut d = job();
     let (r, buf) = irecv_any(&mut d[0], 16);
     send(&mut d[2], 0, 2, b"from-net");
-    // The netmod matches the partner now but completes it only at the next progress.
-    assert_eq!(d[0].progress().unwrap(), 1);
+    // The netmod matches the partner now; its completion comes through the NIC's completion
+    // queue at a later progress call.
+    assert!(d[0].progress().unwrap() >= 1);
     assert!(!d[0].is_done(r).unwrap());
     // Now an shm message arrives for the same wildcard receive: cancelling the netmod half
     // fails, so shm must not take the receive.

@@ -135,6 +135,7 @@ pub(crate) fn deliver_eager(
         .get_mut(req)
         .and_then(Request::recv_mut)
         .ok_or_else(|| Error::new(ErrorKind::Internal, "matched receive vanished"))?;
+    r.source_process = a.src;
     let written = r.buf.write_at(0, data);
     let status = eager_delivered(&mut core.am[a.route.index()], a, written)?;
     core.complete_recv(req, status);

@@ -222,11 +222,12 @@ impl<'a, T: AmTransport, P: Partner> Dispatch<'a, T, P> {
                 continue;
             };
             rs.posted = None;
-            let partnered = rs.partnered;
+            let partnered = P::NATIVE_HALVES && rs.native.partnered();
             // (Each branch makes its own `Arrival`: one that no out-of-line call sees stays in
             // registers on the hot path.)
             if eager && !partnered {
                 // The common case, with one request lookup: copy, finish, complete.
+                rs.source_process = src;
                 let written = rs.buf.write_at(0, payload);
                 let a = Arrival::new(self.route, src, hdr, total, remote_addr);
                 r.status = eager_delivered(&mut self.core.am[a.route.index()], &a, written)?;
@@ -235,8 +236,17 @@ impl<'a, T: AmTransport, P: Partner> Dispatch<'a, T, P> {
             }
             // An ANY_SOURCE receive also posted in a natively matching netmod: take it only if
             // its netmod half can still be cancelled; otherwise the netmod matched it first.
-            if partnered && !self.partner.cancel_partner(self.core, req)? {
-                continue;
+            if partnered {
+                match self.partner.cancel_partner(self.core, req) {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(e) => {
+                        // No definite answer: the receive is the netmod's for now. Keep the
+                        // message for another receive rather than lose it.
+                        self.keep_unexpected(src, hdr, total, remote_addr, eager, payload);
+                        return Err(e);
+                    }
+                }
             }
             let a = Arrival::new(self.route, src, hdr, total, remote_addr);
             return if eager {
@@ -245,6 +255,20 @@ impl<'a, T: AmTransport, P: Partner> Dispatch<'a, T, P> {
                 accept_rts(self.core, req, &a)
             };
         }
+        self.keep_unexpected(src, hdr, total, remote_addr, eager, payload);
+        Ok(())
+    }
+
+    /// Queues a message no posted receive took as unexpected.
+    fn keep_unexpected(
+        &mut self,
+        src: Gpid,
+        hdr: &MatchHeader,
+        total: usize,
+        remote_addr: u64,
+        eager: bool,
+        payload: &[u8],
+    ) {
         let mut a = Arrival::new(self.route, src, hdr, total, remote_addr);
         if a.flags & msg_flags::READY != 0 {
             tracing::warn!(
@@ -256,7 +280,6 @@ impl<'a, T: AmTransport, P: Partner> Dispatch<'a, T, P> {
         }
         let data = eager.then(|| self.core.buffer_from(payload));
         self.core.unexpected.push(a.env, a.waiting(data));
-        Ok(())
     }
     pub(crate) fn on_cancel_req(&mut self, src: Gpid, c: CancelHeader) -> Result<()> {
         let env = Envelope {

@@ -32,7 +32,8 @@ mod rendezvous;
 mod send;
 pub mod wire;
 
-use ch4_core::request::{CancelState, Message, ReqHandle, Request, RequestKind};
+use ch4_core::buffer::RecvBuf;
+use ch4_core::request::{CancelState, Message, RecvState, ReqHandle, Request, RequestKind};
 use ch4_core::transport::{AmTransport, Cx, Direct, P2p, Partner, SendOp};
 use ch4_core::{Envelope, Error, ErrorKind, Gpid, Result, Status};
 use deliver::match_unexpected;
@@ -128,6 +129,29 @@ impl<T: AmTransport> P2p<T> for Am {
                 "a native message handed to the active-message engine",
             )),
         }
+    }
+
+    /// Receives the message into an empty buffer and drops the result: an eager message is
+    /// freed (its credit returned, a synchronous sender acknowledged), a rendezvous sender gets
+    /// a clear-to-send for no bytes and completes.
+    fn discard<P: Partner>(cx: &mut Cx<'_, T, P>, msg: Message) -> Result<()> {
+        let Message::Am { env, msg } = msg else {
+            return match msg {
+                Message::NoProc => Ok(()),
+                _ => Err(Error::new(
+                    ErrorKind::Internal,
+                    "a native message handed to the active-message engine",
+                )),
+            };
+        };
+        let h = cx.core.requests.insert(Request {
+            complete: false,
+            status: Status::EMPTY,
+            kind: RequestKind::Recv(RecvState::new(env, RecvBuf::owned(0))),
+        })?;
+        let r = match_unexpected(cx.core, h, env, msg);
+        cx.core.requests.remove(h);
+        r
     }
 
     /// A blocking eager send waits for the receiver's credit (see `ch4_core::core::AmRouteState`).

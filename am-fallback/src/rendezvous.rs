@@ -28,7 +28,7 @@ pub(crate) fn accept_rts(core: &mut Core, req: ReqHandle, a: &Arrival) -> Result
     };
     let total = a.total;
     let accept = total.min(rs.buf.capacity());
-    rs.msg_bytes = total;
+    rs.source_process = a.src;
     rs.expected = accept;
     rs.received = 0;
     r.status = Status::ok(a.env.source, a.env.tag, 0);
@@ -200,7 +200,7 @@ pub(crate) fn stream_pending<T: AmTransport>(
             break;
         }
         let hdr = DataHeader {
-            rreq: s.peer_req,
+            rreq: s.engine,
             offset: s.sent as u64,
         };
         let sent = match s.buf.contiguous() {
@@ -266,7 +266,7 @@ impl<T: AmTransport, P: Partner> Dispatch<'_, T, P> {
         let Some(RequestKind::Send(s)) = self.core.requests.get_mut(h).map(|r| &mut r.kind) else {
             return Ok(());
         };
-        if s.peer_req != 0 || cts.accept > s.total as u64 {
+        if s.engine != 0 || cts.accept > s.total as u64 {
             return Err(Error::new(
                 ErrorKind::Protocol,
                 format!(
@@ -275,7 +275,7 @@ impl<T: AmTransport, P: Partner> Dispatch<'_, T, P> {
                 ),
             ));
         }
-        s.peer_req = cts.rreq;
+        s.engine = cts.rreq;
         s.accepted = cts.accept as usize;
         if s.accepted == 0 {
             self.core.send_event_done(h);
@@ -341,7 +341,7 @@ impl<T: AmTransport, P: Partner> Dispatch<'_, T, P> {
         let Some(RequestKind::Send(s)) = self.core.requests.get_mut(h).map(|r| &mut r.kind) else {
             return Ok(());
         };
-        if s.peer_req != 0 || s.accepted != 0 || a.value > s.total as u64 {
+        if s.engine != 0 || s.accepted != 0 || a.value > s.total as u64 {
             return Err(Error::new(
                 ErrorKind::Protocol,
                 format!("unexpected read-done for send request {:#x}", a.sreq),

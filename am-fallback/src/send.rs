@@ -107,9 +107,9 @@ pub(crate) fn isend<T: AmTransport, P: Partner>(
             total,
             sent: 0,
             accepted: 0,
-            peer_req: 0,
             pending,
             cancel: CancelState::None,
+            engine: 0,
         }),
     })?;
     hdr.sreq = h.to_raw();

@@ -68,6 +68,20 @@ impl SendBuf {
         }
     }
 
+    /// The data as (pointer, length) when it is contiguous, for a network that reads it
+    /// asynchronously (a libfabric `fi_tsend`); valid while this buffer is held by a request,
+    /// as for [`RecvBuf::raw_parts`]. `None` for a buffer with a layout (pack it first).
+    #[inline]
+    pub fn raw_parts(&self) -> Option<(*const u8, usize)> {
+        if self.layout.is_some() {
+            return None;
+        }
+        Some(match &self.storage {
+            Storage::Lent { ptr, len } => (*ptr, *len),
+            Storage::Owned(v) => (v.as_ptr(), v.len()),
+        })
+    }
+
     /// The user memory as a slice (its whole extent when a layout is present).
     #[inline(always)]
     fn extent(&self) -> &[u8] {
@@ -199,6 +213,25 @@ impl RecvBuf {
             (None, Storage::Lent { len, .. }) => *len,
             (None, Storage::Owned(v)) => v.len(),
         }
+    }
+
+    /// The destination as (pointer, length) when it is contiguous, for a network that writes
+    /// into it asynchronously (a posted libfabric or UCX receive): no Rust reference to the
+    /// memory is formed, since the network writes it while the program runs on. The pointer
+    /// stays valid while this buffer is held by a request, including when the request's pool
+    /// moves it (the bytes live in the user's memory or this buffer's own heap block); the
+    /// engine must have the network let go before the request is removed
+    /// ([`P2p::quiesce`](crate::transport::P2p::quiesce)). `None` for a buffer with a layout:
+    /// receive into a contiguous bounce buffer and unpack with [`RecvBuf::write_at`].
+    #[inline]
+    pub fn raw_parts(&mut self) -> Option<(*mut u8, usize)> {
+        if self.layout.is_some() {
+            return None;
+        }
+        Some(match &mut self.storage {
+            Storage::Lent { ptr, len } => (*ptr, *len),
+            Storage::Owned(v) => (v.as_mut_ptr(), v.len()),
+        })
     }
 
     /// The destination as one slice of [`RecvBuf::capacity`] bytes when it is contiguous (no

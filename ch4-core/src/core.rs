@@ -11,7 +11,7 @@ use rustc_hash::FxHashMap;
 use crate::comm::{Comm, CommId, ContextMask};
 use crate::matching::{PostedQueue, UnexpectedQueue};
 use crate::pool::{Pool, PoolConfig};
-use crate::request::{ReqHandle, Request, RequestKind, Route, Unexpected};
+use crate::request::{NativeHalf, ReqHandle, Request, RequestKind, Route, Unexpected};
 use crate::types::{Gpid, HandlerId, Status};
 use crate::{Error, ErrorKind, Result};
 
@@ -154,6 +154,12 @@ pub struct DeviceConfig {
     /// of peers (at least [`MIN_EAGER_CREDIT`]), capped by `eager_credit`. Bounds what a receiver
     /// holds of unexpected eager data from all its senders. `CH4_EAGER_CREDIT_TOTAL`.
     pub eager_credit_total: usize,
+    /// How long a natively matching engine may drive its network for one definite answer: a
+    /// cancel's outcome ([`P2p::cancel_recv`](crate::transport::P2p::cancel_recv)) or the
+    /// release of a request's buffer ([`P2p::quiesce`](crate::transport::P2p::quiesce)). A
+    /// healthy network answers within microseconds; the limit turns a wedged one into an error
+    /// instead of a hang.
+    pub cancel_limit: std::time::Duration,
 }
 
 /// Default of [`DeviceConfig::eager_credit`]: a window of 64 eager messages of the largest eager
@@ -176,6 +182,7 @@ impl Default for DeviceConfig {
             stream_budget: 8,
             eager_credit: DEFAULT_EAGER_CREDIT,
             eager_credit_total: DEFAULT_EAGER_CREDIT_TOTAL,
+            cancel_limit: std::time::Duration::from_secs(10),
         }
     }
 }
@@ -347,7 +354,18 @@ impl Core {
         let mut unpost = None;
         if let RequestKind::Recv(r) = &mut req.kind {
             unpost = r.posted.take();
-            r.partnered = false;
+            // Whoever completes a receive owns it: a natively matching engine completes only
+            // what its network has finished with, and the core's queues complete a partnered
+            // receive only after cancelling its network half for certain.
+            debug_assert!(
+                !matches!(
+                    r.native,
+                    NativeHalf::CancelAsked { .. } | NativeHalf::Posted { .. }
+                ),
+                "a receive completed while its network half may still match: {:?}",
+                r.native
+            );
+            r.native = NativeHalf::NotPosted;
         }
         req.status = status;
         req.complete = true;

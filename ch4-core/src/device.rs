@@ -13,11 +13,13 @@
 use crate::buffer::{RecvBuf, SendBuf};
 use crate::comm::CommId;
 use crate::core::{Core, DeviceConfig};
-use crate::request::{CancelState, Message, RecvState, ReqHandle, Request, RequestKind, Route};
-use crate::transport::{send_ctrl, Cx, Netmod, NoPartner, P2p, Partner, PeerState, SendOp, Shm};
-use crate::types::{
-    Envelope, Gpid, Rank, SendMode, Status, Tag, ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB,
+use crate::request::{
+    CancelState, Message, NativeHalf, RecvState, ReqHandle, Request, RequestKind, Route,
 };
+use crate::transport::{
+    send_ctrl, Caps, Cx, Netmod, NoPartner, P2p, Partner, PeerState, SendOp, Shm,
+};
+use crate::types::{Envelope, Gpid, Rank, SendMode, Status, Tag, ANY_SOURCE, ANY_TAG, PROC_NULL};
 use crate::{Error, ErrorKind, Result};
 
 /// The device of one process, generic over its netmod `N` and shared-memory layer `S`.
@@ -35,6 +37,7 @@ pub struct Device<N: Netmod, S: Shm> {
 struct NetPartner<'a, N>(&'a mut N);
 
 impl<N: Netmod> Partner for NetPartner<'_, N> {
+    const NATIVE_HALVES: bool = <N::P2p as P2p<N>>::NATIVE_MATCHING;
     #[inline]
     fn cancel_partner(&mut self, core: &mut Core, req: ReqHandle) -> Result<bool> {
         let cx = &mut Cx {
@@ -44,11 +47,12 @@ impl<N: Netmod> Partner for NetPartner<'_, N> {
             partner: &mut NoPartner,
         };
         let cancelled = <N::P2p as P2p<N>>::cancel_recv(cx, req)?;
-        if cancelled {
-            if let Some(r) = cx.core.requests.get_mut(req).and_then(Request::recv_mut) {
-                r.partnered = false;
-                r.native = false;
-            }
+        if let Some(r) = cx.core.requests.get_mut(req).and_then(Request::recv_mut) {
+            r.native = if cancelled {
+                NativeHalf::NotPosted
+            } else {
+                NativeHalf::Matched
+            };
         }
         Ok(cancelled)
     }
@@ -108,12 +112,55 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             )
         };
         let net_in_use = !S::PRESENT || (0..world_size).any(|g| !shm.is_local(g));
+        if net_in_use {
+            let caps = <N::P2p as P2p<N>>::caps(&net);
+            if u64::from(world_size) > caps.max_processes {
+                return Err(Error::new(
+                    ErrorKind::Arg,
+                    format!(
+                        "a job of {world_size} processes: the {} netmod addresses at most {}",
+                        N::NAME,
+                        caps.max_processes
+                    ),
+                ));
+            }
+        }
         Ok(Device {
             core: Core::new(gpid, world_size, config)?,
             net,
             shm,
             net_in_use,
         })
+    }
+
+    /// The largest tag a message may carry (MPI_TAG_UB): the smallest that the device's
+    /// engines carry, so a tag that is valid to one peer is valid to all.
+    pub const TAG_UB: Tag = {
+        let (a, b) = (<N::P2p as P2p<N>>::TAG_UB, <S::P2p as P2p<S>>::TAG_UB);
+        if a < b {
+            a
+        } else {
+            b
+        }
+    };
+
+    /// What the device's engines can carry together (see [`Caps`]); the netmod counts only
+    /// when some peer is reached through it.
+    pub fn caps(&self) -> Caps {
+        let shm = if S::PRESENT {
+            <S::P2p as P2p<S>>::caps(&self.shm)
+        } else {
+            Caps::CORE
+        };
+        let caps = if self.net_in_use {
+            shm.meet(<N::P2p as P2p<N>>::caps(&self.net))
+        } else {
+            shm
+        };
+        Caps {
+            tag_ub: Self::TAG_UB,
+            ..caps
+        }
     }
 
     /// The world communicator (every process of the job).
@@ -151,6 +198,11 @@ impl<N: Netmod, S: Shm> Device<N, S> {
     /// The shared-memory layer.
     pub fn shm(&self) -> &S {
         &self.shm
+    }
+
+    /// The netmod, to change its settings (and, in tests, to stall a simulated network).
+    pub fn netmod_mut(&mut self) -> &mut N {
+        &mut self.net
     }
 
     /// The shared-memory layer, to change its settings (thresholds, single-copy reads).
@@ -214,8 +266,8 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         coll: bool,
     ) -> Result<Option<(Gpid, Envelope)>> {
         let c = self.core.comm(comm)?;
-        if !(0..=TAG_UB).contains(&tag) {
-            return Err(bad_tag(tag, false));
+        if !(0..=Self::TAG_UB).contains(&tag) {
+            return Err(bad_tag(tag, Self::TAG_UB, false));
         }
         if dest == PROC_NULL {
             return Ok(None);
@@ -371,8 +423,8 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         coll: bool,
     ) -> Result<Option<(Envelope, Option<Gpid>)>> {
         let c = self.core.comm(comm)?;
-        if tag != ANY_TAG && !(0..=TAG_UB).contains(&tag) {
-            return Err(bad_tag(tag, true));
+        if tag != ANY_TAG && !(0..=Self::TAG_UB).contains(&tag) {
+            return Err(bad_tag(tag, Self::TAG_UB, true));
         }
         if src == PROC_NULL {
             return Ok(None);
@@ -416,16 +468,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         let h = self.core.requests.insert(Request {
             complete: false,
             status: Status::EMPTY,
-            kind: RequestKind::Recv(RecvState {
-                want,
-                buf,
-                posted: None,
-                partnered: false,
-                native: false,
-                expected: 0,
-                received: 0,
-                msg_bytes: 0,
-            }),
+            kind: RequestKind::Recv(RecvState::new(want, buf)),
         })?;
         let started = self.start_recv(h, gpid);
         if let Err(e) = started {
@@ -444,9 +487,10 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             }
             Some(_) => {
                 if NetP2p::<N>::NATIVE_MATCHING {
-                    self.mark_native(h, false);
+                    self.post_native(h, false)
+                } else {
+                    on_net!(self, |cx| NetP2p::<N>::irecv(cx, h))
                 }
-                on_net!(self, |cx| NetP2p::<N>::irecv(cx, h))
             }
             None => {
                 // ANY_SOURCE: the core's queues first (shm, and the netmod when it is AM-only)...
@@ -455,19 +499,26 @@ impl<N: Netmod, S: Shm> Device<N, S> {
                 // only while the core's half is still unmatched (a matched rendezvous is not
                 // complete yet, but it is taken).
                 if S::PRESENT && NetP2p::<N>::NATIVE_MATCHING && self.still_posted(h) {
-                    self.mark_native(h, true);
-                    on_net!(self, |cx| NetP2p::<N>::irecv(cx, h))?;
+                    self.post_native(h, true)?;
                 }
                 Ok(())
             }
         }
     }
 
-    fn mark_native(&mut self, h: ReqHandle, partnered: bool) {
+    /// Posts receive `h` to the natively matching netmod, its state [`NativeHalf::Posted`]
+    /// before the engine sees it (the engine may match at once and move it on).
+    fn post_native(&mut self, h: ReqHandle, partnered: bool) -> Result<()> {
         if let Some(r) = self.core.requests.get_mut(h).and_then(Request::recv_mut) {
-            r.native = true;
-            r.partnered = partnered;
+            r.native = NativeHalf::Posted { partnered };
         }
+        let posted = on_net!(self, |cx| NetP2p::<N>::irecv(cx, h));
+        if posted.is_err() {
+            if let Some(r) = self.core.requests.get_mut(h).and_then(Request::recv_mut) {
+                r.native = NativeHalf::NotPosted;
+            }
+        }
+        posted
     }
 
     /// Whether receive `h` still waits unmatched in the core's posted queue.
@@ -739,7 +790,23 @@ impl<N: Netmod, S: Shm> Device<N, S> {
 
     fn abandon(&mut self, h: ReqHandle) {
         let _ = self.cancel_recv_halves(h);
+        if NetP2p::<N>::NATIVE_MATCHING && self.net_holds(h) {
+            // The network may still read or write the request's buffer: make it let go first
+            // (see `P2p::quiesce`). If it cannot, the engine has shut its endpoint down.
+            if let Err(e) = on_net!(self, |cx| NetP2p::<N>::quiesce(cx, h)) {
+                tracing::error!(error = %e, "the netmod did not let go of a request's buffer");
+            }
+        }
         self.core.requests.remove(h);
+    }
+
+    /// Whether the natively matching netmod may still hold request `h`'s buffer.
+    fn net_holds(&self, h: ReqHandle) -> bool {
+        match self.core.requests.get(h).map(|r| (r.complete, &r.kind)) {
+            Some((_, RequestKind::Recv(r))) => r.native.holds_buffer(),
+            Some((false, RequestKind::Send(s))) => s.route == Route::Net,
+            _ => false,
+        }
     }
 
     // -------------------------------------------------------------- cancel
@@ -791,7 +858,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             return Ok(false);
         };
         let posted = r.posted.take();
-        let native = r.native;
+        let native = matches!(r.native, NativeHalf::Posted { .. });
         let mut unmatched = false;
         if let Some(id) = posted {
             unmatched = self.core.posted.remove(id).is_some();
@@ -799,8 +866,11 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         if native {
             let cancelled = on_net!(self, |cx| NetP2p::<N>::cancel_recv(cx, h))?;
             if let Some(r) = self.core.requests.get_mut(h).and_then(Request::recv_mut) {
-                r.native = !cancelled;
-                r.partnered = false;
+                r.native = if cancelled {
+                    NativeHalf::NotPosted
+                } else {
+                    NativeHalf::Matched
+                };
             }
             // Posted in both: cancelled only if both halves were still unmatched.
             unmatched = if posted.is_some() {
@@ -899,6 +969,18 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         }
     }
 
+    /// Drops a message taken by a matched probe without receiving it: its engine discards it
+    /// (releasing a rendezvous sender, acknowledging a synchronous one) instead of leaking it.
+    pub fn discard_message(&mut self, msg: Message) -> Result<()> {
+        let r = match msg {
+            Message::Native { .. } => on_net!(self, |cx| NetP2p::<N>::discard(cx, msg)),
+            Message::Am { .. } => on_core_queues!(self, discard(msg)),
+            Message::NoProc => return Ok(()),
+        };
+        self.flush_replies()?;
+        r
+    }
+
     /// Receives a message taken by a matched probe into `buf` (MPI_Imrecv).
     pub fn imrecv(&mut self, msg: Message, buf: RecvBuf) -> Result<ReqHandle> {
         let want = match &msg {
@@ -910,19 +992,16 @@ impl<N: Netmod, S: Shm> Device<N, S> {
                     .insert(Request::completed(proc_null_status()))
             }
         };
+        let mut state = RecvState::new(want, buf);
+        if let Message::Native { src, .. } = msg {
+            // Matched already: the network holds the message, and will write the buffer.
+            state.native = NativeHalf::Matched;
+            state.source_process = src;
+        }
         let h = self.core.requests.insert(Request {
             complete: false,
             status: Status::EMPTY,
-            kind: RequestKind::Recv(RecvState {
-                want,
-                buf,
-                posted: None,
-                partnered: false,
-                native: matches!(msg, Message::Native { .. }),
-                expected: 0,
-                received: 0,
-                msg_bytes: 0,
-            }),
+            kind: RequestKind::Recv(state),
         })?;
         let r = match msg {
             Message::Native { .. } => on_net!(self, |cx| NetP2p::<N>::imrecv(cx, msg, h)),
@@ -1042,11 +1121,11 @@ fn stale_request() -> Error {
 }
 
 #[cold]
-fn bad_tag(tag: Tag, wildcard_ok: bool) -> Error {
+fn bad_tag(tag: Tag, tag_ub: Tag, wildcard_ok: bool) -> Error {
     let allowed = if wildcard_ok {
-        format!("0..={TAG_UB} or ANY_TAG")
+        format!("0..={tag_ub} or ANY_TAG")
     } else {
-        format!("0..={TAG_UB}")
+        format!("0..={tag_ub}")
     };
     Error::new(ErrorKind::Tag, format!("tag {tag} is not in {allowed}"))
 }

@@ -16,6 +16,7 @@ pub mod device;
 pub mod env;
 pub mod error;
 pub mod matching;
+pub mod native;
 pub mod pool;
 pub mod rankmap;
 pub mod request;

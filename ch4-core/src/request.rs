@@ -59,8 +59,9 @@ pub struct SendState {
     pub sent: usize,
     /// How many bytes the receiver accepted (its buffer may be smaller: truncation).
     pub accepted: usize,
-    /// The receiver's request id, learned from its clear-to-send.
-    pub peer_req: u64,
+    /// The engine's word about this send (see [`EngineWord`]): the active-message engine keeps
+    /// the receiver's request id here, learned from its clear-to-send.
+    pub engine: EngineWord,
     /// Events still owed before completion (rendezvous data out, synchronous ack, cancel answer).
     pub pending: u8,
     /// Whether a cancel was asked for and what came of it.
@@ -75,17 +76,100 @@ pub struct RecvState {
     pub buf: RecvBuf,
     /// Its entry in the core's posted queue while unmatched there.
     pub posted: Option<PostedId>,
-    /// An ANY_SOURCE receive also posted to a natively matching netmod (CH4's anysource
-    /// partner): whoever matches first must cancel the other side.
-    pub partnered: bool,
-    /// Posted inside a natively matching netmod (alone, or as the partner above).
-    pub native: bool,
+    /// Where the receive stands in a natively matching netmod (see [`NativeHalf`]).
+    pub native: NativeHalf,
+    /// The process the matched message came from, once a transport matched it (the status
+    /// names only the communicator rank); [`UNKNOWN_PROCESS`] before. Engines set it when they
+    /// match. (Not an `Option`: four bytes more would push a request past 128 bytes, and the
+    /// pool would then move each one with a `memcpy` call on the hot path.)
+    pub source_process: Gpid,
+    /// The engine's word about this receive (see [`EngineWord`]).
+    pub engine: EngineWord,
     /// Bytes still expected after a match (rendezvous data), 0 when none.
     pub expected: usize,
     /// Bytes written into `buf` so far.
     pub received: usize,
-    /// The message's full length once matched (can exceed the buffer: truncation).
-    pub msg_bytes: usize,
+}
+
+impl RecvState {
+    /// A receive for `want` into `buf`, not yet posted anywhere.
+    #[inline(always)]
+    pub fn new(want: Envelope, buf: RecvBuf) -> RecvState {
+        RecvState {
+            want,
+            buf,
+            posted: None,
+            native: NativeHalf::NotPosted,
+            source_process: UNKNOWN_PROCESS,
+            engine: 0,
+            expected: 0,
+            received: 0,
+        }
+    }
+}
+
+/// A word of an engine's own state kept in a request: for a natively matching engine the index
+/// of the operation's context in its [`OpContexts`](crate::native::OpContexts) or a provider
+/// request pointer (UCX's `ucp_request`); for the active-message engine a send's peer request
+/// id. Zero while unused; the core never reads it. One word, not more: a request stays within
+/// 128 bytes, which the pool moves without a `memcpy` call.
+pub type EngineWord = u64;
+
+/// [`RecvState::source_process`] before a transport matched the receive.
+pub const UNKNOWN_PROCESS: Gpid = Gpid::MAX;
+
+/// Where a receive stands in a natively matching netmod: the explicit state machine of CH4's
+/// ANY_SOURCE partner, whose bugs in MPICH came from implicit states (a cancel that relied on
+/// `fi_cancel`'s return code, partner fields set after the netmod had already completed, one
+/// half cancelled and not the other).
+///
+/// ```text
+///            post                 cancel asked             provider: cancelled
+///  NotPosted ─────▶ Posted ───────────────────▶ CancelAsked ──────────────────▶ NotPosted
+///                     │                              │
+///                     │ provider matched             │ provider: matched after all
+///                     ▼                              ▼
+///                  Matched ◀─────────────────────────┘
+/// ```
+///
+/// `partnered` marks an ANY_SOURCE receive whose other half waits in the core's posted queue
+/// (shared memory, or an active-message netmod): whoever matches first must first cancel the
+/// other, and while a cancel of this half is asked and unanswered ([`NativeHalf::CancelAsked`])
+/// the core's half must not complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NativeHalf {
+    /// Not in the network: never posted there, or cancelled there for certain.
+    NotPosted,
+    /// Posted to the network and not known to have matched.
+    Posted {
+        /// The core's queue holds the other half of this ANY_SOURCE receive.
+        partnered: bool,
+    },
+    /// A cancel was asked of the network; its answer (cancelled or matched) is not in yet.
+    CancelAsked {
+        /// As in [`NativeHalf::Posted`].
+        partnered: bool,
+    },
+    /// The network matched the receive: its data comes from the network, the core's half (if
+    /// any) is gone, and the buffer belongs to the network until the engine completes it.
+    Matched,
+}
+
+impl NativeHalf {
+    /// Whether the network may still hold (and write) the receive's buffer.
+    #[inline(always)]
+    pub fn holds_buffer(self) -> bool {
+        !matches!(self, NativeHalf::NotPosted)
+    }
+
+    /// Whether this is the network half of an ANY_SOURCE receive whose core half is posted.
+    #[inline(always)]
+    pub fn partnered(self) -> bool {
+        matches!(
+            self,
+            NativeHalf::Posted { partnered: true } | NativeHalf::CancelAsked { partnered: true }
+        )
+    }
 }
 
 /// What a request is doing.
@@ -177,10 +261,15 @@ pub enum Message {
         /// Its record.
         msg: Unexpected,
     },
-    /// A message held inside a natively matching netmod, named by the netmod's token.
+    /// A message held inside a natively matching netmod, named by the netmod's token. Dropped
+    /// without being received, it must be discarded through its engine
+    /// ([`P2p::discard`](crate::transport::P2p::discard)): the network still holds it, and a
+    /// rendezvous sender waits for it to be taken.
     Native {
         /// Its envelope.
         env: Envelope,
+        /// The sending process.
+        src: Gpid,
         /// The netmod's name for it.
         token: u64,
     },

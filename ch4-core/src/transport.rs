@@ -12,7 +12,7 @@ use crate::buffer::SendBuf;
 use crate::core::{Core, CtrlPacket};
 use crate::request::{Message, ReqHandle, Route};
 pub use crate::types::HandlerId;
-use crate::types::{Envelope, Gpid, SendMode, Status};
+use crate::types::{Envelope, Gpid, SendMode, Status, Tag, TAG_UB};
 use crate::Result;
 
 /// The mandatory active-message API every transport implements (CH4's AM API; Nemesis's iSend /
@@ -239,6 +239,10 @@ pub struct Cx<'a, T, P> {
 /// request, so the first must leave its message for another receive. A message is never
 /// delivered twice and never lost.
 pub trait Partner {
+    /// Whether a receive can have a netmod half at all (the netmod matches natively). A
+    /// constant, so that builds without such a netmod drop the partner check from the path
+    /// of every arriving message.
+    const NATIVE_HALVES: bool;
     /// Tries to cancel the netmod half of `req`. `Ok(true)`: cancelled, the caller may take the
     /// message. `Ok(false)`: the netmod matched first.
     fn cancel_partner(&mut self, core: &mut Core, req: ReqHandle) -> Result<bool>;
@@ -248,6 +252,7 @@ pub trait Partner {
 pub struct NoPartner;
 
 impl Partner for NoPartner {
+    const NATIVE_HALVES: bool = false;
     #[inline(always)]
     fn cancel_partner(&mut self, _core: &mut Core, _req: ReqHandle) -> Result<bool> {
         Ok(true)
@@ -279,6 +284,50 @@ pub enum Direct {
     Fallback,
 }
 
+/// What an engine's network can carry, declared by the engine ([`P2p::caps`]) and enforced by
+/// the device before anything reaches the engine: a natively matching network packs rank, tag
+/// and context id into its match bits and has its own limits, where the core's queues have
+/// none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caps {
+    /// The largest tag a message can carry (the device's MPI_TAG_UB is the smallest of its
+    /// engines').
+    pub tag_ub: Tag,
+    /// The most processes a job may have to be reachable through this engine.
+    pub max_processes: u64,
+    /// Whether a ready-mode send that finds no posted receive is detected and reported
+    /// ([`ErrorKind::ReadyNotPosted`](crate::ErrorKind::ReadyNotPosted)). The core's queues
+    /// see it; a network that matches in the NIC cannot (MPI makes it the program's error
+    /// either way), so tests of it are gated on this.
+    pub detects_unmatched_ready: bool,
+    /// The most pieces of a gather list the network takes in one operation.
+    pub iov_limit: usize,
+    /// The longest message in bytes.
+    pub max_message: usize,
+}
+
+impl Caps {
+    /// The core's own limits: what the active-message engines (and the shm layer) carry.
+    pub const CORE: Caps = Caps {
+        tag_ub: TAG_UB,
+        max_processes: Gpid::MAX as u64,
+        detects_unmatched_ready: true,
+        iov_limit: usize::MAX,
+        max_message: usize::MAX,
+    };
+
+    /// The limits of two engines together (a device reaches peers through both).
+    pub fn meet(self, other: Caps) -> Caps {
+        Caps {
+            tag_ub: self.tag_ub.min(other.tag_ub),
+            max_processes: self.max_processes.min(other.max_processes),
+            detects_unmatched_ready: self.detects_unmatched_ready && other.detects_unmatched_ready,
+            iov_limit: self.iov_limit.min(other.iov_limit),
+            max_message: self.max_message.min(other.max_message),
+        }
+    }
+}
+
 /// A point-to-point engine: MPI send/receive semantics over one transport.
 ///
 /// Engines keep their per-operation state in the core's requests and their unmatched messages
@@ -295,6 +344,9 @@ pub enum Direct {
 pub trait P2p<T: AmTransport> {
     /// Whether this engine matches messages itself (in the network) instead of in the core.
     const NATIVE_MATCHING: bool;
+    /// The largest tag this engine carries. A constant, so the device's tag check stays a
+    /// compare with an immediate: a natively matching engine fixes it with its match-bit layout.
+    const TAG_UB: Tag = TAG_UB;
 
     /// Starts a send. Returns the request when one was made, else [`ReqHandle::DONE`]: only a
     /// send that cannot finish at once gets one (CH3's iStartMsg: most small sends create no
@@ -304,6 +356,13 @@ pub trait P2p<T: AmTransport> {
     /// complete it at once.
     fn irecv<P: Partner>(cx: &mut Cx<'_, T, P>, req: ReqHandle) -> Result<()>;
     /// Cancels an unmatched receive. `Ok(true)`: cancelled; `Ok(false)`: already matched.
+    ///
+    /// The answer is definite: a natively matching engine asks its network and answers only
+    /// once the network has said which (libfabric reports it through the completion queue, not
+    /// through `fi_cancel`'s return code), driving only its own transport meanwhile, at most
+    /// for [`DeviceConfig::cancel_limit`](crate::core::DeviceConfig::cancel_limit); past it
+    /// the call fails with [`ErrorKind::Pending`](crate::ErrorKind::Pending) and the receive stays
+    /// [`NativeHalf::CancelAsked`](crate::request::NativeHalf::CancelAsked).
     fn cancel_recv<P: Partner>(cx: &mut Cx<'_, T, P>, req: ReqHandle) -> Result<bool>;
     /// Asks to cancel a send; the request completes (cancelled or not) when the answer is in.
     fn cancel_send<P: Partner>(cx: &mut Cx<'_, T, P>, req: ReqHandle) -> Result<()>;
@@ -327,6 +386,35 @@ pub trait P2p<T: AmTransport> {
     fn send_ready<P: Partner>(_cx: &mut Cx<'_, T, P>, _dest: Gpid, _total: usize) -> bool {
         true
     }
+    /// What this engine's network can carry (its `tag_ub` is [`P2p::TAG_UB`]). The
+    /// active-message engines carry whatever the core does.
+    #[inline(always)]
+    fn caps(_transport: &T) -> Caps {
+        Caps::CORE
+    }
+    /// Makes the network let go of request `req` before the core frees it: after this returns
+    /// `Ok`, the network neither reads nor writes the request's buffer again and will report
+    /// nothing more about it. The device calls it before removing a request that a natively
+    /// matching engine may still hold (a receive whose [`NativeHalf`](crate::request::NativeHalf)
+    /// holds the buffer, a send still in the network) — when a scope is released after an
+    /// error, a request is abandoned or its peer failed — never just dropping it, because the
+    /// network would go on writing into memory the program has taken back.
+    ///
+    /// It drives only this engine's own transport, at most for the device's cancel limit
+    /// ([`DeviceConfig::cancel_limit`](crate::core::DeviceConfig::cancel_limit)). If the
+    /// network does not let go by then, the engine must make it (close the endpoint, which
+    /// ends every operation on it) and return the error, leaving the netmod failed: memory
+    /// safety outranks the netmod. The active-message engines hold no buffer outside progress
+    /// calls and keep the default.
+    #[inline(always)]
+    fn quiesce<P: Partner>(_cx: &mut Cx<'_, T, P>, _req: ReqHandle) -> Result<()> {
+        Ok(())
+    }
+    /// Drops a message taken by a matched probe that will not be received (MPI has no call for
+    /// it, but a Rust value can be dropped): the network discards it (libfabric's `FI_CLAIM |
+    /// FI_DISCARD`) and a rendezvous sender is released, instead of the message leaking and
+    /// its sender hanging.
+    fn discard<P: Partner>(cx: &mut Cx<'_, T, P>, msg: Message) -> Result<()>;
     /// Moves pending work forward: delivers arrivals, streams rendezvous data, sends replies.
     /// Bounded work per call; returns a count of events handled (0 = idle).
     fn progress<P: Partner>(cx: &mut Cx<'_, T, P>) -> Result<usize>;
@@ -404,6 +492,9 @@ impl<T: AmTransport> P2p<T> for NoEngine {
     }
     fn imrecv<P: Partner>(_: &mut Cx<'_, T, P>, _: Message, _: ReqHandle) -> Result<()> {
         crate::bail!(Internal, "message routed to a transport that is not there")
+    }
+    fn discard<P: Partner>(_: &mut Cx<'_, T, P>, _: Message) -> Result<()> {
+        Ok(())
     }
     fn progress<P: Partner>(_: &mut Cx<'_, T, P>) -> Result<usize> {
         Ok(0)

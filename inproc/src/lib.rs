@@ -25,7 +25,7 @@
 //! in the `shm` crate).
 
 mod mailbox;
-mod native;
+pub mod native;
 mod shuffle;
 
 use std::marker::PhantomData;
@@ -286,9 +286,21 @@ impl<M> InprocNet<M> {
     pub fn new(fabric: Arc<Fabric>, me: Gpid) -> Result<InprocNet<M>> {
         Ok(InprocNet {
             ep: Endpoint::new(fabric, me, NET)?,
-            native: NativeEngine::default(),
+            native: NativeEngine::seeded(0x5EED_0000 ^ u64::from(me)),
             _mode: PhantomData,
         })
+    }
+}
+
+impl InprocNet<Native> {
+    /// The natively matching engine and its simulated NIC.
+    pub fn engine(&self) -> &NativeEngine {
+        &self.native
+    }
+
+    /// Mutable access to the engine (to stall its NIC in a test).
+    pub fn engine_mut(&mut self) -> &mut NativeEngine {
+        &mut self.native
     }
 }
 
@@ -325,6 +337,9 @@ macro_rules! am_transport_for_net {
             }
             fn close_connections(&mut self) {
                 self.ep.fabric.leave(self.ep.me);
+            }
+            fn has_queued_output(&self) -> bool {
+                self.native.busy()
             }
         }
     };

@@ -131,6 +131,16 @@ macro_rules! on_all_routes {
                 common::jobs::as_rank(|ctx| $body(ctx));
             }
 
+            /// Every rank on a node of its own: all traffic through the natively matching
+            /// mock NIC (asynchronous completions, "try again" on a full queue).
+            #[test]
+            fn native() {
+                common::small($ranks)
+                    .ranks_per_node(1)
+                    .run_with::<inproc::InprocNet<inproc::Native>, _, _>(|ctx| $body(ctx))
+                    .unwrap();
+            }
+
             #[test]
             fn native_mixed() {
                 common::small($ranks)

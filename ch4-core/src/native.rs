@@ -1,0 +1,244 @@
+//! What a natively matching engine needs from the core beyond the [`P2p`] calls: storage for
+//! the network's operation contexts that never moves.
+//!
+//! A real network (libfabric, UCX) is asynchronous. An operation posted with a context pointer
+//! (libfabric's `fi_context2`, which the provider uses as scratch space while it owns the
+//! operation) is reported complete later, through a completion queue, by that pointer. The
+//! core's requests cannot hold that context: they live in a [`Pool`](crate::pool::Pool) whose
+//! storage moves when it grows, and a request can be freed (a stale handle) while the network
+//! still reports on its operation. So an engine keeps each outstanding operation's context in
+//! an [`OpContexts`] slot, whose address is fixed from insertion to removal, with the handle of
+//! the request it belongs to; a completion names the slot by its context pointer
+//! ([`OpContexts::find`]), and a completion whose request is gone (the pool says the handle
+//! is stale) is dropped after its slot is freed. MPICH's ch4:ofi does the same with the
+//! `fi_context2` embedded in its (non-moving) request objects.
+//!
+//! [`P2p`]: crate::transport::P2p
+
+use std::cell::UnsafeCell;
+
+/// Slots per chunk. A chunk is allocated once and never moves or shrinks.
+const CHUNK: usize = 256;
+
+/// The index of one operation's slot in an [`OpContexts`].
+pub type OpIndex = u32;
+
+struct Slot<C, V> {
+    /// What the network writes while it owns the operation; behind `UnsafeCell` because the
+    /// network writes it through a raw pointer that the engine handed out.
+    context: UnsafeCell<C>,
+    value: Option<V>,
+}
+
+/// Fixed-address contexts of a native engine's outstanding operations, each with the engine's
+/// value `V` (typically the request handle and the kind of operation).
+pub struct OpContexts<C, V> {
+    chunks: Vec<Box<[Slot<C, V>]>>,
+    free: Vec<OpIndex>,
+    live: usize,
+}
+
+impl<C: Default, V> Default for OpContexts<C, V> {
+    fn default() -> Self {
+        OpContexts {
+            chunks: Vec::new(),
+            free: Vec::new(),
+            live: 0,
+        }
+    }
+}
+
+impl<C: Default, V> OpContexts<C, V> {
+    /// An empty table; chunks are allocated as operations are posted.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Takes a slot for an operation about to be posted, keeping `value` with it. Its context
+    /// starts as `C::default()` (zeroed, as libfabric expects of an `fi_context2`).
+    pub fn insert(&mut self, value: V) -> OpIndex {
+        let i = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                let base = self.chunks.len() * CHUNK;
+                self.chunks.push(
+                    (0..CHUNK)
+                        .map(|_| Slot {
+                            context: UnsafeCell::new(C::default()),
+                            value: None,
+                        })
+                        .collect(),
+                );
+                // Hand out the new chunk's slots lowest first.
+                self.free
+                    .extend((base + 1..base + CHUNK).rev().map(|i| i as OpIndex));
+                base as OpIndex
+            }
+        };
+        let slot = self.slot_mut(i);
+        *slot.context.get_mut() = C::default();
+        slot.value = Some(value);
+        self.live += 1;
+        i
+    }
+
+    /// The context pointer to hand the network for operation `i`. It stays valid, at the same
+    /// address, until [`OpContexts::remove`] of `i` (or the table is dropped). `None` when `i`
+    /// is not outstanding.
+    #[inline]
+    pub fn context_ptr(&self, i: OpIndex) -> Option<*mut C> {
+        let slot = self
+            .chunks
+            .get(i as usize / CHUNK)?
+            .get(i as usize % CHUNK)?;
+        slot.value.as_ref().map(|_| slot.context.get())
+    }
+
+    /// The value kept with operation `i`, if `i` is outstanding.
+    #[inline]
+    pub fn get(&self, i: OpIndex) -> Option<&V> {
+        self.chunks
+            .get(i as usize / CHUNK)
+            .and_then(|c| c[i as usize % CHUNK].value.as_ref())
+    }
+
+    /// Mutable access to the value kept with operation `i`.
+    #[inline]
+    pub fn get_mut(&mut self, i: OpIndex) -> Option<&mut V> {
+        self.chunks
+            .get_mut(i as usize / CHUNK)
+            .and_then(|c| c[i as usize % CHUNK].value.as_mut())
+    }
+
+    /// Frees operation `i`'s slot once the network has reported the operation complete (or
+    /// cancelled), returning its value; `None` when `i` was not outstanding.
+    #[inline]
+    pub fn remove(&mut self, i: OpIndex) -> Option<V> {
+        let chunk = self.chunks.get_mut(i as usize / CHUNK)?;
+        let v = chunk[i as usize % CHUNK].value.take()?;
+        self.free.push(i);
+        self.live -= 1;
+        Some(v)
+    }
+
+    /// The operation whose context is at `ptr` (a completion's `op_context`), if it is one of
+    /// this table's outstanding operations. Pointer arithmetic only: nothing is read through
+    /// `ptr`, so a bogus pointer from the network yields `None`, never undefined behaviour.
+    #[inline]
+    pub fn find(&self, ptr: *const C) -> Option<OpIndex> {
+        let addr = ptr as usize;
+        let size = std::mem::size_of::<Slot<C, V>>();
+        for (c, chunk) in self.chunks.iter().enumerate() {
+            let base = chunk.as_ptr() as usize;
+            if addr < base || addr >= base + CHUNK * size {
+                continue;
+            }
+            let off = addr - base;
+            // The context is the slot's first field only if the compiler put it there: compare
+            // against the real field address instead of assuming.
+            let s = off / size;
+            if chunk[s].context.get() as usize != addr || chunk[s].value.is_none() {
+                return None;
+            }
+            return Some((c * CHUNK + s) as OpIndex);
+        }
+        None
+    }
+
+    /// How many operations are outstanding.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.live
+    }
+
+    /// Whether no operation is outstanding.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.live == 0
+    }
+
+    /// The outstanding operations' indices and values (for finalize and quiesce sweeps).
+    pub fn iter(&self) -> impl Iterator<Item = (OpIndex, &V)> {
+        self.chunks.iter().enumerate().flat_map(|(c, chunk)| {
+            chunk.iter().enumerate().filter_map(move |(s, slot)| {
+                Some(((c * CHUNK + s) as OpIndex, slot.value.as_ref()?))
+            })
+        })
+    }
+
+    fn slot_mut(&mut self, i: OpIndex) -> &mut Slot<C, V> {
+        &mut self.chunks[i as usize / CHUNK][i as usize % CHUNK]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An `fi_context2`-sized context.
+    #[derive(Default)]
+    struct Ctx([usize; 8]);
+
+    #[test]
+    fn contexts_keep_their_address_while_the_table_grows() {
+        let mut t = OpContexts::<Ctx, u32>::new();
+        let first = t.insert(0);
+        let p = t.context_ptr(first).unwrap();
+        let ids: Vec<_> = (1..5 * CHUNK as u32).map(|v| t.insert(v)).collect();
+        assert_eq!(
+            t.context_ptr(first),
+            Some(p),
+            "a context moved when the table grew"
+        );
+        assert_eq!(t.find(p), Some(first));
+        for (&i, v) in ids.iter().zip(1..) {
+            assert_eq!(t.find(t.context_ptr(i).unwrap()), Some(i));
+            assert_eq!(t.get(i), Some(&v));
+        }
+        assert_eq!(t.len(), 5 * CHUNK);
+    }
+
+    #[test]
+    fn a_removed_or_foreign_context_is_not_found() {
+        let mut t = OpContexts::<Ctx, &str>::new();
+        let a = t.insert("a");
+        let b = t.insert("b");
+        let pa = t.context_ptr(a).unwrap();
+        assert_eq!(t.remove(a), Some("a"));
+        assert_eq!(t.remove(a), None, "removed twice");
+        assert_eq!(
+            t.find(pa),
+            None,
+            "a completion for a freed slot must not match"
+        );
+        let elsewhere = Ctx::default();
+        assert_eq!(t.find(&elsewhere), None);
+        // A pointer into the middle of a slot is not a context.
+        let pb = t.context_ptr(b).unwrap();
+        assert_eq!(t.find((pb as usize + 8) as *const Ctx), None);
+        assert_eq!(t.find(pb), Some(b));
+        assert_eq!(
+            t.context_ptr(a),
+            None,
+            "a freed slot has no context to hand out"
+        );
+        assert_eq!(
+            t.iter().map(|(i, v)| (i, *v)).collect::<Vec<_>>(),
+            vec![(b, "b")]
+        );
+    }
+
+    #[test]
+    #[allow(unsafe_code)] // writes a context as the network would
+    fn a_reused_slot_starts_with_a_clean_context() {
+        let mut t = OpContexts::<Ctx, ()>::new();
+        let a = t.insert(());
+        // SAFETY: the slot is outstanding and nothing else refers to its context.
+        unsafe { (*t.context_ptr(a).unwrap()).0[3] = 7 };
+        t.remove(a);
+        let b = t.insert(());
+        assert_eq!(a, b);
+        // SAFETY: as above.
+        assert_eq!(unsafe { (*t.context_ptr(b).unwrap()).0[3] }, 0);
+    }
+}
