@@ -96,7 +96,7 @@ fn leaving_is_no_failure<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
     Ok(())
 }
 
-/// Runs `f` as threads three ways and hands each outcome, labelled, to `check`; each run must
+/// Runs `f` as threads four ways (TCP, shm, the in-process AM and natively matching netmods) and hands each outcome, labelled, to `check`; each run must
 /// end within 20 s.
 macro_rules! three_ways {
     ($ranks:expr, $f:ident, $check:expr) => {{
@@ -114,6 +114,12 @@ macro_rules! three_ways {
             Threads::new($ranks)
                 .ranks_per_node(1)
                 .run_with::<inproc::InprocNet<inproc::AmOnly>, _, _>(|ctx| $f(ctx)),
+        );
+        check(
+            "native",
+            Threads::new($ranks)
+                .ranks_per_node(1)
+                .run_with::<inproc::InprocNet<inproc::Native>, _, _>(|ctx| $f(ctx)),
         );
         assert!(
             started.elapsed() < Duration::from_secs(60),

@@ -765,6 +765,13 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         if is_recv {
             let _ = self.cancel_recv_halves(h);
         }
+        if NetP2p::<N>::NATIVE_MATCHING && self.net_holds(h) {
+            // Completing the request hands its buffer back to the program: the network must
+            // have let go of it first (see `P2p::quiesce`).
+            if let Err(e) = on_net!(self, |cx| NetP2p::<N>::quiesce(cx, h)) {
+                tracing::error!(error = %e, "the netmod did not let go of a failed request");
+            }
+        }
         if let Some(r) = self.core.requests.get_mut(h) {
             r.status.error = Some(ErrorKind::PeerFailed);
             r.status.source = source;
