@@ -7,9 +7,11 @@
 //! through the key-value space); the first rank of each node creates the node's shared segment
 //! (a /dev/shm file named after the job, mode 0600), the others attach after a fence, and after a
 //! second fence the name is unlinked — so nothing is left behind even if a rank is later killed.
-//! With the `tcp` feature (the default) every rank also opens the TCP netmod's listening socket
-//! and publishes it through the key-value space (its business card), together with a random job
-//! key that rank 0 draws, so ranks on other nodes can reach it and strangers cannot.
+//! When the job spans nodes, every rank also opens the build's netmod and publishes its business
+//! card through the key-value space (the TCP netmod's: its listening address), cut into as many
+//! values as the process manager's value size needs, together with a random job key that rank 0
+//! draws, so ranks on other nodes can reach it and strangers cannot. The exchange is the same
+//! for every netmod ([`ch4_core::bootstrap::Bootstrap`]).
 //! `CH4_NODE_SIZE=k` makes the job treat every `k` consecutive ranks as one node, so that the
 //! network path can be exercised on a single host.
 
@@ -17,6 +19,7 @@ use std::cell::RefCell;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use ch4_core::bootstrap::{card_segments, join_card_segments, Bootstrap};
 use ch4_core::core::DeviceConfig;
 use ch4_core::{Device, Error, ErrorKind, Gpid, Result};
 use shm::{Segment, ShmConfig, ShmTransport};
@@ -143,7 +146,7 @@ pub fn init_with(config: DeviceConfig) -> Result<Universe> {
     let local: Vec<Gpid> = (0..size)
         .filter(|&g| nodes[g as usize] == my_node)
         .collect();
-    if !cfg!(feature = "tcp") && local.len() != size as usize {
+    if !<ProcessNetmod as Bootstrap>::NETWORK && local.len() != size as usize {
         let distinct = {
             let mut v = nodes.clone();
             v.sort_unstable();
@@ -166,7 +169,7 @@ pub fn init_with(config: DeviceConfig) -> Result<Universe> {
     let kvs = client.get_my_kvsname().map_err(pmi_err)?.to_string();
     let seg = node_segment(&mut client, &kvs, my_node, me, local.len(), cfg)?;
     let shm = ShmTransport::new(seg, me, &local, size, cfg.eager_limit, std::process::id())?;
-    let net = process_netmod(&mut client, rank, size, local.len() != size as usize)?;
+    let net: ProcessNetmod = process_netmod(&mut client, rank, size, local.len() != size as usize)?;
     let dev = Device::new(net, shm, rank, size, config)?;
     let ctx = Context::new(dev);
     if rank == 0 {
@@ -178,88 +181,73 @@ pub fn init_with(config: DeviceConfig) -> Result<Universe> {
     })
 }
 
-/// The TCP netmod of this rank: listening, its business card published, and every other
-/// rank's card read — when the job spans nodes (a single-node job never uses the network, so it
-/// skips the exchange).
-#[cfg(feature = "tcp")]
-fn process_netmod(
+/// This rank's netmod, opened and, when the job spans nodes, introduced to its peers: rank 0
+/// draws the job key and publishes it, every rank publishes its business card (cut into as many
+/// values as the process manager needs, see [`ch4_core::bootstrap::card_segments`]) and reads
+/// everyone's. A single-node job never uses the network, so it skips the exchange. The same
+/// code for every netmod ([`Bootstrap`]).
+fn process_netmod<N: Bootstrap>(
     client: &mut pmi::Client,
     rank: u32,
     size: u32,
     spans_nodes: bool,
-) -> Result<ProcessNetmod> {
-    // A mistyped address must not quietly open the port on every interface instead.
-    let bind: std::net::SocketAddr = match ch4_core::env::raw("CH4_TCP_BIND")? {
-        Some(v) => v.trim().parse().map_err(|_| {
-            ch4_core::env::bad(
-                "CH4_TCP_BIND",
-                &v,
-                "an address and port, like 10.0.0.5:0 or [::1]:0",
-            )
-        })?,
-        None => ([0, 0, 0, 0], 0).into(),
-    };
+) -> Result<N> {
     if !spans_nodes {
-        // Loopback only, and no exchange: nothing of this job will connect. The key is still
-        // random, so that no other local process can pass for a rank.
-        return netmod_tcp::TcpNetmod::bind(rank, size, random_key(), ([127, 0, 0, 1], 0).into());
+        // The key is still random, so that no other local process can pass for a rank.
+        return N::open(rank, size, random_key(), false);
     }
     if rank == 0 {
         client
-            .put("ch4-tcp-key", &format!("{:016x}", random_key()))
+            .put("ch4-job-key", &format!("{:016x}", random_key()))
             .map_err(pmi_err)?;
     }
     client.barrier().map_err(pmi_err)?;
     let key = client
-        .get("ch4-tcp-key")
+        .get("ch4-job-key")
         .map_err(pmi_err)?
         .and_then(|k| u64::from_str_radix(&k, 16).ok())
         .ok_or_else(|| Error::new(ErrorKind::Transport, "rank 0 published no job key"))?;
-    let mut net = netmod_tcp::TcpNetmod::bind(rank, size, key, bind)?;
-    let card = business_card(net.local_addr());
+    let mut net = N::open(rank, size, key, true)?;
+    let max_value = client.get_maxes().map_err(pmi_err)?.vallen_max;
+    let segments = card_segments(&net.business_card()?, max_value)?;
     client
-        .put(&format!("ch4-tcp-{rank}"), &card.to_string())
+        .put(&format!("ch4-card-{rank}"), &segments.len().to_string())
         .map_err(pmi_err)?;
-    client.barrier().map_err(pmi_err)?;
-    for r in (0..size).filter(|&r| r != rank) {
-        let addr = client
-            .get(&format!("ch4-tcp-{r}"))
-            .map_err(pmi_err)?
-            .and_then(|a| a.parse().ok())
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorKind::Transport,
-                    format!("rank {r} published no TCP address"),
-                )
-            })?;
-        net.set_address(r, addr)?;
+    for (i, s) in segments.iter().enumerate() {
+        client
+            .put(&format!("ch4-card-{rank}-{i}"), s)
+            .map_err(pmi_err)?;
     }
+    client.barrier().map_err(pmi_err)?;
+    let mut cards = Vec::with_capacity(size as usize);
+    for r in 0..size {
+        let missing = || {
+            Error::new(
+                ErrorKind::Transport,
+                format!("rank {r} published no business card"),
+            )
+        };
+        let count: usize = client
+            .get(&format!("ch4-card-{r}"))
+            .map_err(pmi_err)?
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(missing)?;
+        let mut segs = Vec::with_capacity(count);
+        for i in 0..count {
+            segs.push(
+                client
+                    .get(&format!("ch4-card-{r}-{i}"))
+                    .map_err(pmi_err)?
+                    .ok_or_else(missing)?,
+            );
+        }
+        cards.push(join_card_segments(r, &segs)?);
+    }
+    net.learn_cards(&cards)?;
     Ok(net)
 }
 
-#[cfg(not(feature = "tcp"))]
-fn process_netmod(_: &mut pmi::Client, _: u32, _: u32, _: bool) -> Result<ProcessNetmod> {
-    Ok(ch4_core::transport::NoNetmod)
-}
-
-/// The address other hosts reach a listener on: the listener's own, or for one bound to every
-/// interface, this host's name resolved (its first non-loopback address), else loopback.
-#[cfg(feature = "tcp")]
-fn business_card(listening: std::net::SocketAddr) -> std::net::SocketAddr {
-    use std::net::ToSocketAddrs;
-    if !listening.ip().is_unspecified() {
-        return listening;
-    }
-    let port = listening.port();
-    let resolved = (hostname().as_str(), port)
-        .to_socket_addrs()
-        .ok()
-        .and_then(|mut addrs| addrs.find(|a| a.is_ipv4() && !a.ip().is_loopback()));
-    resolved.unwrap_or_else(|| ([127, 0, 0, 1], port).into())
-}
-
 /// A job key nobody outside the job can guess: 8 bytes from the kernel's generator.
-#[cfg(feature = "tcp")]
 pub(crate) fn random_key() -> u64 {
     use std::io::Read;
     let mut b = [0u8; 8];

@@ -6,6 +6,7 @@
 //! connections (handshake, orderly close, failure), send queues, receiving and progress.
 #![deny(unsafe_code)]
 
+mod bootstrap;
 pub mod frame;
 pub mod transport;
 

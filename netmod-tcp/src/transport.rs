@@ -326,6 +326,11 @@ impl TcpNetmod {
         self.placed
     }
 
+    /// The process this netmod belongs to.
+    pub fn gpid(&self) -> Gpid {
+        self.me
+    }
+
     /// The address peers connect to (this rank's business card).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
