@@ -15,6 +15,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 
+use ch4_core::bootstrap::Bootstrap;
 use ch4_core::core::DeviceConfig;
 use ch4_core::transport::{Netmod, Shm};
 use ch4_core::{Device, Error, ErrorKind, Gpid, Result};
@@ -279,83 +280,93 @@ impl ThreadJob {
 }
 
 /// The TCP netmod for ranks as threads: every rank listens on loopback, and the ranks of one
-/// job (one fabric) swap addresses through a table in this process before any message moves —
-/// unless the job is one node, where the netmod carries nothing and the exchange is skipped
-/// (as process mode does). The job's own record of failed and finished ranks backs the
-/// connections' view, so a rank that fails before it ever connected is seen to fail.
+/// job swap business cards in memory ([`exchange_cards_in_memory`]) — unless the job is one
+/// node, where the netmod carries nothing and the exchange is skipped (as process mode does).
+/// The job's own record of failed and finished ranks backs the connections' view, so a rank
+/// that fails before it ever connected is seen to fail.
 #[cfg(feature = "tcp")]
 impl FromFabric for netmod_tcp::TcpNetmod {
     fn from_fabric(fabric: Arc<Fabric>, me: u32, job: &ThreadJob) -> Result<Self> {
-        use std::collections::HashMap;
-        use std::net::SocketAddr;
-        use std::sync::{Condvar, OnceLock};
-        /// Per job: every rank's address, how many ranks have read the table, the job key.
-        type Book = HashMap<usize, (Vec<Option<SocketAddr>>, u32, u64)>;
-        static BOOKS: OnceLock<(Mutex<Book>, Condvar)> = OnceLock::new();
-        let cfg = *fabric.config();
-        let loopback: SocketAddr = ([127, 0, 0, 1], 0).into();
-        let watched = |mut net: netmod_tcp::TcpNetmod| {
+        let ranks = fabric.config().ranks;
+        let loopback: std::net::SocketAddr = ([127, 0, 0, 1], 0).into();
+        let open = |key| {
+            let mut net = netmod_tcp::TcpNetmod::bind(me, ranks, key, loopback)?;
             job.limit_net(&mut net);
-            let fabric = fabric.clone();
-            net.watch_peers(Arc::new(move |g| fabric.peer_state(g)));
-            net
+            let watched = fabric.clone();
+            net.watch_peers(Arc::new(move |g| watched.peer_state(g)));
+            Ok(net)
         };
+        let cfg = fabric.config();
         if cfg.ranks_per_node >= cfg.ranks {
             // One node: no rank is reached through the netmod.
-            let net =
-                netmod_tcp::TcpNetmod::bind(me, cfg.ranks, crate::process::random_key(), loopback)?;
-            return Ok(watched(net));
+            return open(crate::process::random_key());
         }
-        let (lock, cv) = BOOKS.get_or_init(|| (Mutex::new(HashMap::new()), Condvar::new()));
-        let key = Arc::as_ptr(&fabric) as usize;
-        fn poisoned<T>(_: T) -> Error {
-            Error::new(ErrorKind::PeerFailed, "a rank panicked during setup")
-        }
-        let mut books = lock.lock().map_err(poisoned)?;
-        // The first rank of the job draws its key; a predictable one would let any local
-        // process pass for a rank.
-        let entry = books.entry(key).or_insert_with(|| {
-            (
-                vec![None; cfg.ranks as usize],
-                0,
-                crate::process::random_key(),
-            )
-        });
-        let mut net = watched(netmod_tcp::TcpNetmod::bind(
-            me, cfg.ranks, entry.2, loopback,
-        )?);
-        entry.0[me as usize] = Some(net.local_addr());
-        cv.notify_all();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        loop {
-            let book = books.get(&key).map(|b| b.0.clone()).unwrap_or_default();
-            if book.iter().all(Option::is_some) {
-                for (r, a) in book.into_iter().enumerate() {
-                    if let Some(a) = a {
-                        net.set_address(r as Gpid, a)?;
-                    }
+        exchange_cards_in_memory(&fabric, me, open)
+    }
+}
+
+/// The business-card exchange of process mode, for ranks that are threads of one process: rank
+/// `me` opens its netmod with `open(job_key)` (the key drawn by the first rank of the job to
+/// get here), publishes its card in a table in this process, waits for every rank's, and
+/// learns them. Fails after 30 s, or as soon as a rank of the job has failed, rather than wait
+/// for a card that will never come.
+#[cfg_attr(not(feature = "tcp"), allow(dead_code))] // every network netmod uses it
+pub(crate) fn exchange_cards_in_memory<N: Bootstrap>(
+    fabric: &Arc<Fabric>,
+    me: u32,
+    open: impl FnOnce(u64) -> Result<N>,
+) -> Result<N> {
+    use std::collections::HashMap;
+    use std::sync::{Condvar, OnceLock};
+    /// Per job (by its fabric's address): every rank's card, how many ranks have read the
+    /// table, the job key.
+    type Book = HashMap<usize, (Vec<Option<Vec<u8>>>, u32, u64)>;
+    static BOOKS: OnceLock<(Mutex<Book>, Condvar)> = OnceLock::new();
+    fn poisoned<T>(_: T) -> Error {
+        Error::new(ErrorKind::PeerFailed, "a rank panicked during setup")
+    }
+    let ranks = fabric.config().ranks;
+    let (lock, cv) = BOOKS.get_or_init(|| (Mutex::new(HashMap::new()), Condvar::new()));
+    let job = Arc::as_ptr(fabric) as usize;
+    let mut books = lock.lock().map_err(poisoned)?;
+    // The first rank of the job draws its key; a predictable one would let any local process
+    // pass for a rank.
+    let key = books
+        .entry(job)
+        .or_insert_with(|| (vec![None; ranks as usize], 0, crate::process::random_key()))
+        .2;
+    let mut net = open(key)?;
+    let card = net.business_card()?;
+    if let Some(book) = books.get_mut(&job) {
+        book.0[me as usize] = Some(card);
+    }
+    cv.notify_all();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let cards: Option<Vec<Vec<u8>>> =
+            books.get(&job).and_then(|b| b.0.iter().cloned().collect());
+        if let Some(cards) = cards {
+            // The last rank to read the table removes it.
+            if let Some(b) = books.get_mut(&job) {
+                b.1 += 1;
+                if b.1 == ranks {
+                    books.remove(&job);
                 }
-                // The last rank to read the table removes it.
-                if let Some(b) = books.get_mut(&key) {
-                    b.1 += 1;
-                    if b.1 == cfg.ranks {
-                        books.remove(&key);
-                    }
-                }
-                return Ok(net);
             }
-            let now = std::time::Instant::now();
-            if now >= deadline
-                || (0..cfg.ranks).any(|g| fabric.peer_state(g) != ch4_core::PeerState::Alive)
-            {
-                return Err(Error::new(
-                    ErrorKind::Transport,
-                    "the other ranks never published their TCP addresses",
-                ));
-            }
-            let wait = (deadline - now).min(std::time::Duration::from_millis(50));
-            books = cv.wait_timeout(books, wait).map_err(poisoned)?.0;
+            drop(books);
+            net.learn_cards(&cards)?;
+            return Ok(net);
         }
+        let now = std::time::Instant::now();
+        if now >= deadline || (0..ranks).any(|g| fabric.peer_state(g) != ch4_core::PeerState::Alive)
+        {
+            return Err(Error::new(
+                ErrorKind::Transport,
+                "the other ranks never published their business cards",
+            ));
+        }
+        let wait = (deadline - now).min(std::time::Duration::from_millis(50));
+        books = cv.wait_timeout(books, wait).map_err(poisoned)?.0;
     }
 }
 
