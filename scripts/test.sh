@@ -10,12 +10,35 @@ if ! command -v cargo >/dev/null 2>&1; then
     exit 1
 fi
 
+# Installs Debian packages when we are root on a Debian-like system (returns 1 otherwise);
+# the package lists are updated once, before the first install.
+apt_updated=no
+apt_install() {
+    if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+        return 1
+    fi
+    if [ "$apt_updated" = no ]; then
+        apt-get update -qq
+        apt_updated=yes
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+# libfabric >= 1.17 with its headers' pkg-config file (libfabric-sys links it; netmod-ofi's
+# tests run over its tcp and shm providers) and fi_info, to inspect the providers.
+if ! command -v pkg-config >/dev/null 2>&1 ||
+    ! pkg-config --atleast-version 1.17 libfabric 2>/dev/null ||
+    ! command -v fi_info >/dev/null 2>&1; then
+    echo "installing Debian's libfabric-dev, libfabric-bin and pkg-config (for libfabric-sys)..."
+    apt_install libfabric-dev libfabric-bin pkg-config ||
+        echo "note: libfabric >= 1.17 is missing and cannot be installed here; libfabric-sys will not build"
+fi
+
 # MPICH's Hydra launcher, for the test that runs our binaries under mpiexec.hydra.
 if ! command -v mpiexec.hydra >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "installing Debian's mpich (for mpiexec.hydra)..."
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mpich >/dev/null
+        apt_install mpich
     else
         echo "note: mpiexec.hydra is missing and cannot be installed here; its test will skip"
     fi
@@ -25,8 +48,7 @@ fi
 if [ ! -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] && [ -z "${OSU_PLOT_FONT:-}" ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "installing Debian's fonts-dejavu-core (for the chart tests)..."
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fonts-dejavu-core >/dev/null
+        apt_install fonts-dejavu-core
     else
         echo "note: DejaVu Sans is missing (fonts-dejavu-core); the chart tests will fail"
     fi
