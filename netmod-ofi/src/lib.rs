@@ -1,9 +1,20 @@
-//! libfabric netmod for ch4; this commit holds its provider layer, the engine comes next.
+//! The libfabric (OFI) netmod of ch4: MPI point-to-point carried by libfabric's tagged
+//! messages and matched by the provider, as MPICH's ch4:ofi does — the natively matching half
+//! of the CH4 design.
 //!
-//! The engine will implement ch4-core's netmod traits natively: MPI's matching done by the
-//! provider's tagged messages (`fi_tsend` / `fi_trecv`), as MPICH's ch4:ofi does, for
-//! networks whose libfabric provider matches in hardware or in its own queues. It will sit on
-//! [`provider`], which wraps the libfabric calls it needs (over the raw bindings of
-//! `libfabric-sys`) and knows nothing of ch4's traits.
+//! - [`provider`] wraps the libfabric calls the netmod needs (over the raw bindings of
+//!   `libfabric-sys`) and knows nothing of ch4: provider selection, one tagged RDM endpoint, the
+//!   data path on raw buffers, completions.
+//! - [`tag`] lays out the 64 match bits (protocol, context id, source rank, tag) and the remote
+//!   CQ data (the sender's process, a synchronous send's acknowledgement).
+//! - [`OfiNetmod`] is the netmod (`Netmod`, and `Bootstrap` for joining a job by business
+//!   cards); [`OfiEngine`] its engine, ch4-core's native-engine contract over the provider's
+//!   asynchronous completion queue.
 
+mod engine;
+mod netmod;
 pub mod provider;
+pub mod tag;
+
+pub use engine::OfiEngine;
+pub use netmod::OfiNetmod;

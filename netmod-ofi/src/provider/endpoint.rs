@@ -7,10 +7,10 @@ use std::ptr::{addr_of_mut, null_mut};
 use ch4_core::{Error, ErrorKind, Result};
 use libfabric_sys::{
     errstr, fi_addr_t, fi_av_attr, fi_av_insert, fi_av_open, fi_cancel, fi_close, fi_context2,
-    fi_cq_attr, fi_cq_err_entry, fi_cq_open, fi_cq_read, fi_cq_readerr, fi_cq_strerror,
-    fi_cq_tagged_entry, fi_domain, fi_enable, fi_endpoint, fi_ep_bind, fi_fabric, fi_getname,
-    fi_msg_tagged, fi_tinject, fi_trecv, fi_trecvmsg, fi_tsend, fi_tsendv, fid_av, fid_cq,
-    fid_domain, fid_ep, fid_fabric, iovec, FI_ADDR_NOTAVAIL, FI_ADDR_STR, FI_ADDR_UNSPEC,
+    fi_cq_attr, fi_cq_err_entry, fi_cq_open, fi_cq_read, fi_cq_readerr, fi_cq_tagged_entry,
+    fi_domain, fi_enable, fi_endpoint, fi_ep_bind, fi_fabric, fi_getname, fi_msg_tagged,
+    fi_tinject, fi_tinjectdata, fi_trecv, fi_trecvmsg, fi_tsend, fi_tsenddata, fi_tsendv, fid_av,
+    fid_cq, fid_domain, fid_ep, fid_fabric, iovec, FI_ADDR_NOTAVAIL, FI_ADDR_STR, FI_ADDR_UNSPEC,
     FI_AV_TABLE, FI_CLAIM, FI_CQ_FORMAT_TAGGED, FI_DISCARD, FI_EAGAIN, FI_EAVAIL, FI_ECANCELED,
     FI_ENOENT, FI_ETOOSMALL, FI_ETRUNC, FI_PEEK, FI_RECV, FI_TRANSMIT, FI_WAIT_NONE,
 };
@@ -61,6 +61,8 @@ pub struct CqError {
     pub olen: usize,
     /// The message's tag, for a receive.
     pub tag: u64,
+    /// The message's remote CQ data, for a receive (a truncated one too).
+    pub data: u64,
 }
 
 impl CqError {
@@ -297,6 +299,53 @@ impl Endpoint {
         posted("fi_tinject", r)
     }
 
+    /// [`tinject`](Endpoint::tinject) with `data` delivered in the receiver's completion
+    /// (remote CQ data, at most [`Info::cq_data_size`] bytes of it).
+    ///
+    /// # Errors
+    ///
+    /// As for [`tinject`](Endpoint::tinject).
+    #[inline]
+    pub fn tinjectdata(&self, buf: &[u8], data: u64, dest: fi_addr_t, tag: u64) -> Result<Posted> {
+        if buf.len() > self.inject_size {
+            return Err(self.too_long("fi_tinjectdata", buf.len(), self.inject_size));
+        }
+        self.check_dest("fi_tinjectdata", dest)?;
+        // SAFETY: as for `tinject`: the endpoint is live, `buf` readable during the call,
+        // which copies it, and `dest` in the AV.
+        let r = unsafe { fi_tinjectdata(self.ep, buf.as_ptr().cast(), buf.len(), data, dest, tag) };
+        posted("fi_tinjectdata", r)
+    }
+
+    /// [`tsend`](Endpoint::tsend) with `data` delivered in the receiver's completion.
+    ///
+    /// # Safety
+    ///
+    /// As for [`tsend`](Endpoint::tsend).
+    ///
+    /// # Errors
+    ///
+    /// As for [`tsend`](Endpoint::tsend).
+    #[inline]
+    #[allow(clippy::too_many_arguments)] // fi_tsenddata's own arguments, one for one
+    pub unsafe fn tsenddata(
+        &self,
+        buf: *const u8,
+        len: usize,
+        desc: *mut c_void,
+        data: u64,
+        dest: fi_addr_t,
+        tag: u64,
+        ctx: *mut fi_context2,
+    ) -> Result<Posted> {
+        self.check_dest("fi_tsenddata", dest)?;
+        // SAFETY: the endpoint is live and `dest` in the AV; buffer, descriptor and context
+        // meet the caller's contract (tsend's).
+        let r =
+            unsafe { fi_tsenddata(self.ep, buf.cast(), len, desc, data, dest, tag, ctx.cast()) };
+        posted("fi_tsenddata", r)
+    }
+
     /// Posts a send of `len` bytes at `buf` to `dest` with `tag`; its completion (with
     /// `op_context == ctx`) comes from [`poll`](Endpoint::poll).
     ///
@@ -511,6 +560,7 @@ impl Endpoint {
             len: e.len,
             olen: e.olen,
             tag: e.tag,
+            data: e.data,
         }))
     }
 
@@ -518,19 +568,13 @@ impl Endpoint {
     /// [`ErrorKind::Truncate`], connection errors: [`ErrorKind::PeerFailed`], others:
     /// [`ErrorKind::Transport`]), with libfabric's and the provider's messages. (A canceled
     /// operation is no error in MPI; the engine handles it before asking this.)
+    ///
+    /// The provider's own text for `prov_errno` (`fi_cq_strerror`) is not asked for: on
+    /// libfabric 1.17's `tcp;ofi_rxm` it leaves a lock of the CQ held, and the next
+    /// `fi_cq_read` then blocks forever. The number is reported instead.
     #[cold]
     pub fn completion_error(&self, e: &CqError) -> Error {
-        // SAFETY: the CQ is live; no error data (null) and no output buffer (null, 0): the
-        // provider returns a pointer to a static or CQ-owned string, read at once.
-        let prov =
-            unsafe { fi_cq_strerror(self.cq, e.prov_errno, std::ptr::null(), null_mut(), 0) };
-        let prov = if prov.is_null() {
-            String::new()
-        } else {
-            // SAFETY: non-null and NUL-terminated, valid until the next call on the CQ.
-            let s = unsafe { std::ffi::CStr::from_ptr(prov) }.to_string_lossy();
-            format!("; provider: {s} ({})", e.prov_errno)
-        };
+        let prov = format!("; provider error {}", e.prov_errno);
         Error::new(
             kind_of(e.err),
             format!(

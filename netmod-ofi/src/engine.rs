@@ -1,0 +1,757 @@
+//! `OfiEngine`: MPI point-to-point on libfabric's tagged messages, matched by the provider —
+//! ch4-core's native-engine contract (ARCHITECTURE.md, "Natively matching engines") over a real,
+//! asynchronous network.
+//!
+//! - Sends: up to the inject size (and not synchronous) `fi_tinjectdata`, which copies, with no
+//!   request; longer ones `fi_tsenddata` from the user's buffer (a packed copy for a layout),
+//!   completed by the provider's completion; large messages go by the provider's own
+//!   rendezvous. A synchronous send first posts a receive for its acknowledgement (in the ACK
+//!   tag space, named in the message's CQ data) and completes when both are done.
+//! - Receives: `fi_trecv` into the user's buffer (a bounce buffer for a layout), any source
+//!   (the rank is in the match bits); the completion brings the tag, the length and, in the CQ
+//!   data, the sender's process.
+//! - Probes: `FI_PEEK` (`| FI_CLAIM` for a matched probe, whose message is then received with
+//!   `FI_CLAIM` or dropped with `FI_CLAIM | FI_DISCARD`), answered through the completion queue.
+//! - Cancel: `fi_cancel`, then this engine's completion queue until the operation is reported
+//!   cancelled or complete; never trusted from the call's return code.
+//! - Posts the provider refuses ("try again") wait in order and are retried from progress.
+
+use std::time::Instant;
+
+use ch4_core::native::OpIndex;
+use ch4_core::request::{
+    CancelState, Message, NativeHalf, RecvState, ReqHandle, Request, RequestKind, SendState,
+};
+use ch4_core::transport::{Caps, Cx, P2p, Partner, SendOp};
+use ch4_core::{Envelope, Error, ErrorKind, Result, SendMode, Status};
+use libfabric_sys::{
+    fi_cq_tagged_entry, fi_msg_tagged, iovec, FI_ADDR_UNSPEC, FI_CLAIM, FI_DISCARD, FI_ENOMSG,
+    FI_PEEK,
+};
+
+use crate::netmod::{vanished, OfiNetmod, Op, OpKind, Payload, Peeked, QueuedRecv, QueuedSend};
+use crate::provider::{Completions, CqError, Posted};
+use crate::tag;
+
+/// The engine of [`OfiNetmod`] (all its state lives in the netmod and the core's requests).
+pub struct OfiEngine;
+
+type Net = OfiNetmod;
+
+/// Completions read per `fi_cq_read`.
+const CQ_BATCH: usize = 32;
+
+/// The engine word naming operation `i` (0 is "none").
+#[inline(always)]
+fn word_of(i: OpIndex) -> u64 {
+    u64::from(i) + 1
+}
+
+/// The operation an engine word names.
+#[inline(always)]
+fn op_of(word: u64) -> Option<OpIndex> {
+    word.checked_sub(1).map(|i| i as OpIndex)
+}
+
+impl P2p<Net> for OfiEngine {
+    const NATIVE_MATCHING: bool = true;
+    const TAG_UB: i32 = tag::TAG_UB;
+
+    fn caps(net: &Net) -> Caps {
+        let (iov_limit, max_message) = match &net.ep {
+            Some(ep) => (ep.info().iov_limit(), ep.info().max_msg_size()),
+            None => (usize::MAX, usize::MAX),
+        };
+        Caps {
+            tag_ub: tag::TAG_UB,
+            max_processes: tag::MAX_PROCESSES,
+            detects_unmatched_ready: false,
+            iov_limit,
+            max_message,
+        }
+    }
+
+    #[inline]
+    fn isend<P: Partner>(cx: &mut Cx<'_, Net, P>, op: SendOp) -> Result<ReqHandle> {
+        let net = &mut *cx.transport;
+        let sync = op.mode == SendMode::Synchronous;
+        let bits = tag::send_tag(&op.env)?;
+        let total = op.buf.packed_len();
+        if !sync && total <= net.inject {
+            if let Some(data) = op.buf.contiguous() {
+                let q = QueuedSend {
+                    dest: op.dest,
+                    tag: bits,
+                    data: tag::cq_data(net.me, 0),
+                    payload: Payload::Copy(Vec::new()),
+                };
+                if net.sends.is_empty() {
+                    // The provider copies it: done at once, with no request.
+                    if net
+                        .ep()?
+                        .tinjectdata(data, q.data, u64::from(op.dest), bits)?
+                        == Posted::Done
+                    {
+                        return Ok(ReqHandle::DONE);
+                    }
+                }
+                net.sends.push_back(QueuedSend {
+                    payload: Payload::Copy(data.to_vec()),
+                    ..q
+                });
+                return Ok(ReqHandle::DONE);
+            }
+        }
+        start_send(cx, op, bits, total, sync)
+    }
+
+    fn irecv<P: Partner>(cx: &mut Cx<'_, Net, P>, req: ReqHandle) -> Result<()> {
+        let Some(r) = cx.core.requests.get_mut(req).and_then(Request::recv_mut) else {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                "OFI irecv on a non-receive",
+            ));
+        };
+        let (bits, ignore) = tag::recv_tag(&r.want)?;
+        let net = &mut *cx.transport;
+        let (i, dst, cap) = recv_slot(net, req, r)?;
+        let posted = net.recv_in_order(QueuedRecv {
+            op: i,
+            dst,
+            cap,
+            bits,
+            ignore,
+        });
+        if posted.is_err() {
+            net.ops.remove(i);
+            r.engine = 0;
+        }
+        posted
+    }
+
+    fn cancel_recv<P: Partner>(cx: &mut Cx<'_, Net, P>, req: ReqHandle) -> Result<bool> {
+        let Some(r) = cx.core.requests.get_mut(req).and_then(Request::recv_mut) else {
+            return Ok(false);
+        };
+        match r.native {
+            NativeHalf::Posted { partnered } => r.native = NativeHalf::CancelAsked { partnered },
+            NativeHalf::CancelAsked { .. } => {}
+            NativeHalf::Matched => return Ok(false),
+            NativeHalf::NotPosted => {
+                return Ok(!cx.core.requests.get(req).is_some_and(|r| r.complete))
+            }
+        }
+        let net = &mut *cx.transport;
+        let Some(i) = op_of(r.engine).filter(|&i| net.ops.get(i).is_some_and(|o| o.req == req))
+        else {
+            // No operation in the provider (the endpoint was closed, ending them all).
+            r.native = NativeHalf::NotPosted;
+            r.engine = 0;
+            return Ok(true);
+        };
+        // Not yet handed to the provider: take it back, cancelled for certain.
+        let queued = net.recvs.len();
+        net.recvs.retain(|q| q.op != i);
+        if net.recvs.len() < queued {
+            net.ops.remove(i);
+            r.native = NativeHalf::NotPosted;
+            r.engine = 0;
+            return Ok(true);
+        }
+        let ctx = net.ops.context_ptr(i).ok_or_else(vanished)?;
+        // SAFETY: `ctx` is the context of this endpoint's outstanding receive `i`.
+        unsafe { net.ep()?.cancel(ctx)? };
+        // The answer comes through the completion queue: cancelled, or completed after all.
+        drive_until_released(cx, i, req)?;
+        Ok(match cx.core.requests.get(req) {
+            Some(r) => !r.complete,
+            None => true,
+        })
+    }
+
+    fn cancel_send<P: Partner>(_cx: &mut Cx<'_, Net, P>, _req: ReqHandle) -> Result<()> {
+        // A tagged send cannot be taken back from the provider: the cancel fails, as MPI
+        // allows, and the send completes normally.
+        Ok(())
+    }
+
+    fn iprobe<P: Partner>(cx: &mut Cx<'_, Net, P>, want: &Envelope) -> Result<Option<Status>> {
+        Ok(peek(cx, want, false)?.map(|(_, p)| probe_status(&p)))
+    }
+
+    fn improbe<P: Partner>(
+        cx: &mut Cx<'_, Net, P>,
+        want: &Envelope,
+    ) -> Result<Option<(Message, Status)>> {
+        let Some((i, p)) = peek(cx, want, true)? else {
+            return Ok(None);
+        };
+        let (source, tag) = tag::source_and_tag(p.bits);
+        let (src, _) = tag::from_cq_data(p.data);
+        let env = Envelope {
+            context: want.context,
+            source,
+            tag,
+        };
+        Ok(Some((
+            Message::Native {
+                env,
+                src,
+                token: u64::from(i),
+            },
+            probe_status(&p),
+        )))
+    }
+
+    fn imrecv<P: Partner>(cx: &mut Cx<'_, Net, P>, msg: Message, req: ReqHandle) -> Result<()> {
+        let Message::Native { token, .. } = msg else {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                "a message of the core's queues handed to the OFI engine",
+            ));
+        };
+        let net = &mut *cx.transport;
+        let i = token as OpIndex;
+        let Some(Op {
+            kind: OpKind::Claimed(_),
+            ..
+        }) = net.ops.get(i)
+        else {
+            return Err(Error::new(
+                ErrorKind::Request,
+                "matched-probe message already received",
+            ));
+        };
+        let Some(r) = cx.core.requests.get_mut(req).and_then(Request::recv_mut) else {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                "OFI imrecv on a non-receive",
+            ));
+        };
+        let (dst, cap, bounce) = landing(r);
+        if let Some(o) = net.ops.get_mut(i) {
+            *o = Op {
+                req,
+                kind: OpKind::Recv,
+                bounce,
+            };
+        }
+        let dst = match net.ops.get_mut(i).and_then(|o| o.bounce.as_mut()) {
+            Some(b) => b.as_mut_ptr(),
+            None => dst,
+        };
+        r.engine = word_of(i);
+        let iov = iovec {
+            iov_base: dst.cast(),
+            iov_len: cap,
+        };
+        claim(net, i, Some(&iov), FI_CLAIM)
+    }
+
+    fn discard<P: Partner>(cx: &mut Cx<'_, Net, P>, msg: Message) -> Result<()> {
+        let Message::Native { token, .. } = msg else {
+            return Ok(());
+        };
+        let net = &mut *cx.transport;
+        let i = token as OpIndex;
+        let Some(Op {
+            kind: OpKind::Claimed(p),
+            ..
+        }) = net.ops.get(i)
+        else {
+            return Ok(());
+        };
+        let p = *p;
+        // The message matched (the probe took it): a synchronous sender is acknowledged.
+        acknowledge(net, p.data)?;
+        if let Some(o) = net.ops.get_mut(i) {
+            o.kind = OpKind::Discarding;
+        }
+        claim(net, i, None, FI_CLAIM | FI_DISCARD)
+    }
+
+    fn quiesce<P: Partner>(cx: &mut Cx<'_, Net, P>, req: ReqHandle) -> Result<()> {
+        let word = match cx.core.requests.get(req).map(|r| &r.kind) {
+            Some(RequestKind::Recv(r)) => {
+                if matches!(r.native, NativeHalf::Posted { .. }) {
+                    // Whatever the answer, the operation has ended once it comes.
+                    Self::cancel_recv(cx, req)?;
+                    return Ok(());
+                }
+                r.engine
+            }
+            Some(RequestKind::Send(s)) => s.engine,
+            _ => return Ok(()),
+        };
+        let net = &mut *cx.transport;
+        let Some(i) = op_of(word).filter(|&i| net.ops.get(i).is_some_and(|o| o.req == req)) else {
+            return Ok(());
+        };
+        // A send the provider refused is still queued here: take it back.
+        let queued = net.sends.len();
+        net.sends
+            .retain(|q| !matches!(q.payload, Payload::Raw { op, .. } if op == i));
+        if net.sends.len() < queued {
+            net.ops.remove(i);
+            if let Some(s) = cx.core.requests.get_mut(req).and_then(Request::send_mut) {
+                s.engine = 0;
+            }
+            return Ok(());
+        }
+        drive_until_released(cx, i, req)
+    }
+
+    #[inline]
+    fn progress<P: Partner>(cx: &mut Cx<'_, Net, P>) -> Result<usize> {
+        progress_own(cx)
+    }
+}
+
+/// The send path past the inject case: a request, an operation slot, and the message posted
+/// from the user's buffer (or queued behind earlier refused ones).
+fn start_send<P: Partner>(
+    cx: &mut Cx<'_, Net, P>,
+    op: SendOp,
+    bits: u64,
+    total: usize,
+    sync: bool,
+) -> Result<ReqHandle> {
+    let dest = op.dest;
+    let bounce = match op.buf.raw_parts() {
+        Some(_) => None,
+        None => Some(op.buf.to_vec()?),
+    };
+    let h = cx.core.requests.insert(Request {
+        complete: false,
+        status: Status::EMPTY,
+        kind: RequestKind::Send(SendState {
+            route: cx.route,
+            dest,
+            env: op.env,
+            mode: op.mode,
+            buf: op.buf,
+            total,
+            sent: total,
+            accepted: total,
+            engine: 0,
+            pending: 1 + u8::from(sync),
+            cancel: CancelState::None,
+        }),
+    })?;
+    let started = post_send(cx, h, dest, bits, sync, bounce);
+    if let Err(e) = started {
+        // Nothing reached the provider (posting failed outright): forget the operations.
+        let net = &mut *cx.transport;
+        let ids: Vec<OpIndex> = net
+            .ops
+            .iter()
+            .filter(|(_, o)| o.req == h)
+            .map(|(i, _)| i)
+            .collect();
+        for i in ids {
+            net.ops.remove(i);
+        }
+        cx.core.requests.remove(h);
+        return Err(e);
+    }
+    Ok(h)
+}
+
+fn post_send<P: Partner>(
+    cx: &mut Cx<'_, Net, P>,
+    h: ReqHandle,
+    dest: ch4_core::Gpid,
+    bits: u64,
+    sync: bool,
+    bounce: Option<Vec<u8>>,
+) -> Result<()> {
+    let net = &mut *cx.transport;
+    let mut ack = 0u32;
+    if sync {
+        // The acknowledgement's receive goes first, so the acknowledgement never waits.
+        let a = net.ops.insert(Op {
+            req: h,
+            kind: OpKind::AckRecv,
+            bounce: None,
+        });
+        ack = word_of(a) as u32;
+        net.recv_in_order(QueuedRecv {
+            op: a,
+            dst: std::ptr::null_mut(),
+            cap: 0,
+            bits: tag::ack_tag(ack),
+            ignore: 0,
+        })?;
+    }
+    let i = net.ops.insert(Op {
+        req: h,
+        kind: OpKind::Send,
+        bounce,
+    });
+    let Some(Request {
+        kind: RequestKind::Send(s),
+        ..
+    }) = cx.core.requests.get_mut(h)
+    else {
+        return Err(Error::new(ErrorKind::Internal, "OFI send request vanished"));
+    };
+    s.engine = word_of(i);
+    let (ptr, len) = match (
+        net.ops.get(i).and_then(|o| o.bounce.as_ref()),
+        s.buf.raw_parts(),
+    ) {
+        (Some(b), _) => (b.as_ptr(), b.len()),
+        (None, Some(p)) => p,
+        (None, None) => return Err(vanished()),
+    };
+    net.send_in_order(QueuedSend {
+        dest,
+        tag: bits,
+        data: tag::cq_data(net.me, ack),
+        payload: Payload::Raw { ptr, len, op: i },
+    })
+}
+
+/// Takes an operation slot for receive `req` and says where the provider writes.
+fn recv_slot(
+    net: &mut Net,
+    req: ReqHandle,
+    r: &mut RecvState,
+) -> Result<(OpIndex, *mut u8, usize)> {
+    let (dst, cap, bounce) = landing(r);
+    let i = net.ops.insert(Op {
+        req,
+        kind: OpKind::Recv,
+        bounce,
+    });
+    r.engine = word_of(i);
+    let dst = match net.ops.get_mut(i).and_then(|o| o.bounce.as_mut()) {
+        Some(b) => b.as_mut_ptr(),
+        None => dst,
+    };
+    Ok((i, dst, cap))
+}
+
+/// Where a receive lands: the user's buffer through its raw parts, or a bounce buffer of its
+/// capacity when it has a layout (the pointer is then the bounce buffer's, fixed once the
+/// buffer is in its slot).
+fn landing(r: &mut RecvState) -> (*mut u8, usize, Option<Vec<u8>>) {
+    match r.buf.raw_parts() {
+        Some((p, n)) => (p, n, None),
+        None => {
+            let cap = r.buf.capacity();
+            (std::ptr::null_mut(), cap, Some(vec![0u8; cap]))
+        }
+    }
+}
+
+/// A `FI_CLAIM` receive (or discard) of the message operation `i` claimed.
+fn claim(net: &mut Net, i: OpIndex, iov: Option<&iovec>, flags: u64) -> Result<()> {
+    let ctx = net.ops.context_ptr(i).ok_or_else(vanished)?;
+    let msg = fi_msg_tagged {
+        msg_iov: iov.map_or(std::ptr::null(), |v| v as *const iovec),
+        desc: std::ptr::null_mut(),
+        iov_count: usize::from(iov.is_some()),
+        addr: FI_ADDR_UNSPEC,
+        tag: 0,
+        ignore: 0,
+        context: ctx.cast(),
+        data: 0,
+    };
+    // SAFETY: the iovec (if any) describes the receive's landing place, kept by the device
+    // until the completion is read; `ctx` is the claimed operation's fixed slot, as FI_CLAIM
+    // requires (the peek's context).
+    match unsafe { net.ep()?.trecvmsg(&msg, flags)? } {
+        Posted::Done => Ok(()),
+        Posted::Again => Err(Error::new(
+            ErrorKind::Exhausted,
+            "the provider refused a claimed receive for now; try again",
+        )),
+    }
+}
+
+/// A probe: posts a peek and reads this engine's completions until its answer is in. With
+/// `claim`, a found message stays claimed in the returned slot.
+fn peek<P: Partner>(
+    cx: &mut Cx<'_, Net, P>,
+    want: &Envelope,
+    claim: bool,
+) -> Result<Option<(OpIndex, Peeked)>> {
+    let (bits, ignore) = tag::recv_tag(want)?;
+    let net = &mut *cx.transport;
+    let i = net.ops.insert(Op {
+        req: ReqHandle::DONE,
+        kind: OpKind::Peek { claim, found: None },
+        bounce: None,
+    });
+    let ctx = net.ops.context_ptr(i).ok_or_else(vanished)?;
+    let msg = fi_msg_tagged {
+        msg_iov: std::ptr::null(),
+        desc: std::ptr::null_mut(),
+        iov_count: 0,
+        addr: FI_ADDR_UNSPEC,
+        tag: bits,
+        ignore,
+        context: ctx.cast(),
+        data: 0,
+    };
+    let flags = if claim { FI_PEEK | FI_CLAIM } else { FI_PEEK };
+    // SAFETY: a peek moves no data; `ctx` is the fixed slot of operation `i`, freed only
+    // after its completion is read below (or the endpoint closed).
+    let posted = unsafe { net.ep().and_then(|ep| ep.trecvmsg(&msg, flags)) };
+    match posted {
+        Ok(Posted::Done) => {}
+        Ok(Posted::Again) => {
+            // No room to ask now: nothing found yet, as an iprobe may say.
+            net.ops.remove(i);
+            return Ok(None);
+        }
+        Err(e) => {
+            net.ops.remove(i);
+            return Err(e);
+        }
+    }
+    let start = Instant::now();
+    let limit = cx.core.config.cancel_limit;
+    loop {
+        match cx.transport.ops.get(i).map(|o| &o.kind) {
+            Some(OpKind::Peek { found: Some(_), .. }) | Some(OpKind::Claimed(_)) => break,
+            Some(_) => {}
+            None => return Ok(None), // answered "no message" (or the endpoint closed)
+        }
+        if start.elapsed() > limit {
+            cx.transport.close();
+            return Err(Error::new(
+                ErrorKind::Pending,
+                format!("the provider did not answer a probe within {limit:?}"),
+            ));
+        }
+        progress_own(cx)?;
+    }
+    let net = &mut *cx.transport;
+    match net.ops.get(i).map(|o| &o.kind) {
+        Some(OpKind::Claimed(p)) => Ok(Some((i, *p))),
+        Some(OpKind::Peek { found: Some(p), .. }) => {
+            let p = *p;
+            net.ops.remove(i);
+            Ok(Some((i, p)))
+        }
+        _ => Ok(None),
+    }
+}
+
+fn probe_status(p: &Peeked) -> Status {
+    let (source, tag) = tag::source_and_tag(p.bits);
+    Status::ok(source, tag, p.len)
+}
+
+/// Answers a synchronous sender whose message (its CQ `data` names an acknowledgement)
+/// matched here.
+fn acknowledge(net: &mut Net, data: u64) -> Result<()> {
+    let (src, ack) = tag::from_cq_data(data);
+    if ack == 0 {
+        return Ok(());
+    }
+    net.send_in_order(QueuedSend {
+        dest: src,
+        tag: tag::ack_tag(ack),
+        data: tag::cq_data(net.me, 0),
+        payload: Payload::Copy(Vec::new()),
+    })
+}
+
+/// One progress step of this engine alone: refused posts retried, then completions read in
+/// batches until the queue is empty.
+fn progress_own<P: Partner>(cx: &mut Cx<'_, Net, P>) -> Result<usize> {
+    if cx.transport.ep.is_none() {
+        return Ok(0);
+    }
+    let mut n = cx.transport.retry_queued()?;
+    let mut entries = [fi_cq_tagged_entry::default(); CQ_BATCH];
+    loop {
+        match cx.transport.ep()?.poll(&mut entries)? {
+            Completions::Read(0) => break,
+            Completions::Read(k) => {
+                for e in &entries[..k] {
+                    completed(cx, e)?;
+                }
+                n += k;
+                if k < CQ_BATCH {
+                    break;
+                }
+            }
+            Completions::Failed(e) => {
+                failed(cx, &e)?;
+                n += 1;
+            }
+        }
+    }
+    Ok(n)
+}
+
+/// A successful completion.
+fn completed<P: Partner>(cx: &mut Cx<'_, Net, P>, e: &fi_cq_tagged_entry) -> Result<()> {
+    let net = &mut *cx.transport;
+    // A context the table does not know is stale (its request went after a quiesce): drop it.
+    let Some(i) = net.ops.find(e.op_context.cast()) else {
+        return Ok(());
+    };
+    let Some(op) = net.ops.get_mut(i) else {
+        return Ok(());
+    };
+    if let OpKind::Peek { claim, found } = &mut op.kind {
+        let p = Peeked {
+            bits: e.tag,
+            len: e.len,
+            data: e.data,
+        };
+        if *claim {
+            op.kind = OpKind::Claimed(p);
+        } else {
+            *found = Some(p);
+        }
+        return Ok(());
+    }
+    let Some(op) = net.ops.remove(i) else {
+        return Ok(());
+    };
+    match op.kind {
+        OpKind::Send => {
+            if let Some(s) = cx.core.requests.get_mut(op.req).and_then(Request::send_mut) {
+                s.engine = 0;
+                cx.core.send_event_done(op.req);
+            }
+        }
+        OpKind::AckRecv => {
+            if cx.core.requests.get(op.req).is_some() {
+                cx.core.send_event_done(op.req);
+            }
+        }
+        OpKind::Recv => finish_recv(cx, op, e.tag, e.data, e.len, false)?,
+        OpKind::Discarding | OpKind::Claimed(_) | OpKind::Peek { .. } => {}
+    }
+    Ok(())
+}
+
+/// A receive's data is in: unpack a bounce buffer, acknowledge a synchronous sender, complete.
+fn finish_recv<P: Partner>(
+    cx: &mut Cx<'_, Net, P>,
+    op: Op,
+    bits: u64,
+    data: u64,
+    len: usize,
+    truncated: bool,
+) -> Result<()> {
+    acknowledge(cx.transport, data)?;
+    let Some(r) = cx.core.requests.get_mut(op.req).and_then(Request::recv_mut) else {
+        return Ok(()); // the receive is gone (its completion came after a quiesce)
+    };
+    let (source, tag) = tag::source_and_tag(bits);
+    r.engine = 0;
+    r.native = NativeHalf::NotPosted;
+    r.source_process = tag::from_cq_data(data).0;
+    let written = match &op.bounce {
+        Some(b) => r.buf.write_at(0, &b[..len.min(b.len())]),
+        None => len.min(r.buf.capacity()),
+    };
+    let mut st = Status::ok(source, tag, written);
+    if truncated {
+        st.error = Some(ErrorKind::Truncate);
+    }
+    cx.core.complete_recv(op.req, st);
+    Ok(())
+}
+
+/// An error completion: a cancelled or truncated receive, a probe that found nothing, a failed
+/// operation.
+fn failed<P: Partner>(cx: &mut Cx<'_, Net, P>, e: &CqError) -> Result<()> {
+    let net = &mut *cx.transport;
+    let Some(i) = net.ops.find(e.op_context.cast()) else {
+        return Ok(());
+    };
+    if let Some(Op {
+        kind: OpKind::Peek { .. },
+        ..
+    }) = net.ops.get(i)
+    {
+        // FI_ENOMSG: nothing matches (any other error: nothing we can report as found).
+        if e.err != FI_ENOMSG {
+            tracing::warn!(error = %net.ep()?.completion_error(e), "a probe failed");
+        }
+        net.ops.remove(i);
+        return Ok(());
+    }
+    let error = net.ep()?.completion_error(e);
+    let Some(op) = net.ops.remove(i) else {
+        return Ok(());
+    };
+    match op.kind {
+        OpKind::Recv if e.is_canceled() => {
+            if let Some(r) = cx.core.requests.get_mut(op.req).and_then(Request::recv_mut) {
+                r.engine = 0;
+                r.native = NativeHalf::NotPosted;
+            }
+        }
+        OpKind::Recv if e.is_truncation() => {
+            // The providers report neither the message's length nor how much they wrote: the
+            // whole buffer counts as delivered.
+            let cap = match cx.core.requests.get_mut(op.req).and_then(Request::recv_mut) {
+                Some(r) => r.buf.capacity(),
+                None => 0,
+            };
+            finish_recv(cx, op, e.tag, e.data, cap, true)?;
+        }
+        OpKind::Recv | OpKind::Send => {
+            if let Some(req) = cx.core.requests.get_mut(op.req) {
+                match &mut req.kind {
+                    RequestKind::Recv(r) => {
+                        r.engine = 0;
+                        r.native = NativeHalf::NotPosted;
+                    }
+                    RequestKind::Send(s) => s.engine = 0,
+                    RequestKind::Done => {}
+                }
+                req.status.error = Some(error.kind());
+                req.complete = true;
+            }
+            tracing::warn!(%error, "an OFI operation failed");
+        }
+        OpKind::AckRecv if e.is_canceled() => {}
+        OpKind::AckRecv => {
+            if let Some(req) = cx.core.requests.get_mut(op.req) {
+                req.status.error = Some(error.kind());
+                req.complete = true;
+            }
+        }
+        OpKind::Discarding | OpKind::Claimed(_) | OpKind::Peek { .. } => {}
+    }
+    Ok(())
+}
+
+/// Reads this engine's completions until operation `i` of request `req` has been reported
+/// (its slot freed), within the device's cancel limit; past it the endpoint is closed, which
+/// ends every operation on it.
+fn drive_until_released<P: Partner>(
+    cx: &mut Cx<'_, Net, P>,
+    i: OpIndex,
+    req: ReqHandle,
+) -> Result<()> {
+    let start = Instant::now();
+    let limit = cx.core.config.cancel_limit;
+    while cx.transport.ops.get(i).is_some_and(|o| o.req == req) {
+        if start.elapsed() > limit {
+            tracing::error!(
+                "the OFI provider did not end an operation in time; closing the endpoint"
+            );
+            cx.transport.close();
+            return Err(Error::new(
+                ErrorKind::Pending,
+                format!("the provider did not end an operation within {limit:?}"),
+            ));
+        }
+        if progress_own(cx)? == 0 {
+            std::thread::yield_now();
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,378 @@
+//! `OfiNetmod`: one tagged RDM endpoint of a rank, the contexts of its outstanding operations
+//! and the posts the provider refused, as ch4's netmod ([`Netmod`], [`Bootstrap`]).
+
+use std::collections::VecDeque;
+use std::ptr::null_mut;
+
+use ch4_core::bootstrap::Bootstrap;
+use ch4_core::native::{OpContexts, OpIndex};
+use ch4_core::transport::{AmSink, AmTransport, HandlerId, Netmod};
+use ch4_core::{Error, ErrorKind, Gpid, ReqHandle, Result};
+use libfabric_sys::{fi_context2, FI_ADDR_UNSPEC};
+
+use crate::engine::OfiEngine;
+use crate::provider::{select, Endpoint, Hints, Posted};
+use crate::tag;
+
+/// What the engine keeps with one outstanding operation.
+pub(crate) struct Op {
+    /// The request it serves ([`ReqHandle::DONE`] for a probe's peek).
+    pub req: ReqHandle,
+    pub kind: OpKind,
+    /// A contiguous stand-in for a buffer with a layout: a send's packed copy, or a receive's
+    /// landing place, unpacked at completion.
+    pub bounce: Option<Vec<u8>>,
+}
+
+/// What an operation is.
+pub(crate) enum OpKind {
+    /// A tagged send from the request's buffer.
+    Send,
+    /// A synchronous send's acknowledgement receive (no data).
+    AckRecv,
+    /// A tagged receive into the request's buffer.
+    Recv,
+    /// A probe's peek (`FI_PEEK`, with `claim`: `| FI_CLAIM`); the answer once it completed.
+    Peek { claim: bool, found: Option<Peeked> },
+    /// A message claimed by a matched probe, waiting for its receive or its discard.
+    Claimed(Peeked),
+    /// A claimed message being discarded (`FI_CLAIM | FI_DISCARD`).
+    Discarding,
+}
+
+/// What a peek learned of a message (`None` inside [`OpKind::Peek`]'s `found`: no message).
+#[derive(Clone, Copy)]
+pub(crate) struct Peeked {
+    pub bits: u64,
+    pub len: usize,
+    pub data: u64,
+}
+
+/// A send the provider refused for now ("try again"), kept in order.
+pub(crate) struct QueuedSend {
+    pub dest: Gpid,
+    pub tag: u64,
+    pub data: u64,
+    pub payload: Payload,
+}
+
+/// The bytes of a queued send.
+pub(crate) enum Payload {
+    /// A copy (a small message, whose buffer the program got back at once; an acknowledgement).
+    Copy(Vec<u8>),
+    /// The request's own buffer, sent with operation `op`'s context.
+    Raw {
+        ptr: *const u8,
+        len: usize,
+        op: OpIndex,
+    },
+}
+
+/// A receive the provider refused for now, kept in order (receives match in posting order).
+pub(crate) struct QueuedRecv {
+    pub op: OpIndex,
+    pub dst: *mut u8,
+    pub cap: usize,
+    pub bits: u64,
+    pub ignore: u64,
+}
+
+/// The libfabric netmod of one rank.
+pub struct OfiNetmod {
+    /// First, so that it is closed (ending every operation) before the contexts it may still
+    /// write are freed. `None` for a job on one node (nothing goes through the network), and
+    /// after the endpoint was closed because an operation would not end.
+    pub(crate) ep: Option<Endpoint>,
+    pub(crate) ops: OpContexts<fi_context2, Op>,
+    pub(crate) sends: VecDeque<QueuedSend>,
+    pub(crate) recvs: VecDeque<QueuedRecv>,
+    pub(crate) me: Gpid,
+    size: u32,
+    /// Messages up to this size are injected (copied by the provider, no completion).
+    pub(crate) inject: usize,
+    closed: bool,
+}
+
+// SAFETY: the endpoint is `Send` (see `Endpoint`); the other raw pointers (operation contexts,
+// queued buffers) point into this netmod's own table or into buffers lent to requests of the one
+// device that owns this netmod, and are used only inside that device's calls, which take it by
+// `&mut`: whichever thread has the device has the netmod.
+unsafe impl Send for OfiNetmod {}
+
+impl OfiNetmod {
+    /// The endpoint, or the error of a netmod that has none.
+    #[inline(always)]
+    pub(crate) fn ep(&self) -> Result<&Endpoint> {
+        match &self.ep {
+            Some(ep) => Ok(ep),
+            None => Err(self.no_endpoint()),
+        }
+    }
+
+    #[cold]
+    fn no_endpoint(&self) -> Error {
+        Error::new(
+            ErrorKind::Transport,
+            if self.closed {
+                "the OFI endpoint was closed after an operation would not end"
+            } else {
+                "the OFI netmod was not opened: this job was started on one node"
+            },
+        )
+    }
+
+    /// The provider this netmod runs over, if it is open.
+    pub fn provider(&self) -> Option<&str> {
+        self.ep.as_ref().map(|e| e.info().provider())
+    }
+
+    /// Operations the provider has not reported complete yet.
+    pub fn outstanding(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Closes the endpoint, which ends every operation on it: nothing is written into a
+    /// posted buffer afterwards. The last resort of a quiesce that timed out.
+    pub(crate) fn close(&mut self) {
+        self.ep = None;
+        self.closed = true;
+        self.sends.clear();
+        self.recvs.clear();
+        self.ops = OpContexts::new();
+    }
+
+    /// Posts (or, behind earlier refused ones, queues) a send; errors other than "try again"
+    /// are returned.
+    pub(crate) fn send_in_order(&mut self, q: QueuedSend) -> Result<()> {
+        if self.sends.is_empty() && self.post_send(&q)? {
+            return Ok(());
+        }
+        self.sends.push_back(q);
+        Ok(())
+    }
+
+    /// Posts (or queues) a receive.
+    pub(crate) fn recv_in_order(&mut self, q: QueuedRecv) -> Result<()> {
+        if self.recvs.is_empty() && self.post_recv(&q)? {
+            return Ok(());
+        }
+        self.recvs.push_back(q);
+        Ok(())
+    }
+
+    /// One attempt to post `q`: `Ok(false)` when the provider said "try again".
+    fn post_send(&self, q: &QueuedSend) -> Result<bool> {
+        let ep = self.ep()?;
+        let posted = match &q.payload {
+            Payload::Copy(v) if v.len() <= self.inject => {
+                ep.tinjectdata(v, q.data, u64::from(q.dest), q.tag)?
+            }
+            Payload::Copy(_) => {
+                return Err(Error::new(
+                    ErrorKind::Internal,
+                    "a queued copy longer than the inject size",
+                ))
+            }
+            Payload::Raw { ptr, len, op } => {
+                let ctx = self.ops.context_ptr(*op).ok_or_else(vanished)?;
+                // SAFETY: `ptr`/`len` are the request's buffer (its raw parts, or the bounce
+                // copy its operation owns), which the device keeps until this operation's
+                // completion is read (`P2p::quiesce`); `ctx` is the operation's slot, fixed
+                // until then.
+                unsafe {
+                    ep.tsenddata(
+                        *ptr,
+                        *len,
+                        null_mut(),
+                        q.data,
+                        u64::from(q.dest),
+                        q.tag,
+                        ctx,
+                    )?
+                }
+            }
+        };
+        Ok(posted == Posted::Done)
+    }
+
+    fn post_recv(&self, q: &QueuedRecv) -> Result<bool> {
+        let ep = self.ep()?;
+        let ctx = self.ops.context_ptr(q.op).ok_or_else(vanished)?;
+        // SAFETY: `dst`/`cap` are the receive's buffer (raw parts, or its operation's bounce
+        // buffer), kept by the device until the completion is read (`P2p::quiesce`); `ctx` is
+        // the operation's fixed slot.
+        let posted = unsafe { ep.trecv(q.dst, q.cap, FI_ADDR_UNSPEC, q.bits, q.ignore, ctx)? };
+        Ok(posted == Posted::Done)
+    }
+
+    /// Retries refused posts in order, until the provider refuses again.
+    pub(crate) fn retry_queued(&mut self) -> Result<usize> {
+        let mut n = 0;
+        while let Some(q) = self.sends.front() {
+            if !self.post_send(q)? {
+                break;
+            }
+            self.sends.pop_front();
+            n += 1;
+        }
+        while let Some(q) = self.recvs.front() {
+            if !self.post_recv(q)? {
+                break;
+            }
+            self.recvs.pop_front();
+            n += 1;
+        }
+        Ok(n)
+    }
+}
+
+#[cold]
+pub(crate) fn vanished() -> Error {
+    Error::new(ErrorKind::Internal, "an OFI operation's slot vanished")
+}
+
+/// The OFI netmod carries no active messages: every MPI operation maps to tagged messages
+/// (synchronous acknowledgements in a tag space of their own), and cancelling a send is refused
+/// as NICs refuse it (MPI allows it). The calls exist because every netmod is an
+/// `AmTransport`; only the engine's own progress ever polls this netmod.
+impl AmTransport for OfiNetmod {
+    const AM_ORDERED: bool = true;
+    const NAME: &'static str = "ofi";
+
+    fn eager_limit(&self) -> usize {
+        self.inject
+    }
+
+    fn am_max_payload(&self) -> usize {
+        0
+    }
+
+    fn am_send(&mut self, dest: Gpid, handler: HandlerId, _: &[u8], _: &[&[u8]]) -> Result<()> {
+        Err(Error::new(
+            ErrorKind::Internal,
+            format!(
+                "active message {handler} to {dest}: the OFI netmod carries only tagged messages"
+            ),
+        ))
+    }
+
+    fn am_poll<K: AmSink>(&mut self, _sink: &mut K, _budget: usize) -> Result<usize> {
+        Ok(0)
+    }
+
+    fn settings(&self) -> Vec<(&'static str, String)> {
+        match &self.ep {
+            Some(ep) => vec![
+                ("FI_PROVIDER", ep.info().provider().to_string()),
+                ("ofi inject size", ep.info().inject_size().to_string()),
+            ],
+            None => vec![("FI_PROVIDER", "(not opened: one node)".to_string())],
+        }
+    }
+
+    fn has_queued_output(&self) -> bool {
+        !self.sends.is_empty() || !self.recvs.is_empty()
+    }
+}
+
+impl Netmod for OfiNetmod {
+    type P2p = OfiEngine;
+}
+
+impl Bootstrap for OfiNetmod {
+    /// Selects the provider (`FI_PROVIDER`, else the first that offers tagged RDM messaging in
+    /// order) and opens its endpoint — only when the job spans nodes. The provider must carry
+    /// 64 match bits and 8 bytes of remote CQ data (see [`crate::tag`]).
+    fn open(rank: Gpid, size: u32, _job_key: u64, spans_nodes: bool) -> Result<Self> {
+        OfiNetmod::open_with(&Hints::from_env(), rank, size, spans_nodes)
+    }
+
+    fn business_card(&self) -> Result<Vec<u8>> {
+        self.ep()?.name()
+    }
+
+    fn learn_cards(&mut self, cards: &[Vec<u8>]) -> Result<()> {
+        if cards.len() != self.size as usize {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                format!("{} business cards for a job of {}", cards.len(), self.size),
+            ));
+        }
+        let names: Vec<u8> = cards.concat();
+        let ep = self.ep.as_mut().ok_or_else(|| {
+            Error::new(
+                ErrorKind::Transport,
+                "the OFI netmod has no endpoint to introduce",
+            )
+        })?;
+        // In process order, all at once: a process's address is its number.
+        ep.insert_addresses(&names, cards.len())?;
+        Ok(())
+    }
+}
+
+impl OfiNetmod {
+    /// [`Bootstrap::open`] with the provider chosen by `hints` instead of the environment
+    /// (libfabric reads `FI_PROVIDER` once per process, so a program that wants two providers
+    /// names them here).
+    pub fn open_with(hints: &Hints, rank: Gpid, size: u32, spans_nodes: bool) -> Result<Self> {
+        if u64::from(size) > tag::MAX_PROCESSES {
+            return Err(Error::new(
+                ErrorKind::Arg,
+                format!(
+                    "a job of {size} processes: the OFI netmod's match bits carry at most {}",
+                    tag::MAX_PROCESSES
+                ),
+            ));
+        }
+        let mut net = OfiNetmod {
+            ep: None,
+            ops: OpContexts::new(),
+            sends: VecDeque::new(),
+            recvs: VecDeque::new(),
+            me: rank,
+            size,
+            inject: 0,
+            closed: false,
+        };
+        if !spans_nodes {
+            return Ok(net);
+        }
+        let info = select(hints)?;
+        if info.provider() == "shm" && info.provider_version() < (118, 0) {
+            // Seen on 1.17: an unexpected message does not match a receive with wildcards
+            // (an ignore mask), and FI_PEEK is ignored — MPI's matching cannot be built on it.
+            return Err(Error::new(
+                ErrorKind::Transport,
+                format!(
+                    "libfabric's shm provider {}.{} cannot carry MPI matching (unexpected                      messages never match wildcard receives, probes are ignored); ch4's own                      shared-memory layer carries on-node traffic: choose a network provider                      (FI_PROVIDER=tcp)",
+                    info.provider_version().0 / 100,
+                    info.provider_version().0 % 100
+                ),
+            ));
+        }
+        let mut missing = Vec::new();
+        if info.tag_bits() < 64 {
+            missing.push(format!("64 tag bits (it has {})", info.tag_bits()));
+        }
+        if info.cq_data_size() < 8 {
+            missing.push(format!(
+                "8 bytes of remote CQ data (it has {})",
+                info.cq_data_size()
+            ));
+        }
+        if !missing.is_empty() {
+            return Err(Error::new(
+                ErrorKind::Transport,
+                format!(
+                    "libfabric provider {} lacks what the OFI netmod needs: {}",
+                    info.provider(),
+                    missing.join(", ")
+                ),
+            ));
+        }
+        net.inject = info.inject_size();
+        net.ep = Some(Endpoint::open(info, size as usize)?);
+        Ok(net)
+    }
+}

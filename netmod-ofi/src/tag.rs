@@ -1,0 +1,174 @@
+//! The 64 match bits of a libfabric tagged message, and what travels in its remote CQ data.
+//!
+//! ```text
+//!  63  62  61  60 59            44 43                    24 23                     0
+//! [ 0 | 0 |ACK| 0 ][ context id 16 ][ source rank 20       ][ tag 24               ]
+//! ```
+//!
+//! - `ACK`: an acknowledgement of a synchronous send, in a tag space of its own: no receive of
+//!   user messages can match it (they never ignore the bit). Its low 32 bits name the
+//!   acknowledgement receive the synchronous sender posted.
+//! - The context id separates communicators (and their collectives); the source is the sender's
+//!   rank in that communicator, so a receive from one rank matches by tag bits alone and the
+//!   address table needs no per-communicator lookup. MPICH's ch4:ofi lays out its match bits
+//!   the same way (protocol, context id, source rank, tag; `MPIDI_OFI_init_sendtag`).
+//!
+//! The remote CQ data (8 bytes on the providers this netmod accepts) carries the sender's
+//! process number in its high half, so every receive learns the process its message came from,
+//! and in its low half, for a synchronous send, the name of the acknowledgement receive (0 for
+//! any other send). Synchronous mode travels there rather than as a tag bit: libfabric 1.17's
+//! shm provider does not match an unexpected message whose tag has a bit the receive ignores
+//! above the 60th, and receives would otherwise have to ignore it.
+
+use ch4_core::{Envelope, Error, ErrorKind, Gpid, Rank, Result, Tag, ANY_SOURCE, ANY_TAG};
+
+/// Bits of the user tag.
+pub const TAG_BITS: u32 = 24;
+/// Bits of the source rank.
+pub const RANK_BITS: u32 = 20;
+/// Bits of the context id.
+pub const CONTEXT_BITS: u32 = 16;
+
+/// The largest tag a message can carry (this netmod's MPI_TAG_UB).
+pub const TAG_UB: Tag = (1 << TAG_BITS) - 1;
+/// The most processes a job over this netmod can have (ranks must fit their bits).
+pub const MAX_PROCESSES: u64 = 1 << RANK_BITS;
+
+const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
+const RANK_SHIFT: u32 = TAG_BITS;
+const RANK_MASK: u64 = ((1 << RANK_BITS) - 1) << RANK_SHIFT;
+const CONTEXT_SHIFT: u32 = TAG_BITS + RANK_BITS;
+/// Acknowledgement bit.
+pub const ACK: u64 = 1 << 61;
+
+/// The match bits of a message from communicator rank `env.source` with `env.tag` in
+/// `env.context`.
+#[inline(always)]
+pub fn send_tag(env: &Envelope) -> Result<u64> {
+    let (context, source) = (u64::from(env.context), env.source as u64);
+    if context >> CONTEXT_BITS != 0 || source >> RANK_BITS != 0 || env.source < 0 {
+        return Err(too_wide(env));
+    }
+    // Tags were checked against TAG_UB by the device (the engine declares it).
+    let tag = (env.tag as u64) & TAG_MASK;
+    Ok((context << CONTEXT_SHIFT) | (source << RANK_SHIFT) | tag)
+}
+
+/// The match bits and ignore mask of a receive for `want` (wildcards allowed).
+#[inline(always)]
+pub fn recv_tag(want: &Envelope) -> Result<(u64, u64)> {
+    let context = u64::from(want.context);
+    if context >> CONTEXT_BITS != 0
+        || (want.source != ANY_SOURCE && (want.source as u64) >> RANK_BITS != 0)
+    {
+        return Err(too_wide(want));
+    }
+    let mut bits = context << CONTEXT_SHIFT;
+    let mut ignore = 0;
+    if want.source == ANY_SOURCE {
+        ignore |= RANK_MASK;
+    } else {
+        bits |= (want.source as u64) << RANK_SHIFT;
+    }
+    if want.tag == ANY_TAG {
+        ignore |= TAG_MASK;
+    } else {
+        bits |= (want.tag as u64) & TAG_MASK;
+    }
+    Ok((bits, ignore))
+}
+
+/// The source rank and tag a message's match bits carry.
+#[inline(always)]
+pub fn source_and_tag(bits: u64) -> (Rank, Tag) {
+    (
+        ((bits & RANK_MASK) >> RANK_SHIFT) as Rank,
+        (bits & TAG_MASK) as Tag,
+    )
+}
+
+/// The match bits of the acknowledgement named `ack`.
+#[inline(always)]
+pub fn ack_tag(ack: u32) -> u64 {
+    ACK | u64::from(ack)
+}
+
+/// Remote CQ data: the sender's process and the name of its acknowledgement receive (0: none).
+#[inline(always)]
+pub fn cq_data(sender: Gpid, ack: u32) -> u64 {
+    (u64::from(sender) << 32) | u64::from(ack)
+}
+
+/// The sender's process and acknowledgement name from remote CQ data.
+#[inline(always)]
+pub fn from_cq_data(data: u64) -> (Gpid, u32) {
+    ((data >> 32) as Gpid, data as u32)
+}
+
+#[cold]
+fn too_wide(env: &Envelope) -> Error {
+    Error::new(
+        ErrorKind::Arg,
+        format!(
+            "context id {} or rank {} does not fit the OFI netmod's match bits ({} context \
+             bits, {} rank bits)",
+            env.context, env.source, CONTEXT_BITS, RANK_BITS
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(context: u32, source: i32, tag: i32) -> Envelope {
+        Envelope {
+            context,
+            source,
+            tag,
+        }
+    }
+
+    /// What libfabric does: a message matches when their bits agree outside the ignore mask.
+    fn matches(send: u64, (bits, ignore): (u64, u64)) -> bool {
+        (send | ignore) == (bits | ignore)
+    }
+
+    #[test]
+    fn receives_match_what_mpi_says_they_match() {
+        let s = send_tag(&env(6, 3, 77)).unwrap();
+        assert!(matches(s, recv_tag(&env(6, 3, 77)).unwrap()));
+        assert!(matches(s, recv_tag(&env(6, ANY_SOURCE, 77)).unwrap()));
+        assert!(matches(s, recv_tag(&env(6, 3, ANY_TAG)).unwrap()));
+        assert!(matches(s, recv_tag(&env(6, ANY_SOURCE, ANY_TAG)).unwrap()));
+        assert!(
+            !matches(s, recv_tag(&env(7, ANY_SOURCE, ANY_TAG)).unwrap()),
+            "other context"
+        );
+        assert!(
+            !matches(s, recv_tag(&env(6, 4, 77)).unwrap()),
+            "other source"
+        );
+        assert!(!matches(s, recv_tag(&env(6, 3, 78)).unwrap()), "other tag");
+        // No user receive matches an acknowledgement.
+        for ack in [0, 1, u32::MAX] {
+            assert!(!matches(
+                ack_tag(ack),
+                recv_tag(&env(0, ANY_SOURCE, ANY_TAG)).unwrap()
+            ));
+        }
+        assert_eq!(source_and_tag(s), (3, 77));
+    }
+
+    #[test]
+    fn the_extremes_fit_and_beyond_is_an_error() {
+        let top = env((1 << CONTEXT_BITS) - 1, (1 << RANK_BITS) - 1, TAG_UB);
+        let bits = send_tag(&top).unwrap();
+        assert_eq!(source_and_tag(bits), (top.source, TAG_UB));
+        assert_eq!(bits >> 60, 0, "the fields never reach the protocol bits");
+        assert!(send_tag(&env(1 << CONTEXT_BITS, 0, 0)).is_err());
+        assert!(send_tag(&env(0, 1 << RANK_BITS, 0)).is_err());
+        assert!(recv_tag(&env(0, 1 << RANK_BITS, 0)).is_err());
+        assert_eq!(from_cq_data(cq_data(123_456, 789)), (123_456, 789));
+    }
+}

@@ -1,0 +1,287 @@
+//! The OFI engine over a real libfabric provider (`tcp;ofi_rxm`), with
+//! the devices of a job stepped from one thread: MPI's matching rules, synchronous sends,
+//! probes, cancel, truncation, and the native-engine contract (buffers held until the
+//! provider lets go, pool growth with operations outstanding).
+
+use ch4_core::bootstrap::Bootstrap;
+use ch4_core::buffer::{RecvBuf, SendBuf};
+use ch4_core::core::DeviceConfig;
+use ch4_core::{Device, ErrorKind, NoShm, ReqHandle, SendMode, ANY_SOURCE, ANY_TAG};
+use netmod_ofi::provider::Hints;
+use netmod_ofi::{tag, OfiNetmod};
+use testkit::Harness;
+
+type Dev = Device<OfiNetmod, NoShm>;
+
+/// A job of `ranks` devices over `provider` (FI_PROVIDER's syntax), every rank its own node;
+/// `None` (with a note) when the provider is missing here.
+fn job(provider: &str, ranks: u32, config: DeviceConfig) -> Option<Harness<OfiNetmod, NoShm>> {
+    // Named in the hints: libfabric reads FI_PROVIDER only once per process.
+    let hints = Hints::for_provider(provider);
+    let nets: Vec<OfiNetmod> = match (0..ranks)
+        .map(|r| OfiNetmod::open_with(&hints, r, ranks, true))
+        .collect::<ch4_core::Result<Vec<_>>>()
+    {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("note: provider {provider} unavailable here, test skipped: {e}");
+            return None;
+        }
+    };
+    let cards: Vec<Vec<u8>> = nets.iter().map(|n| n.business_card().unwrap()).collect();
+    let devs = nets
+        .into_iter()
+        .enumerate()
+        .map(|(r, mut net)| {
+            net.learn_cards(&cards).unwrap();
+            Device::new(net, NoShm, r as u32, ranks, config).unwrap()
+        })
+        .collect();
+    Some(Harness::new(devs))
+}
+
+/// The providers every test runs over: those of this machine's libfabric that can carry MPI
+/// matching (1.17's shm cannot; see the test of its refusal).
+const PROVIDERS: [&str; 1] = ["tcp;ofi_rxm"];
+
+fn each_provider(
+    ranks: u32,
+    config: DeviceConfig,
+    mut body: impl FnMut(&str, &mut Harness<OfiNetmod, NoShm>),
+) {
+    for p in PROVIDERS {
+        if let Some(mut h) = job(p, ranks, config) {
+            body(p, &mut h);
+        }
+    }
+}
+
+fn irecv(d: &mut Dev, src: i32, tag: i32, cap: usize) -> (ReqHandle, &'static mut [u8]) {
+    let buf: &'static mut [u8] = Box::leak(vec![0u8; cap].into_boxed_slice());
+    let ptr: *mut [u8] = buf;
+    // SAFETY: leaked, so it outlives every request; read only after the request completed.
+    let rbuf = unsafe { RecvBuf::borrowed(&mut *ptr) };
+    let w = d.world();
+    let h = d.irecv(w, src, tag, rbuf).unwrap();
+    // SAFETY: as above.
+    (h, unsafe { &mut *ptr })
+}
+
+fn isend(d: &mut Dev, dest: i32, tag: i32, data: Vec<u8>, mode: SendMode) -> ReqHandle {
+    let w = d.world();
+    d.isend(w, dest, tag, SendBuf::owned(data), mode).unwrap()
+}
+
+fn pattern(seq: usize, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (seq * 31 + i * 7) as u8).collect()
+}
+
+#[test]
+fn messages_of_every_size_arrive_in_order() {
+    each_provider(2, DeviceConfig::default(), |p, d| {
+        let sizes = [0usize, 1, 8, 64, 65, 4096, 4097, 100_000, 4 << 20];
+        let recvs: Vec<_> = sizes
+            .iter()
+            .map(|&n| irecv(&mut d[1], 0, 9, n + 1))
+            .collect();
+        let sends: Vec<_> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| isend(&mut d[0], 1, 9, pattern(i, n), SendMode::Standard))
+            .collect();
+        for (i, ((h, buf), &n)) in recvs.into_iter().zip(&sizes).enumerate() {
+            let st = d.wait(1, h).unwrap();
+            assert_eq!((st.source, st.tag, st.bytes), (0, 9, n), "{p}: message {i}");
+            assert_eq!(&buf[..n], &pattern(i, n)[..], "{p}: message {i}'s bytes");
+        }
+        for h in sends {
+            d.wait(0, h).unwrap();
+        }
+        assert_eq!(d[0].netmod().outstanding(), 0, "{p}");
+        assert_eq!(d[1].netmod().outstanding(), 0, "{p}");
+    });
+}
+
+#[test]
+fn wildcards_and_the_source_process() {
+    each_provider(3, DeviceConfig::default(), |p, d| {
+        let (any, buf) = irecv(&mut d[0], ANY_SOURCE, ANY_TAG, 16);
+        isend(&mut d[2], 0, 44, b"from two".to_vec(), SendMode::Standard);
+        let st = d.wait(0, any).unwrap();
+        assert_eq!(
+            (st.source, st.tag, &buf[..8]),
+            (2, 44, &b"from two"[..]),
+            "{p}"
+        );
+        // Tags beyond the netmod's match bits are refused before they reach it.
+        let w = d[1].world();
+        let e = d[1]
+            .isend(
+                w,
+                0,
+                tag::TAG_UB + 1,
+                SendBuf::owned(vec![1]),
+                SendMode::Standard,
+            )
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Tag, "{p}");
+        assert_eq!(Dev::TAG_UB, tag::TAG_UB);
+    });
+}
+
+#[test]
+fn a_synchronous_send_completes_only_after_the_match() {
+    each_provider(2, DeviceConfig::default(), |p, d| {
+        for len in [8usize, 100_000] {
+            let s = isend(&mut d[0], 1, 5, pattern(1, len), SendMode::Synchronous);
+            for _ in 0..50 {
+                d.step().unwrap();
+            }
+            assert!(
+                !d[0].is_done(s).unwrap(),
+                "{p}: {len}-byte ssend done before its match"
+            );
+            let (r, buf) = irecv(&mut d[1], 0, 5, len);
+            d.wait(1, r).unwrap();
+            d.wait(0, s).unwrap();
+            assert_eq!(&buf[..len], &pattern(1, len)[..], "{p}");
+        }
+    });
+}
+
+/// Truncated messages up to 4 KiB: libfabric 1.17's `tcp;ofi_rxm` reports a longer one
+/// truncated and then blocks forever in the next `fi_cq_read` (libfabric issue 8274, fixed in
+/// 1.18).
+#[test]
+fn truncation_is_the_receive_error() {
+    each_provider(2, DeviceConfig::default(), |p, d| {
+        let (r, _) = irecv(&mut d[1], 0, 3, 10);
+        let s = isend(&mut d[0], 1, 3, pattern(3, 4000), SendMode::Standard);
+        let st = d.wait_status(1, r).unwrap();
+        assert_eq!(st.error, Some(ErrorKind::Truncate), "{p}");
+        d.wait(0, s).unwrap();
+    });
+}
+
+#[test]
+fn cancel_is_definite() {
+    each_provider(2, DeviceConfig::default(), |p, d| {
+        let (r, _) = irecv(&mut d[1], 0, 1, 16);
+        d[1].cancel(r).unwrap();
+        let st = d.wait_status(1, r).unwrap();
+        assert!(st.cancelled, "{p}");
+        assert_eq!(d[1].netmod().outstanding(), 0, "{p}");
+        // The message meant for it goes to the next receive.
+        isend(&mut d[0], 1, 1, b"after".to_vec(), SendMode::Standard);
+        let (r, buf) = irecv(&mut d[1], 0, 1, 16);
+        d.wait(1, r).unwrap();
+        assert_eq!(&buf[..5], b"after", "{p}");
+    });
+}
+
+#[test]
+fn probes_and_matched_probes() {
+    each_provider(2, DeviceConfig::default(), |p, d| {
+        let w = d[1].world();
+        let s = isend(&mut d[0], 1, 7, pattern(7, 3000), SendMode::Synchronous);
+        let st = loop {
+            if let Some(st) = d[1].iprobe(w, 0, 7).unwrap() {
+                break st;
+            }
+            d.step().unwrap();
+        };
+        assert_eq!((st.source, st.tag, st.bytes), (0, 7, 3000), "{p}");
+        let (msg, st) = d[1]
+            .improbe(w, ANY_SOURCE, 7)
+            .unwrap()
+            .expect("probed message");
+        assert_eq!(st.bytes, 3000);
+        let mut buf = vec![0u8; 3000];
+        let st = d[1].mrecv(msg, &mut buf).unwrap();
+        assert_eq!((st.bytes, &buf[..]), (3000, &pattern(7, 3000)[..]), "{p}");
+        d.wait(0, s).unwrap();
+        // A matched probe's message dropped unreceived: discarded, its sender released.
+        let s = isend(&mut d[0], 1, 8, pattern(8, 100), SendMode::Synchronous);
+        let msg = loop {
+            if let Some((m, _)) = d[1].improbe(w, 0, 8).unwrap() {
+                break m;
+            }
+            d.step().unwrap();
+        };
+        d[1].discard_message(msg).unwrap();
+        d.wait(0, s).unwrap();
+        assert!(
+            d[1].iprobe(w, 0, 8).unwrap().is_none(),
+            "{p}: the discarded message is gone"
+        );
+    });
+}
+
+#[test]
+fn receives_posted_while_the_pool_grows_and_a_released_one() {
+    let mut config = DeviceConfig::default();
+    config.requests.min = 16;
+    config.requests.chunk = 16;
+    each_provider(2, config, |p, d| {
+        let n = 300;
+        let recvs: Vec<_> = (0..n).map(|i| irecv(&mut d[1], 0, i as i32, 200)).collect();
+        let (gone, _) = irecv(&mut d[1], 0, 9999, 64);
+        d[1].release(gone); // cancelled in the provider before the request goes
+        for i in 0..n {
+            isend(
+                &mut d[0],
+                1,
+                i as i32,
+                pattern(i, 100 + i % 100),
+                SendMode::Standard,
+            );
+        }
+        for (i, (h, buf)) in recvs.into_iter().enumerate() {
+            let st = d.wait(1, h).unwrap();
+            assert_eq!(
+                &buf[..st.bytes],
+                &pattern(i, 100 + i % 100)[..],
+                "{p}: receive {i}"
+            );
+        }
+        d.settle().unwrap();
+        assert_eq!(d[1].netmod().outstanding(), 0, "{p}");
+        assert_eq!(d[1].live_requests(), 0, "{p}");
+    });
+}
+
+#[test]
+fn unexpected_messages_match_wildcard_receives() {
+    each_provider(2, DeviceConfig::default(), |p, d| {
+        for mode in [SendMode::Standard, SendMode::Synchronous] {
+            for len in [8usize, 5000] {
+                let s = isend(&mut d[1], 0, 5, pattern(len, len), mode);
+                for _ in 0..50 {
+                    d.step().unwrap();
+                }
+                let (r, buf) = irecv(&mut d[0], ANY_SOURCE, ANY_TAG, len);
+                let st = d.wait(0, r).unwrap();
+                assert_eq!((st.source, st.tag, st.bytes), (1, 5, len), "{p} {mode:?}");
+                assert_eq!(&buf[..len], &pattern(len, len)[..], "{p} {mode:?}");
+                d.wait(1, s).unwrap();
+            }
+        }
+    });
+}
+
+#[test]
+fn the_shm_provider_of_libfabric_1_17_is_refused_with_the_reason() {
+    match OfiNetmod::open_with(&Hints::for_provider("shm"), 0, 2, true) {
+        Ok(net) => {
+            // A newer libfabric: accepted, and then it must pass the suite (not checked here).
+            eprintln!("note: shm accepted: {:?}", net.provider());
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains("not available") || msg.contains("wildcard"),
+                "{msg}"
+            );
+        }
+    }
+}
