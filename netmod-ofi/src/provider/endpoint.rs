@@ -7,12 +7,13 @@ use std::ptr::{addr_of_mut, null_mut};
 use ch4_core::{Error, ErrorKind, Result};
 use libfabric_sys::{
     errstr, fi_addr_t, fi_av_attr, fi_av_insert, fi_av_open, fi_cancel, fi_close, fi_context2,
-    fi_cq_attr, fi_cq_err_entry, fi_cq_open, fi_cq_read, fi_cq_readerr, fi_cq_tagged_entry,
-    fi_domain, fi_enable, fi_endpoint, fi_ep_bind, fi_fabric, fi_getname, fi_msg_tagged,
-    fi_tinject, fi_tinjectdata, fi_trecv, fi_trecvmsg, fi_tsend, fi_tsenddata, fi_tsendv, fid_av,
-    fid_cq, fid_domain, fid_ep, fid_fabric, iovec, FI_ADDR_NOTAVAIL, FI_ADDR_STR, FI_ADDR_UNSPEC,
-    FI_AV_TABLE, FI_CLAIM, FI_CQ_FORMAT_TAGGED, FI_DISCARD, FI_EAGAIN, FI_EAVAIL, FI_ECANCELED,
-    FI_ENOENT, FI_ETOOSMALL, FI_ETRUNC, FI_PEEK, FI_RECV, FI_TRANSMIT, FI_WAIT_NONE,
+    fi_cq_attr, fi_cq_err_entry, fi_cq_open, fi_cq_read, fi_cq_readerr, fi_cq_strerror,
+    fi_cq_tagged_entry, fi_domain, fi_enable, fi_endpoint, fi_ep_bind, fi_fabric, fi_getname,
+    fi_msg_tagged, fi_tinject, fi_tinjectdata, fi_trecv, fi_trecvmsg, fi_tsend, fi_tsenddata,
+    fi_tsendv, fid_av, fid_cq, fid_domain, fid_ep, fid_fabric, iovec, FI_ADDR_NOTAVAIL,
+    FI_ADDR_STR, FI_ADDR_UNSPEC, FI_AV_TABLE, FI_CLAIM, FI_CQ_FORMAT_TAGGED, FI_DISCARD, FI_EAGAIN,
+    FI_EAVAIL, FI_ECANCELED, FI_ENOENT, FI_ETOOSMALL, FI_ETRUNC, FI_PEEK, FI_RECV, FI_TRANSMIT,
+    FI_WAIT_NONE,
 };
 
 use super::error::kind_of;
@@ -568,13 +569,19 @@ impl Endpoint {
     /// [`ErrorKind::Truncate`], connection errors: [`ErrorKind::PeerFailed`], others:
     /// [`ErrorKind::Transport`]), with libfabric's and the provider's messages. (A canceled
     /// operation is no error in MPI; the engine handles it before asking this.)
-    ///
-    /// The provider's own text for `prov_errno` (`fi_cq_strerror`) is not asked for: on
-    /// libfabric 1.17's `tcp;ofi_rxm` it leaves a lock of the CQ held, and the next
-    /// `fi_cq_read` then blocks forever. The number is reported instead.
     #[cold]
     pub fn completion_error(&self, e: &CqError) -> Error {
-        let prov = format!("; provider error {}", e.prov_errno);
+        // SAFETY: the CQ is live; no error data (null) and no output buffer (null, 0): the
+        // provider returns a pointer to a static or CQ-owned string, read at once.
+        let prov =
+            unsafe { fi_cq_strerror(self.cq, e.prov_errno, std::ptr::null(), null_mut(), 0) };
+        let prov = if prov.is_null() {
+            String::new()
+        } else {
+            // SAFETY: non-null and NUL-terminated, valid until the next call on the CQ.
+            let s = unsafe { std::ffi::CStr::from_ptr(prov) }.to_string_lossy();
+            format!("; provider: {s} ({})", e.prov_errno)
+        };
         Error::new(
             kind_of(e.err),
             format!(
