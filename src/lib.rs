@@ -66,14 +66,19 @@ pub use request::{Request, Scope, WaitAllItem};
 pub use ch4_core::Device as GenericDevice;
 
 /// The netmod of this build, which both process mode and ranks as threads use for peers on
-/// other nodes: TCP with the `tcp` feature (the default); without a network feature, none (a
-/// job must then fit on one node).
-#[cfg(feature = "tcp")]
+/// other nodes, by priority: libfabric with the `ofi` feature, else TCP with the `tcp` feature
+/// (the default), else none (a job must then fit on one node).
+#[cfg(feature = "ofi")]
+pub type SelectedNetmod = netmod_ofi::OfiNetmod;
+/// The netmod of this build, which both process mode and ranks as threads use for peers on
+/// other nodes, by priority: libfabric with the `ofi` feature, else TCP with the `tcp` feature
+/// (the default), else none (a job must then fit on one node).
+#[cfg(all(feature = "tcp", not(feature = "ofi")))]
 pub type SelectedNetmod = netmod_tcp::TcpNetmod;
 /// The netmod of this build, which both process mode and ranks as threads use for peers on
-/// other nodes: TCP with the `tcp` feature (the default); without a network feature, none (a
-/// job must then fit on one node).
-#[cfg(not(feature = "tcp"))]
+/// other nodes, by priority: libfabric with the `ofi` feature, else TCP with the `tcp` feature
+/// (the default), else none (a job must then fit on one node).
+#[cfg(not(any(feature = "tcp", feature = "ofi")))]
 pub type SelectedNetmod = ch4_core::transport::NoNetmod;
 /// The shared-memory layer of this build: lock-free per-pair rings in a node segment.
 pub type SelectedShm = shm::ShmTransport;

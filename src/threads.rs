@@ -310,7 +310,7 @@ impl FromFabric for netmod_tcp::TcpNetmod {
 /// get here), publishes its card in a table in this process, waits for every rank's, and
 /// learns them. Fails after 30 s, or as soon as a rank of the job has failed, rather than wait
 /// for a card that will never come.
-#[cfg_attr(not(feature = "tcp"), allow(dead_code))] // every network netmod uses it
+#[cfg_attr(not(any(feature = "tcp", feature = "ofi")), allow(dead_code))] // network netmods use it
 pub(crate) fn exchange_cards_in_memory<N: Bootstrap>(
     fabric: &Arc<Fabric>,
     me: u32,
@@ -367,6 +367,27 @@ pub(crate) fn exchange_cards_in_memory<N: Bootstrap>(
         }
         let wait = (deadline - now).min(std::time::Duration::from_millis(50));
         books = cv.wait_timeout(books, wait).map_err(poisoned)?.0;
+    }
+}
+
+/// The libfabric netmod for ranks as threads: every rank opens its own endpoint (the provider
+/// that `FI_PROVIDER` names, else the best one), and the ranks swap their addresses in memory
+/// ([`exchange_cards_in_memory`]) — unless the job is one node, where nothing is opened. The
+/// job's record of failed and finished ranks is the netmod's view of its peers.
+#[cfg(feature = "ofi")]
+impl FromFabric for netmod_ofi::OfiNetmod {
+    fn from_fabric(fabric: Arc<Fabric>, me: u32, _job: &ThreadJob) -> Result<Self> {
+        let cfg = *fabric.config();
+        let watched = fabric.clone();
+        let open = |key, spans| {
+            let mut net = netmod_ofi::OfiNetmod::open(me, cfg.ranks, key, spans)?;
+            net.watch_peers(Arc::new(move |g| watched.peer_state(g)));
+            Ok(net)
+        };
+        if cfg.ranks_per_node >= cfg.ranks {
+            return open(0, false);
+        }
+        exchange_cards_in_memory(&fabric, me, |key| open(key, true))
     }
 }
 

@@ -498,7 +498,11 @@ impl<N: Netmod, S: Shm> Device<N, S> {
                 // ...then, for a natively matching netmod, its partner half in the network —
                 // only while the core's half is still unmatched (a matched rendezvous is not
                 // complete yet, but it is taken).
-                if S::PRESENT && NetP2p::<N>::NATIVE_MATCHING && self.still_posted(h) {
+                if S::PRESENT
+                    && NetP2p::<N>::NATIVE_MATCHING
+                    && self.net_in_use
+                    && self.still_posted(h)
+                {
                     self.post_native(h, true)?;
                 }
                 Ok(())
@@ -908,7 +912,8 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             Some(_) => on_net!(self, |cx| NetP2p::<N>::iprobe(cx, &want)),
             None => {
                 let found = on_core_queues!(self, iprobe(&want))?;
-                if found.is_none() && S::PRESENT && NetP2p::<N>::NATIVE_MATCHING {
+                if found.is_none() && S::PRESENT && NetP2p::<N>::NATIVE_MATCHING && self.net_in_use
+                {
                     return on_net!(self, |cx| NetP2p::<N>::iprobe(cx, &want));
                 }
                 Ok(found)
@@ -956,7 +961,8 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             Some(_) => on_net!(self, |cx| NetP2p::<N>::improbe(cx, &want)),
             None => {
                 let found = on_core_queues!(self, improbe(&want))?;
-                if found.is_none() && S::PRESENT && NetP2p::<N>::NATIVE_MATCHING {
+                if found.is_none() && S::PRESENT && NetP2p::<N>::NATIVE_MATCHING && self.net_in_use
+                {
                     return on_net!(self, |cx| NetP2p::<N>::improbe(cx, &want));
                 }
                 Ok(found)

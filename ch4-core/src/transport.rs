@@ -300,6 +300,10 @@ pub struct Caps {
     /// see it; a network that matches in the NIC cannot (MPI makes it the program's error
     /// either way), so tests of it are gated on this.
     pub detects_unmatched_ready: bool,
+    /// Whether a truncated receive holds the message's first bytes (the buffer's worth). The
+    /// core's queues fill it; some networks write nothing (libfabric 1.17's `tcp;ofi_rxm`), and
+    /// MPI leaves it open. The error and "nothing past the buffer" hold everywhere.
+    pub fills_truncated: bool,
     /// The most pieces of a gather list the network takes in one operation.
     pub iov_limit: usize,
     /// The longest message in bytes.
@@ -312,6 +316,7 @@ impl Caps {
         tag_ub: TAG_UB,
         max_processes: Gpid::MAX as u64,
         detects_unmatched_ready: true,
+        fills_truncated: true,
         iov_limit: usize::MAX,
         max_message: usize::MAX,
     };
@@ -322,6 +327,7 @@ impl Caps {
             tag_ub: self.tag_ub.min(other.tag_ub),
             max_processes: self.max_processes.min(other.max_processes),
             detects_unmatched_ready: self.detects_unmatched_ready && other.detects_unmatched_ready,
+            fills_truncated: self.fills_truncated && other.fills_truncated,
             iov_limit: self.iov_limit.min(other.iov_limit),
             max_message: self.max_message.min(other.max_message),
         }

@@ -66,6 +66,8 @@ impl P2p<Net> for OfiEngine {
             tag_ub: tag::TAG_UB,
             max_processes: tag::MAX_PROCESSES,
             detects_unmatched_ready: false,
+            // tcp;ofi_rxm (1.17) writes nothing of a message it truncates.
+            fills_truncated: false,
             iov_limit,
             max_message,
         }
@@ -520,7 +522,7 @@ fn peek<P: Partner>(
             None => return Ok(None), // answered "no message" (or the endpoint closed)
         }
         if start.elapsed() > limit {
-            cx.transport.close();
+            close_and_fail(cx, "an operation would not end");
             return Err(Error::new(
                 ErrorKind::Pending,
                 format!("the provider did not answer a probe within {limit:?}"),
@@ -568,8 +570,9 @@ fn progress_own<P: Partner>(cx: &mut Cx<'_, Net, P>) -> Result<usize> {
     }
     let mut n = cx.transport.retry_queued()?;
     let mut entries = [fi_cq_tagged_entry::default(); CQ_BATCH];
-    loop {
-        match cx.transport.ep()?.poll(&mut entries)? {
+    // A completion may close the endpoint (see `close_and_fail`): then the loop ends.
+    while let Some(ep) = &cx.transport.ep {
+        match ep.poll(&mut entries)? {
             Completions::Read(0) => break,
             Completions::Read(k) => {
                 for e in &entries[..k] {
@@ -693,13 +696,22 @@ fn failed<P: Partner>(cx: &mut Cx<'_, Net, P>, e: &CqError) -> Result<()> {
             }
         }
         OpKind::Recv if e.is_truncation() => {
-            // The providers report neither the message's length nor how much they wrote: the
-            // whole buffer counts as delivered.
-            let cap = match cx.core.requests.get_mut(op.req).and_then(Request::recv_mut) {
-                Some(r) => r.buf.capacity(),
-                None => 0,
-            };
-            finish_recv(cx, op, e.tag, e.data, cap, true)?;
+            // The providers report neither the message's length nor what they wrote (rxm
+            // writes nothing): no byte counts as delivered, and a bounce buffer is not copied.
+            let op = Op { bounce: None, ..op };
+            finish_recv(cx, op, e.tag, e.data, 0, true)?;
+            if truncation_breaks_endpoint(cx.transport) {
+                // libfabric 1.17's tcp;ofi_rxm stops delivering on an endpoint once it has
+                // truncated a message (libfabric issue 8274, fixed in 1.18): close it, so that
+                // everything waiting on it fails with this reason instead of hanging.
+                tracing::error!(
+                    "a truncated receive wedged libfabric 1.17's tcp;ofi_rxm endpoint; closing it"
+                );
+                close_and_fail(
+                    cx,
+                    "a truncated receive wedged libfabric 1.17's tcp;ofi_rxm",
+                );
+            }
         }
         OpKind::Recv | OpKind::Send => {
             if let Some(req) = cx.core.requests.get_mut(op.req) {
@@ -728,6 +740,37 @@ fn failed<P: Partner>(cx: &mut Cx<'_, Net, P>, e: &CqError) -> Result<()> {
     Ok(())
 }
 
+/// Whether this provider stops working after truncating a message (libfabric < 1.18's rxm).
+fn truncation_breaks_endpoint(net: &Net) -> bool {
+    net.ep.as_ref().is_some_and(|ep| {
+        ep.info().provider().contains("ofi_rxm") && ep.info().provider_version() < (118, 0)
+    })
+}
+
+/// Closes the endpoint (ending every operation on it, so nothing writes a posted buffer any
+/// more) and fails every request that had an operation there: they can no longer complete.
+fn close_and_fail<P: Partner>(cx: &mut Cx<'_, Net, P>, why: &'static str) {
+    let reqs: Vec<ReqHandle> = cx.transport.ops.iter().map(|(_, o)| o.req).collect();
+    cx.transport.close(why);
+    for h in reqs {
+        if let Some(req) = cx.core.requests.get_mut(h) {
+            if req.complete {
+                continue;
+            }
+            match &mut req.kind {
+                RequestKind::Recv(r) => {
+                    r.engine = 0;
+                    r.native = NativeHalf::NotPosted;
+                }
+                RequestKind::Send(s) => s.engine = 0,
+                RequestKind::Done => {}
+            }
+            req.status.error = Some(ErrorKind::Transport);
+            req.complete = true;
+        }
+    }
+}
+
 /// Reads this engine's completions until operation `i` of request `req` has been reported
 /// (its slot freed), within the device's cancel limit; past it the endpoint is closed, which
 /// ends every operation on it.
@@ -743,7 +786,7 @@ fn drive_until_released<P: Partner>(
             tracing::error!(
                 "the OFI provider did not end an operation in time; closing the endpoint"
             );
-            cx.transport.close();
+            close_and_fail(cx, "an operation would not end");
             return Err(Error::new(
                 ErrorKind::Pending,
                 format!("the provider did not end an operation within {limit:?}"),

@@ -17,4 +17,4 @@ pub mod provider;
 pub mod tag;
 
 pub use engine::OfiEngine;
-pub use netmod::OfiNetmod;
+pub use netmod::{OfiNetmod, PeerWatch};

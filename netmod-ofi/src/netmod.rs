@@ -7,7 +7,7 @@ use std::ptr::null_mut;
 use ch4_core::bootstrap::Bootstrap;
 use ch4_core::native::{OpContexts, OpIndex};
 use ch4_core::transport::{AmSink, AmTransport, HandlerId, Netmod};
-use ch4_core::{Error, ErrorKind, Gpid, ReqHandle, Result};
+use ch4_core::{Error, ErrorKind, Gpid, PeerState, ReqHandle, Result};
 use libfabric_sys::{fi_context2, FI_ADDR_UNSPEC};
 
 use crate::engine::OfiEngine;
@@ -90,8 +90,15 @@ pub struct OfiNetmod {
     size: u32,
     /// Messages up to this size are injected (copied by the provider, no completion).
     pub(crate) inject: usize,
-    closed: bool,
+    /// Why the endpoint was closed, once it was.
+    closed: Option<&'static str>,
+    /// Where this rank learns that a peer failed or left (see [`OfiNetmod::watch_peers`]).
+    watch: Option<PeerWatch>,
 }
+
+/// Tells whether a process is alive, left or failed: the job's own record, which the netmod
+/// consults since libfabric reports a dead peer only to operations that reach it.
+pub type PeerWatch = std::sync::Arc<dyn Fn(Gpid) -> PeerState + Send + Sync>;
 
 // SAFETY: the endpoint is `Send` (see `Endpoint`); the other raw pointers (operation contexts,
 // queued buffers) point into this netmod's own table or into buffers lent to requests of the one
@@ -113,10 +120,9 @@ impl OfiNetmod {
     fn no_endpoint(&self) -> Error {
         Error::new(
             ErrorKind::Transport,
-            if self.closed {
-                "the OFI endpoint was closed after an operation would not end"
-            } else {
-                "the OFI netmod was not opened: this job was started on one node"
+            match self.closed {
+                Some(why) => format!("the OFI endpoint was closed: {why}"),
+                None => "the OFI netmod was not opened: this job was started on one node".into(),
             },
         )
     }
@@ -126,16 +132,22 @@ impl OfiNetmod {
         self.ep.as_ref().map(|e| e.info().provider())
     }
 
+    /// Makes `watch` this netmod's view of which peers are gone (ranks as threads pass the
+    /// job's record, so a receive from a rank that failed fails instead of waiting).
+    pub fn watch_peers(&mut self, watch: PeerWatch) {
+        self.watch = Some(watch);
+    }
+
     /// Operations the provider has not reported complete yet.
     pub fn outstanding(&self) -> usize {
         self.ops.len()
     }
 
     /// Closes the endpoint, which ends every operation on it: nothing is written into a
-    /// posted buffer afterwards. The last resort of a quiesce that timed out.
-    pub(crate) fn close(&mut self) {
+    /// posted buffer afterwards: the last resort when the provider is wedged.
+    pub(crate) fn close(&mut self, why: &'static str) {
         self.ep = None;
-        self.closed = true;
+        self.closed = Some(why);
         self.sends.clear();
         self.recvs.clear();
         self.ops = OpContexts::new();
@@ -273,6 +285,13 @@ impl AmTransport for OfiNetmod {
     fn has_queued_output(&self) -> bool {
         !self.sends.is_empty() || !self.recvs.is_empty()
     }
+
+    fn peer_state(&self, gpid: Gpid) -> PeerState {
+        match &self.watch {
+            Some(w) => w(gpid),
+            None => PeerState::Alive,
+        }
+    }
 }
 
 impl Netmod for OfiNetmod {
@@ -333,7 +352,8 @@ impl OfiNetmod {
             me: rank,
             size,
             inject: 0,
-            closed: false,
+            closed: None,
+            watch: None,
         };
         if !spans_nodes {
             return Ok(net);

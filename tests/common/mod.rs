@@ -102,14 +102,14 @@ macro_rules! on_all_routes {
             }
 
             /// The same body with every rank a process of its own node, over real TCP.
-            #[cfg(feature = "tcp")]
+            #[cfg(all(feature = "tcp", not(feature = "ofi")))]
             #[test]
             fn tcp_processes() {
                 common::jobs::processes_over_tcp(module_path!(), $ranks);
             }
 
             /// The same as processes on nodes of two: shared memory within, TCP between.
-            #[cfg(feature = "tcp")]
+            #[cfg(all(feature = "tcp", not(feature = "ofi")))]
             #[test]
             fn mixed_processes() {
                 common::jobs::processes_on_nodes_of(module_path!(), ($ranks).max(3), 2);
@@ -117,18 +117,53 @@ macro_rules! on_all_routes {
 
             $(
                 /// The same over TCP with more processes (up to the eight).
-                #[cfg(feature = "tcp")]
+                #[cfg(all(feature = "tcp", not(feature = "ofi")))]
                 #[test]
                 fn tcp_processes_wide() {
                     common::jobs::processes_over_tcp(module_path!(), $processes);
                 }
             )?
 
-            #[cfg(feature = "tcp")]
+            #[cfg(any(feature = "tcp", feature = "ofi"))]
             #[test]
             #[ignore = "one rank of a process job: tcp_processes starts it"]
             fn rank() {
                 common::jobs::as_rank(|ctx| $body(ctx));
+            }
+
+            /// Every rank a thread on a node of its own, over libfabric (`FI_PROVIDER`, else
+            /// the best provider): the provider matches.
+            #[cfg(feature = "ofi")]
+            #[test]
+            fn ofi() {
+                common::small($ranks)
+                    .ranks_per_node(1)
+                    .run_with::<netmod_ofi::OfiNetmod, _, _>(|ctx| $body(ctx))
+                    .unwrap();
+            }
+
+            /// Threads on nodes of two: ch4's shared memory within, libfabric between.
+            #[cfg(feature = "ofi")]
+            #[test]
+            fn ofi_mixed() {
+                common::small($ranks)
+                    .ranks_per_node(2)
+                    .run_with::<netmod_ofi::OfiNetmod, _, _>(|ctx| $body(ctx))
+                    .unwrap();
+            }
+
+            /// Every rank a process of its own node, over libfabric.
+            #[cfg(feature = "ofi")]
+            #[test]
+            fn ofi_processes() {
+                common::jobs::processes_over_tcp(module_path!(), $ranks);
+            }
+
+            /// Processes on nodes of two: shared memory within, libfabric between.
+            #[cfg(feature = "ofi")]
+            #[test]
+            fn ofi_mixed_processes() {
+                common::jobs::processes_on_nodes_of(module_path!(), ($ranks).max(3), 2);
             }
 
             /// Every rank on a node of its own: all traffic through the natively matching
