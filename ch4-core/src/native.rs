@@ -17,6 +17,9 @@
 
 use std::cell::UnsafeCell;
 
+use crate::core::Core;
+use crate::request::{EngineWord, NativeHalf, RecvState, ReqHandle, Request, RequestKind};
+
 /// Slots per chunk. A chunk is allocated once and never moves or shrinks.
 const CHUNK: usize = 256;
 
@@ -168,6 +171,84 @@ impl<C: Default, V> OpContexts<C, V> {
 
     fn slot_mut(&mut self, i: OpIndex) -> &mut Slot<C, V> {
         &mut self.chunks[i as usize / CHUNK][i as usize % CHUNK]
+    }
+}
+
+/// The engine word naming operation slot `i` (a word of 0 names none).
+#[inline(always)]
+pub fn word_of(i: OpIndex) -> EngineWord {
+    u64::from(i) + 1
+}
+
+/// The operation slot an engine word names, if any.
+#[inline(always)]
+pub fn op_of(word: EngineWord) -> Option<OpIndex> {
+    word.checked_sub(1).map(|i| i as OpIndex)
+}
+
+/// The network has let go of receive `r`'s operation (it completed, was cancelled, or the
+/// endpoint was closed): the receive is no longer in the network.
+#[inline]
+pub fn released(r: &mut RecvState) {
+    r.engine = 0;
+    r.native = NativeHalf::NotPosted;
+}
+
+/// The first step of a definite cancel of receive `req` in the network (see
+/// [`P2p::cancel_recv`](crate::transport::P2p::cancel_recv)), the same for every native engine.
+pub enum CancelStep {
+    /// Known without asking the network: `true` cancelled (it was never, or is no longer, in
+    /// the network and has not completed), `false` matched.
+    Answered(bool),
+    /// The receive is now [`NativeHalf::CancelAsked`]: ask the network to cancel operation
+    /// `op` (`None`: the engine holds no operation for it) and wait for its report, then
+    /// answer with [`cancel_answer`].
+    Ask(Option<OpIndex>),
+}
+
+/// Moves receive `req` to [`NativeHalf::CancelAsked`] when it is posted, or answers at once.
+pub fn begin_cancel(core: &mut Core, req: ReqHandle) -> CancelStep {
+    let Some(Request {
+        complete,
+        kind: RequestKind::Recv(r),
+        ..
+    }) = core.requests.get_mut(req)
+    else {
+        return CancelStep::Answered(false);
+    };
+    match r.native {
+        NativeHalf::Posted { partnered } => r.native = NativeHalf::CancelAsked { partnered },
+        NativeHalf::CancelAsked { .. } => {}
+        NativeHalf::Matched => return CancelStep::Answered(false),
+        NativeHalf::NotPosted => return CancelStep::Answered(!*complete),
+    }
+    CancelStep::Ask(op_of(r.engine))
+}
+
+/// The answer to a cancel once the network has reported the receive's operation: cancelled
+/// unless the report completed it.
+pub fn cancel_answer(core: &Core, req: ReqHandle) -> bool {
+    core.requests.get(req).map_or(true, |r| !r.complete)
+}
+
+/// What the network may still hold of request `req`, for
+/// [`P2p::quiesce`](crate::transport::P2p::quiesce).
+pub enum Holding {
+    /// A receive still posted: cancel it (definitely); once answered, nothing is held.
+    PostedReceive,
+    /// The operation in this slot (if the engine's word names one).
+    Op(Option<OpIndex>),
+}
+
+/// What [`P2p::quiesce`](crate::transport::P2p::quiesce) must wait for on request `req`.
+pub fn holding(core: &Core, req: ReqHandle) -> Holding {
+    match core.requests.get(req).map(|r| &r.kind) {
+        Some(RequestKind::Recv(r)) if matches!(r.native, NativeHalf::Posted { .. }) => {
+            Holding::PostedReceive
+        }
+        Some(RequestKind::Recv(r)) => Holding::Op(op_of(r.engine)),
+        Some(RequestKind::Send(s)) => Holding::Op(op_of(s.engine)),
+        _ => Holding::Op(None),
     }
 }
 

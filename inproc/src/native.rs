@@ -24,10 +24,10 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use ch4_core::matching::{PostedId, PostedQueue, UnexpectedQueue};
-use ch4_core::native::{OpContexts, OpIndex};
+use ch4_core::native::{self, word_of, CancelStep, Holding, OpContexts, OpIndex};
 use ch4_core::pool::Handle;
 use ch4_core::request::{
-    msg_flags, CancelState, Message, NativeHalf, ReqHandle, Request, RequestKind, SendState,
+    msg_flags, CancelState, Message, ReqHandle, Request, RequestKind, SendState,
 };
 use ch4_core::transport::{AmSink, Caps, Cx, HandlerId, P2p, Partner, SendOp};
 use ch4_core::{Envelope, Error, ErrorKind, Gpid, Result, SendMode, Status};
@@ -170,18 +170,16 @@ impl Nic {
         Ok(())
     }
 
+    /// Receive `recv` took message `msg`: its data lands, and it is reported, a few polls later.
+    fn matched(&mut self, recv: NicRecv, env: Envelope, msg: Arrived) {
+        let NicRecv { ctx, dst, cap } = recv;
+        self.complete_later(ctx, Event::Recv { env, msg, dst, cap });
+    }
+
     /// `fi_trecv`: match against held messages, else post.
     fn post_recv(&mut self, want: Envelope, recv: NicRecv) {
         match self.unexpected.take_match(&want) {
-            Some((_, env, msg)) => self.complete_later(
-                recv.ctx,
-                Event::Recv {
-                    env,
-                    msg,
-                    dst: recv.dst,
-                    cap: recv.cap,
-                },
-            ),
+            Some((_, env, msg)) => self.matched(recv, env, msg),
             None => {
                 let key = recv.ctx as usize;
                 let id = self.posted.post(want, recv);
@@ -205,15 +203,7 @@ impl Nic {
         match self.posted.take_match(&env) {
             Some((_, _, recv)) => {
                 self.posted_by_ctx.remove(&(recv.ctx as usize));
-                self.complete_later(
-                    recv.ctx,
-                    Event::Recv {
-                        env,
-                        msg,
-                        dst: recv.dst,
-                        cap: recv.cap,
-                    },
-                );
+                self.matched(recv, env, msg);
             }
             None => {
                 self.unexpected.push(env, msg);
@@ -340,16 +330,6 @@ impl NativeEngine {
 
 type Net = InprocNet<Native>;
 
-/// The operation a request's engine word names: its slot index plus one, 0 for none.
-fn op_of(engine: u64) -> Option<OpIndex> {
-    engine.checked_sub(1).map(|i| i as OpIndex)
-}
-
-/// The engine word naming operation `i`.
-fn word_of(i: OpIndex) -> u64 {
-    u64::from(i) + 1
-}
-
 fn vanished() -> Error {
     Error::new(
         ErrorKind::Internal,
@@ -448,7 +428,7 @@ impl P2p<Net> for NativeEngine {
         ) {
             (Some(b), _) => (b.as_ptr(), b.len()),
             (None, Some(p)) => p,
-            (None, None) => unreachable!("a bounce copy exists when the buffer has a layout"),
+            (None, None) => return Err(vanished()),
         };
         let ctx = eng.ops.context_ptr(i).ok_or_else(vanished)?;
         post_in_order(
@@ -481,33 +461,23 @@ impl P2p<Net> for NativeEngine {
     }
 
     fn cancel_recv<P: Partner>(cx: &mut Cx<'_, Net, P>, req: ReqHandle) -> Result<bool> {
-        let Some(r) = cx.core.requests.get_mut(req).and_then(Request::recv_mut) else {
-            return Ok(false);
+        let op = match native::begin_cancel(cx.core, req) {
+            CancelStep::Answered(cancelled) => return Ok(cancelled),
+            CancelStep::Ask(op) => op,
         };
-        match r.native {
-            NativeHalf::Posted { partnered } => r.native = NativeHalf::CancelAsked { partnered },
-            NativeHalf::CancelAsked { .. } => {}
-            NativeHalf::Matched => return Ok(false),
-            NativeHalf::NotPosted => {
-                return Ok(!cx.core.requests.get(req).is_some_and(|r| r.complete))
-            }
-        }
         let eng = &mut cx.transport.native;
-        let Some((i, ctx)) = op_of(r.engine).and_then(|i| Some((i, eng.ops.context_ptr(i)?)))
-        else {
+        let Some((i, ctx)) = op.and_then(|i| Some((i, eng.ops.context_ptr(i)?))) else {
             // No operation in the NIC (it was closed, which ended them all): cancelled.
-            r.native = NativeHalf::NotPosted;
-            r.engine = 0;
+            if let Some(r) = cx.core.requests.get_mut(req).and_then(Request::recv_mut) {
+                native::released(r);
+            }
             return Ok(true);
         };
         eng.nic.cancel(ctx);
         // The answer comes through the completion queue: drive this engine alone until the
         // operation is reported, cancelled or matched.
         drive_until_released(cx, i, req)?;
-        Ok(match cx.core.requests.get(req) {
-            Some(r) => !r.complete,
-            None => true,
-        })
+        Ok(native::cancel_answer(cx.core, req))
     }
 
     fn cancel_send<P: Partner>(_cx: &mut Cx<'_, Net, P>, _req: ReqHandle) -> Result<()> {
@@ -559,16 +529,8 @@ impl P2p<Net> for NativeEngine {
             return Err(Error::new(ErrorKind::Internal, "imrecv on a non-receive"));
         };
         // FI_CLAIM: the claimed message is delivered to this receive, later.
-        let NicRecv { ctx, dst, cap } = recv_op(&mut eng.ops, req, r)?;
-        eng.nic.complete_later(
-            ctx,
-            Event::Recv {
-                env,
-                msg: m,
-                dst,
-                cap,
-            },
-        );
+        let recv = recv_op(&mut eng.ops, req, r)?;
+        eng.nic.matched(recv, env, m);
         Ok(())
     }
 
@@ -589,20 +551,11 @@ impl P2p<Net> for NativeEngine {
     }
 
     fn quiesce<P: Partner>(cx: &mut Cx<'_, Net, P>, req: ReqHandle) -> Result<()> {
-        let engine = match cx.core.requests.get_mut(req).map(|r| &mut r.kind) {
-            Some(RequestKind::Recv(r)) => {
-                if matches!(r.native, NativeHalf::Posted { .. }) {
-                    // Ask for the cancel; whatever the answer, the operation ends.
-                    Self::cancel_recv(cx, req)?;
-                    return Ok(());
-                }
-                r.engine
-            }
-            Some(RequestKind::Send(s)) => s.engine,
-            _ => return Ok(()),
-        };
-        let Some(i) = op_of(engine) else {
-            return Ok(());
+        let i = match native::holding(cx.core, req) {
+            // Whatever the cancel's answer, the operation has ended once it comes.
+            Holding::PostedReceive => return Self::cancel_recv(cx, req).map(drop),
+            Holding::Op(Some(i)) => i,
+            Holding::Op(None) => return Ok(()),
         };
         // A send the NIC refused is still in the backlog: take it back.
         let eng = &mut cx.transport.native;
@@ -713,8 +666,7 @@ fn progress_own<P: Partner>(cx: &mut Cx<'_, Net, P>) -> Result<usize> {
                 else {
                     continue; // the receive is gone (its completion came after a quiesce)
                 };
-                r.engine = 0;
-                r.native = NativeHalf::NotPosted;
+                native::released(r);
                 r.source_process = msg.src;
                 let written = match &entry.bounce {
                     Some(b) => r.buf.write_at(0, &b[..msg.data.len().min(b.len())]),
@@ -748,8 +700,7 @@ fn progress_own<P: Partner>(cx: &mut Cx<'_, Net, P>) -> Result<usize> {
                     .get_mut(entry.req)
                     .and_then(Request::recv_mut)
                 {
-                    r.engine = 0;
-                    r.native = NativeHalf::NotPosted;
+                    native::released(r);
                 }
             }
         }

@@ -18,9 +18,9 @@
 
 use std::time::Instant;
 
-use ch4_core::native::OpIndex;
+use ch4_core::native::{self, word_of, CancelStep, Holding, OpIndex};
 use ch4_core::request::{
-    CancelState, Message, NativeHalf, RecvState, ReqHandle, Request, RequestKind, SendState,
+    CancelState, Message, RecvState, ReqHandle, Request, RequestKind, SendState,
 };
 use ch4_core::transport::{Caps, Cx, P2p, Partner, SendOp};
 use ch4_core::{Envelope, Error, ErrorKind, Result, SendMode, Status};
@@ -40,18 +40,6 @@ type Net = OfiNetmod;
 
 /// Completions read per `fi_cq_read`.
 const CQ_BATCH: usize = 32;
-
-/// The engine word naming operation `i` (0 is "none").
-#[inline(always)]
-fn word_of(i: OpIndex) -> u64 {
-    u64::from(i) + 1
-}
-
-/// The operation an engine word names.
-#[inline(always)]
-fn op_of(word: u64) -> Option<OpIndex> {
-    word.checked_sub(1).map(|i| i as OpIndex)
-}
 
 impl P2p<Net> for OfiEngine {
     const NATIVE_MATCHING: bool = true;
@@ -132,23 +120,17 @@ impl P2p<Net> for OfiEngine {
     }
 
     fn cancel_recv<P: Partner>(cx: &mut Cx<'_, Net, P>, req: ReqHandle) -> Result<bool> {
-        let Some(r) = cx.core.requests.get_mut(req).and_then(Request::recv_mut) else {
-            return Ok(false);
+        let op = match native::begin_cancel(cx.core, req) {
+            CancelStep::Answered(cancelled) => return Ok(cancelled),
+            CancelStep::Ask(op) => op,
         };
-        match r.native {
-            NativeHalf::Posted { partnered } => r.native = NativeHalf::CancelAsked { partnered },
-            NativeHalf::CancelAsked { .. } => {}
-            NativeHalf::Matched => return Ok(false),
-            NativeHalf::NotPosted => {
-                return Ok(!cx.core.requests.get(req).is_some_and(|r| r.complete))
-            }
-        }
         let net = &mut *cx.transport;
-        let Some(i) = op_of(r.engine).filter(|&i| net.ops.get(i).is_some_and(|o| o.req == req))
-        else {
+        let Some(r) = cx.core.requests.get_mut(req).and_then(Request::recv_mut) else {
+            return Ok(true);
+        };
+        let Some(i) = op.filter(|&i| net.ops.get(i).is_some_and(|o| o.req == req)) else {
             // No operation in the provider (the endpoint was closed, ending them all).
-            r.native = NativeHalf::NotPosted;
-            r.engine = 0;
+            native::released(r);
             return Ok(true);
         };
         // Not yet handed to the provider: take it back, cancelled for certain.
@@ -156,8 +138,7 @@ impl P2p<Net> for OfiEngine {
         net.recvs.retain(|q| q.op != i);
         if net.recvs.len() < queued {
             net.ops.remove(i);
-            r.native = NativeHalf::NotPosted;
-            r.engine = 0;
+            native::released(r);
             return Ok(true);
         }
         let ctx = net.ops.context_ptr(i).ok_or_else(vanished)?;
@@ -165,10 +146,7 @@ impl P2p<Net> for OfiEngine {
         unsafe { net.ep()?.cancel(ctx)? };
         // The answer comes through the completion queue: cancelled, or completed after all.
         drive_until_released(cx, i, req)?;
-        Ok(match cx.core.requests.get(req) {
-            Some(r) => !r.complete,
-            None => true,
-        })
+        Ok(native::cancel_answer(cx.core, req))
     }
 
     fn cancel_send<P: Partner>(_cx: &mut Cx<'_, Net, P>, _req: ReqHandle) -> Result<()> {
@@ -273,20 +251,13 @@ impl P2p<Net> for OfiEngine {
     }
 
     fn quiesce<P: Partner>(cx: &mut Cx<'_, Net, P>, req: ReqHandle) -> Result<()> {
-        let word = match cx.core.requests.get(req).map(|r| &r.kind) {
-            Some(RequestKind::Recv(r)) => {
-                if matches!(r.native, NativeHalf::Posted { .. }) {
-                    // Whatever the answer, the operation has ended once it comes.
-                    Self::cancel_recv(cx, req)?;
-                    return Ok(());
-                }
-                r.engine
-            }
-            Some(RequestKind::Send(s)) => s.engine,
-            _ => return Ok(()),
+        let op = match native::holding(cx.core, req) {
+            // Whatever the cancel's answer, the operation has ended once it comes.
+            Holding::PostedReceive => return Self::cancel_recv(cx, req).map(drop),
+            Holding::Op(op) => op,
         };
         let net = &mut *cx.transport;
-        let Some(i) = op_of(word).filter(|&i| net.ops.get(i).is_some_and(|o| o.req == req)) else {
+        let Some(i) = op.filter(|&i| net.ops.get(i).is_some_and(|o| o.req == req)) else {
             return Ok(());
         };
         // A send the provider refused is still queued here: take it back.
@@ -650,8 +621,7 @@ fn finish_recv<P: Partner>(
         return Ok(()); // the receive is gone (its completion came after a quiesce)
     };
     let (source, tag) = tag::source_and_tag(bits);
-    r.engine = 0;
-    r.native = NativeHalf::NotPosted;
+    native::released(r);
     r.source_process = tag::from_cq_data(data).0;
     let written = match &op.bounce {
         Some(b) => r.buf.write_at(0, &b[..len.min(b.len())]),
@@ -691,8 +661,7 @@ fn failed<P: Partner>(cx: &mut Cx<'_, Net, P>, e: &CqError) -> Result<()> {
     match op.kind {
         OpKind::Recv if e.is_canceled() => {
             if let Some(r) = cx.core.requests.get_mut(op.req).and_then(Request::recv_mut) {
-                r.engine = 0;
-                r.native = NativeHalf::NotPosted;
+                native::released(r);
             }
         }
         OpKind::Recv if e.is_truncation() => {
@@ -717,8 +686,7 @@ fn failed<P: Partner>(cx: &mut Cx<'_, Net, P>, e: &CqError) -> Result<()> {
             if let Some(req) = cx.core.requests.get_mut(op.req) {
                 match &mut req.kind {
                     RequestKind::Recv(r) => {
-                        r.engine = 0;
-                        r.native = NativeHalf::NotPosted;
+                        native::released(r);
                     }
                     RequestKind::Send(s) => s.engine = 0,
                     RequestKind::Done => {}
@@ -759,8 +727,7 @@ fn close_and_fail<P: Partner>(cx: &mut Cx<'_, Net, P>, why: &'static str) {
             }
             match &mut req.kind {
                 RequestKind::Recv(r) => {
-                    r.engine = 0;
-                    r.native = NativeHalf::NotPosted;
+                    native::released(r);
                 }
                 RequestKind::Send(s) => s.engine = 0,
                 RequestKind::Done => {}
