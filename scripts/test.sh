@@ -56,4 +56,7 @@ fi
 
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+# The semantics suite again over libfabric's tcp;ofi_rxm (the `ofi` feature): ranks as threads
+# and as processes, each its own node and mixed with ch4's shared memory.
+cargo test --features ofi --test pt2pt ofi
 ./scripts/loom.sh

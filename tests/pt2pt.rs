@@ -112,7 +112,7 @@ on_all_routes!(any_source, 5, any_source_fan_in, processes = 8);
 fn truncation<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
     let w = ctx.world();
     let fills = ctx.device()?.caps().fills_truncated;
-    for (round, len) in [(0, 20usize), (1, 500)] {
+    for (round, len) in [(0, 20usize), (1, 500), (2, 100_000), (3, 1 << 20)] {
         if w.rank() == 0 {
             w.send(&pattern(round, len), 1, round as i32)?;
         } else if w.rank() == 1 {

@@ -30,7 +30,7 @@ use libfabric_sys::{
 };
 
 use crate::netmod::{vanished, OfiNetmod, Op, OpKind, Payload, Peeked, QueuedRecv, QueuedSend};
-use crate::provider::{Completions, CqError, Posted};
+use crate::provider::{self, Completions, CqError, Posted};
 use crate::tag;
 
 /// The engine of [`OfiNetmod`] (all its state lives in the netmod and the core's requests).
@@ -54,8 +54,7 @@ impl P2p<Net> for OfiEngine {
             tag_ub: tag::TAG_UB,
             max_processes: tag::MAX_PROCESSES,
             detects_unmatched_ready: false,
-            // tcp;ofi_rxm (1.17) writes nothing of a message it truncates.
-            fills_truncated: false,
+            fills_truncated: truncation_fills(net),
             iov_limit,
             max_message,
         }
@@ -665,14 +664,22 @@ fn failed<P: Partner>(cx: &mut Cx<'_, Net, P>, e: &CqError) -> Result<()> {
             }
         }
         OpKind::Recv if e.is_truncation() => {
-            // The providers report neither the message's length nor what they wrote (rxm
-            // writes nothing): no byte counts as delivered, and a bounce buffer is not copied.
-            let op = Op { bounce: None, ..op };
-            finish_recv(cx, op, e.tag, e.data, 0, true)?;
+            // libfabric 1.17 reports neither the message's length nor what it wrote (len and
+            // olen are 0): where the provider is known to fill the buffer, all of it counts
+            // as delivered (a packed bounce buffer is unpacked); elsewhere none of it.
+            let delivered = if e.len > 0 {
+                e.len
+            } else if truncation_fills(cx.transport) {
+                usize::MAX
+            } else {
+                0
+            };
+            finish_recv(cx, op, e.tag, e.data, delivered, true)?;
             if truncation_breaks_endpoint(cx.transport) {
-                // libfabric 1.17's tcp;ofi_rxm stops delivering on an endpoint once it has
-                // truncated a message (libfabric issue 8274, fixed in 1.18): close it, so that
-                // everything waiting on it fails with this reason instead of hanging.
+                // libfabric 1.17's tcp;ofi_rxm with dynamic receive buffers (turned off by
+                // this crate unless the user turned them on) stops delivering on an endpoint
+                // once it has truncated a message (libfabric issue 8274, fixed in 1.18): close
+                // it, so that everything waiting on it fails with this reason, not a hang.
                 tracing::error!(
                     "a truncated receive wedged libfabric 1.17's tcp;ofi_rxm endpoint; closing it"
                 );
@@ -708,10 +715,20 @@ fn failed<P: Partner>(cx: &mut Cx<'_, Net, P>, e: &CqError) -> Result<()> {
     Ok(())
 }
 
-/// Whether this provider stops working after truncating a message (libfabric < 1.18's rxm).
+/// Whether this provider writes the part of a truncated message that fits: `tcp;ofi_rxm` does
+/// when it receives through its own buffers (not with 1.17's dynamic receive buffers, which
+/// write nothing); other providers are not relied on.
+fn truncation_fills(net: &Net) -> bool {
+    net.ep.as_ref().is_some_and(|ep| {
+        ep.info().provider().contains("ofi_rxm") && !provider::rxm_truncation_breaks_endpoint()
+    })
+}
+
+/// Whether this provider stops working after truncating a message (libfabric < 1.18's rxm
+/// with dynamic receive buffers).
 fn truncation_breaks_endpoint(net: &Net) -> bool {
     net.ep.as_ref().is_some_and(|ep| {
-        ep.info().provider().contains("ofi_rxm") && ep.info().provider_version() < (118, 0)
+        ep.info().provider().contains("ofi_rxm") && provider::rxm_truncation_breaks_endpoint()
     })
 }
 

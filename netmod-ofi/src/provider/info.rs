@@ -458,6 +458,7 @@ struct Query<'a> {
 /// no memory registration modes handled (descriptors are never passed). `None` for "no
 /// provider offers this" (`-FI_ENODATA`).
 fn getinfo(q: &Query<'_>) -> Result<Option<InfoList>> {
+    super::workarounds::apply();
     // SAFETY: fi_allocinfo returns a zeroed fi_info with all attribute structs, freed below;
     // the strings put in it are malloc'd copies (strdup) because fi_freeinfo frees them.
     // fi_getinfo only reads the hints and returns a list we own.

@@ -40,7 +40,9 @@
 //!   engine must bound eager traffic itself (credits), as the TCP netmod does.
 //! - A truncated receive completes with `FI_ETRUNC` but `len` and `olen` are 0 in both, and
 //!   shm reports the code negated (-265); [`CqError::err`] is normalized to the positive code.
-//!   `tcp;ofi_rxm` delivers none of the bytes that fit, shm delivers them.
+//!   `tcp;ofi_rxm` with dynamic receive buffers delivers none of the bytes that fit and then
+//!   loses every later message on the endpoint (libfabric issue 8274); this crate turns them
+//!   off before 1.18 (`workarounds`), and rxm then truncates correctly, delivering what fits.
 //! - shm before 1.19 ignores `FI_PEEK`, `FI_CLAIM` and `FI_DISCARD`: a peek is a plain receive
 //!   that consumes the message. [`Info::peek`] says so, and [`Endpoint::trecvmsg`] refuses those
 //!   flags there instead of losing a message.
@@ -48,10 +50,12 @@
 mod endpoint;
 mod error;
 mod info;
+mod workarounds;
 
 pub use endpoint::{Completions, CqError, Endpoint, Posted};
 pub use error::fi_error;
 pub use info::{select, Hints, Info};
+pub use workarounds::rxm_truncation_breaks_endpoint;
 
 /// The libfabric types and flags of the provider layer's signatures, re-exported so that its
 /// users need not name `libfabric-sys` for them.
