@@ -14,14 +14,21 @@
 //! for every netmod ([`ch4_core::bootstrap::Bootstrap`]).
 //! `CH4_NODE_SIZE=k` makes the job treat every `k` consecutive ranks as one node, so that the
 //! network path can be exercised on a single host.
+//!
+//! Under ch4run, a job that spans nodes also asks the launcher to tell it when a rank leaves or
+//! fails ([`pmi::Client::watch_peers`]), and hands that to the netmod as its
+//! [`PeerWatch`](ch4_core::bootstrap::PeerWatch):
+//! libfabric cannot tell a dead peer from a slow one, so without it a receive from a killed
+//! process would wait for ever. (Hydra has no such notice; it ends the whole job when a rank
+//! dies, which is also not a hang.)
 
-use std::cell::RefCell;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use ch4_core::bootstrap::{card_segments, join_card_segments, Bootstrap};
 use ch4_core::core::DeviceConfig;
-use ch4_core::{Device, Error, ErrorKind, Gpid, Result};
+use ch4_core::{Device, Error, ErrorKind, Gpid, PeerState, Result};
 use shm::{Segment, ShmConfig, ShmTransport};
 
 use crate::{Communicator, Context};
@@ -47,7 +54,8 @@ pub type ProcessContext = Context;
 /// barrier is ended with an error).
 pub struct Universe {
     ctx: ProcessContext,
-    pmi: RefCell<Option<pmi::Client>>,
+    /// Shared with the netmod's [`LauncherWatch`], which reads peer events from it.
+    pmi: Arc<Mutex<Option<pmi::Client>>>,
 }
 
 impl Universe {
@@ -70,7 +78,7 @@ impl Universe {
     }
 
     fn finish(&self) -> Result<()> {
-        let Some(mut c) = self.pmi.borrow_mut().take() else {
+        let Some(mut c) = self.client().take() else {
             return Ok(());
         };
         let finalized = match self.ctx.finalize() {
@@ -86,11 +94,19 @@ impl Universe {
 
     /// Ends the whole job with `code` (PMI abort): the launcher stops every rank.
     pub fn abort(&self, code: i32, message: &str) -> ! {
-        if let Some(c) = self.pmi.borrow_mut().as_mut() {
+        if let Some(c) = self.client().as_mut() {
             c.abort(code, message);
         }
         eprintln!("ch4: abort({code}): {message}");
         std::process::exit(code)
+    }
+}
+
+impl Universe {
+    /// The connection to the process manager (taken at finalize).
+    fn client(&self) -> MutexGuard<'_, Option<pmi::Client>> {
+        // A panic while the lock was held leaves the client as it was: still usable.
+        self.pmi.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -169,16 +185,93 @@ pub fn init_with(config: DeviceConfig) -> Result<Universe> {
     let kvs = client.get_my_kvsname().map_err(pmi_err)?.to_string();
     let seg = node_segment(&mut client, &kvs, my_node, me, local.len(), cfg)?;
     let shm = ShmTransport::new(seg, me, &local, size, cfg.eager_limit, std::process::id())?;
-    let net: ProcessNetmod = process_netmod(&mut client, rank, size, local.len() != size as usize)?;
+    let spans_nodes = local.len() != size as usize;
+    let mut net: ProcessNetmod = process_netmod(&mut client, rank, size, spans_nodes)?;
+    let watched = spans_nodes && client.watch_peers().map_err(pmi_err)?;
+    let pmi = Arc::new(Mutex::new(Some(client)));
+    if watched {
+        let watch = Arc::new(LauncherWatch::new(pmi.clone(), size));
+        net.watch_peers(Arc::new(move |g| watch.peer_state(g)));
+    }
     let dev = Device::new(net, shm, rank, size, config)?;
     let ctx = Context::new(dev);
     if rank == 0 {
         crate::settings::print_summary_if_asked(&ctx);
     }
-    Ok(Universe {
-        ctx,
-        pmi: RefCell::new(Some(client)),
-    })
+    Ok(Universe { ctx, pmi })
+}
+
+/// The launcher's word on which ranks left or failed, as a netmod's
+/// [`PeerWatch`](ch4_core::bootstrap::PeerWatch): peer events
+/// are read from the PMI connection without blocking, at most every [`Self::POLL_EVERY`].
+struct LauncherWatch {
+    pmi: Arc<Mutex<Option<pmi::Client>>>,
+    seen: Mutex<Seen>,
+}
+
+/// What the launcher has said so far.
+struct Seen {
+    /// Each rank's state, and when this rank learned it.
+    states: Vec<(PeerState, Instant)>,
+    last_poll: Option<Instant>,
+}
+
+impl LauncherWatch {
+    /// How often the PMI connection is looked at (one `poll` system call): a wait asks for
+    /// peers' states only after progress found nothing to do, but then often.
+    const POLL_EVERY: Duration = Duration::from_millis(5);
+
+    /// How long a failure is kept from the device after the launcher reported it: the dead
+    /// rank's last messages may still be in the network (sent before it died, not yet read by
+    /// the provider), and must be received before waits on it fail.
+    const GRACE: Duration = Duration::from_millis(100);
+
+    fn new(pmi: Arc<Mutex<Option<pmi::Client>>>, size: u32) -> Self {
+        let now = Instant::now();
+        LauncherWatch {
+            pmi,
+            seen: Mutex::new(Seen {
+                states: vec![(PeerState::Alive, now); size as usize],
+                last_poll: None,
+            }),
+        }
+    }
+
+    fn peer_state(&self, gpid: Gpid) -> PeerState {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        if seen
+            .last_poll
+            .map_or(true, |t| now.duration_since(t) >= Self::POLL_EVERY)
+        {
+            seen.last_poll = Some(now);
+            // Busy (the rank is in a PMI call on another thread): ask again next time.
+            if let Ok(mut pmi) = self.pmi.try_lock() {
+                if let Some(c) = pmi.as_mut() {
+                    match c.poll_peer_events() {
+                        Ok(events) => {
+                            for ev in events {
+                                let (r, st) = match ev {
+                                    pmi::PeerEvent::Left(r) => (r, PeerState::Left),
+                                    pmi::PeerEvent::Failed(r) => (r, PeerState::Failed),
+                                };
+                                if let Some(s) = seen.states.get_mut(r as usize) {
+                                    *s = (st, now);
+                                }
+                            }
+                        }
+                        // The launcher is gone: it is ending the job; nothing more to learn.
+                        Err(e) => tracing::debug!(error = %e, "peer events unavailable"),
+                    }
+                }
+            }
+        }
+        match seen.states.get(gpid as usize) {
+            Some(&(PeerState::Alive, _)) | None => PeerState::Alive,
+            Some(&(st, since)) if now.duration_since(since) >= Self::GRACE => st,
+            Some(_) => PeerState::Alive,
+        }
+    }
 }
 
 /// This rank's netmod, opened and, when the job spans nodes, introduced to its peers: rank 0

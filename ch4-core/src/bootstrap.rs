@@ -9,7 +9,12 @@
 
 use crate::transport::Netmod;
 use crate::types::Gpid;
-use crate::{Error, ErrorKind, Result};
+use crate::{Error, ErrorKind, PeerState, Result};
+
+/// Tells whether a process is still in the job, as someone other than the netmod knows it:
+/// the job's record when ranks are threads, the launcher when they are processes. Called from
+/// progress when a wait has found nothing to do, so it must be cheap.
+pub type PeerWatch = std::sync::Arc<dyn Fn(Gpid) -> PeerState + Send + Sync>;
 
 /// A netmod that can join a job of processes (or of threads).
 pub trait Bootstrap: Netmod {
@@ -28,6 +33,14 @@ pub trait Bootstrap: Netmod {
 
     /// Learns every rank's card, in rank order, this rank's own included.
     fn learn_cards(&mut self, cards: &[Vec<u8>]) -> Result<()>;
+
+    /// Makes `watch` this netmod's source of which peers left or failed, for the peers it
+    /// cannot judge itself (a libfabric provider retries a dead peer's address for ever; a TCP
+    /// netmod knows only the peers it is connected to). The default ignores it: a netmod that
+    /// sees every peer's end itself needs no watch.
+    fn watch_peers(&mut self, watch: PeerWatch) {
+        let _ = watch;
+    }
 }
 
 /// Cuts `card` into text values of at most `max_value` characters each (hex, two characters a

@@ -96,9 +96,7 @@ pub struct OfiNetmod {
     watch: Option<PeerWatch>,
 }
 
-/// Tells whether a process is alive, left or failed: the job's own record, which the netmod
-/// consults since libfabric reports a dead peer only to operations that reach it.
-pub type PeerWatch = std::sync::Arc<dyn Fn(Gpid) -> PeerState + Send + Sync>;
+pub use ch4_core::bootstrap::PeerWatch;
 
 // SAFETY: the endpoint is `Send` (see `Endpoint`); the other raw pointers (operation contexts,
 // queued buffers) point into this netmod's own table or into buffers lent to requests of the one
@@ -308,6 +306,12 @@ impl Bootstrap for OfiNetmod {
 
     fn business_card(&self) -> Result<Vec<u8>> {
         self.ep()?.name()
+    }
+
+    /// The provider cannot tell a dead peer from a slow one (rxm retries its address for
+    /// ever), so this netmod's peers are only ever as alive as `watch` says.
+    fn watch_peers(&mut self, watch: PeerWatch) {
+        OfiNetmod::watch_peers(self, watch);
     }
 
     fn learn_cards(&mut self, cards: &[Vec<u8>]) -> Result<()> {

@@ -22,6 +22,11 @@ impl Bootstrap for TcpNetmod {
         Ok(reachable(self.local_addr()).to_string().into_bytes())
     }
 
+    /// Asked only about peers never connected to (a connection's end of stream tells the rest).
+    fn watch_peers(&mut self, watch: ch4_core::bootstrap::PeerWatch) {
+        TcpNetmod::watch_peers(self, watch);
+    }
+
     fn learn_cards(&mut self, cards: &[Vec<u8>]) -> Result<()> {
         let me = self.gpid();
         for (r, card) in cards.iter().enumerate() {

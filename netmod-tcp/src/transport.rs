@@ -190,8 +190,7 @@ pub struct TcpNetmod {
     watch: Option<PeerWatch>,
 }
 
-/// Tells whether a process is still in the job, for [`TcpNetmod::watch_peers`].
-pub type PeerWatch = std::sync::Arc<dyn Fn(Gpid) -> PeerState + Send + Sync>;
+pub use ch4_core::bootstrap::PeerWatch;
 
 fn transport_err(what: impl std::fmt::Display) -> Error {
     Error::new(ErrorKind::Transport, what.to_string())

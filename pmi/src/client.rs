@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -29,6 +29,19 @@ use crate::hex;
 use crate::mapping::{ProcessMapping, PROCESS_MAPPING_KEY};
 use crate::server::{sanitize_msg, PMI_SUBVERSION, PMI_VERSION};
 use crate::wire::{Command, Decoder, MAX_KEY_LEN, MAX_KVSNAME_LEN, MAX_VALUE_LEN};
+
+/// Set by ch4run for its ranks: this process manager answers `watch_peers` (see
+/// [`Client::watch_peers`]). Hydra does not, and is never asked.
+pub const PEER_EVENTS_VAR: &str = "PMI_CH4_PEER_EVENTS";
+
+/// What the process manager said about another rank (see [`Client::watch_peers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PeerEvent {
+    /// The rank finalized: it left the job in order.
+    Left(u32),
+    /// The rank's connection ended without finalize: it died or exited without leaving.
+    Failed(u32),
+}
 
 /// How long to keep trying to reach a `PMI_PORT` address.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -76,6 +89,8 @@ enum Conn {
     Stream {
         io: Box<dyn Stream>,
         decoder: Decoder,
+        /// The descriptor under `io`, when known, to look for unasked lines without blocking.
+        fd: Option<RawFd>,
     },
     Closed,
 }
@@ -100,6 +115,10 @@ pub struct Client {
     state: State,
     kvsname: Option<String>,
     maxes: Maxes,
+    /// Whether the launcher answers `watch_peers` (ch4run sets [`PEER_EVENTS_VAR`]).
+    events_offered: bool,
+    /// Peer events read but not yet returned by [`Client::poll_peer_events`].
+    events: Vec<PeerEvent>,
 }
 
 impl std::fmt::Debug for Client {
@@ -159,9 +178,12 @@ impl Client {
                     )
                 })?;
             let stream = File::from(take_inherited_fd(fd)?);
+            let raw = stream.as_raw_fd();
             let mut client =
                 Client::over_stream(stream, env_u32("PMI_RANK")?, env_u32("PMI_SIZE")?)?;
+            client.set_fd(raw);
             client.debug = env_u32("PMI_DEBUG")?.is_some_and(|d| d != 0);
+            client.events_offered = get(PEER_EVENTS_VAR).is_some_and(|v| v.trim() == "1");
             return Ok(client);
         }
         if let Some(port) = get("PMI_PORT") {
@@ -169,6 +191,7 @@ impl Client {
             // Without the handshake, rank and size come from the environment, as in simple_pmi.
             client.rank = client.rank.or(env_u32("PMI_RANK")?);
             client.size = client.size.or(env_u32("PMI_SIZE")?);
+            client.events_offered = get(PEER_EVENTS_VAR).is_some_and(|v| v.trim() == "1");
             return Ok(client);
         }
         Ok(Client::singleton())
@@ -190,6 +213,8 @@ impl Client {
             state: State::Connected,
             kvsname: None,
             maxes: Maxes::HYDRA,
+            events_offered: false,
+            events: Vec::new(),
         }
     }
 
@@ -206,6 +231,7 @@ impl Client {
             conn: Conn::Stream {
                 io: Box::new(stream),
                 decoder: Decoder::new(),
+                fd: None,
             },
             kind: ConnectionKind::Fd,
             rank,
@@ -214,7 +240,16 @@ impl Client {
             state: State::Connected,
             kvsname: None,
             maxes: Maxes::HYDRA,
+            events_offered: false,
+            events: Vec::new(),
         })
+    }
+
+    /// Records the descriptor under the stream, for [`poll_peer_events`](Client::poll_peer_events).
+    fn set_fd(&mut self, raw: RawFd) {
+        if let Conn::Stream { fd, .. } = &mut self.conn {
+            *fd = Some(raw);
+        }
     }
 
     /// Connects to a process manager listening at `host:port` (the `PMI_PORT` format; IPv6
@@ -249,7 +284,9 @@ impl Client {
         stream
             .set_nodelay(true)
             .map_err(|e| Error::io("setting TCP_NODELAY on the PMI connection", e))?;
+        let raw = stream.as_raw_fd();
         let mut client = Client::over_stream(stream, None, None)?;
+        client.set_fd(raw);
         client.kind = ConnectionKind::Port;
         if let Some(id) = pmi_id {
             client.initack(id)?;
@@ -612,6 +649,55 @@ impl Client {
         Ok(())
     }
 
+    /// Asks the process manager to tell this rank when others leave or fail (a ch4run
+    /// extension, see [`crate::server`]). `Ok(false)`, and nothing asked, when the launcher
+    /// does not offer it (Hydra, a singleton). Call after [`init`](Client::init); the events
+    /// then come from [`poll_peer_events`](Client::poll_peer_events).
+    pub fn watch_peers(&mut self) -> Result<bool> {
+        if !self.events_offered || !matches!(self.conn, Conn::Stream { .. }) {
+            return Ok(false);
+        }
+        let reply = self.exchange(Command::new("watch_peers"), "watching")?;
+        check_rc(&reply, "watch_peers")?;
+        Ok(true)
+    }
+
+    /// The peer events that have arrived since the last call, without blocking: what is
+    /// readable on the connection now is read. Replies never arrive here (PMI-1 has one
+    /// request at a time and it is answered before its call returns), only events.
+    pub fn poll_peer_events(&mut self) -> Result<Vec<PeerEvent>> {
+        while let Conn::Stream { decoder, fd, io } = &mut self.conn {
+            if let Some(msg) = decoder.next_message() {
+                let msg = msg.map_err(|e| Error::wire("malformed line from the launcher", e))?;
+                if msg.name() == "peer_event" {
+                    self.events.push(parse_peer_event(&msg)?);
+                    continue;
+                }
+                return Err(Error::new(
+                    ErrorKind::Protocol,
+                    format!("unasked cmd={} from the process manager", msg.name()),
+                ));
+            }
+            let Some(fd) = *fd else { break };
+            if !readable(fd)? {
+                break;
+            }
+            let mut buf = [0u8; 1024];
+            match io.read(&mut buf) {
+                Ok(0) => {
+                    return Err(Error::new(
+                        ErrorKind::Closed,
+                        "the process manager closed the PMI connection",
+                    ))
+                }
+                Ok(n) => decoder.push(&buf[..n]),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io("reading peer events", e)),
+            }
+        }
+        Ok(std::mem::take(&mut self.events))
+    }
+
     /// Sends `req` and returns the reply, which must be `cmd=expect` (or a `cmd=error` from a
     /// server that could not parse or does not know the request, returned as an error).
     fn exchange(&mut self, req: Command, expect: &str) -> Result<Command> {
@@ -644,16 +730,22 @@ impl Client {
         Ok(reply)
     }
 
-    /// Reads the next message, however many reads it takes.
+    /// Reads the next message, however many reads it takes. Peer events that arrive first
+    /// are kept for [`poll_peer_events`](Client::poll_peer_events).
     fn recv(&mut self, waiting_for: &str) -> Result<Command> {
-        let Conn::Stream { io, decoder } = &mut self.conn else {
+        let Conn::Stream { io, decoder, .. } = &mut self.conn else {
             return Err(Error::new(ErrorKind::State, "no PMI connection"));
         };
         let mut buf = [0u8; 4096];
         loop {
             if let Some(msg) = decoder.next_message() {
-                return msg
-                    .map_err(|e| Error::wire(format!("malformed reply to cmd={waiting_for}"), e));
+                let msg = msg
+                    .map_err(|e| Error::wire(format!("malformed reply to cmd={waiting_for}"), e))?;
+                if msg.name() == "peer_event" {
+                    self.events.push(parse_peer_event(&msg)?);
+                    continue;
+                }
+                return Ok(msg);
             }
             match io.read(&mut buf) {
                 Ok(0) => {
@@ -676,6 +768,39 @@ impl Client {
             }
         }
     }
+}
+
+/// Decodes `cmd=peer_event rank=R state=left|failed`.
+fn parse_peer_event(msg: &Command) -> Result<PeerEvent> {
+    let rank = parse_num::<u32>(msg.get("rank").unwrap_or(""), "rank")?;
+    match msg.get("state") {
+        Some("left") => Ok(PeerEvent::Left(rank)),
+        Some("failed") => Ok(PeerEvent::Failed(rank)),
+        other => Err(Error::new(
+            ErrorKind::Protocol,
+            format!("cmd=peer_event with state {other:?}"),
+        )),
+    }
+}
+
+/// Whether `fd` has something to read now (poll with a zero timeout).
+#[allow(unsafe_code)]
+fn readable(fd: RawFd) -> Result<bool> {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd, valid for the call; a zero timeout never blocks.
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::Interrupted {
+            return Ok(false);
+        }
+        return Err(Error::io("polling the PMI connection", e));
+    }
+    Ok(r > 0 && p.revents != 0)
 }
 
 /// Takes a private duplicate of the inherited descriptor `fd`.

@@ -54,7 +54,7 @@ pub mod server;
 pub mod socket;
 pub mod wire;
 
-pub use client::{Client, ConnectionKind, Maxes};
+pub use client::{Client, ConnectionKind, Maxes, PeerEvent, PEER_EVENTS_VAR};
 pub use error::{Error, ErrorKind, Result};
 pub use mapping::{node_ids, MapBlock, ProcessMapping, PROCESS_MAPPING_KEY};
 pub use server::{ClientId, JobConfig, Output, Server};

@@ -16,6 +16,15 @@
 //! refusal. Unknown commands and malformed lines get `cmd=error rc=-1 msg=...` so that a client
 //! waiting for a reply is told why instead of hanging.
 //!
+//! One extension, for ch4's own clients: `watch_peers` (answered `cmd=watching rc=0`) asks
+//! to be told when another rank leaves the job: from then on the server writes, unasked,
+//! `cmd=peer_event rank=R state=left` when rank R finalizes and `state=failed` when its
+//! connection ends without finalize (it died, or exited without leaving), and first replays
+//! what happened before the request. A network that cannot see a peer die (libfabric's
+//! reliable datagrams retry a dead peer's address for ever) learns it this way, as ULFM
+//! implementations learn it from their runtime (PMIx event notification). Clients that do not
+//! ask get no such lines, so MPICH's PMI clients are unaffected.
+//!
 //! Differences from Hydra, on purpose: a `put` is visible to `get` at once, not only after the
 //! next barrier (correct programs cannot tell), and a repeated `put` of a key replaces the value
 //! (as Hydra 4 does; MPICH's older gforker refused it).
@@ -109,11 +118,20 @@ pub enum Output {
     },
 }
 
+/// The unasked line that tells a watching client about `rank` (`left` or `failed`).
+fn peer_event(rank: u32, state: &str) -> Command {
+    Command::new("peer_event")
+        .with("rank", rank.to_string())
+        .with("state", state)
+}
+
 #[derive(Debug, Default)]
 struct ClientState {
     rank: Option<u32>,
     in_barrier: bool,
     finalized: bool,
+    /// Asked for peer events (`watch_peers`).
+    watching: bool,
 }
 
 /// The server state machine for one job. See the [module docs](self).
@@ -283,6 +301,7 @@ impl Server {
             self.barrier_count = self.barrier_count.saturating_sub(1);
         }
         self.lost.insert(rank);
+        self.tell_watchers(rank, "failed");
         if self.barrier_count > 0 {
             self.fail(format!(
                 "rank {rank} closed its PMI connection without finalize while {} rank(s) wait \
@@ -350,6 +369,7 @@ impl Server {
             "get" => self.on_get(from, cmd),
             "barrier_in" => self.on_barrier(from),
             "finalize" => self.on_finalize(from),
+            "watch_peers" => self.on_watch_peers(from),
             "abort" => self.on_abort(from, cmd),
             "spawn" => self.send_error(
                 from,
@@ -548,12 +568,44 @@ impl Server {
         self.out.push_back(Output::Finalized { client: from, rank });
         if let Some(rank) = rank {
             self.finalized.insert(rank);
+            self.tell_watchers(rank, "left");
             if self.barrier_count > 0 {
                 let waiting = self.barrier_count;
                 self.fail(format!(
                     "rank {rank} finalized while {waiting} rank(s) wait for it in a barrier"
                 ));
             }
+        }
+    }
+
+    /// `watch_peers`: acknowledges, then replays the ranks already gone, in rank order.
+    fn on_watch_peers(&mut self, from: ClientId) {
+        if let Some(state) = self.clients.get_mut(&from) {
+            state.watching = true;
+        }
+        self.send(from, Command::new("watching").with("rc", "0"));
+        let gone: Vec<(u32, &str)> = self
+            .finalized
+            .iter()
+            .map(|&r| (r, "left"))
+            .chain(self.lost.iter().map(|&r| (r, "failed")))
+            .collect();
+        for (rank, state) in gone {
+            self.send(from, peer_event(rank, state));
+        }
+    }
+
+    /// Writes a peer event about `rank` to every other client that asked for them.
+    fn tell_watchers(&mut self, rank: u32, state: &str) {
+        let mut watchers: Vec<ClientId> = self
+            .clients
+            .iter()
+            .filter(|(_, c)| c.watching && !c.finalized && c.rank != Some(rank))
+            .map(|(&id, _)| id)
+            .collect();
+        watchers.sort_unstable();
+        for to in watchers {
+            self.send(to, peer_event(rank, state));
         }
     }
 
@@ -948,5 +1000,72 @@ mod tests {
     fn messages_are_sanitized() {
         assert_eq!(sanitize_msg("a b\nc"), "a_b_c");
         assert_eq!(sanitize_msg(&"x".repeat(5000)).len(), MAX_VALUE_LEN);
+    }
+
+    #[test]
+    fn watchers_hear_of_ranks_that_leave_or_fail_and_others_do_not() {
+        let mut s = server(3);
+        s.add_client(A, Some(0)).unwrap();
+        s.add_client(B, Some(1)).unwrap();
+        let c = ClientId(3);
+        s.add_client(c, Some(2)).unwrap();
+        assert_eq!(ask(&mut s, A, "cmd=watch_peers").name(), "watching");
+        // Rank 2 finalizes: A is told it left; B (not watching) is told nothing.
+        let out = feed(&mut s, c, "cmd=finalize");
+        let to_a: Vec<_> = out
+            .iter()
+            .filter_map(|o| match o {
+                Output::Send { to, data } if *to == A => Some(cmd(data)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(to_a.len(), 1, "{out:?}");
+        assert_eq!(to_a[0].name(), "peer_event");
+        assert_eq!(to_a[0].get("rank"), Some("2"));
+        assert_eq!(to_a[0].get("state"), Some("left"));
+        assert!(!out
+            .iter()
+            .any(|o| matches!(o, Output::Send { to, .. } if *to == B)));
+        // Rank 1 dies: A is told it failed.
+        s.handle_disconnect(B).unwrap();
+        let out: Vec<_> = std::iter::from_fn(|| s.poll_output()).collect();
+        match out.as_slice() {
+            [Output::Send { to, data }] if *to == A => {
+                let ev = cmd(data);
+                assert_eq!(ev.get("rank"), Some("1"));
+                assert_eq!(ev.get("state"), Some("failed"));
+            }
+            other => panic!("expected one event for A, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_late_watcher_hears_what_already_happened() {
+        let mut s = server(3);
+        s.add_client(A, Some(0)).unwrap();
+        s.add_client(B, Some(1)).unwrap();
+        let c = ClientId(3);
+        s.add_client(c, Some(2)).unwrap();
+        feed(&mut s, c, "cmd=finalize");
+        s.handle_disconnect(B).unwrap();
+        while s.poll_output().is_some() {}
+        let out = feed(&mut s, A, "cmd=watch_peers");
+        let lines: Vec<Command> = out
+            .iter()
+            .map(|o| match o {
+                Output::Send { to, data } if *to == A => cmd(data),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert_eq!(lines[0].name(), "watching");
+        assert_eq!(
+            (lines[1].get("rank"), lines[1].get("state")),
+            (Some("2"), Some("left"))
+        );
+        assert_eq!(
+            (lines[2].get("rank"), lines[2].get("state")),
+            (Some("1"), Some("failed"))
+        );
     }
 }

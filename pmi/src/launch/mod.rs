@@ -91,6 +91,7 @@ const INHERITED_PMI_VARS: &[&str] = &[
     "HYDI_CONTROL_FD",
     "MPI_LOCALNRANKS",
     "MPI_LOCALRANKID",
+    crate::PEER_EVENTS_VAR,
     SELF_LAUNCHED_VAR,
 ];
 
@@ -445,7 +446,8 @@ impl Job<'_> {
             cmd.env(k, v);
         }
         cmd.env("MPI_LOCALNRANKS", opts.ranks.to_string())
-            .env("MPI_LOCALRANKID", rank.to_string());
+            .env("MPI_LOCALRANKID", rank.to_string())
+            .env(crate::PEER_EVENTS_VAR, "1");
         // Kept alive until the child has been started: its descriptor is what the child inherits.
         let mut child_end = None;
         match port {
