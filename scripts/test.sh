@@ -58,7 +58,7 @@ cargo test --workspace --all-targets
 cargo test --workspace --doc
 # The semantics suite again over libfabric's tcp;ofi_rxm (the `ofi` feature): ranks as threads
 # and as processes, each its own node and mixed with ch4's shared memory; and the process-mode
-# tests (launchers, stress, killed and vanished ranks) with OFI as the network.
+# tests (launchers, stress, killed and vanished ranks, floods) with OFI as the network.
 cargo test --features ofi --test pt2pt ofi
-cargo test --features ofi --test process
+cargo test --features ofi --test process --test flood
 ./scripts/loom.sh

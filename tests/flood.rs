@@ -77,3 +77,12 @@ fn a_flood_to_a_busy_receiver_stays_bounded_on_mixed_nodes() {
 fn a_flood_received_in_reverse_runs_stays_bounded_on_mixed_nodes() {
     flood("2", &["--sleep", "0", "--reverse", "100"]);
 }
+
+/// Messages small enough to be injected (libfabric's `fi_tinject` below the provider's inject
+/// size, TCP's smallest frames): nothing to wait for at the sender, so only flow control bounds
+/// what queues up while the receiver is busy.
+#[cfg(feature = "tcp")]
+#[test]
+fn a_flood_of_tiny_messages_to_a_busy_receiver_stays_bounded_over_the_network() {
+    flood("1", &["--sleep", "2000", "-s", "8"]);
+}

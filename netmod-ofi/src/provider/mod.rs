@@ -35,9 +35,12 @@
 //!   region in shm) until the CQ has been read: retrying after [`Endpoint::poll`] is normal,
 //!   not an error.
 //! - Back-pressure differs: shm says `-FI_EAGAIN` after 1024 injects or sends to a peer that
-//!   does not read (its queue to that peer); `tcp;ofi_rxm` after `tx_size` (2048) sends, but
-//!   never for injects, which it queues without bound (about 10 KiB of memory each). The
-//!   engine must bound eager traffic itself (credits), as the TCP netmod does.
+//!   does not read (its queue to that peer); `tcp;ofi_rxm` after `tx_size` (2048) sends, and
+//!   for injects only much later: ten thousand to a peer that never progresses are all
+//!   accepted (about 10 KiB of memory each). With the peer's provider progressing at all,
+//!   the socket's back-pressure reaches rxm and it refuses: the workspace's flood tests (four
+//!   senders of 250 000 8-byte messages to a rank asleep for 2 s) see the senders blocked, not
+//!   growing. The engine relies on that rather than on credits of its own.
 //! - A truncated receive completes with `FI_ETRUNC` but `len` and `olen` are 0 in both, and
 //!   shm reports the code negated (-265); [`CqError::err`] is normalized to the positive code.
 //!   `tcp;ofi_rxm` with dynamic receive buffers delivers none of the bytes that fit and then
