@@ -37,10 +37,11 @@
 //! - Back-pressure differs: shm says `-FI_EAGAIN` after 1024 injects or sends to a peer that
 //!   does not read (its queue to that peer); `tcp;ofi_rxm` after `tx_size` (2048) sends, and
 //!   for injects only much later: ten thousand to a peer that never progresses are all
-//!   accepted (about 10 KiB of memory each). With the peer's provider progressing at all,
-//!   the socket's back-pressure reaches rxm and it refuses: the workspace's flood tests (four
-//!   senders of 250 000 8-byte messages to a rank asleep for 2 s) see the senders blocked, not
-//!   growing. The engine relies on that rather than on credits of its own.
+//!   accepted by the provider test (about 10 KiB of memory each), yet between whole
+//!   processes the senders are refused before they grow: the workspace's flood tests (four
+//!   senders of 250 000 8-byte messages to a rank asleep for 2 s) see them blocked and within
+//!   1 MiB of their idle size. The engine relies on that, measured, rather than on credits of
+//!   its own; the flood tests would catch a provider that stopped refusing.
 //! - A truncated receive completes with `FI_ETRUNC` but `len` and `olen` are 0 in both, and
 //!   shm reports the code negated (-265); [`CqError::err`] is normalized to the positive code.
 //!   `tcp;ofi_rxm` with dynamic receive buffers delivers none of the bytes that fit and then
