@@ -1113,3 +1113,106 @@ fn dropped_probed_messages<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> 
     w.barrier()
 }
 on_all_routes!(dropped_probe, 2, dropped_probed_messages);
+
+/// ANY_SOURCE under pressure, where it is hardest (MPICH's largest recurring bug class): rank 0
+/// keeps a window of ANY_SOURCE, ANY_TAG receives posted and cancels some of them right after
+/// posting, while every other rank sends it messages of every protocol (empty, eager,
+/// rendezvous, synchronous) — on mixed routes some senders share its node and some do not, so
+/// each receive is partnered across shm and the netmod. Every message must arrive exactly once,
+/// whole, and per sender in posting order; a cancel either takes effect (no data) or loses the
+/// race to a message, which then counts like any other; nothing is left over.
+fn any_source_storm<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
+    const PER_SENDER: usize = 30;
+    const WINDOW: usize = 8;
+    const SIZES: [usize; 6] = [0, 8, 300, 5_000, 20_000, 65_536];
+    let w = ctx.world();
+    let senders = (w.size() - 1) as usize;
+    let message = |src: usize, seq: usize| {
+        let len = SIZES[(seq + src) % SIZES.len()];
+        let mut m = pattern(src * 1000 + seq, len);
+        if len >= 2 {
+            m[..2].copy_from_slice(&[src as u8, seq as u8]);
+        }
+        m
+    };
+    if w.rank() != 0 {
+        let src = w.rank() as usize;
+        for seq in 0..PER_SENDER {
+            let m = message(src, seq);
+            if seq % 4 == 1 {
+                w.ssend(&m, 0, (seq % 5) as i32)?;
+            } else {
+                w.send(&m, 0, (seq % 5) as i32)?;
+            }
+        }
+        return w.barrier();
+    }
+    let total = senders * PER_SENDER;
+    // Every receive gets its own buffer: at most all messages plus the cancelled ones.
+    let mut bufs: Vec<Vec<u8>> = (0..2 * total + WINDOW).map(|_| vec![0u8; 65_536]).collect();
+    let mut got: Vec<(usize, Status)> = Vec::new(); // (receive number, status)
+    let mut cancelled = 0usize;
+    ctx.scope(|s| -> Result<()> {
+        let mut free = bufs.iter_mut();
+        let mut slots: Vec<Option<_>> = (0..WINDOW).map(|_| None).collect();
+        let mut number = vec![0usize; WINDOW]; // which receive sits in each slot
+        let mut posted = 0usize;
+        macro_rules! post {
+            ($i:expr) => {{
+                let buf = free.next().expect("buffers for every receive");
+                let r = w.irecv(s, buf, ANY_SOURCE, ANY_TAG)?;
+                if posted % 5 == 3 {
+                    r.cancel()?;
+                }
+                slots[$i] = Some(r);
+                number[$i] = posted;
+                posted += 1;
+            }};
+        }
+        for i in 0..WINDOW {
+            post!(i);
+        }
+        while got.len() < total {
+            let (i, outcome) = s.wait_any(&mut slots)?.expect("the window is never empty");
+            let st = outcome?;
+            if st.cancelled {
+                cancelled += 1;
+            } else {
+                got.push((number[i], st));
+            }
+            post!(i);
+        }
+        // Whatever is still posted must find nothing: cancel it all.
+        for r in slots.iter().flatten() {
+            r.cancel()?;
+        }
+        while let Some((_, outcome)) = s.wait_any(&mut slots)? {
+            let st = outcome?;
+            assert!(st.cancelled, "a receive found a message too many: {st:?}");
+        }
+        Ok(())
+    })?;
+    assert!(cancelled > 0 || total < 5, "no cancel took effect");
+    got.sort_by_key(|&(n, _)| n);
+    let mut next = vec![0usize; w.size() as usize];
+    for (n, st) in &got {
+        let src = st.source as usize;
+        let seq = next[src];
+        let want = message(src, seq);
+        assert_eq!(st.bytes, want.len(), "size of message {seq} from {src}");
+        assert_eq!(st.tag, (seq % 5) as i32, "tag of message {seq} from {src}");
+        assert_eq!(
+            &bufs[*n][..want.len()],
+            &want[..],
+            "message {seq} from {src}"
+        );
+        next[src] += 1;
+    }
+    assert!(next[1..].iter().all(|&k| k == PER_SENDER), "{next:?}");
+    assert!(
+        w.iprobe(ANY_SOURCE, ANY_TAG)?.is_none(),
+        "a message left over"
+    );
+    w.barrier()
+}
+on_all_routes!(any_source_storm_test, 4, any_source_storm);
