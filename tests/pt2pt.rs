@@ -1155,7 +1155,7 @@ fn any_source_storm<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
     ctx.scope(|s| -> Result<()> {
         let mut free = bufs.iter_mut();
         let mut slots: Vec<Option<_>> = (0..WINDOW).map(|_| None).collect();
-        let mut number = vec![0usize; WINDOW]; // which receive sits in each slot
+        let mut number = [0usize; WINDOW]; // which receive sits in each slot
         let mut posted = 0usize;
         macro_rules! post {
             ($i:expr) => {{
