@@ -529,6 +529,28 @@ fn layouts<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
         assert_eq!(&dst[0..120], &sent[120..]);
         assert!(dst[120..500].iter().all(|&x| x == 0), "outside the layout");
     }
+    // Few pieces (within a NIC's gather and scatter lists: sent and received where they
+    // lie), small and large enough for rendezvous.
+    for (round, (count, len, stride)) in [(3usize, 4usize, 6usize), (3, 5000, 6000)]
+        .into_iter()
+        .enumerate()
+    {
+        let lay = ch4::Layout::vector::<u32>(count, len, stride)?;
+        let extent = (count - 1) * stride + len;
+        let tag = 20 + round as i32;
+        if w.rank() == 0 {
+            let src: Vec<u32> = (0..extent as u32).collect();
+            w.send_layout(&src, &lay, 1, tag)?;
+        } else if w.rank() == 1 {
+            let mut dst = vec![u32::MAX; extent];
+            let st = w.recv_layout(&mut dst, &lay, 0, tag)?;
+            assert_eq!(st.bytes, count * len * 4);
+            for (i, &x) in dst.iter().enumerate() {
+                let want = if i % stride < len { i as u32 } else { u32::MAX };
+                assert_eq!(x, want, "round {round} element {i}");
+            }
+        }
+    }
     w.barrier()
 }
 on_all_routes!(noncontiguous, 2, layouts);

@@ -3,11 +3,13 @@
 //! asynchronous network.
 //!
 //! - Sends: up to the inject size (and not synchronous) `fi_tinjectdata`, which copies, with no
-//!   request; longer ones `fi_tsenddata` from the user's buffer (a packed copy for a layout),
-//!   completed by the provider's completion; large messages go by the provider's own
-//!   rendezvous. A synchronous send first posts a receive for its acknowledgement (in the ACK
+//!   request; longer ones `fi_tsenddata` from the user's buffer, completed by the provider's
+//!   completion; large messages go by the provider's own rendezvous. A layout of at most the
+//!   provider's iovec limit of pieces goes as a gather list (`fi_tsendmsg` with remote CQ
+//!   data), one with more as a packed copy. A synchronous send first posts a receive for its acknowledgement (in the ACK
 //!   tag space, named in the message's CQ data) and completes when both are done.
-//! - Receives: `fi_trecv` into the user's buffer (a bounce buffer for a layout), any source
+//! - Receives: `fi_trecv` into the user's buffer (for a layout, `fi_trecvmsg` with its pieces
+//!   as the scatter list, or a bounce buffer when they are too many), any source
 //!   (the rank is in the match bits); the completion brings the tag, the length and, in the CQ
 //!   data, the sender's process.
 //! - Probes: `FI_PEEK` (`| FI_CLAIM` for a matched probe, whose message is then received with
@@ -207,12 +209,14 @@ impl P2p<Net> for OfiEngine {
                 "OFI imrecv on a non-receive",
             ));
         };
-        let (dst, cap, bounce) = landing(r);
+        let rx_limit = net.ep()?.info().rx_iov_limit();
+        let (dst, cap, (bounce, pieces)) = landing(r, rx_limit);
         if let Some(o) = net.ops.get_mut(i) {
             *o = Op {
                 req,
                 kind: OpKind::Recv,
                 bounce,
+                pieces,
             };
         }
         let dst = match net.ops.get_mut(i).and_then(|o| o.bounce.as_mut()) {
@@ -220,11 +224,17 @@ impl P2p<Net> for OfiEngine {
             None => dst,
         };
         r.engine = word_of(i);
-        let iov = iovec {
+        let one = [iovec {
             iov_base: dst.cast(),
             iov_len: cap,
+        }];
+        let iov: *const [iovec] = match net.ops.get(i).and_then(|o| o.pieces.as_deref()) {
+            Some(p) => p,
+            None => &one,
         };
-        claim(net, i, Some(&iov), FI_CLAIM)
+        // SAFETY: `iov` points either at `one`, alive to the end of this function, or at the
+        // operation's own pieces, which nothing touches until its completion.
+        claim(net, i, Some(unsafe { &*iov }), FI_CLAIM)
     }
 
     fn discard<P: Partner>(cx: &mut Cx<'_, Net, P>, msg: Message) -> Result<()> {
@@ -289,9 +299,18 @@ fn start_send<P: Partner>(
     sync: bool,
 ) -> Result<ReqHandle> {
     let dest = op.dest;
-    let bounce = match op.buf.raw_parts() {
-        Some(_) => None,
-        None => Some(op.buf.to_vec()?),
+    let staging: Staging = match op.buf.raw_parts() {
+        Some(_) => (None, None),
+        None => {
+            let limit = cx.transport.ep()?.info().iov_limit();
+            match op.buf.segments(0, total, limit) {
+                Some(p) => (
+                    None,
+                    Some(p.iter().map(|s| iov_of(s.as_ptr(), s.len())).collect()),
+                ),
+                None => (Some(op.buf.to_vec()?), None),
+            }
+        }
     };
     let h = cx.core.requests.insert(Request {
         complete: false,
@@ -310,7 +329,7 @@ fn start_send<P: Partner>(
             cancel: CancelState::None,
         }),
     })?;
-    let started = post_send(cx, h, dest, bits, sync, bounce);
+    let started = post_send(cx, h, dest, bits, sync, staging);
     if let Err(e) = started {
         // Nothing reached the provider (posting failed outright): forget the operations.
         let net = &mut *cx.transport;
@@ -335,7 +354,7 @@ fn post_send<P: Partner>(
     dest: ch4_core::Gpid,
     bits: u64,
     sync: bool,
-    bounce: Option<Vec<u8>>,
+    (bounce, pieces): Staging,
 ) -> Result<()> {
     let net = &mut *cx.transport;
     let mut ack = 0u32;
@@ -345,6 +364,7 @@ fn post_send<P: Partner>(
             req: h,
             kind: OpKind::AckRecv,
             bounce: None,
+            pieces: None,
         });
         ack = word_of(a) as u32;
         net.recv_in_order(QueuedRecv {
@@ -359,6 +379,7 @@ fn post_send<P: Partner>(
         req: h,
         kind: OpKind::Send,
         bounce,
+        pieces,
     });
     let Some(Request {
         kind: RequestKind::Send(s),
@@ -368,20 +389,38 @@ fn post_send<P: Partner>(
         return Err(Error::new(ErrorKind::Internal, "OFI send request vanished"));
     };
     s.engine = word_of(i);
-    let (ptr, len) = match (
-        net.ops.get(i).and_then(|o| o.bounce.as_ref()),
+    let payload = match (
+        net.ops
+            .get(i)
+            .map(|o| (o.bounce.as_ref(), o.pieces.is_some())),
         s.buf.raw_parts(),
     ) {
-        (Some(b), _) => (b.as_ptr(), b.len()),
-        (None, Some(p)) => p,
-        (None, None) => return Err(vanished()),
+        (Some((_, true)), _) => Payload::Gather { op: i },
+        (Some((Some(b), _)), _) => Payload::Raw {
+            ptr: b.as_ptr(),
+            len: b.len(),
+            op: i,
+        },
+        (Some(_), Some((ptr, len))) => Payload::Raw { ptr, len, op: i },
+        _ => return Err(vanished()),
     };
     net.send_in_order(QueuedSend {
         dest,
         tag: bits,
         data: tag::cq_data(net.me, ack),
-        payload: Payload::Raw { ptr, len, op: i },
+        payload,
     })
+}
+
+/// Where a buffer with a layout is staged for the provider: a packed copy, or its pieces.
+type Staging = (Option<Vec<u8>>, Option<Box<[iovec]>>);
+
+/// One entry of a gather or scatter list.
+fn iov_of(ptr: *const u8, len: usize) -> iovec {
+    iovec {
+        iov_base: ptr as *mut std::ffi::c_void,
+        iov_len: len,
+    }
 }
 
 /// Takes an operation slot for receive `req` and says where the provider writes.
@@ -390,11 +429,13 @@ fn recv_slot(
     req: ReqHandle,
     r: &mut RecvState,
 ) -> Result<(OpIndex, *mut u8, usize)> {
-    let (dst, cap, bounce) = landing(r);
+    let rx_limit = net.ep()?.info().rx_iov_limit();
+    let (dst, cap, (bounce, pieces)) = landing(r, rx_limit);
     let i = net.ops.insert(Op {
         req,
         kind: OpKind::Recv,
         bounce,
+        pieces,
     });
     r.engine = word_of(i);
     let dst = match net.ops.get_mut(i).and_then(|o| o.bounce.as_mut()) {
@@ -404,26 +445,29 @@ fn recv_slot(
     Ok((i, dst, cap))
 }
 
-/// Where a receive lands: the user's buffer through its raw parts, or a bounce buffer of its
-/// capacity when it has a layout (the pointer is then the bounce buffer's, fixed once the
+/// Where a receive lands: the user's buffer through its raw parts; for a buffer with a
+/// layout, its pieces as a scatter list when there are at most `rx_limit` of them, else a
+/// bounce buffer of its capacity (the pointer is then the bounce buffer's, fixed once the
 /// buffer is in its slot).
-fn landing(r: &mut RecvState) -> (*mut u8, usize, Option<Vec<u8>>) {
-    match r.buf.raw_parts() {
-        Some((p, n)) => (p, n, None),
-        None => {
-            let cap = r.buf.capacity();
-            (std::ptr::null_mut(), cap, Some(vec![0u8; cap]))
-        }
+fn landing(r: &mut RecvState, rx_limit: usize) -> (*mut u8, usize, Staging) {
+    if let Some((p, n)) = r.buf.raw_parts() {
+        return (p, n, (None, None));
     }
+    let cap = r.buf.capacity();
+    if let Some(pieces) = r.buf.segments_mut(0, cap, rx_limit) {
+        let iov = pieces.iter().map(|s| iov_of(s.as_ptr(), s.len())).collect();
+        return (std::ptr::null_mut(), cap, (None, Some(iov)));
+    }
+    (std::ptr::null_mut(), cap, (Some(vec![0u8; cap]), None))
 }
 
 /// A `FI_CLAIM` receive (or discard) of the message operation `i` claimed.
-fn claim(net: &mut Net, i: OpIndex, iov: Option<&iovec>, flags: u64) -> Result<()> {
+fn claim(net: &mut Net, i: OpIndex, iov: Option<&[iovec]>, flags: u64) -> Result<()> {
     let ctx = net.ops.context_ptr(i).ok_or_else(vanished)?;
     let msg = fi_msg_tagged {
-        msg_iov: iov.map_or(std::ptr::null(), |v| v as *const iovec),
+        msg_iov: iov.map_or(std::ptr::null(), |v| v.as_ptr()),
         desc: std::ptr::null_mut(),
-        iov_count: usize::from(iov.is_some()),
+        iov_count: iov.map_or(0, |v| v.len()),
         addr: FI_ADDR_UNSPEC,
         tag: 0,
         ignore: 0,
@@ -455,6 +499,7 @@ fn peek<P: Partner>(
         req: ReqHandle::DONE,
         kind: OpKind::Peek { claim, found: None },
         bounce: None,
+        pieces: None,
     });
     let ctx = net.ops.context_ptr(i).ok_or_else(vanished)?;
     let msg = fi_msg_tagged {

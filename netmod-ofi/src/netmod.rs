@@ -8,7 +8,9 @@ use ch4_core::bootstrap::Bootstrap;
 use ch4_core::native::{OpContexts, OpIndex};
 use ch4_core::transport::{AmSink, AmTransport, HandlerId, Netmod};
 use ch4_core::{Error, ErrorKind, Gpid, PeerState, ReqHandle, Result};
-use libfabric_sys::{fi_context2, FI_ADDR_UNSPEC};
+use libfabric_sys::{
+    fi_context2, fi_msg_tagged, iovec, FI_ADDR_UNSPEC, FI_COMPLETION, FI_REMOTE_CQ_DATA,
+};
 
 use crate::engine::OfiEngine;
 use crate::provider::{select, Endpoint, Hints, Posted};
@@ -19,9 +21,14 @@ pub(crate) struct Op {
     /// The request it serves ([`ReqHandle::DONE`] for a probe's peek).
     pub req: ReqHandle,
     pub kind: OpKind,
-    /// A contiguous stand-in for a buffer with a layout: a send's packed copy, or a receive's
-    /// landing place, unpacked at completion.
+    /// A contiguous stand-in for a buffer with a layout that has more pieces than the
+    /// provider's iovec limit: a send's packed copy, or a receive's landing place, unpacked at
+    /// completion.
     pub bounce: Option<Vec<u8>>,
+    /// The pieces of a buffer with a layout, as the provider's gather (send) or scatter
+    /// (receive) list, when there are few enough: the data moves in place, no copy. Kept here
+    /// until the completion, since the call may not be the provider's last look at it.
+    pub pieces: Option<Box<[iovec]>>,
 }
 
 /// What an operation is.
@@ -66,6 +73,9 @@ pub(crate) enum Payload {
         len: usize,
         op: OpIndex,
     },
+    /// The pieces of the request's buffer that operation `op` keeps ([`Op::pieces`]), sent as
+    /// one message from where they lie.
+    Gather { op: OpIndex },
 }
 
 /// A receive the provider refused for now, kept in order (receives match in posting order).
@@ -183,6 +193,28 @@ impl OfiNetmod {
                     "a queued copy longer than the inject size",
                 ))
             }
+            Payload::Gather { op } => {
+                let ctx = self.ops.context_ptr(*op).ok_or_else(vanished)?;
+                let iov = self
+                    .ops
+                    .get(*op)
+                    .and_then(|o| o.pieces.as_deref())
+                    .ok_or_else(vanished)?;
+                let msg = fi_msg_tagged {
+                    msg_iov: iov.as_ptr(),
+                    desc: null_mut(),
+                    iov_count: iov.len(),
+                    addr: u64::from(q.dest),
+                    tag: q.tag,
+                    ignore: 0,
+                    context: ctx.cast(),
+                    data: q.data,
+                };
+                // SAFETY: the pieces are the request's buffer, which the device keeps until
+                // this operation's completion is read (`P2p::quiesce`); the iovec array lives
+                // in the operation as long; `ctx` is the operation's fixed slot.
+                unsafe { ep.tsendmsg(&msg, FI_REMOTE_CQ_DATA | FI_COMPLETION)? }
+            }
             Payload::Raw { ptr, len, op } => {
                 let ctx = self.ops.context_ptr(*op).ok_or_else(vanished)?;
                 // SAFETY: `ptr`/`len` are the request's buffer (its raw parts, or the bounce
@@ -208,6 +240,23 @@ impl OfiNetmod {
     fn post_recv(&self, q: &QueuedRecv) -> Result<bool> {
         let ep = self.ep()?;
         let ctx = self.ops.context_ptr(q.op).ok_or_else(vanished)?;
+        if let Some(iov) = self.ops.get(q.op).and_then(|o| o.pieces.as_deref()) {
+            let msg = fi_msg_tagged {
+                msg_iov: iov.as_ptr(),
+                desc: null_mut(),
+                iov_count: iov.len(),
+                addr: FI_ADDR_UNSPEC,
+                tag: q.bits,
+                ignore: q.ignore,
+                context: ctx.cast(),
+                data: 0,
+            };
+            // SAFETY: the pieces are the receive's buffer, kept by the device until the
+            // completion is read (`P2p::quiesce`), the iovec array by the operation as long;
+            // `ctx` is the operation's fixed slot.
+            let posted = unsafe { ep.trecvmsg(&msg, FI_COMPLETION)? };
+            return Ok(posted == Posted::Done);
+        }
         // SAFETY: `dst`/`cap` are the receive's buffer (raw parts, or its operation's bounce
         // buffer), kept by the device until the completion is read (`P2p::quiesce`); `ctx` is
         // the operation's fixed slot.

@@ -10,10 +10,10 @@ use libfabric_sys::{
     fi_cq_attr, fi_cq_err_entry, fi_cq_open, fi_cq_read, fi_cq_readerr, fi_cq_strerror,
     fi_cq_tagged_entry, fi_domain, fi_enable, fi_endpoint, fi_ep_bind, fi_fabric, fi_getname,
     fi_msg_tagged, fi_tinject, fi_tinjectdata, fi_trecv, fi_trecvmsg, fi_tsend, fi_tsenddata,
-    fi_tsendv, fid_av, fid_cq, fid_domain, fid_ep, fid_fabric, iovec, FI_ADDR_NOTAVAIL,
-    FI_ADDR_STR, FI_ADDR_UNSPEC, FI_AV_TABLE, FI_CLAIM, FI_CQ_FORMAT_TAGGED, FI_DISCARD, FI_EAGAIN,
-    FI_EAVAIL, FI_ECANCELED, FI_ENOENT, FI_ETOOSMALL, FI_ETRUNC, FI_PEEK, FI_RECV, FI_TRANSMIT,
-    FI_WAIT_NONE,
+    fi_tsendmsg, fi_tsendv, fid_av, fid_cq, fid_domain, fid_ep, fid_fabric, iovec,
+    FI_ADDR_NOTAVAIL, FI_ADDR_STR, FI_ADDR_UNSPEC, FI_AV_TABLE, FI_CLAIM, FI_CQ_FORMAT_TAGGED,
+    FI_DISCARD, FI_EAGAIN, FI_EAVAIL, FI_ECANCELED, FI_ENOENT, FI_ETOOSMALL, FI_ETRUNC, FI_PEEK,
+    FI_RECV, FI_TRANSMIT, FI_WAIT_NONE,
 };
 
 use super::error::kind_of;
@@ -405,6 +405,30 @@ impl Endpoint {
         // caller's contract above; no descriptors.
         let r = unsafe { fi_tsendv(self.ep, iov, null_mut(), count, dest, tag, ctx.cast()) };
         posted("fi_tsendv", r)
+    }
+
+    /// Posts the send that `msg` describes (a gather list, remote CQ data) with operation
+    /// `flags` (`FI_REMOTE_CQ_DATA` to deliver `msg.data`; `FI_COMPLETION`).
+    ///
+    /// # Safety
+    ///
+    /// `msg` and its iovec array are readable during the call; the buffers it describes and
+    /// its context meet [`tsend`](Endpoint::tsend)'s contract.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Count`] for more iovecs than [`Info::iov_limit`], [`ErrorKind::Rank`] if
+    /// `msg.addr` is not an inserted address, or the provider's error.
+    #[inline]
+    pub unsafe fn tsendmsg(&self, msg: &fi_msg_tagged, flags: u64) -> Result<Posted> {
+        if msg.iov_count > self.iov_limit {
+            return Err(self.too_long("fi_tsendmsg (iovecs)", msg.iov_count, self.iov_limit));
+        }
+        self.check_dest("fi_tsendmsg", msg.addr)?;
+        // SAFETY: the endpoint is live and the destination in the AV; the message and what it
+        // points to meet the caller's contract above; no descriptors.
+        let r = unsafe { fi_tsendmsg(self.ep, msg, flags) };
+        posted("fi_tsendmsg", r)
     }
 
     /// Posts a receive into `len` bytes at `buf` of a message from `src` (or any source:
