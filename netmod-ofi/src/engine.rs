@@ -299,6 +299,16 @@ fn start_send<P: Partner>(
     sync: bool,
 ) -> Result<ReqHandle> {
     let dest = op.dest;
+    let max = cx.transport.ep()?.info().max_msg_size();
+    if total > max {
+        // Above the provider's largest message the design sends by RMA read (a rendezvous of
+        // ch4's own); no provider of this host has such a limit (tcp;ofi_rxm: 2^64 - 1), so a
+        // message there is refused clearly rather than handed to the provider.
+        return Err(Error::new(
+            ErrorKind::Count,
+            format!("a message of {total} bytes exceeds the OFI provider's largest ({max})"),
+        ));
+    }
     let staging: Staging = match op.buf.raw_parts() {
         Some(_) => (None, None),
         None => {
