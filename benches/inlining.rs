@@ -12,6 +12,11 @@
 //! devices stepped by this one thread, through [`isend_probe`], [`irecv_probe`] and
 //! [`wait_probe`] (never inlined, so that callgrind can name them).
 //!
+//! Built with the `ofi` feature, the devices carry the libfabric netmod (opened for a job on
+//! one node: no endpoint) instead of `NoNetmod`, so the same counts show what building a
+//! natively matching netmod in costs the shared-memory path (the device's route choice and the
+//! ANY_SOURCE partner checks are then live code).
+//!
 //! `cargo bench --bench inlining -- [iterations] [generic|dyn|enqueue]` (`enqueue`: only the
 //! transport's `am_send` of the same message, [`enqueue_probe`]); `scripts/inlining-proof.sh`
 //! runs it under `valgrind --tool=callgrind` and prints instructions per pair for both variants,
@@ -21,10 +26,11 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
 
+use ch4_core::bootstrap::Bootstrap;
 use ch4_core::buffer::{RecvBuf, SendBuf};
 use ch4_core::core::DeviceConfig;
 use ch4_core::transport::{AmSink, AmTransport, HandlerId, PeerRead, PeerState, Shm};
-use ch4_core::{CommId, Device, Gpid, NoNetmod, ReqHandle, Result, SendMode};
+use ch4_core::{CommId, Device, Gpid, ReqHandle, Result, SendMode};
 use shm::{Geometry, Segment, ShmTransport};
 
 /// The transport calls, object-safe: `am_poll` takes its sink as `&mut dyn AmSink`.
@@ -144,9 +150,16 @@ impl Shm for DynShm {
     }
 }
 
+/// The netmod the devices carry: none in a default build, libfabric's with `ofi` (never used:
+/// both ranks are on one node).
+#[cfg(not(feature = "ofi"))]
+type Net = ch4_core::NoNetmod;
+#[cfg(feature = "ofi")]
+type Net = netmod_ofi::OfiNetmod;
+
 /// The public `isend` of 8 bytes, as an application calls it.
 #[inline(never)]
-fn isend_probe<S: Shm>(dev: &mut Device<NoNetmod, S>, comm: CommId, msg: &[u8]) -> ReqHandle {
+fn isend_probe<S: Shm>(dev: &mut Device<Net, S>, comm: CommId, msg: &[u8]) -> ReqHandle {
     // SAFETY: `msg` outlives the request, which completes within the same iteration.
     let buf = unsafe { SendBuf::borrowed(msg) };
     dev.isend(comm, 1, 7, buf, SendMode::Standard)
@@ -155,7 +168,7 @@ fn isend_probe<S: Shm>(dev: &mut Device<NoNetmod, S>, comm: CommId, msg: &[u8]) 
 
 /// The public `irecv`.
 #[inline(never)]
-fn irecv_probe<S: Shm>(dev: &mut Device<NoNetmod, S>, comm: CommId, buf: &mut [u8]) -> ReqHandle {
+fn irecv_probe<S: Shm>(dev: &mut Device<Net, S>, comm: CommId, buf: &mut [u8]) -> ReqHandle {
     // SAFETY: `buf` outlives the request, which is waited for before `buf` is used again.
     let rb = unsafe { RecvBuf::borrowed(buf) };
     dev.irecv(comm, 0, 7, rb).expect("irecv")
@@ -179,14 +192,15 @@ impl AmSink for Discard {
 
 /// The public `wait`.
 #[inline(never)]
-fn wait_probe<S: Shm>(dev: &mut Device<NoNetmod, S>, r: ReqHandle) {
+fn wait_probe<S: Shm>(dev: &mut Device<Net, S>, r: ReqHandle) {
     dev.wait(r).expect("wait");
 }
 
 fn run<S: Shm>(mk: impl Fn(usize) -> S, iters: u64, name: &str) {
     let cfg = DeviceConfig::default();
-    let mut a = Device::new(NoNetmod, mk(0), 0, 2, cfg).expect("device 0");
-    let mut b = Device::new(NoNetmod, mk(1), 1, 2, cfg).expect("device 1");
+    let net = |rank| Net::open(rank, 2, 0, false).expect("netmod");
+    let mut a = Device::new(net(0), mk(0), 0, 2, cfg).expect("device 0");
+    let mut b = Device::new(net(1), mk(1), 1, 2, cfg).expect("device 1");
     let (wa, wb) = (a.world(), b.world());
     let msg = [7u8; 8];
     let mut buf = [0u8; 8];

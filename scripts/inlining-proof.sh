@@ -7,12 +7,22 @@
 # isend alone is split into the enqueue — the shared-memory transport's am_send of the same
 # 8-byte eager message, measured on its own — and the path from the public call to it.
 #
-#   ./scripts/inlining-proof.sh [N]        (default 20000)
+#   ./scripts/inlining-proof.sh [N] [--ofi]        (default 20000)
+#
+# --ofi builds with the libfabric netmod in the devices (unused: one node), to show what
+# building a natively matching netmod in costs the shared-memory path.
 #
 # Installs valgrind when missing and running as root on Debian.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-n="${1:-20000}"
+n=20000
+features=()
+for a in "$@"; do
+    case "$a" in
+        --ofi) features=(--features ofi) ;;
+        *) n="$a" ;;
+    esac
+done
 if ! command -v valgrind >/dev/null; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null
@@ -21,8 +31,8 @@ if ! command -v valgrind >/dev/null; then
         exit 1
     fi
 fi
-cargo bench -q --bench inlining --no-run 2>/dev/null
-bin=$(cargo bench -q --bench inlining --no-run --message-format=json 2>/dev/null |
+cargo bench -q "${features[@]}" --bench inlining --no-run 2>/dev/null
+bin=$(cargo bench -q "${features[@]}" --bench inlining --no-run --message-format=json 2>/dev/null |
     python3 -c 'import json,sys
 for l in sys.stdin:
     m = json.loads(l)

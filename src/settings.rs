@@ -54,15 +54,22 @@ pub const FACADE: &[Setting] = &[
 
 /// Every setting of this build: the facade's, the shared-memory layer's and the netmod's.
 pub fn all() -> impl Iterator<Item = &'static Setting> + Clone {
+    // Every netmod built in (a program may run ranks over any of them), the selected one
+    // (`SelectedNetmod`: ofi, then tcp) first.
+    #[cfg(feature = "ofi")]
+    let ofi: &[Setting] = netmod_ofi::SETTINGS;
+    #[cfg(not(feature = "ofi"))]
+    let ofi: &[Setting] = &[];
     #[cfg(feature = "tcp")]
-    let net: &[Setting] = netmod_tcp::SETTINGS;
+    let tcp: &[Setting] = netmod_tcp::SETTINGS;
     #[cfg(not(feature = "tcp"))]
-    let net: &[Setting] = &[];
+    let tcp: &[Setting] = &[];
     FACADE
         .iter()
         .chain(ch4_core::core::SETTINGS)
         .chain(shm::SETTINGS)
-        .chain(net)
+        .chain(ofi)
+        .chain(tcp)
 }
 
 /// Checks the environment before a rank starts: no unknown `CH4_*` variable, and every

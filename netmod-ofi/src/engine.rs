@@ -489,7 +489,7 @@ fn claim(net: &mut Net, i: OpIndex, iov: Option<&[iovec]>, flags: u64) -> Result
     // requires (the peek's context).
     match unsafe { net.ep()?.trecvmsg(&msg, flags)? } {
         Posted::Done => Ok(()),
-        Posted::Again => Err(Error::new(
+        Posted::Again | Posted::NoMessage => Err(Error::new(
             ErrorKind::Exhausted,
             "the provider refused a claimed receive for now; try again",
         )),
@@ -528,8 +528,8 @@ fn peek<P: Partner>(
     let posted = unsafe { net.ep().and_then(|ep| ep.trecvmsg(&msg, flags)) };
     match posted {
         Ok(Posted::Done) => {}
-        Ok(Posted::Again) => {
-            // No room to ask now: nothing found yet, as an iprobe may say.
+        Ok(Posted::Again | Posted::NoMessage) => {
+            // No room to ask now, or nothing there: nothing found yet, as an iprobe may say.
             net.ops.remove(i);
             return Ok(None);
         }

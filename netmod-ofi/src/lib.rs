@@ -17,4 +17,27 @@ pub mod provider;
 pub mod tag;
 
 pub use engine::OfiEngine;
+
+use ch4_core::env::Setting;
+
+/// The settings of the OFI netmod, libfabric's own variables: ch4 reads `FI_PROVIDER` and, on
+/// a libfabric before 1.18, sets the two rxm variables unless the user did (see
+/// `provider::workarounds`). The settings summary shows what is in force.
+pub const SETTINGS: &[Setting] = &[
+    Setting::new(
+        "FI_PROVIDER",
+        "the first offering tagged RDM messaging",
+        "the libfabric provider (libfabric's own variable; the summary shows the one in use)",
+    ),
+    Setting::new(
+        "FI_OFI_RXM_ENABLE_DYN_RBUF",
+        "0 before libfabric 1.18 (set by ch4)",
+        "rxm's direct placement into application buffers; on before 1.18 it breaks the endpoint after a truncated receive",
+    ),
+    Setting::new(
+        "FI_OFI_RXM_SAR_LIMIT",
+        "the eager limit before libfabric 1.18 (set by ch4)",
+        "rxm's segmentation protocol; before 1.18 a truncated segmented message crashes the process",
+    ),
+];
 pub use netmod::{OfiNetmod, PeerWatch};

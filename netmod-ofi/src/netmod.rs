@@ -320,13 +320,26 @@ impl AmTransport for OfiNetmod {
     }
 
     fn settings(&self) -> Vec<(&'static str, String)> {
-        match &self.ep {
-            Some(ep) => vec![
-                ("FI_PROVIDER", ep.info().provider().to_string()),
-                ("ofi inject size", ep.info().inject_size().to_string()),
-            ],
-            None => vec![("FI_PROVIDER", "(not opened: one node)".to_string())],
-        }
+        let rxm = |name: &str| std::env::var(name).unwrap_or_else(|_| "unset".to_string());
+        let provider = match &self.ep {
+            Some(ep) => {
+                let (major, minor) = crate::provider::linked_version();
+                format!(
+                    "{} (libfabric {major}.{minor}, inject {} B)",
+                    ep.info().provider(),
+                    ep.info().inject_size()
+                )
+            }
+            None => "(not opened: one node)".to_string(),
+        };
+        vec![
+            ("FI_PROVIDER", provider),
+            (
+                "FI_OFI_RXM_ENABLE_DYN_RBUF",
+                rxm("FI_OFI_RXM_ENABLE_DYN_RBUF"),
+            ),
+            ("FI_OFI_RXM_SAR_LIMIT", rxm("FI_OFI_RXM_SAR_LIMIT")),
+        ]
     }
 
     fn has_queued_output(&self) -> bool {

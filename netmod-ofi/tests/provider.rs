@@ -501,7 +501,7 @@ fn eagain_flood(provider: &str, how: Flood) {
             };
             match r.unwrap() {
                 Posted::Done => posted += 1,
-                Posted::Again => break,
+                Posted::Again | Posted::NoMessage => break,
             }
         }
         while sent < total && send(&p.ep[0], sent) == Posted::Done {

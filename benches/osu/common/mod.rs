@@ -353,11 +353,16 @@ pub fn main(spec: &Spec) -> std::process::ExitCode {
 }
 
 /// One row as OSU prints it: the size left-aligned in 10 columns, values right-aligned in 18
-/// with two decimals.
+/// with two decimals — or `OSU_FLOAT_PRECISION` decimals (OSU's `FLOAT_PRECISION` build
+/// option, here read at run time), for comparisons finer than 10 ns.
 pub fn print_row(size: usize, values: &[f64]) {
+    let digits: usize = std::env::var("OSU_FLOAT_PRECISION")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .map_or(2, |d: usize| d.min(9));
     let mut line = format!("{size:<10}");
     for v in values {
-        line.push_str(&format!("{v:>18.2}"));
+        line.push_str(&format!("{v:>18.digits$}"));
     }
     println!("{line}");
 }

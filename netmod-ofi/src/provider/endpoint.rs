@@ -12,8 +12,8 @@ use libfabric_sys::{
     fi_msg_tagged, fi_tinject, fi_tinjectdata, fi_trecv, fi_trecvmsg, fi_tsend, fi_tsenddata,
     fi_tsendmsg, fi_tsendv, fid_av, fid_cq, fid_domain, fid_ep, fid_fabric, iovec,
     FI_ADDR_NOTAVAIL, FI_ADDR_STR, FI_ADDR_UNSPEC, FI_AV_TABLE, FI_CLAIM, FI_CQ_FORMAT_TAGGED,
-    FI_DISCARD, FI_EAGAIN, FI_EAVAIL, FI_ECANCELED, FI_ENOENT, FI_ETOOSMALL, FI_ETRUNC, FI_PEEK,
-    FI_RECV, FI_TRANSMIT, FI_WAIT_NONE,
+    FI_DISCARD, FI_EAGAIN, FI_EAVAIL, FI_ECANCELED, FI_ENOENT, FI_ENOMSG, FI_ETOOSMALL, FI_ETRUNC,
+    FI_PEEK, FI_RECV, FI_TRANSMIT, FI_WAIT_NONE,
 };
 
 use super::error::kind_of;
@@ -29,6 +29,10 @@ pub enum Posted {
     /// requires reading the CQ ([`Endpoint::poll`]), which drives progress and frees them,
     /// before trying again; the engine queues the operation and retries after polling.
     Again,
+    /// A peek found no matching message and said so at once (`-FI_ENOMSG` from the call, as
+    /// libfabric 2's tcp provider answers; 1.17's providers answer through the CQ): nothing
+    /// was posted and no completion follows.
+    NoMessage,
 }
 
 /// What [`Endpoint::poll`] found.
@@ -509,6 +513,9 @@ impl Endpoint {
         // SAFETY: the endpoint is live and the source valid; the message and what it points
         // to meet the caller's contract above.
         let r = unsafe { fi_trecvmsg(self.ep, msg, flags) };
+        if flags & FI_PEEK != 0 && r == -(FI_ENOMSG as isize) {
+            return Ok(Posted::NoMessage);
+        }
         posted("fi_trecvmsg", r)
     }
 

@@ -59,7 +59,7 @@ mod workarounds;
 pub use endpoint::{Completions, CqError, Endpoint, Posted};
 pub use error::fi_error;
 pub use info::{select, Hints, Info};
-pub use workarounds::rxm_truncation_breaks_endpoint;
+pub use workarounds::{linked_version, rxm_truncation_breaks_endpoint};
 
 /// The libfabric types and flags of the provider layer's signatures, re-exported so that its
 /// users need not name `libfabric-sys` for them.

@@ -72,7 +72,7 @@ pub(crate) fn apply() {
 }
 
 /// The version of the libfabric library linked at run time (major, minor).
-fn linked_version() -> (u32, u32) {
+pub fn linked_version() -> (u32, u32) {
     // SAFETY: fi_version takes no arguments, touches no state and only returns a number.
     let v = unsafe { fi_version() };
     (FI_MAJOR(v), FI_MINOR(v))
