@@ -5,12 +5,19 @@
 # every round runs ch4, MPICH and Open MPI one after the other (A B C A B C ...), and the
 # results are medians over the rounds with the spread, and ratios of medians.
 #
-#   ./scripts/osu-vs-peers.sh [--tcp] [rounds] [bench...]
+#   ./scripts/osu-vs-peers.sh [--tcp | --ofi] [rounds] [bench...]
 #       (default: 5 rounds; latency bw bibw mbw_mr)
 #
 # --tcp measures the network path instead of shared memory, two processes over loopback: ch4
 # with every rank its own node (CH4_NODE_SIZE=1: the TCP netmod), MPICH with UCX's TCP
 # transport (UCX_TLS=tcp,self), Open MPI with its TCP BTL (--mca btl tcp,self).
+#
+# --ofi measures libfabric's tcp provider over loopback, every peer matching in the provider:
+# ch4 built with the `ofi` feature (CH4_NODE_SIZE=1 FI_PROVIDER=tcp: Debian's libfabric 1.17,
+# tcp;ofi_rxm), MPICH 5.0.2's ch4:ofi from PyPI (installed into target/mpich5-venv; it brings
+# its own libfabric 2.5 and its native tcp provider; MPIR_CVAR_NOLOCAL=1
+# MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=tcp FI_TCP_IFACE=lo) in the "mpich" column, and Open
+# MPI's OFI MTL over the same libfabric 1.17 as ch4 (--mca pml cm --mca mtl ofi, provider tcp).
 #
 # Writes target/osu-vs-peers/results.tsv (every run: bench, impl, size, value), prints a table
 # per bench with ch4/MPICH and ch4/Open MPI, and draws target/osu-vs-peers/<bench>.png.
@@ -20,10 +27,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 net=shm
-if [ "${1:-}" = --tcp ]; then
-    net=tcp
-    shift
-fi
+case "${1:-}" in
+    --tcp) net=tcp; shift ;;
+    --ofi) net=ofi; shift ;;
+esac
 rounds="${1:-5}"
 shift || true
 benches=("$@")
@@ -38,9 +45,25 @@ install_peers "${fonts[@]}"
 examples=()
 for b in "${benches[@]}"; do examples+=(--example "osu_$b"); done
 echo "building ch4's programs and the peers' (rsmpi over MPICH, over Open MPI)..." >&2
-cargo build --release -q "${examples[@]}"
-MPICC=mpicc.mpich CARGO_TARGET_DIR=target/peers-mpich \
-    cargo build --release -q --features peer-mpi "${examples[@]}"
+ch4dir=target/release
+mpichdir=target/peers-mpich
+venv=target/mpich5-venv
+if [ "$net" = ofi ]; then
+    ch4dir=target/ofi/release
+    mpichdir=target/peers-mpich5
+    CARGO_TARGET_DIR=target/ofi cargo build --release -q --features ofi "${examples[@]}"
+    if [ ! -x "$venv/bin/mpicc" ]; then
+        echo "installing MPICH 5.0.2 from PyPI into $venv..." >&2
+        python3 -m venv "$venv"
+        "$venv/bin/pip" install -q mpich==5.0.2
+    fi
+    MPICC="$PWD/$venv/bin/mpicc" CARGO_TARGET_DIR=target/peers-mpich5 \
+        cargo build --release -q --features peer-mpi "${examples[@]}"
+else
+    cargo build --release -q "${examples[@]}"
+    MPICC=mpicc.mpich CARGO_TARGET_DIR=target/peers-mpich \
+        cargo build --release -q --features peer-mpi "${examples[@]}"
+fi
 MPICC=mpicc.openmpi CARGO_TARGET_DIR=target/peers-openmpi \
     cargo build --release -q --features peer-mpi "${examples[@]}"
 cargo build --release -q -p osu-plot
@@ -55,7 +78,7 @@ default_args() {
 }
 
 out=target/osu-vs-peers
-[ "$net" = shm ] || out=target/osu-vs-peers-tcp
+[ "$net" = shm ] || out="target/osu-vs-peers-$net"
 mkdir -p "$out"
 tsv="$out/results.tsv"
 printf 'bench\timpl\tsize\tvalue\n' >"$tsv"
@@ -68,16 +91,23 @@ run() {
     local args
     read -r -a args <<<"${!var:-$(default_args "$bench")}"
     local prog="osu_$bench"
-    local ch4env=() mpichenv=() ompinet=()
+    local ch4env=() mpichenv=() ompinet=() mpiexec=mpiexec.mpich
     if [ "$net" = tcp ]; then
         ch4env=(CH4_NODE_SIZE=1)
         mpichenv=(-genv UCX_TLS tcp,self)
         ompinet=(--mca pml ob1 --mca btl tcp,self)
+    elif [ "$net" = ofi ]; then
+        ch4env=(CH4_NODE_SIZE=1 FI_PROVIDER=tcp)
+        mpiexec="$venv/bin/mpiexec"
+        mpichenv=(-genv LD_LIBRARY_PATH "$PWD/$venv/lib" -genv FI_TCP_IFACE lo
+            -genv MPIR_CVAR_NOLOCAL 1 -genv MPIR_CVAR_CH4_NETMOD ofi -genv FI_PROVIDER tcp)
+        ompinet=(--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include tcp --mca btl self
+            --mca oob_tcp_if_include lo -x FI_TCP_IFACE=lo)
     fi
     case "$impl" in
-        ch4) env "${ch4env[@]}" target/release/examples/$prog "${args[@]}" ;;
-        mpich) mpiexec.mpich -bind-to core "${mpichenv[@]}" -n 2 \
-            target/peers-mpich/release/examples/$prog "${args[@]}" ;;
+        ch4) env "${ch4env[@]}" "$ch4dir/examples/$prog" "${args[@]}" ;;
+        mpich) "$mpiexec" -bind-to core "${mpichenv[@]}" -n 2 \
+            "$mpichdir/release/examples/$prog" "${args[@]}" ;;
         openmpi) mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to core "${ompinet[@]}" \
             -n 2 target/peers-openmpi/release/examples/$prog "${args[@]}" ;;
     esac | awk -v b="$bench" -v i="$impl" '/^[0-9]/ { col = (b == "mbw_mr") ? $3 : $2; print b "\t" i "\t" $1 "\t" col }' >>"$tsv"
