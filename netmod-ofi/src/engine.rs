@@ -194,7 +194,7 @@ impl P2p<Net> for OfiEngine {
         let net = &mut *cx.transport;
         let i = token as OpIndex;
         let Some(Op {
-            kind: OpKind::Claimed(_),
+            kind: OpKind::Claimed(peeked),
             ..
         }) = net.ops.get(i)
         else {
@@ -203,6 +203,7 @@ impl P2p<Net> for OfiEngine {
                 "matched-probe message already received",
             ));
         };
+        let peeked = *peeked;
         let Some(r) = cx.core.requests.get_mut(req).and_then(Request::recv_mut) else {
             return Err(Error::new(
                 ErrorKind::Internal,
@@ -234,7 +235,7 @@ impl P2p<Net> for OfiEngine {
         };
         // SAFETY: `iov` points either at `one`, alive to the end of this function, or at the
         // operation's own pieces, which nothing touches until its completion.
-        claim(net, i, Some(unsafe { &*iov }), FI_CLAIM)
+        claim(net, i, &peeked, Some(unsafe { &*iov }), FI_CLAIM)
     }
 
     fn discard<P: Partner>(cx: &mut Cx<'_, Net, P>, msg: Message) -> Result<()> {
@@ -256,7 +257,7 @@ impl P2p<Net> for OfiEngine {
         if let Some(o) = net.ops.get_mut(i) {
             o.kind = OpKind::Discarding;
         }
-        claim(net, i, None, FI_CLAIM | FI_DISCARD)
+        claim(net, i, &p, None, FI_CLAIM | FI_DISCARD)
     }
 
     fn quiesce<P: Partner>(cx: &mut Cx<'_, Net, P>, req: ReqHandle) -> Result<()> {
@@ -472,14 +473,22 @@ fn landing(r: &mut RecvState, rx_limit: usize) -> (*mut u8, usize, Staging) {
 }
 
 /// A `FI_CLAIM` receive (or discard) of the message operation `i` claimed.
-fn claim(net: &mut Net, i: OpIndex, iov: Option<&[iovec]>, flags: u64) -> Result<()> {
+fn claim(
+    net: &mut Net,
+    i: OpIndex,
+    peeked: &Peeked,
+    iov: Option<&[iovec]>,
+    flags: u64,
+) -> Result<()> {
     let ctx = net.ops.context_ptr(i).ok_or_else(vanished)?;
+    // The claimed message's own tag and source: libfabric 1.17's rxm finds the message by the
+    // context alone, 2.x's tcp provider matches the claim against the message like a receive.
     let msg = fi_msg_tagged {
         msg_iov: iov.map_or(std::ptr::null(), |v| v.as_ptr()),
         desc: std::ptr::null_mut(),
         iov_count: iov.map_or(0, |v| v.len()),
         addr: FI_ADDR_UNSPEC,
-        tag: 0,
+        tag: peeked.bits,
         ignore: 0,
         context: ctx.cast(),
         data: 0,
