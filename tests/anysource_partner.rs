@@ -6,11 +6,11 @@
 //! first" is forced deterministically — including the one where the netmod has matched but not
 //! completed, so cancelling the partner fails and shm must leave its message for the next receive.
 
-use ch4_core::buffer::{RecvBuf, SendBuf};
+use ch4_core::buffer::SendBuf;
 use ch4_core::core::DeviceConfig;
 use ch4_core::{Device, ReqHandle, SendMode, Status, ANY_SOURCE, ANY_TAG};
 use inproc::{FabricConfig, InprocNet, InprocShm, Native};
-use testkit::{inproc_job, InprocHarness};
+use testkit::{inproc_job, irecv_leaked, InprocHarness};
 
 type Dev = Device<InprocNet<Native>, InprocShm>;
 
@@ -26,17 +26,9 @@ fn job() -> InprocHarness<Native> {
     inproc_job(fabric, DeviceConfig::default()).unwrap().1
 }
 
-/// Posts an ANY_SOURCE receive into a leaked buffer (fine for a test; keeps lifetimes simple).
+/// Posts an ANY_SOURCE receive into a leaked buffer.
 fn irecv_any(d: &mut Dev, cap: usize) -> (ReqHandle, &'static mut [u8]) {
-    let buf: &'static mut [u8] = Box::leak(vec![0u8; cap].into_boxed_slice());
-    let ptr: *mut [u8] = buf;
-    // SAFETY: the buffer is leaked, so it outlives every request; the test reads it only after
-    // the request completed.
-    let rbuf = unsafe { RecvBuf::borrowed(&mut *ptr) };
-    let world = d.world();
-    let h = d.irecv(world, ANY_SOURCE, ANY_TAG, rbuf).unwrap();
-    // SAFETY: as above; the returned view is read only after completion.
-    (h, unsafe { &mut *ptr })
+    irecv_leaked(d, ANY_SOURCE, ANY_TAG, cap)
 }
 
 fn send(d: &mut Dev, dest: i32, tag: i32, data: &[u8]) -> ReqHandle {

@@ -5,12 +5,12 @@
 
 use std::time::Duration;
 
-use ch4_core::buffer::{RecvBuf, SendBuf};
+use ch4_core::buffer::SendBuf;
 use ch4_core::core::DeviceConfig;
-use ch4_core::{Device, ErrorKind, ReqHandle, SendMode, ANY_SOURCE, ANY_TAG};
+use ch4_core::{Device, ErrorKind, SendMode, ANY_SOURCE, ANY_TAG};
 use inproc::native::{INJECT_LIMIT, NIC_TAG_UB, TX_DEPTH};
 use inproc::{FabricConfig, InprocNet, InprocShm, Native};
-use testkit::{inproc_job, InprocHarness};
+use testkit::{inproc_job, irecv_leaked, isend_owned, InprocHarness};
 
 type Dev = Device<InprocNet<Native>, InprocShm>;
 
@@ -33,23 +33,6 @@ fn small_pool() -> DeviceConfig {
     c
 }
 
-/// A receive into a leaked buffer (the test reads it after completion).
-fn irecv(d: &mut Dev, src: i32, tag: i32, cap: usize) -> (ReqHandle, &'static mut [u8]) {
-    let buf: &'static mut [u8] = Box::leak(vec![0u8; cap].into_boxed_slice());
-    let ptr: *mut [u8] = buf;
-    // SAFETY: leaked, so it outlives every request; read only after the request completed.
-    let rbuf = unsafe { RecvBuf::borrowed(&mut *ptr) };
-    let w = d.world();
-    let h = d.irecv(w, src, tag, rbuf).unwrap();
-    // SAFETY: as above.
-    (h, unsafe { &mut *ptr })
-}
-
-fn isend(d: &mut Dev, dest: i32, tag: i32, data: Vec<u8>, mode: SendMode) -> ReqHandle {
-    let w = d.world();
-    d.isend(w, dest, tag, SendBuf::owned(data), mode).unwrap()
-}
-
 fn pattern(seq: usize, len: usize) -> Vec<u8> {
     (0..len).map(|i| (seq * 31 + i * 7) as u8).collect()
 }
@@ -60,11 +43,13 @@ fn receives_posted_while_the_pool_grows_complete_into_their_own_buffers() {
     // Far more receives than the pool's first chunk: the pool moves its requests while the NIC
     // holds every one of these operations.
     let n = 200;
-    let recvs: Vec<_> = (0..n).map(|i| irecv(&mut d[1], 0, i as i32, 300)).collect();
+    let recvs: Vec<_> = (0..n)
+        .map(|i| irecv_leaked(&mut d[1], 0, i as i32, 300))
+        .collect();
     assert_eq!(d[1].netmod().engine().outstanding(), n);
     let sends: Vec<_> = (0..n)
         .map(|i| {
-            isend(
+            isend_owned(
                 &mut d[0],
                 1,
                 i as i32,
@@ -93,11 +78,17 @@ fn sends_the_nic_refuses_wait_in_order_and_all_arrive() {
     let mut sends = Vec::new();
     for i in 0..3 * TX_DEPTH {
         let len = if i % 3 == 0 { INJECT_LIMIT / 2 } else { 2000 };
-        sends.push(isend(&mut d[0], 1, 5, pattern(i, len), SendMode::Standard));
+        sends.push(isend_owned(
+            &mut d[0],
+            1,
+            5,
+            pattern(i, len),
+            SendMode::Standard,
+        ));
     }
     for i in 0..3 * TX_DEPTH {
         let len = if i % 3 == 0 { INJECT_LIMIT / 2 } else { 2000 };
-        let (h, buf) = irecv(&mut d[1], 0, 5, 4096);
+        let (h, buf) = irecv_leaked(&mut d[1], 0, 5, 4096);
         let st = d.wait(1, h).unwrap();
         assert_eq!(st.bytes, len, "message {i} out of order");
         assert_eq!(&buf[..len], &pattern(i, len)[..]);
@@ -111,14 +102,14 @@ fn sends_the_nic_refuses_wait_in_order_and_all_arrive() {
 fn a_cancel_is_answered_by_the_network_not_by_the_call() {
     let mut d = job(DeviceConfig::default());
     // Unmatched: the NIC reports it cancelled, through its completion queue.
-    let (r, _) = irecv(&mut d[1], 0, 1, 16);
+    let (r, _) = irecv_leaked(&mut d[1], 0, 1, 16);
     d[1].cancel(r).unwrap();
     let st = d.wait_status(1, r).unwrap();
     assert!(st.cancelled);
     assert_eq!(d[1].netmod().engine().outstanding(), 0);
     // Matched, its data in flight: the cancel fails and the receive completes with the data.
-    let (r, buf) = irecv(&mut d[1], 0, 2, 16);
-    isend(&mut d[0], 1, 2, b"in flight".to_vec(), SendMode::Standard);
+    let (r, buf) = irecv_leaked(&mut d[1], 0, 2, 16);
+    isend_owned(&mut d[0], 1, 2, b"in flight".to_vec(), SendMode::Standard);
     d[1].progress().unwrap(); // the NIC matches; the completion is reported later
     d[1].cancel(r).unwrap();
     let st = d.wait_status(1, r).unwrap();
@@ -129,8 +120,8 @@ fn a_cancel_is_answered_by_the_network_not_by_the_call() {
 #[test]
 fn releasing_a_matched_receive_waits_for_the_network_to_let_go() {
     let mut d = job(DeviceConfig::default());
-    let (r, _) = irecv(&mut d[1], 0, 3, 4096);
-    isend(&mut d[0], 1, 3, pattern(3, 3000), SendMode::Standard);
+    let (r, _) = irecv_leaked(&mut d[1], 0, 3, 4096);
+    isend_owned(&mut d[0], 1, 3, pattern(3, 3000), SendMode::Standard);
     for _ in 0..3 {
         d[0].progress().unwrap(); // transmit
     }
@@ -150,7 +141,7 @@ fn a_wedged_network_turns_a_cancel_into_an_error_and_is_closed() {
         cancel_limit: Duration::from_millis(50),
         ..DeviceConfig::default()
     });
-    let (r, _) = irecv(&mut d[1], 0, 4, 16);
+    let (r, _) = irecv_leaked(&mut d[1], 0, 4, 16);
     d[1].netmod_mut().engine_mut().set_stalled(true);
     let e = d[1].cancel(r).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Pending);
@@ -163,7 +154,7 @@ fn a_wedged_network_turns_a_cancel_into_an_error_and_is_closed() {
 #[test]
 fn a_dropped_probed_message_releases_its_synchronous_sender() {
     let mut d = job(DeviceConfig::default());
-    let s = isend(&mut d[0], 1, 6, pattern(6, 500), SendMode::Synchronous);
+    let s = isend_owned(&mut d[0], 1, 6, pattern(6, 500), SendMode::Synchronous);
     let w = d[1].world();
     let msg = loop {
         if let Some((m, _)) = d[1].improbe(w, 0, 6).unwrap() {
@@ -193,8 +184,8 @@ fn the_nic_tag_range_is_the_device_tag_range() {
     assert_eq!(e.kind(), ErrorKind::Tag);
     assert!(!d[0].caps().detects_unmatched_ready);
     // ANY_SOURCE + ANY_TAG still work.
-    let (r, buf) = irecv(&mut d[1], ANY_SOURCE, ANY_TAG, 8);
-    isend(
+    let (r, buf) = irecv_leaked(&mut d[1], ANY_SOURCE, ANY_TAG, 8);
+    isend_owned(
         &mut d[0],
         1,
         NIC_TAG_UB,

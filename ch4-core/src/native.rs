@@ -19,6 +19,8 @@ use std::cell::UnsafeCell;
 
 use crate::core::Core;
 use crate::request::{EngineWord, NativeHalf, RecvState, ReqHandle, Request, RequestKind};
+use crate::transport::Cx;
+use crate::{Error, ErrorKind, Result};
 
 /// Slots per chunk. A chunk is allocated once and never moves or shrinks.
 const CHUNK: usize = 256;
@@ -238,6 +240,36 @@ pub enum Holding {
     PostedReceive,
     /// The operation in this slot (if the engine's word names one).
     Op(Option<OpIndex>),
+}
+
+/// Drives an engine until the network has let go of an operation (`held` turns false),
+/// within the device's cancel limit (`DeviceConfig::cancel_limit`). `progress` reads this
+/// engine's completions only (returning how many), yielding the CPU when there were none;
+/// past the limit `close` ends every operation (closing the endpoint or NIC, failing what it
+/// held), and the caller gets an [`ErrorKind::Pending`] error: a buffer is never handed back
+/// while the network may still write it.
+pub fn drive_until_released<T, P>(
+    cx: &mut Cx<'_, T, P>,
+    held: impl Fn(&T) -> bool,
+    mut progress: impl FnMut(&mut Cx<'_, T, P>) -> Result<usize>,
+    close: impl FnOnce(&mut Cx<'_, T, P>),
+) -> Result<()> {
+    let start = std::time::Instant::now();
+    let limit = cx.core.config.cancel_limit;
+    while held(cx.transport) {
+        if start.elapsed() > limit {
+            tracing::error!("the network did not end an operation in time; closing it");
+            close(cx);
+            return Err(Error::new(
+                ErrorKind::Pending,
+                format!("the network did not end an operation within {limit:?}"),
+            ));
+        }
+        if progress(cx)? == 0 {
+            std::thread::yield_now();
+        }
+    }
+    Ok(())
 }
 
 /// What [`P2p::quiesce`](crate::transport::P2p::quiesce) must wait for on request `req`.

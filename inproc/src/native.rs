@@ -21,7 +21,6 @@
 #![allow(unsafe_code)] // the simulated NIC's DMA: raw reads and writes of posted buffers
 
 use std::collections::VecDeque;
-use std::time::Instant;
 
 use ch4_core::matching::{PostedId, PostedQueue, UnexpectedQueue};
 use ch4_core::native::{self, word_of, CancelStep, Holding, OpContexts, OpIndex};
@@ -715,25 +714,17 @@ fn drive_until_released<P: Partner>(
     i: OpIndex,
     req: ReqHandle,
 ) -> Result<()> {
-    let start = Instant::now();
-    let limit = cx.core.config.cancel_limit;
-    while cx.transport.native.ops.get(i).is_some_and(|e| e.req == req) {
-        if start.elapsed() > limit {
-            tracing::error!("the in-process NIC did not end an operation in time; closing it");
+    native::drive_until_released(
+        cx,
+        |net| net.native.ops.get(i).is_some_and(|e| e.req == req),
+        progress_own,
+        |cx| {
             cx.transport.native.nic.close();
             let eng = &mut cx.transport.native;
             eng.backlog.retain(|s| matches!(s.data, TxData::Copy(_)));
             eng.ops = OpContexts::new();
-            return Err(Error::new(
-                ErrorKind::Pending,
-                format!("the network did not end an operation within {limit:?}"),
-            ));
-        }
-        if progress_own(cx)? == 0 {
-            std::thread::yield_now();
-        }
-    }
-    Ok(())
+        },
+    )
 }
 
 struct TaggedSink<'a> {

@@ -827,22 +827,10 @@ fn drive_until_released<P: Partner>(
     i: OpIndex,
     req: ReqHandle,
 ) -> Result<()> {
-    let start = Instant::now();
-    let limit = cx.core.config.cancel_limit;
-    while cx.transport.ops.get(i).is_some_and(|o| o.req == req) {
-        if start.elapsed() > limit {
-            tracing::error!(
-                "the OFI provider did not end an operation in time; closing the endpoint"
-            );
-            close_and_fail(cx, "an operation would not end");
-            return Err(Error::new(
-                ErrorKind::Pending,
-                format!("the provider did not end an operation within {limit:?}"),
-            ));
-        }
-        if progress_own(cx)? == 0 {
-            std::thread::yield_now();
-        }
-    }
-    Ok(())
+    native::drive_until_released(
+        cx,
+        |net| net.ops.get(i).is_some_and(|o| o.req == req),
+        progress_own,
+        |cx| close_and_fail(cx, "an operation would not end"),
+    )
 }

@@ -4,12 +4,12 @@
 //! provider lets go, pool growth with operations outstanding).
 
 use ch4_core::bootstrap::Bootstrap;
-use ch4_core::buffer::{RecvBuf, SendBuf};
+use ch4_core::buffer::SendBuf;
 use ch4_core::core::DeviceConfig;
-use ch4_core::{Device, ErrorKind, NoShm, ReqHandle, SendMode, ANY_SOURCE, ANY_TAG};
+use ch4_core::{Device, ErrorKind, NoShm, SendMode, ANY_SOURCE, ANY_TAG};
 use netmod_ofi::provider::Hints;
 use netmod_ofi::{tag, OfiNetmod};
-use testkit::Harness;
+use testkit::{irecv_leaked, isend_owned, Harness};
 
 type Dev = Device<OfiNetmod, NoShm>;
 
@@ -56,22 +56,6 @@ fn each_provider(
     }
 }
 
-fn irecv(d: &mut Dev, src: i32, tag: i32, cap: usize) -> (ReqHandle, &'static mut [u8]) {
-    let buf: &'static mut [u8] = Box::leak(vec![0u8; cap].into_boxed_slice());
-    let ptr: *mut [u8] = buf;
-    // SAFETY: leaked, so it outlives every request; read only after the request completed.
-    let rbuf = unsafe { RecvBuf::borrowed(&mut *ptr) };
-    let w = d.world();
-    let h = d.irecv(w, src, tag, rbuf).unwrap();
-    // SAFETY: as above.
-    (h, unsafe { &mut *ptr })
-}
-
-fn isend(d: &mut Dev, dest: i32, tag: i32, data: Vec<u8>, mode: SendMode) -> ReqHandle {
-    let w = d.world();
-    d.isend(w, dest, tag, SendBuf::owned(data), mode).unwrap()
-}
-
 fn pattern(seq: usize, len: usize) -> Vec<u8> {
     (0..len).map(|i| (seq * 31 + i * 7) as u8).collect()
 }
@@ -82,12 +66,12 @@ fn messages_of_every_size_arrive_in_order() {
         let sizes = [0usize, 1, 8, 64, 65, 4096, 4097, 100_000, 4 << 20];
         let recvs: Vec<_> = sizes
             .iter()
-            .map(|&n| irecv(&mut d[1], 0, 9, n + 1))
+            .map(|&n| irecv_leaked(&mut d[1], 0, 9, n + 1))
             .collect();
         let sends: Vec<_> = sizes
             .iter()
             .enumerate()
-            .map(|(i, &n)| isend(&mut d[0], 1, 9, pattern(i, n), SendMode::Standard))
+            .map(|(i, &n)| isend_owned(&mut d[0], 1, 9, pattern(i, n), SendMode::Standard))
             .collect();
         for (i, ((h, buf), &n)) in recvs.into_iter().zip(&sizes).enumerate() {
             let st = d.wait(1, h).unwrap();
@@ -105,8 +89,8 @@ fn messages_of_every_size_arrive_in_order() {
 #[test]
 fn wildcards_and_the_source_process() {
     each_provider(3, DeviceConfig::default(), |p, d| {
-        let (any, buf) = irecv(&mut d[0], ANY_SOURCE, ANY_TAG, 16);
-        isend(&mut d[2], 0, 44, b"from two".to_vec(), SendMode::Standard);
+        let (any, buf) = irecv_leaked(&mut d[0], ANY_SOURCE, ANY_TAG, 16);
+        isend_owned(&mut d[2], 0, 44, b"from two".to_vec(), SendMode::Standard);
         let st = d.wait(0, any).unwrap();
         assert_eq!(
             (st.source, st.tag, &buf[..8]),
@@ -133,7 +117,7 @@ fn wildcards_and_the_source_process() {
 fn a_synchronous_send_completes_only_after_the_match() {
     each_provider(2, DeviceConfig::default(), |p, d| {
         for len in [8usize, 100_000] {
-            let s = isend(&mut d[0], 1, 5, pattern(1, len), SendMode::Synchronous);
+            let s = isend_owned(&mut d[0], 1, 5, pattern(1, len), SendMode::Synchronous);
             for _ in 0..50 {
                 d.step().unwrap();
             }
@@ -141,7 +125,7 @@ fn a_synchronous_send_completes_only_after_the_match() {
                 !d[0].is_done(s).unwrap(),
                 "{p}: {len}-byte ssend done before its match"
             );
-            let (r, buf) = irecv(&mut d[1], 0, 5, len);
+            let (r, buf) = irecv_leaked(&mut d[1], 0, 5, len);
             d.wait(1, r).unwrap();
             d.wait(0, s).unwrap();
             assert_eq!(&buf[..len], &pattern(1, len)[..], "{p}");
@@ -156,8 +140,8 @@ fn a_synchronous_send_completes_only_after_the_match() {
 #[test]
 fn truncation_is_the_receive_error() {
     each_provider(2, DeviceConfig::default(), |p, d| {
-        let (r, _) = irecv(&mut d[1], 0, 3, 10);
-        let s = isend(&mut d[0], 1, 3, pattern(3, 5000), SendMode::Standard);
+        let (r, _) = irecv_leaked(&mut d[1], 0, 3, 10);
+        let s = isend_owned(&mut d[0], 1, 3, pattern(3, 5000), SendMode::Standard);
         let st = d.wait_status(1, r).unwrap();
         assert_eq!(st.error, Some(ErrorKind::Truncate), "{p}");
         d.wait(0, s).unwrap();
@@ -177,14 +161,14 @@ fn truncation_is_the_receive_error() {
 #[test]
 fn cancel_is_definite() {
     each_provider(2, DeviceConfig::default(), |p, d| {
-        let (r, _) = irecv(&mut d[1], 0, 1, 16);
+        let (r, _) = irecv_leaked(&mut d[1], 0, 1, 16);
         d[1].cancel(r).unwrap();
         let st = d.wait_status(1, r).unwrap();
         assert!(st.cancelled, "{p}");
         assert_eq!(d[1].netmod().outstanding(), 0, "{p}");
         // The message meant for it goes to the next receive.
-        isend(&mut d[0], 1, 1, b"after".to_vec(), SendMode::Standard);
-        let (r, buf) = irecv(&mut d[1], 0, 1, 16);
+        isend_owned(&mut d[0], 1, 1, b"after".to_vec(), SendMode::Standard);
+        let (r, buf) = irecv_leaked(&mut d[1], 0, 1, 16);
         d.wait(1, r).unwrap();
         assert_eq!(&buf[..5], b"after", "{p}");
     });
@@ -194,7 +178,7 @@ fn cancel_is_definite() {
 fn probes_and_matched_probes() {
     each_provider(2, DeviceConfig::default(), |p, d| {
         let w = d[1].world();
-        let s = isend(&mut d[0], 1, 7, pattern(7, 3000), SendMode::Synchronous);
+        let s = isend_owned(&mut d[0], 1, 7, pattern(7, 3000), SendMode::Synchronous);
         let st = loop {
             if let Some(st) = d[1].iprobe(w, 0, 7).unwrap() {
                 break st;
@@ -212,7 +196,7 @@ fn probes_and_matched_probes() {
         assert_eq!((st.bytes, &buf[..]), (3000, &pattern(7, 3000)[..]), "{p}");
         d.wait(0, s).unwrap();
         // A matched probe's message dropped unreceived: discarded, its sender released.
-        let s = isend(&mut d[0], 1, 8, pattern(8, 100), SendMode::Synchronous);
+        let s = isend_owned(&mut d[0], 1, 8, pattern(8, 100), SendMode::Synchronous);
         let msg = loop {
             if let Some((m, _)) = d[1].improbe(w, 0, 8).unwrap() {
                 break m;
@@ -235,11 +219,13 @@ fn receives_posted_while_the_pool_grows_and_a_released_one() {
     config.requests.chunk = 16;
     each_provider(2, config, |p, d| {
         let n = 300;
-        let recvs: Vec<_> = (0..n).map(|i| irecv(&mut d[1], 0, i as i32, 200)).collect();
-        let (gone, _) = irecv(&mut d[1], 0, 9999, 64);
+        let recvs: Vec<_> = (0..n)
+            .map(|i| irecv_leaked(&mut d[1], 0, i as i32, 200))
+            .collect();
+        let (gone, _) = irecv_leaked(&mut d[1], 0, 9999, 64);
         d[1].release(gone); // cancelled in the provider before the request goes
         for i in 0..n {
-            isend(
+            isend_owned(
                 &mut d[0],
                 1,
                 i as i32,
@@ -266,11 +252,11 @@ fn unexpected_messages_match_wildcard_receives() {
     each_provider(2, DeviceConfig::default(), |p, d| {
         for mode in [SendMode::Standard, SendMode::Synchronous] {
             for len in [8usize, 5000] {
-                let s = isend(&mut d[1], 0, 5, pattern(len, len), mode);
+                let s = isend_owned(&mut d[1], 0, 5, pattern(len, len), mode);
                 for _ in 0..50 {
                     d.step().unwrap();
                 }
-                let (r, buf) = irecv(&mut d[0], ANY_SOURCE, ANY_TAG, len);
+                let (r, buf) = irecv_leaked(&mut d[0], ANY_SOURCE, ANY_TAG, len);
                 let st = d.wait(0, r).unwrap();
                 assert_eq!((st.source, st.tag, st.bytes), (1, 5, len), "{p} {mode:?}");
                 assert_eq!(&buf[..len], &pattern(len, len)[..], "{p} {mode:?}");

@@ -14,6 +14,8 @@
 //!   all the wrappers are found here;
 //! - [`Harness`]: N devices of any transport stepped from one thread, every wait bounded by a
 //!   [`Limit`], with the usual send-receive-wait loops as methods;
+//! - [`irecv_leaked`] and [`isend_owned`]: requests posted without tying a test's buffers to
+//!   lifetimes;
 //! - constructors for the jobs tests need: [`pipe_pair`], [`pipe_job`], [`tcp_job`],
 //!   [`inproc_job`], [`shm_job`].
 //!
@@ -27,6 +29,7 @@ mod fault;
 mod harness;
 mod jobs;
 mod pipe;
+mod requests;
 mod rng;
 
 pub use fault::{FaultConfig, FaultControl, FaultStats, Faulty, Unordered};
@@ -35,6 +38,7 @@ pub use jobs::{inproc_job, pipe_job, pipe_pair, tcp_job, InprocHarness, PipeHarn
 #[cfg(not(loom))]
 pub use jobs::{shm_job, ShmHarness};
 pub use pipe::{Frame, Pipe, Wire};
+pub use requests::{irecv_leaked, isend_owned};
 pub use rng::SplitMix64;
 
 /// The reordering wrapper the facade's thread mode runs netmods under (it shuffles batches of
