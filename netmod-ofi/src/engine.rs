@@ -272,8 +272,7 @@ impl P2p<Net> for OfiEngine {
         };
         // A send the provider refused is still queued here: take it back.
         let queued = net.sends.len();
-        net.sends
-            .retain(|q| !matches!(q.payload, Payload::Raw { op, .. } if op == i));
+        net.sends.retain(|q| q.payload.op() != Some(i));
         if net.sends.len() < queued {
             net.ops.remove(i);
             if let Some(s) = cx.core.requests.get_mut(req).and_then(Request::send_mut) {

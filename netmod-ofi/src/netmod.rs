@@ -78,6 +78,16 @@ pub(crate) enum Payload {
     Gather { op: OpIndex },
 }
 
+impl Payload {
+    /// The operation a queued send belongs to (none for a copy: it has no request).
+    pub(crate) fn op(&self) -> Option<OpIndex> {
+        match self {
+            Payload::Copy(_) => None,
+            Payload::Raw { op, .. } | Payload::Gather { op } => Some(*op),
+        }
+    }
+}
+
 /// A receive the provider refused for now, kept in order (receives match in posting order).
 pub(crate) struct QueuedRecv {
     pub op: OpIndex,
