@@ -59,14 +59,16 @@ pub(crate) fn isend<T: AmTransport, P: Partner>(
     op: SendOp,
 ) -> Result<ReqHandle> {
     let total = op.buf.packed_len();
-    // Eager when short enough, with room for a larger one, and within the receiver's credit:
-    // beyond it the message goes by rendezvous, its data staying in the sender's buffer.
+    // Eager when short enough, with room for a larger one, and within the receiver's credit
+    // (spent here, as the message goes: if the transport fails it, its peer is gone and its
+    // credit no longer matters): beyond it the message goes by rendezvous, its data staying in
+    // the sender's buffer.
     let eager = total <= cx.transport.eager_limit()
         && (total < EAGER_ONLY_WITH_ROOM
             || cx
                 .transport
                 .can_send_now(op.dest, std::mem::size_of::<MatchHeader>() + total))
-        && cx.core.has_credit(cx.route, op.dest, total);
+        && cx.core.take_credit(cx.route, op.dest, total);
     let sync = op.mode == SendMode::Synchronous;
     let needs_req = !eager || sync;
     let mut hdr = MatchHeader {
@@ -82,9 +84,6 @@ pub(crate) fn isend<T: AmTransport, P: Partner>(
     if !needs_req {
         // The iStartMsg path: a small standard send leaves at once and needs no request.
         hdr.seq = next_seq::<T>(cx.core, cx.route, op.dest);
-        // Spent as the message goes: if the transport fails it, its peer is gone and its
-        // credit no longer matters.
-        cx.core.spend_credit(cx.route, op.dest, total);
         let sent = send_eager(cx.transport, op.dest, &hdr, &op.buf);
         if sent.is_err() {
             unsend_seq::<T>(cx.core, cx.route, op.dest);
@@ -111,12 +110,12 @@ pub(crate) fn isend<T: AmTransport, P: Partner>(
             cancel: CancelState::None,
             engine: 0,
         }),
-    })?;
+    });
+    let Ok(h) = h else {
+        return Err(unsent(cx.core, cx.route, dest, eager.then_some(total), h));
+    };
     hdr.sreq = h.to_raw();
     hdr.seq = next_seq::<T>(cx.core, cx.route, dest);
-    if eager {
-        cx.core.spend_credit(cx.route, dest, total);
-    }
     let sent = match cx.core.requests.get(h).map(|r| &r.kind) {
         Some(RequestKind::Send(s)) if eager => send_eager(cx.transport, dest, &hdr, &s.buf),
         Some(RequestKind::Send(s)) => send_rts(cx.transport, dest, &hdr, &s.buf),
@@ -191,4 +190,27 @@ fn send_rts<T: AmTransport>(
         }
     }
     transport.am_send(dest, handler::RTS, bytemuck::bytes_of(hdr), &[])
+}
+
+/// The error of a send whose request could not be made: the eager credit it took (if any, for
+/// `eager` bytes) is given back, since the message never left.
+#[cold]
+#[inline(never)]
+fn unsent(
+    core: &mut Core,
+    route: ch4_core::request::Route,
+    dest: Gpid,
+    eager: Option<usize>,
+    failed: Result<ReqHandle>,
+) -> Error {
+    if let Some(total) = eager {
+        core.refund_credit(route, dest, total);
+    }
+    match failed {
+        Err(e) => e,
+        Ok(_) => Error::new(
+            ErrorKind::Internal,
+            "a send request that was made, reported as not",
+        ),
+    }
 }

@@ -108,6 +108,15 @@ pub const fn credit_cost(total: usize) -> u64 {
     (total as u64).saturating_add(CREDIT_OVERHEAD as u64)
 }
 
+/// [`credit_cost`] of a message this process sends: the senders' callers pass an eager
+/// message's length (checked against the eager limit first) or a netmod's fixed charge, so the
+/// sum cannot overflow and needs no saturation — three instructions fewer on every eager send,
+/// which checks and spends it. Equal to [`credit_cost`] for every such length.
+#[inline(always)]
+const fn local_credit_cost(total: usize) -> u64 {
+    total as u64 + CREDIT_OVERHEAD as u64
+}
+
 /// The per-message part of [`credit_cost`].
 pub const CREDIT_OVERHEAD: usize = 128;
 
@@ -400,18 +409,29 @@ impl Core {
         self.am[route.index()]
             .credit
             .get(dest as usize)
-            .is_some_and(|&c| c >= credit_cost(total))
+            .is_some_and(|&c| c >= local_credit_cost(total))
     }
 
-    /// Spends the credit an eager message of `total` bytes to `dest` cost, once it is out
-    /// (checked before with [`Core::has_credit`], so it cannot go below zero: a plain
-    /// subtraction, where a saturating one would cost the send path a compare and a move).
+    /// Spends the credit of an eager message of `total` bytes to `dest` if there is enough:
+    /// the check of [`Core::has_credit`] and the subtraction in one look at the counter (the
+    /// eager send path's; a caller that then cannot send gives it back with
+    /// [`Core::refund_credit`]).
     #[inline(always)]
-    pub fn spend_credit(&mut self, route: Route, dest: Gpid, total: usize) {
-        if let Some(c) = self.am[route.index()].credit.get_mut(dest as usize) {
-            debug_assert!(*c >= credit_cost(total), "credit spent without has_credit");
-            *c = c.wrapping_sub(credit_cost(total));
+    pub fn take_credit(&mut self, route: Route, dest: Gpid, total: usize) -> bool {
+        let cost = local_credit_cost(total);
+        match self.am[route.index()].credit.get_mut(dest as usize) {
+            Some(c) if *c >= cost => {
+                *c -= cost;
+                true
+            }
+            _ => false,
         }
+    }
+
+    /// Gives back credit taken with [`Core::take_credit`] for a message that was not sent.
+    #[cold]
+    pub fn refund_credit(&mut self, route: Route, dest: Gpid, total: usize) {
+        self.credit_returned(route, dest, local_credit_cost(total));
     }
 
     /// Credit `dest` gave back (capped at the initial credit: more is a peer's mistake).

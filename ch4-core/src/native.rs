@@ -228,9 +228,17 @@ pub fn begin_cancel(core: &mut Core, req: ReqHandle) -> CancelStep {
 }
 
 /// The answer to a cancel once the network has reported the receive's operation: cancelled
-/// unless the report completed it.
+/// unless the report completed it, or matched it to a message whose data is still on its way
+/// (the engine set [`NativeHalf::Matched`]: a large message read after its match, say).
 pub fn cancel_answer(core: &Core, req: ReqHandle) -> bool {
-    core.requests.get(req).map_or(true, |r| !r.complete)
+    match core.requests.get(req) {
+        None => true,
+        Some(Request {
+            kind: RequestKind::Recv(r),
+            ..
+        }) if r.native == NativeHalf::Matched => false,
+        Some(r) => !r.complete,
+    }
 }
 
 /// What the network may still hold of request `req`, for

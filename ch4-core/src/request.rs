@@ -202,6 +202,35 @@ impl Request {
         }
     }
 
+    /// The request of a send that a natively matching network carries whole from the user's
+    /// buffer (`op.buf`, lent to the request until the network lets go): every byte counts as
+    /// sent and accepted, and it completes after `pending` events from the engine (the send's
+    /// completion, a synchronous send's acknowledgement).
+    pub fn handed_to_network(
+        route: Route,
+        op: crate::transport::SendOp,
+        total: usize,
+        pending: u8,
+    ) -> Request {
+        Request {
+            complete: false,
+            status: Status::EMPTY,
+            kind: RequestKind::Send(SendState {
+                route,
+                dest: op.dest,
+                env: op.env,
+                mode: op.mode,
+                buf: op.buf,
+                total,
+                sent: total,
+                accepted: total,
+                pending,
+                cancel: CancelState::None,
+                engine: 0,
+            }),
+        }
+    }
+
     /// The receive state, if this is a receive.
     #[inline(always)]
     pub fn recv_mut(&mut self) -> Option<&mut RecvState> {

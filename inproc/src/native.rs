@@ -25,9 +25,7 @@ use std::collections::VecDeque;
 use ch4_core::matching::{PostedId, PostedQueue, UnexpectedQueue};
 use ch4_core::native::{self, word_of, CancelStep, Holding, OpContexts, OpIndex};
 use ch4_core::pool::Handle;
-use ch4_core::request::{
-    msg_flags, CancelState, Message, ReqHandle, Request, RequestKind, SendState,
-};
+use ch4_core::request::{msg_flags, Message, ReqHandle, Request, RequestKind};
 use ch4_core::transport::{AmSink, Caps, Cx, HandlerId, P2p, Partner, SendOp};
 use ch4_core::{Envelope, Error, ErrorKind, Gpid, Result, SendMode, Status};
 use rustc_hash::FxHashMap;
@@ -388,23 +386,13 @@ impl P2p<Net> for NativeEngine {
             return Ok(ReqHandle::DONE);
         }
         // Sent from the user's buffer: a request holds it until the NIC reports the send.
-        let h = cx.core.requests.insert(Request {
-            complete: false,
-            status: Status::EMPTY,
-            kind: RequestKind::Send(SendState {
-                route: cx.route,
-                dest: op.dest,
-                env: op.env,
-                mode: op.mode,
-                buf: op.buf,
-                total,
-                sent: total,
-                accepted: total,
-                pending: 1 + u8::from(sync),
-                cancel: CancelState::None,
-                engine: 0,
-            }),
-        })?;
+        let dest = op.dest;
+        let h = cx.core.requests.insert(Request::handed_to_network(
+            cx.route,
+            op,
+            total,
+            1 + u8::from(sync),
+        ))?;
         if sync {
             hdr.sreq = h.to_raw();
         }
@@ -434,7 +422,7 @@ impl P2p<Net> for NativeEngine {
             eng,
             &cx.transport.ep,
             NicSend {
-                dest: op.dest,
+                dest,
                 hdr,
                 data: TxData::Raw { ptr, len, ctx },
             },
