@@ -14,7 +14,9 @@ pub fn bin_dir() -> PathBuf {
 }
 
 /// Builds the launcher and the examples once (cargo does not build another package's binaries
-/// for this package's tests, nor examples for an integration test); returns [`bin_dir`].
+/// for this package's tests, nor examples for an integration test), with the netmod features
+/// this test was built with, so that `--features ofi` runs the examples over OFI too; returns
+/// [`bin_dir`].
 pub fn built() -> PathBuf {
     static BUILD: Once = Once::new();
     BUILD.call_once(|| {
@@ -34,6 +36,14 @@ pub fn built() -> PathBuf {
         if !cfg!(debug_assertions) {
             cmd.arg("--release");
         }
+        let netmods: Vec<&str> = [
+            ("tcp", cfg!(feature = "tcp")),
+            ("ofi", cfg!(feature = "ofi")),
+        ]
+        .into_iter()
+        .filter_map(|(name, on)| on.then_some(name))
+        .collect();
+        cmd.args(["--no-default-features", "--features", &netmods.join(",")]);
         let st = cmd.status().expect("run cargo build");
         assert!(st.success(), "building ch4run and the examples failed");
     });
