@@ -57,8 +57,11 @@ fi
 cargo test --workspace --all-targets
 cargo test --workspace --doc
 # The semantics suite again over libfabric's tcp;ofi_rxm (the `ofi` feature): ranks as threads
-# and as processes, each its own node and mixed with ch4's shared memory; and the process-mode
-# tests (launchers, stress, killed and vanished ranks, floods) with OFI as the network.
+# and as processes, each its own node and mixed with ch4's shared memory; again with the
+# provider's largest message forced down to 4 KiB, so that every longer message goes by RMA
+# read; and the process-mode tests (launchers, stress, killed and vanished ranks, floods under
+# eager credit) with OFI as the network.
 cargo test --features ofi --test pt2pt ofi
+CH4_OFI_MAX_MSG_SIZE=4096 cargo test --features ofi --test pt2pt ofi
 cargo test --features ofi --test process --test flood
 ./scripts/loom.sh

@@ -21,9 +21,7 @@
 use std::time::Instant;
 
 use ch4_core::native::{self, word_of, CancelStep, Holding, OpIndex};
-use ch4_core::request::{
-    CancelState, Message, RecvState, ReqHandle, Request, RequestKind, SendState,
-};
+use ch4_core::request::{Message, RecvState, ReqHandle, Request, RequestKind};
 use ch4_core::transport::{Caps, Cx, P2p, Partner, SendOp};
 use ch4_core::{Envelope, Error, ErrorKind, Result, SendMode, Status};
 use libfabric_sys::{
@@ -31,6 +29,8 @@ use libfabric_sys::{
     FI_PEEK,
 };
 
+use crate::credit;
+use crate::large;
 use crate::netmod::{vanished, OfiNetmod, Op, OpKind, Payload, Peeked, QueuedRecv, QueuedSend};
 use crate::provider::{self, Completions, CqError, Posted};
 use crate::tag;
@@ -49,7 +49,9 @@ impl P2p<Net> for OfiEngine {
 
     fn caps(net: &Net) -> Caps {
         let (iov_limit, max_message) = match &net.ep {
-            Some(ep) => (ep.info().iov_limit(), ep.info().max_msg_size()),
+            // Past the largest message the provider takes, messages go by RMA read.
+            Some(ep) if ep.rma_unusable().is_none() => (ep.info().iov_limit(), usize::MAX),
+            Some(ep) => (ep.info().iov_limit(), net.max_msg),
             None => (usize::MAX, usize::MAX),
         };
         Caps {
@@ -64,10 +66,17 @@ impl P2p<Net> for OfiEngine {
 
     #[inline]
     fn isend<P: Partner>(cx: &mut Cx<'_, Net, P>, op: SendOp) -> Result<ReqHandle> {
-        let net = &mut *cx.transport;
         let sync = op.mode == SendMode::Synchronous;
         let bits = tag::send_tag(&op.env)?;
         let total = op.buf.packed_len();
+        if total > cx.transport.max_msg
+            || (!credit::spend(cx, op.dest) && large::usable(cx.transport))
+        {
+            // Longer than the provider takes, or beyond the receiver's credit: the receiver
+            // reads it from the user's buffer once it has matched it.
+            return large::start_send(cx, op, bits, total);
+        }
+        let net = &mut *cx.transport;
         if !sync && total <= net.inject {
             if let Some(data) = op.buf.contiguous() {
                 let q = QueuedSend {
@@ -148,6 +157,13 @@ impl P2p<Net> for OfiEngine {
         // The answer comes through the completion queue: cancelled, or completed after all.
         drive_until_released(cx, i, req)?;
         Ok(native::cancel_answer(cx.core, req))
+    }
+
+    /// A blocking send waits for its receiver's credit (see [`crate::credit`]), unless it
+    /// goes by RMA read anyway.
+    #[inline(always)]
+    fn send_ready<P: Partner>(cx: &mut Cx<'_, Net, P>, dest: ch4_core::Gpid, total: usize) -> bool {
+        total > cx.transport.max_msg || credit::available(cx, dest)
     }
 
     fn cancel_send<P: Partner>(_cx: &mut Cx<'_, Net, P>, _req: ReqHandle) -> Result<()> {
@@ -252,12 +268,20 @@ impl P2p<Net> for OfiEngine {
             return Ok(());
         };
         let p = *p;
-        // The message matched (the probe took it): a synchronous sender is acknowledged.
+        // The message matched (the probe took it): a synchronous sender is acknowledged, and
+        // a large message's sender let go unread.
         acknowledge(net, p.data)?;
+        if tag::is_large(p.data) {
+            net.descriptors.remove(&tag::from_cq_data(p.data));
+        }
         if let Some(o) = net.ops.get_mut(i) {
             o.kind = OpKind::Discarding;
         }
-        claim(net, i, &p, None, FI_CLAIM | FI_DISCARD)
+        claim(net, i, &p, None, FI_CLAIM | FI_DISCARD)?;
+        if !tag::is_large(p.data) {
+            credit::consumed(cx, p.data);
+        }
+        Ok(())
     }
 
     fn quiesce<P: Partner>(cx: &mut Cx<'_, Net, P>, req: ReqHandle) -> Result<()> {
@@ -299,16 +323,6 @@ fn start_send<P: Partner>(
     sync: bool,
 ) -> Result<ReqHandle> {
     let dest = op.dest;
-    let max = cx.transport.ep()?.info().max_msg_size();
-    if total > max {
-        // Above the provider's largest message the design sends by RMA read (a rendezvous of
-        // ch4's own); no provider of this host has such a limit (tcp;ofi_rxm: 2^64 - 1), so a
-        // message there is refused clearly rather than handed to the provider.
-        return Err(Error::new(
-            ErrorKind::Count,
-            format!("a message of {total} bytes exceeds the OFI provider's largest ({max})"),
-        ));
-    }
     let staging: Staging = match op.buf.raw_parts() {
         Some(_) => (None, None),
         None => {
@@ -322,23 +336,12 @@ fn start_send<P: Partner>(
             }
         }
     };
-    let h = cx.core.requests.insert(Request {
-        complete: false,
-        status: Status::EMPTY,
-        kind: RequestKind::Send(SendState {
-            route: cx.route,
-            dest,
-            env: op.env,
-            mode: op.mode,
-            buf: op.buf,
-            total,
-            sent: total,
-            accepted: total,
-            engine: 0,
-            pending: 1 + u8::from(sync),
-            cancel: CancelState::None,
-        }),
-    })?;
+    let h = cx.core.requests.insert(Request::handed_to_network(
+        cx.route,
+        op,
+        total,
+        1 + u8::from(sync),
+    ))?;
     let started = post_send(cx, h, dest, bits, sync, staging);
     if let Err(e) = started {
         // Nothing reached the provider (posting failed outright): forget the operations.
@@ -564,15 +567,21 @@ fn peek<P: Partner>(
         progress_own(cx)?;
     }
     let net = &mut *cx.transport;
-    match net.ops.get(i).map(|o| &o.kind) {
-        Some(OpKind::Claimed(p)) => Ok(Some((i, *p))),
+    let found = match net.ops.get(i).map(|o| &o.kind) {
+        Some(OpKind::Claimed(p)) => (i, *p),
         Some(OpKind::Peek { found: Some(p), .. }) => {
             let p = *p;
             net.ops.remove(i);
-            Ok(Some((i, p)))
+            (i, p)
         }
-        _ => Ok(None),
+        _ => return Ok(None),
+    };
+    let (i, mut p) = found;
+    if tag::is_large(p.data) {
+        // The stub's length is 0: the message's is in its descriptor.
+        p.len = large::probed_len(cx, &p)?;
     }
+    Ok(Some((i, p)))
 }
 
 fn probe_status(p: &Peeked) -> Status {
@@ -582,7 +591,7 @@ fn probe_status(p: &Peeked) -> Status {
 
 /// Answers a synchronous sender whose message (its CQ `data` names an acknowledgement)
 /// matched here.
-fn acknowledge(net: &mut Net, data: u64) -> Result<()> {
+pub(crate) fn acknowledge(net: &mut Net, data: u64) -> Result<()> {
     let (src, ack) = tag::from_cq_data(data);
     if ack == 0 {
         return Ok(());
@@ -597,11 +606,17 @@ fn acknowledge(net: &mut Net, data: u64) -> Result<()> {
 
 /// One progress step of this engine alone: refused posts retried, then completions read in
 /// batches until the queue is empty.
-fn progress_own<P: Partner>(cx: &mut Cx<'_, Net, P>) -> Result<usize> {
+pub(crate) fn progress_own<P: Partner>(cx: &mut Cx<'_, Net, P>) -> Result<usize> {
     if cx.transport.ep.is_none() {
         return Ok(0);
     }
     let mut n = cx.transport.retry_queued()?;
+    if !cx.transport.credit_out.is_empty() {
+        credit::retry_refused(cx.transport);
+    }
+    if !cx.transport.reading.is_empty() {
+        large::post_refused_reads(cx)?;
+    }
     let mut entries = [fi_cq_tagged_entry::default(); CQ_BATCH];
     // A completion may close the endpoint (see `close_and_fail`): then the loop ends.
     while let Some(ep) = &cx.transport.ep {
@@ -663,14 +678,22 @@ fn completed<P: Partner>(cx: &mut Cx<'_, Net, P>, e: &fi_cq_tagged_entry) -> Res
                 cx.core.send_event_done(op.req);
             }
         }
+        OpKind::Recv if tag::is_large(e.data) => large::stub_matched(cx, op, e.tag, e.data)?,
         OpKind::Recv => finish_recv(cx, op, e.tag, e.data, e.len, false)?,
-        OpKind::Discarding | OpKind::Claimed(_) | OpKind::Peek { .. } => {}
+        OpKind::LargeAck(region) => large::acknowledged(cx, op.req, region, None),
+        OpKind::Control { .. } => large::descriptor_in(cx, op, e.tag, e.len)?,
+        OpKind::ReadChunk { parent } => large::read_done(cx, parent, None)?,
+        OpKind::CreditRecv => {
+            cx.transport.credit_receives -= 1;
+            credit::returned(cx, e.data)?;
+        }
+        OpKind::Discarding | OpKind::Claimed(_) | OpKind::Peek { .. } | OpKind::LargeRecv(_) => {}
     }
     Ok(())
 }
 
 /// A receive's data is in: unpack a bounce buffer, acknowledge a synchronous sender, complete.
-fn finish_recv<P: Partner>(
+pub(crate) fn finish_recv<P: Partner>(
     cx: &mut Cx<'_, Net, P>,
     op: Op,
     bits: u64,
@@ -679,6 +702,9 @@ fn finish_recv<P: Partner>(
     truncated: bool,
 ) -> Result<()> {
     acknowledge(cx.transport, data)?;
+    if !tag::is_large(data) {
+        credit::consumed(cx, data);
+    }
     let Some(r) = cx.core.requests.get_mut(op.req).and_then(Request::recv_mut) else {
         return Ok(()); // the receive is gone (its completion came after a quiesce)
     };
@@ -773,7 +799,32 @@ fn failed<P: Partner>(cx: &mut Cx<'_, Net, P>, e: &CqError) -> Result<()> {
                 req.complete = true;
             }
         }
-        OpKind::Discarding | OpKind::Claimed(_) | OpKind::Peek { .. } => {}
+        OpKind::LargeAck(region) => {
+            large::acknowledged(cx, op.req, region, Some(error.kind()));
+            tracing::warn!(%error, "a large message's acknowledgement failed");
+        }
+        OpKind::Control {
+            parent: Some(parent),
+        } => {
+            tracing::warn!(%error, "a large message's descriptor could not be received");
+            large::fail(cx, parent, error.kind())?;
+        }
+        OpKind::ReadChunk { parent } => {
+            tracing::warn!(%error, "a large message's read failed");
+            large::read_done(cx, parent, Some(error.kind()))?;
+        }
+        OpKind::CreditRecv => {
+            cx.transport.credit_receives -= 1;
+            if !e.is_canceled() {
+                tracing::warn!(%error, "a receive for returned credit failed; posting another");
+                credit::post_receive(cx.transport)?;
+            }
+        }
+        OpKind::Control { parent: None }
+        | OpKind::Discarding
+        | OpKind::Claimed(_)
+        | OpKind::Peek { .. }
+        | OpKind::LargeRecv(_) => {}
     }
     Ok(())
 }
@@ -797,7 +848,7 @@ fn truncation_breaks_endpoint(net: &Net) -> bool {
 
 /// Closes the endpoint (ending every operation on it, so nothing writes a posted buffer any
 /// more) and fails every request that had an operation there: they can no longer complete.
-fn close_and_fail<P: Partner>(cx: &mut Cx<'_, Net, P>, why: &'static str) {
+pub(crate) fn close_and_fail<P: Partner>(cx: &mut Cx<'_, Net, P>, why: &'static str) {
     let reqs: Vec<ReqHandle> = cx.transport.ops.iter().map(|(_, o)| o.req).collect();
     cx.transport.close(why);
     for h in reqs {

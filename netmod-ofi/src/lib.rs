@@ -7,11 +7,15 @@
 //!   data path on raw buffers, completions.
 //! - [`tag`] lays out the 64 match bits (protocol, context id, source rank, tag) and the remote
 //!   CQ data (the sender's process, a synchronous send's acknowledgement).
+//! - [`credit`] bounds what a receiver's provider holds of unexpected messages (eager credit,
+//!   as the AM fallback's).
 //! - [`OfiNetmod`] is the netmod (`Netmod`, and `Bootstrap` for joining a job by business
 //!   cards); [`OfiEngine`] its engine, ch4-core's native-engine contract over the provider's
 //!   asynchronous completion queue.
 
+pub mod credit;
 mod engine;
+mod large;
 mod netmod;
 pub mod provider;
 pub mod tag;
@@ -20,14 +24,19 @@ pub use engine::OfiEngine;
 
 use ch4_core::env::Setting;
 
-/// The settings of the OFI netmod, libfabric's own variables: ch4 reads `FI_PROVIDER` and, on
-/// a libfabric before 1.18, sets the two rxm variables unless the user did (see
-/// `provider::workarounds`). The settings summary shows what is in force.
+/// The settings of the OFI netmod: its own largest message, and libfabric's variables: ch4
+/// reads `FI_PROVIDER` and, on a libfabric before 1.18, sets the two rxm variables unless the
+/// user did (see `provider::workarounds`). The settings summary shows what is in force.
 pub const SETTINGS: &[Setting] = &[
     Setting::new(
         "FI_PROVIDER",
         "the first offering tagged RDM messaging",
         "the libfabric provider (libfabric's own variable; the summary shows the one in use)",
+    ),
+    Setting::new(
+        "CH4_OFI_MAX_MSG_SIZE",
+        "the provider's max_msg_size",
+        "the longest message handed to the provider in one operation; longer ones are read by RMA (for testing that path, or a provider that overstates its limit)",
     ),
     Setting::new(
         "FI_OFI_RXM_ENABLE_DYN_RBUF",

@@ -1,7 +1,7 @@
 //! `OfiNetmod`: one tagged RDM endpoint of a rank, the contexts of its outstanding operations
 //! and the posts the provider refused, as ch4's netmod ([`Netmod`], [`Bootstrap`]).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::ptr::null_mut;
 
 use ch4_core::bootstrap::Bootstrap;
@@ -13,7 +13,7 @@ use libfabric_sys::{
 };
 
 use crate::engine::OfiEngine;
-use crate::provider::{select, Endpoint, Hints, Posted};
+use crate::provider::{select, Endpoint, Hints, Posted, Region, MIN_MAX_MSG_SIZE};
 use crate::tag;
 
 /// What the engine keeps with one outstanding operation.
@@ -45,6 +45,75 @@ pub(crate) enum OpKind {
     Claimed(Peeked),
     /// A claimed message being discarded (`FI_CLAIM | FI_DISCARD`).
     Discarding,
+    /// A large message's acknowledgement receive (see [`crate::large`]): its end closes the
+    /// region the receiver read the message from, then completes the send.
+    LargeAck(Option<Region>),
+    /// A receive of a large message's [`Descriptor`] (into the operation's bounce buffer), for
+    /// the large receive in slot `parent`, or, for a probe, to be kept in
+    /// [`OfiNetmod::descriptors`].
+    Control { parent: Option<OpIndex> },
+    /// A receive whose stub matched a large message: no provider operation, the engine's own
+    /// record while it fetches the descriptor and reads the data.
+    LargeRecv(LargeRecv),
+    /// One read of a large receive's data, for the large receive in slot `parent`.
+    ReadChunk { parent: OpIndex },
+    /// A receive for eager credit given back by any process (see [`crate::credit`]).
+    CreditRecv,
+}
+
+/// A large message as its sender describes it: its length and the region to read it from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Descriptor {
+    pub len: u64,
+    pub addr: u64,
+    pub key: u64,
+}
+
+impl Descriptor {
+    /// Bytes on the wire: three little-endian words.
+    pub const SIZE: usize = 24;
+
+    pub fn to_bytes(self) -> Vec<u8> {
+        [self.len, self.addr, self.key]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect()
+    }
+
+    /// `None` unless `b` is exactly a descriptor.
+    pub fn from_bytes(b: &[u8]) -> Option<Descriptor> {
+        let w = |i: usize| {
+            Some(u64::from_le_bytes(
+                b.get(i * 8..i * 8 + 8)?.try_into().ok()?,
+            ))
+        };
+        (b.len() == Self::SIZE).then_some(())?;
+        Some(Descriptor {
+            len: w(0)?,
+            addr: w(1)?,
+            key: w(2)?,
+        })
+    }
+}
+
+/// The engine's record of a receive reading a large message.
+pub(crate) struct LargeRecv {
+    /// The stub's match bits and remote CQ data (source, tag, sender, acknowledgement name).
+    pub bits: u64,
+    pub data: u64,
+    /// Where the data lands: the receive's buffer, or the record's bounce buffer.
+    pub dst: *mut u8,
+    /// Bytes to read: the message's length, or the buffer's when it is shorter.
+    pub len: usize,
+    /// The descriptor once it is in.
+    pub desc: Option<Descriptor>,
+    /// Bytes whose reads have been posted, and reads outstanding.
+    pub next: usize,
+    pub out: u32,
+    /// Whether the message was longer than the buffer.
+    pub truncated: bool,
+    /// The first failure of a read: the receive fails once the others are in.
+    pub error: Option<ErrorKind>,
 }
 
 /// What a peek learned of a message (`None` inside [`OpKind::Peek`]'s `found`: no message).
@@ -110,6 +179,20 @@ pub struct OfiNetmod {
     size: u32,
     /// Messages up to this size are injected (copied by the provider, no completion).
     pub(crate) inject: usize,
+    /// The longest message handed to the provider in one operation: its `max_msg_size`, or
+    /// less where [`Hints::max_msg_size`] says so. Longer ones go by RMA read.
+    pub(crate) max_msg: usize,
+    /// Large messages' descriptors received for a probe and not yet used by a receive, by
+    /// sender and acknowledgement name.
+    pub(crate) descriptors: HashMap<(Gpid, u32), Descriptor>,
+    /// Large receives with reads still to post (the provider refused one for now).
+    pub(crate) reading: Vec<OpIndex>,
+    /// Receives for returned eager credit among `ops` (always posted while the endpoint is
+    /// open; not counted as outstanding).
+    pub(crate) credit_receives: usize,
+    /// Credit messages the provider refused for now, by receiver and number of messages (see
+    /// [`crate::credit`]): retried from progress, never counted as queued output.
+    pub(crate) credit_out: Vec<(Gpid, u32)>,
     /// Why the endpoint was closed, once it was.
     closed: Option<&'static str>,
     /// Where this rank learns that a peer failed or left (see [`OfiNetmod::watch_peers`]).
@@ -156,9 +239,21 @@ impl OfiNetmod {
         self.watch = Some(watch);
     }
 
-    /// Operations the provider has not reported complete yet.
+    /// Operations the provider has not reported complete yet (beyond the receives kept
+    /// posted for returned credit).
     pub fn outstanding(&self) -> usize {
-        self.ops.len()
+        self.ops.len() - self.credit_receives
+    }
+
+    /// Buffers lent to peers' RMA reads (large messages sent and not yet acknowledged).
+    pub fn regions(&self) -> usize {
+        self.ep.as_ref().map_or(0, Endpoint::regions)
+    }
+
+    /// The longest message handed to the provider in one operation; longer ones go by RMA
+    /// read.
+    pub fn max_message(&self) -> usize {
+        self.max_msg
     }
 
     /// Closes the endpoint, which ends every operation on it: nothing is written into a
@@ -169,6 +264,10 @@ impl OfiNetmod {
         self.sends.clear();
         self.recvs.clear();
         self.ops = OpContexts::new();
+        self.descriptors.clear();
+        self.reading.clear();
+        self.credit_receives = 0;
+        self.credit_out.clear();
     }
 
     /// Posts (or, behind earlier refused ones, queues) a send; errors other than "try again"
@@ -344,6 +443,7 @@ impl AmTransport for OfiNetmod {
         };
         vec![
             ("FI_PROVIDER", provider),
+            ("CH4_OFI_MAX_MSG_SIZE", self.max_msg.to_string()),
             (
                 "FI_OFI_RXM_ENABLE_DYN_RBUF",
                 rxm("FI_OFI_RXM_ENABLE_DYN_RBUF"),
@@ -373,7 +473,7 @@ impl Bootstrap for OfiNetmod {
     /// order) and opens its endpoint — only when the job spans nodes. The provider must carry
     /// 64 match bits and 8 bytes of remote CQ data (see [`crate::tag`]).
     fn open(rank: Gpid, size: u32, _job_key: u64, spans_nodes: bool) -> Result<Self> {
-        OfiNetmod::open_with(&Hints::from_env(), rank, size, spans_nodes)
+        OfiNetmod::open_with(&Hints::from_env()?, rank, size, spans_nodes)
     }
 
     fn business_card(&self) -> Result<Vec<u8>> {
@@ -402,6 +502,9 @@ impl Bootstrap for OfiNetmod {
         })?;
         // In process order, all at once: a process's address is its number.
         ep.insert_addresses(&names, cards.len())?;
+        for _ in 0..crate::credit::CREDIT_RECEIVES {
+            crate::credit::post_receive(self)?;
+        }
         Ok(())
     }
 }
@@ -420,6 +523,14 @@ impl OfiNetmod {
                 ),
             ));
         }
+        if hints.max_msg_size.is_some_and(|m| m < MIN_MAX_MSG_SIZE) {
+            return Err(Error::new(
+                ErrorKind::Arg,
+                format!(
+                    "a largest message below {MIN_MAX_MSG_SIZE} bytes cannot carry the protocols"
+                ),
+            ));
+        }
         let mut net = OfiNetmod {
             ep: None,
             ops: OpContexts::new(),
@@ -428,6 +539,11 @@ impl OfiNetmod {
             me: rank,
             size,
             inject: 0,
+            max_msg: usize::MAX,
+            descriptors: HashMap::new(),
+            reading: Vec::new(),
+            credit_receives: 0,
+            credit_out: Vec::new(),
             closed: None,
             watch: None,
         };
@@ -441,7 +557,10 @@ impl OfiNetmod {
             return Err(Error::new(
                 ErrorKind::Transport,
                 format!(
-                    "libfabric's shm provider {}.{} cannot carry MPI matching (unexpected                      messages never match wildcard receives, probes are ignored); ch4's own                      shared-memory layer carries on-node traffic: choose a network provider                      (FI_PROVIDER=tcp)",
+                    "libfabric's shm provider {}.{} cannot carry MPI matching (unexpected \
+                     messages never match wildcard receives, probes are ignored); ch4's own \
+                     shared-memory layer carries on-node traffic: choose a network provider \
+                     (FI_PROVIDER=tcp)",
                     info.provider_version().0 / 100,
                     info.provider_version().0 % 100
                 ),
@@ -468,6 +587,10 @@ impl OfiNetmod {
             ));
         }
         net.inject = info.inject_size();
+        net.max_msg = match hints.max_msg_size {
+            Some(m) => m.min(info.max_msg_size()),
+            None => info.max_msg_size(),
+        };
         net.ep = Some(Endpoint::open(info, size as usize)?);
         Ok(net)
     }

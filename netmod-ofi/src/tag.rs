@@ -16,7 +16,24 @@
 //! The remote CQ data (8 bytes on the providers this netmod accepts) carries the sender's
 //! process number in its high half, so every receive learns the process its message came from,
 //! and in its low half, for a synchronous send, the name of the acknowledgement receive (0 for
-//! any other send). Synchronous mode travels there rather than as a tag bit: libfabric 1.17's
+//! any other send). Its top bit, [`LARGE`], marks the stub of a message sent by RMA read
+//! (longer than the provider's largest message): the stub carries no data, and the name is
+//! the sender's acknowledgement receive, which the receiver answers once it has read the
+//! message.
+//!
+//! - `CONTROL` (bit 60): the descriptor of such a message (its length and the region to read
+//!   it from), sent just before the stub to the same receiver, in a tag space of its own named
+//!   by the sender's process and the stub's acknowledgement name:
+//!
+//! ```text
+//!  63    61  60  59       52 51                  32 31                                   0
+//! [ 0 | 0 | 1 ][ 0          ][ sender process 20   ][ acknowledgement name 32             ]
+//! ```
+//!
+//! - `CREDIT` (`ACK | CONTROL`, nothing else): eager credit given back (see `crate::credit`),
+//!   an empty message whose remote CQ data carries the giver's process and the amount.
+//!
+//! Synchronous mode travels in the CQ data rather than as a tag bit: libfabric 1.17's
 //! shm provider does not match an unexpected message whose tag has a bit the receive ignores
 //! above the 60th, and receives would otherwise have to ignore it.
 
@@ -40,6 +57,12 @@ const RANK_MASK: u64 = ((1 << RANK_BITS) - 1) << RANK_SHIFT;
 const CONTEXT_SHIFT: u32 = TAG_BITS + RANK_BITS;
 /// Acknowledgement bit.
 pub const ACK: u64 = 1 << 61;
+/// Control bit: a large message's descriptor.
+pub const CONTROL: u64 = 1 << 60;
+/// The match bits of every credit message: a tag space of its own, matched exactly.
+pub const CREDIT: u64 = ACK | CONTROL;
+/// The flag in the low half of remote CQ data that marks a large message's stub.
+pub const LARGE: u32 = 1 << 31;
 
 /// The match bits of a message from communicator rank `env.source` with `env.tag` in
 /// `env.context`.
@@ -99,10 +122,23 @@ pub fn cq_data(sender: Gpid, ack: u32) -> u64 {
     (u64::from(sender) << 32) | u64::from(ack)
 }
 
-/// The sender's process and acknowledgement name from remote CQ data.
+/// The sender's process and acknowledgement name from remote CQ data (without the
+/// [`LARGE`] flag).
 #[inline(always)]
 pub fn from_cq_data(data: u64) -> (Gpid, u32) {
-    ((data >> 32) as Gpid, data as u32)
+    ((data >> 32) as Gpid, data as u32 & !LARGE)
+}
+
+/// Whether remote CQ data marks a large message's stub.
+#[inline(always)]
+pub fn is_large(data: u64) -> bool {
+    data as u32 & LARGE != 0
+}
+
+/// The match bits of the descriptor of large message `ack` from process `sender`.
+#[inline(always)]
+pub fn control_tag(sender: Gpid, ack: u32) -> u64 {
+    CONTROL | (u64::from(sender) << 32) | u64::from(ack)
 }
 
 #[cold]
@@ -158,6 +194,45 @@ mod tests {
             ));
         }
         assert_eq!(source_and_tag(s), (3, 77));
+    }
+
+    #[test]
+    fn large_message_descriptors_have_a_tag_space_of_their_own() {
+        let top = (1 << RANK_BITS) - 1;
+        for (sender, ack) in [(0, 1), (top, LARGE - 1), (5, 77)] {
+            let c = control_tag(sender, ack);
+            assert!(!matches(
+                c,
+                recv_tag(&env((1 << CONTEXT_BITS) - 1, ANY_SOURCE, ANY_TAG)).unwrap()
+            ));
+            assert!(!matches(c, (ack_tag(ack), 0)), "not an acknowledgement");
+            assert_ne!(c, control_tag(sender ^ 1, ack), "the sender is part of it");
+            let data = cq_data(sender, ack | LARGE);
+            assert!(is_large(data) && !is_large(cq_data(sender, ack)));
+            assert_eq!(
+                from_cq_data(data),
+                (sender, ack),
+                "the flag is not the name"
+            );
+        }
+    }
+
+    #[test]
+    fn credit_has_a_tag_space_of_its_own() {
+        let any = recv_tag(&env((1 << CONTEXT_BITS) - 1, ANY_SOURCE, ANY_TAG)).unwrap();
+        assert!(!matches(CREDIT, any), "no user receive takes credit");
+        for ack in [0, 1, u32::MAX] {
+            assert!(
+                !matches(ack_tag(ack), (CREDIT, 0)),
+                "not an acknowledgement"
+            );
+        }
+        for (sender, ack) in [(0, 0), (0, 1), ((1 << RANK_BITS) - 1, LARGE - 1)] {
+            assert!(
+                !matches(control_tag(sender, ack), (CREDIT, 0)),
+                "not a descriptor"
+            );
+        }
     }
 
     #[test]

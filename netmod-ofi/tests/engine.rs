@@ -1,12 +1,13 @@
 //! The OFI engine over a real libfabric provider (`tcp;ofi_rxm`), with
 //! the devices of a job stepped from one thread: MPI's matching rules, synchronous sends,
-//! probes, cancel, truncation, and the native-engine contract (buffers held until the
-//! provider lets go, pool growth with operations outstanding).
+//! probes, cancel, truncation, the native-engine contract (buffers held until the
+//! provider lets go, pool growth with operations outstanding), and messages longer than the
+//! provider's largest (RMA read), with that limit forced low.
 
 use ch4_core::bootstrap::Bootstrap;
-use ch4_core::buffer::SendBuf;
+use ch4_core::buffer::{RecvBuf, SendBuf};
 use ch4_core::core::DeviceConfig;
-use ch4_core::{Device, ErrorKind, NoShm, SendMode, ANY_SOURCE, ANY_TAG};
+use ch4_core::{Device, ErrorKind, NoShm, ReqHandle, SendMode, ANY_SOURCE, ANY_TAG};
 use netmod_ofi::provider::Hints;
 use netmod_ofi::{tag, OfiNetmod};
 use testkit::{irecv_leaked, isend_owned, Harness};
@@ -17,9 +18,14 @@ type Dev = Device<OfiNetmod, NoShm>;
 /// `None` (with a note) when the provider is missing here.
 fn job(provider: &str, ranks: u32, config: DeviceConfig) -> Option<Harness<OfiNetmod, NoShm>> {
     // Named in the hints: libfabric reads FI_PROVIDER only once per process.
-    let hints = Hints::for_provider(provider);
+    job_with(&Hints::for_provider(provider), ranks, config)
+}
+
+/// [`job`] with the netmod opened with `hints`.
+fn job_with(hints: &Hints, ranks: u32, config: DeviceConfig) -> Option<Harness<OfiNetmod, NoShm>> {
+    let provider = hints.provider.as_deref().unwrap_or("(default)");
     let nets: Vec<OfiNetmod> = match (0..ranks)
-        .map(|r| OfiNetmod::open_with(&hints, r, ranks, true))
+        .map(|r| OfiNetmod::open_with(hints, r, ranks, true))
         .collect::<ch4_core::Result<Vec<_>>>()
     {
         Ok(n) => n,
@@ -281,4 +287,260 @@ fn the_shm_provider_of_libfabric_1_17_is_refused_with_the_reason() {
             );
         }
     }
+}
+
+/// The largest message forced on the provider by the large-message tests: everything longer
+/// goes by RMA read.
+const FORCED_MAX: usize = 64 * 1024;
+
+/// [`each_provider`] with the provider's largest message forced down to [`FORCED_MAX`].
+fn each_provider_limited(ranks: u32, mut body: impl FnMut(&str, &mut Harness<OfiNetmod, NoShm>)) {
+    for p in PROVIDERS {
+        let hints = Hints {
+            max_msg_size: Some(FORCED_MAX),
+            ..Hints::for_provider(p)
+        };
+        if let Some(mut h) = job_with(&hints, ranks, DeviceConfig::default()) {
+            body(p, &mut h);
+            h.settle().unwrap();
+            for r in 0..h.len() {
+                assert_eq!(
+                    h[r].netmod().outstanding(),
+                    0,
+                    "{p}: rank {r} holds operations"
+                );
+                assert_eq!(
+                    h[r].netmod().regions(),
+                    0,
+                    "{p}: rank {r} holds registrations"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn messages_past_the_largest_go_by_rma_read_in_order() {
+    each_provider_limited(2, |p, d| {
+        // Large and small messages mixed: from one sender they match in the order sent.
+        let sizes = [
+            FORCED_MAX,
+            FORCED_MAX + 1,
+            8,
+            200_000,
+            0,
+            3 * FORCED_MAX,
+            4 << 20,
+            100,
+        ];
+        let recvs: Vec<_> = sizes
+            .iter()
+            .map(|&n| irecv_leaked(&mut d[1], 0, 4, n + 10))
+            .collect();
+        for mode in [SendMode::Standard, SendMode::Synchronous] {
+            let sends: Vec<_> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| isend_owned(&mut d[0], 1, 4, pattern(i, n), mode))
+                .collect();
+            if mode == SendMode::Standard {
+                for (i, ((h, buf), &n)) in recvs.iter().zip(&sizes).enumerate() {
+                    let st = d.wait(1, *h).unwrap();
+                    assert_eq!((st.source, st.tag, st.bytes), (0, 4, n), "{p}: message {i}");
+                    assert_eq!(&buf[..n], &pattern(i, n)[..], "{p}: message {i}'s bytes");
+                }
+            } else {
+                // Unexpected this time: the stubs wait in the provider for their receives.
+                for _ in 0..100 {
+                    d.step().unwrap();
+                }
+                for (i, &n) in sizes.iter().enumerate() {
+                    let (h, buf) = irecv_leaked(&mut d[1], ANY_SOURCE, ANY_TAG, n);
+                    let st = d.wait(1, h).unwrap();
+                    assert_eq!((st.source, st.tag, st.bytes), (0, 4, n), "{p}: ssend {i}");
+                    assert_eq!(&buf[..n], &pattern(i, n)[..], "{p}: ssend {i}'s bytes");
+                }
+            }
+            for s in sends {
+                d.wait(0, s).unwrap();
+            }
+        }
+    });
+}
+
+#[test]
+fn a_large_send_completes_only_once_its_data_is_read() {
+    each_provider_limited(2, |p, d| {
+        let n = 1 << 20;
+        let s = isend_owned(&mut d[0], 1, 6, pattern(6, n), SendMode::Standard);
+        for _ in 0..100 {
+            d.step().unwrap();
+        }
+        assert!(!d[0].is_done(s).unwrap(), "{p}: large send done unread");
+        assert_eq!(d[0].netmod().regions(), 1, "{p}: its buffer is lent");
+        let (r, buf) = irecv_leaked(&mut d[1], 0, 6, n);
+        d.wait(1, r).unwrap();
+        d.wait(0, s).unwrap();
+        assert_eq!(&buf[..n], &pattern(6, n)[..], "{p}");
+    });
+}
+
+#[test]
+fn a_large_message_truncates_into_a_short_buffer() {
+    each_provider_limited(2, |p, d| {
+        let n = 1 << 20;
+        for cap in [0usize, 10, 100_000] {
+            let (r, buf) = irecv_leaked(&mut d[1], 0, 2, cap);
+            let s = isend_owned(&mut d[0], 1, 2, pattern(2, n), SendMode::Standard);
+            let st = d.wait_status(1, r).unwrap();
+            assert_eq!(st.error, Some(ErrorKind::Truncate), "{p}: {cap}");
+            assert_eq!(st.bytes, cap, "{p}: the buffer's worth is delivered");
+            assert_eq!(&buf[..cap], &pattern(2, n)[..cap], "{p}: {cap}");
+            d.wait(0, s).unwrap();
+        }
+        // The endpoint still works.
+        let (r, buf) = irecv_leaked(&mut d[1], 0, 3, 300_000);
+        let s = isend_owned(&mut d[0], 1, 3, pattern(3, 300_000), SendMode::Standard);
+        assert_eq!(d.wait(1, r).unwrap().bytes, 300_000, "{p}");
+        assert_eq!(&buf[..], &pattern(3, 300_000)[..], "{p}");
+        d.wait(0, s).unwrap();
+    });
+}
+
+#[test]
+fn probes_see_a_large_message_whole() {
+    each_provider_limited(2, |p, d| {
+        let w = d[1].world();
+        let n = 500_000;
+        let s = isend_owned(&mut d[0], 1, 7, pattern(7, n), SendMode::Standard);
+        let st = loop {
+            if let Some(st) = d[1].iprobe(w, 0, 7).unwrap() {
+                break st;
+            }
+            d.step().unwrap();
+        };
+        assert_eq!((st.source, st.tag, st.bytes), (0, 7, n), "{p}: iprobe");
+        assert_eq!(
+            d[1].iprobe(w, ANY_SOURCE, ANY_TAG)
+                .unwrap()
+                .map(|s| s.bytes),
+            Some(n)
+        );
+        let (msg, st) = d[1].improbe(w, ANY_SOURCE, 7).unwrap().expect("probed");
+        assert_eq!(st.bytes, n, "{p}: improbe");
+        // Not the blocking mrecv: the read needs the sender's progress, and one thread steps
+        // both here.
+        let buf: &'static mut [u8] = Box::leak(vec![0u8; n].into_boxed_slice());
+        let ptr: *mut [u8] = buf;
+        // SAFETY: leaked, so it outlives the request; read only after it completed.
+        let r = d[1]
+            .imrecv(msg, unsafe { RecvBuf::borrowed(&mut *ptr) })
+            .unwrap();
+        assert_eq!(d.wait(1, r).unwrap().bytes, n, "{p}: imrecv");
+        // SAFETY: the request completed: the device no longer writes the buffer.
+        assert_eq!(unsafe { &*ptr }, &pattern(7, n)[..], "{p}: imrecv's bytes");
+        d.wait(0, s).unwrap();
+        // Dropped unreceived: its sender is let go, its region closed.
+        let s = isend_owned(&mut d[0], 1, 8, pattern(8, n), SendMode::Standard);
+        let msg = loop {
+            if let Some((m, st)) = d[1].improbe(w, 0, 8).unwrap() {
+                assert_eq!(st.bytes, n, "{p}");
+                break m;
+            }
+            d.step().unwrap();
+        };
+        d[1].discard_message(msg).unwrap();
+        d.wait(0, s).unwrap();
+        assert!(d[1].iprobe(w, 0, 8).unwrap().is_none(), "{p}: discarded");
+    });
+}
+
+#[test]
+fn a_cancel_after_a_large_message_matched_answers_matched() {
+    each_provider_limited(2, |p, d| {
+        let n = 2 << 20;
+        let (r, buf) = irecv_leaked(&mut d[1], 0, 9, n);
+        let s = isend_owned(&mut d[0], 1, 9, pattern(9, n), SendMode::Standard);
+        // Until the stub is in the receive answers "cancelled"; after, "matched": either is
+        // right, and the data must then be whole.
+        for _ in 0..20 {
+            d.step().unwrap();
+        }
+        d[1].cancel(r).unwrap();
+        let st = d.wait_status(1, r).unwrap();
+        if st.cancelled {
+            let (r2, buf2) = irecv_leaked(&mut d[1], 0, 9, n);
+            d.wait(1, r2).unwrap();
+            assert_eq!(&buf2[..n], &pattern(9, n)[..], "{p}");
+        } else {
+            assert_eq!(st.bytes, n, "{p}");
+            assert_eq!(&buf[..n], &pattern(9, n)[..], "{p}");
+        }
+        d.wait(0, s).unwrap();
+    });
+}
+
+#[test]
+fn a_bad_forced_limit_is_refused() {
+    std::env::set_var(netmod_ofi::provider::MAX_MSG_SIZE_VAR, "12");
+    let e = Hints::from_env().unwrap_err();
+    std::env::remove_var(netmod_ofi::provider::MAX_MSG_SIZE_VAR);
+    assert_eq!(e.kind(), ErrorKind::Arg);
+    assert!(e.to_string().contains("CH4_OFI_MAX_MSG_SIZE"), "{e}");
+}
+
+/// Eager credit: the first small sends within the receiver's credit are injected (done at
+/// once) and the next ones wait in the sender's buffer for the receiver to read them; once the
+/// receiver has taken them, the credit is back and small sends are injected again. (A credit
+/// this small charges a sixteenth of it per message, not a provider buffer's 16 KiB, so a
+/// blocking send still finds room.)
+#[test]
+fn beyond_its_credit_a_sender_leaves_the_data_with_itself() {
+    let credit = 4096;
+    let config = DeviceConfig {
+        eager_credit: credit,
+        ..DeviceConfig::default()
+    };
+    let room = credit / (credit / 16 + ch4_core::core::CREDIT_OVERHEAD);
+    assert!(room >= 8 && credit / 16 < netmod_ofi::credit::MESSAGE_CHARGE);
+    each_provider(2, config, |p, d| {
+        let n = 2 * room as i32 + 3;
+        let sends: Vec<_> = (0..n)
+            .map(|i| isend_owned(&mut d[0], 1, i, pattern(i as usize, 8), SendMode::Standard))
+            .collect();
+        let injected = sends.iter().filter(|h| **h == ReqHandle::DONE).count();
+        assert_eq!(injected, room, "{p}: sends injected within the credit");
+        assert_eq!(
+            d[0].netmod().regions(),
+            n as usize - room,
+            "{p}: the others lend their buffers"
+        );
+        for i in 0..n {
+            let (r, buf) = irecv_leaked(&mut d[1], 0, i, 8);
+            let st = d.wait(1, r).unwrap();
+            assert_eq!((st.tag, st.bytes), (i, 8), "{p}");
+            assert_eq!(&buf[..8], &pattern(i as usize, 8)[..], "{p}: message {i}");
+        }
+        for h in sends {
+            d.wait(0, h).unwrap();
+        }
+        for _ in 0..100 {
+            d.step().unwrap();
+        }
+        // Given back a quarter of the credit at a time: at least half of it is back.
+        for i in 0..room as i32 / 2 {
+            let again = isend_owned(&mut d[0], 1, 100 + i, vec![1; 8], SendMode::Standard);
+            assert_eq!(
+                again,
+                ReqHandle::DONE,
+                "{p}: the credit came back (message {i})"
+            );
+        }
+        for i in 0..room as i32 / 2 {
+            let (r, _) = irecv_leaked(&mut d[1], 0, 100 + i, 8);
+            d.wait(1, r).unwrap();
+        }
+        assert_eq!(d[0].netmod().outstanding(), 0, "{p}");
+        assert_eq!(d[1].netmod().outstanding(), 0, "{p}");
+    });
 }

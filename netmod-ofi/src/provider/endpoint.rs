@@ -1,6 +1,7 @@
 //! One tagged RDM endpoint with everything it needs (fabric, domain, AV, CQ), its addressing,
 //! and the data path: posting tagged sends and receives, cancel, and reading completions.
 
+use std::cell::{Cell, RefCell};
 use std::ffi::c_void;
 use std::ptr::{addr_of_mut, null_mut};
 
@@ -9,11 +10,12 @@ use libfabric_sys::{
     errstr, fi_addr_t, fi_av_attr, fi_av_insert, fi_av_open, fi_cancel, fi_close, fi_context2,
     fi_cq_attr, fi_cq_err_entry, fi_cq_open, fi_cq_read, fi_cq_readerr, fi_cq_strerror,
     fi_cq_tagged_entry, fi_domain, fi_enable, fi_endpoint, fi_ep_bind, fi_fabric, fi_getname,
-    fi_msg_tagged, fi_tinject, fi_tinjectdata, fi_trecv, fi_trecvmsg, fi_tsend, fi_tsenddata,
-    fi_tsendmsg, fi_tsendv, fid_av, fid_cq, fid_domain, fid_ep, fid_fabric, iovec,
-    FI_ADDR_NOTAVAIL, FI_ADDR_STR, FI_ADDR_UNSPEC, FI_AV_TABLE, FI_CLAIM, FI_CQ_FORMAT_TAGGED,
-    FI_DISCARD, FI_EAGAIN, FI_EAVAIL, FI_ECANCELED, FI_ENOENT, FI_ENOMSG, FI_ETOOSMALL, FI_ETRUNC,
-    FI_PEEK, FI_RECV, FI_TRANSMIT, FI_WAIT_NONE,
+    fi_mr_bind, fi_mr_enable, fi_mr_key, fi_mr_reg, fi_msg_tagged, fi_read, fi_tinject,
+    fi_tinjectdata, fi_trecv, fi_trecvmsg, fi_tsend, fi_tsenddata, fi_tsendmsg, fi_tsendv, fid_av,
+    fid_cq, fid_domain, fid_ep, fid_fabric, fid_mr, iovec, FI_ADDR_NOTAVAIL, FI_ADDR_STR,
+    FI_ADDR_UNSPEC, FI_AV_TABLE, FI_CLAIM, FI_CQ_FORMAT_TAGGED, FI_DISCARD, FI_EAGAIN, FI_EAVAIL,
+    FI_ECANCELED, FI_ENOENT, FI_ENOMSG, FI_ETOOSMALL, FI_ETRUNC, FI_MR_ENDPOINT, FI_MR_LOCAL,
+    FI_MR_PROV_KEY, FI_MR_VIRT_ADDR, FI_PEEK, FI_RECV, FI_REMOTE_READ, FI_TRANSMIT, FI_WAIT_NONE,
 };
 
 use super::error::kind_of;
@@ -101,7 +103,27 @@ pub struct Endpoint {
     iov_limit: usize,
     rx_iov_limit: usize,
     peek: bool,
+    /// The memory regions registered for peers to read ([`Endpoint::register`]), by slot (a
+    /// null slot is free). The endpoint owns them so that they are closed after the endpoint
+    /// (which ends every read of them) and before the domain they belong to.
+    regions: RefCell<Vec<*mut fid_mr>>,
+    /// The key the next region asks for, where the application chooses keys (no
+    /// `FI_MR_PROV_KEY`): unique in the domain, as libfabric requires.
+    next_key: Cell<u64>,
     info: Info,
+}
+
+/// A buffer registered for peers to read with [`Endpoint::read`]: what a peer needs to name it
+/// (`addr`, `key`), and the endpoint's slot that [`Endpoint::deregister`] frees.
+#[derive(Debug, PartialEq, Eq)]
+#[must_use = "a region stays registered (readable by peers) until Endpoint::deregister"]
+pub struct Region {
+    slot: usize,
+    /// The key a peer reads it with.
+    pub key: u64,
+    /// Where a peer's read starts for the region's first byte: its virtual address where the
+    /// domain uses `FI_MR_VIRT_ADDR`, else 0 (offsets into the region).
+    pub addr: u64,
 }
 
 // SAFETY: the endpoint's objects belong to it alone, and libfabric allows an object to be used
@@ -129,6 +151,8 @@ impl Endpoint {
             iov_limit: info.iov_limit(),
             rx_iov_limit: info.rx_iov_limit(),
             peek: info.peek(),
+            regions: RefCell::new(Vec::new()),
+            next_key: Cell::new(1),
             info,
         };
         let fi = me.info.as_mut_ptr();
@@ -519,6 +543,168 @@ impl Endpoint {
         posted("fi_trecvmsg", r)
     }
 
+    /// Why this endpoint cannot lend memory to peers' reads, if it cannot: no `FI_RMA`, or a
+    /// domain that wants local descriptors for every buffer (`FI_MR_LOCAL`), which this layer
+    /// does not pass.
+    pub fn rma_unusable(&self) -> Option<String> {
+        if !self.info.rma() {
+            return Some(format!("{} offers no FI_RMA", self.info.provider()));
+        }
+        if self.info.mr_mode() & FI_MR_LOCAL != 0 {
+            return Some(format!(
+                "{} needs registered local buffers (FI_MR_LOCAL)",
+                self.info.provider()
+            ));
+        }
+        None
+    }
+
+    /// Registers `buf[..len]` for peers to read (`FI_REMOTE_READ`), bound to this endpoint
+    /// where the domain asks for that (`FI_MR_ENDPOINT`).
+    ///
+    /// # Safety
+    ///
+    /// `buf[..len]` stays allocated and unchanged until [`deregister`](Endpoint::deregister)
+    /// of the returned region, or until the endpoint is dropped: a peer may read it at any time
+    /// until then.
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Transport`] where [`rma_unusable`](Endpoint::rma_unusable) says why, or the
+    /// provider's error.
+    pub unsafe fn register(&self, buf: *const u8, len: usize) -> Result<Region> {
+        if let Some(why) = self.rma_unusable() {
+            return Err(Error::new(ErrorKind::Transport, why));
+        }
+        let mode = self.info.mr_mode();
+        let requested = self.next_key.get();
+        let mut mr: *mut fid_mr = null_mut();
+        // SAFETY: the domain is live; `buf[..len]` stays allocated until the region is closed
+        // (caller); `mr` is writable. A region is closed by `deregister` or by drop, once.
+        unsafe {
+            ok(
+                "fi_mr_reg",
+                fi_mr_reg(
+                    self.domain,
+                    buf.cast(),
+                    len,
+                    FI_REMOTE_READ,
+                    0,
+                    requested,
+                    0,
+                    &mut mr,
+                    null_mut(),
+                ),
+            )?;
+            let bound = if mode & FI_MR_ENDPOINT != 0 {
+                ok(
+                    "fi_mr_bind",
+                    fi_mr_bind(mr, addr_of_mut!((*self.ep).fid), 0),
+                )
+                .and_then(|()| ok("fi_mr_enable", fi_mr_enable(mr)))
+            } else {
+                Ok(())
+            };
+            if let Err(e) = bound {
+                fi_close(addr_of_mut!((*mr).fid));
+                return Err(e);
+            }
+        }
+        self.next_key.set(requested + 1);
+        let key = if mode & FI_MR_PROV_KEY != 0 {
+            // SAFETY: `mr` is the live region just registered.
+            unsafe { fi_mr_key(mr) }
+        } else {
+            requested
+        };
+        let mut regions = self.regions.borrow_mut();
+        let slot = match regions.iter().position(|r| r.is_null()) {
+            Some(i) => {
+                regions[i] = mr;
+                i
+            }
+            None => {
+                regions.push(mr);
+                regions.len() - 1
+            }
+        };
+        Ok(Region {
+            slot,
+            key,
+            addr: if mode & FI_MR_VIRT_ADDR != 0 {
+                buf as u64
+            } else {
+                0
+            },
+        })
+    }
+
+    /// Closes a region: peers can no longer read it (a read already under way fails).
+    pub fn deregister(&self, region: Region) {
+        let mut regions = self.regions.borrow_mut();
+        if let Some(mr) = regions.get_mut(region.slot) {
+            if !mr.is_null() {
+                // SAFETY: a live region of this endpoint's domain, closed once (its slot is
+                // cleared).
+                unsafe { fi_close(addr_of_mut!((**mr).fid)) };
+                *mr = null_mut();
+            }
+        }
+    }
+
+    /// Regions registered and not yet closed.
+    pub fn regions(&self) -> usize {
+        self.regions
+            .borrow()
+            .iter()
+            .filter(|r| !r.is_null())
+            .count()
+    }
+
+    /// Posts a read of `len` bytes from peer `src`'s region `key`, starting at `addr` (as the
+    /// peer's [`Region`] says), into `buf`; its completion (`op_context == ctx`) comes from
+    /// [`poll`](Endpoint::poll).
+    ///
+    /// # Safety
+    ///
+    /// `buf[..len]` and `ctx` meet [`trecv`](Endpoint::trecv)'s contract (the provider writes
+    /// the buffer until the completion is read).
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Count`] past [`Info::max_msg_size`], [`ErrorKind::Rank`] if `src` is not an
+    /// inserted address, or the provider's error.
+    #[inline]
+    pub unsafe fn read(
+        &self,
+        buf: *mut u8,
+        len: usize,
+        src: fi_addr_t,
+        addr: u64,
+        key: u64,
+        ctx: *mut fi_context2,
+    ) -> Result<Posted> {
+        if len > self.info.max_msg_size() {
+            return Err(self.too_long("fi_read", len, self.info.max_msg_size()));
+        }
+        self.check_dest("fi_read", src)?;
+        // SAFETY: the endpoint is live and `src` in the AV; buffer and context meet the
+        // caller's contract; no descriptor (no FI_MR_LOCAL: `rma_unusable`).
+        let r = unsafe {
+            fi_read(
+                self.ep,
+                buf.cast(),
+                len,
+                null_mut(),
+                src,
+                addr,
+                key,
+                ctx.cast(),
+            )
+        };
+        posted("fi_read", r)
+    }
+
     /// Asks the provider to cancel the operation posted with `ctx`. If it is canceled, its
     /// completion is a [`CqError`] with `FI_ECANCELED`; if it already completed (or is not
     /// found), nothing happens, so a canceled operation must still be waited for.
@@ -704,7 +890,8 @@ impl Endpoint {
 impl Drop for Endpoint {
     fn drop(&mut self) {
         // SAFETY: each object was opened by `open` and is closed once, in reverse order of
-        // dependence: the endpoint before the AV and CQ bound to it, those before the domain,
+        // dependence: the endpoint before the regions peers read through it and the AV and CQ
+        // bound to it, those before the domain,
         // the domain before the fabric. Null ones (an open that failed midway) are skipped.
         // Closing the endpoint discards its outstanding operations; the provider no longer
         // touches their buffers or contexts afterwards. fi_close's result is ignored: there
@@ -712,6 +899,11 @@ impl Drop for Endpoint {
         unsafe {
             if !self.ep.is_null() {
                 fi_close(addr_of_mut!((*self.ep).fid));
+            }
+            for &mr in self.regions.get_mut().iter() {
+                if !mr.is_null() {
+                    fi_close(addr_of_mut!((*mr).fid));
+                }
             }
             if !self.av.is_null() {
                 fi_close(addr_of_mut!((*self.av).fid));

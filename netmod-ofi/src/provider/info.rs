@@ -39,7 +39,20 @@ pub struct Hints {
     /// Required message ordering (of both sends and receives): `FI_ORDER_SAS`, so that two
     /// messages from one sender match receives in the order they were sent, as MPI requires.
     pub msg_order: u64,
+    /// The longest message to hand the provider in one operation, when it is less than the
+    /// provider's `max_msg_size` (`None`: the provider's). Not a libfabric hint: the netmod
+    /// sends longer messages by RMA read, and this forces that path for testing, or caps a
+    /// provider whose advertised limit is wrong. [`Hints::from_env`] reads it from
+    /// `CH4_OFI_MAX_MSG_SIZE`.
+    pub max_msg_size: Option<usize>,
 }
+
+/// The variable that sets [`Hints::max_msg_size`].
+pub const MAX_MSG_SIZE_VAR: &str = "CH4_OFI_MAX_MSG_SIZE";
+
+/// The smallest [`Hints::max_msg_size`] accepted: a message must hold what every protocol of
+/// the netmod sends in one piece.
+pub const MIN_MAX_MSG_SIZE: usize = 64;
 
 impl Default for Hints {
     fn default() -> Self {
@@ -49,6 +62,7 @@ impl Default for Hints {
             optional_caps: FI_RMA | FI_DIRECTED_RECV,
             ep_type: FI_EP_RDM,
             msg_order: FI_ORDER_SAS,
+            max_msg_size: None,
         }
     }
 }
@@ -58,14 +72,35 @@ impl Hints {
     ///
     /// libfabric applies `FI_PROVIDER` itself in any case (it filters `fi_getinfo`'s answers);
     /// a list (`tcp,shm`) or an exclusion (`^udp`) is left to it alone.
-    pub fn from_env() -> Hints {
+    ///
+    /// # Errors
+    ///
+    /// [`ErrorKind::Arg`] when `CH4_OFI_MAX_MSG_SIZE` is set to anything but a number of
+    /// bytes of at least [`MIN_MAX_MSG_SIZE`].
+    pub fn from_env() -> Result<Hints> {
         let provider = std::env::var("FI_PROVIDER")
             .ok()
             .filter(|p| !p.is_empty() && !p.contains(',') && !p.starts_with('^'));
-        Hints {
+        let max_msg_size = match std::env::var(MAX_MSG_SIZE_VAR) {
+            Err(_) => None,
+            Ok(v) => match v.trim().parse::<usize>() {
+                Ok(n) if n >= MIN_MAX_MSG_SIZE => Some(n),
+                _ => {
+                    return Err(Error::new(
+                        ErrorKind::Arg,
+                        format!(
+                            "{MAX_MSG_SIZE_VAR}={v:?}: expected a number of bytes, at least \
+                             {MIN_MAX_MSG_SIZE}"
+                        ),
+                    ))
+                }
+            },
+        };
+        Ok(Hints {
             provider,
+            max_msg_size,
             ..Hints::default()
-        }
+        })
     }
 
     /// The default hints for provider `name`.

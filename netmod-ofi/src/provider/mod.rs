@@ -56,9 +56,9 @@ mod error;
 mod info;
 mod workarounds;
 
-pub use endpoint::{Completions, CqError, Endpoint, Posted};
+pub use endpoint::{Completions, CqError, Endpoint, Posted, Region};
 pub use error::fi_error;
-pub use info::{select, Hints, Info};
+pub use info::{select, Hints, Info, MAX_MSG_SIZE_VAR, MIN_MAX_MSG_SIZE};
 pub use workarounds::{linked_version, rxm_truncation_breaks_endpoint};
 
 /// The libfabric types and flags of the provider layer's signatures, re-exported so that its

@@ -1,0 +1,571 @@
+//! Messages longer than the provider's largest (`max_msg_size`, or `CH4_OFI_MAX_MSG_SIZE`):
+//! sent by RMA read, the "LMT get" of MPICH's Nemesis and the "huge" protocol of its ch4:ofi.
+//!
+//! The sender registers the message's buffer for remote reads and sends, in order, two small
+//! injected messages to the receiver:
+//!
+//! 1. the **descriptor** (length, address, key: [`Descriptor`]) in the control tag space,
+//!    named by the sender's process and the acknowledgement name ([`tag::control_tag`]);
+//! 2. the **stub**: an empty message with the user's match bits, whose remote CQ data carries
+//!    the acknowledgement name with the [`tag::LARGE`] flag.
+//!
+//! The stub is what MPI matching sees: a receive (or probe) matches it in the provider, in
+//! order with every other message from that sender. The receiver then fetches the descriptor
+//! (already there: it was sent first on an ordered endpoint) with a receive of exactly its
+//! control tag, reads the message (or the buffer's worth of it: truncation) in pieces of at
+//! most the largest message, and acknowledges; the acknowledgement closes the sender's region
+//! and completes the send, which is therefore synchronous whatever its mode. A probe that finds
+//! a stub fetches the descriptor too, to report the message's real length, and keeps it for the
+//! receive; a discarded matched-probe message is acknowledged without being read.
+//!
+//! Unlike MPICH's ch4:ofi, no data travels with the stub: the descriptor names the whole
+//! message, so a receive buffer with a layout is read into a packed copy and unpacked once.
+
+use ch4_core::native::{self, word_of, OpIndex};
+use ch4_core::request::{NativeHalf, Request, RequestKind};
+use ch4_core::transport::{Cx, Partner, SendOp};
+use ch4_core::{Error, ErrorKind, Gpid, ReqHandle, Result, Status};
+
+use crate::engine::{acknowledge, close_and_fail, finish_recv, progress_own};
+use crate::netmod::{
+    vanished, Descriptor, LargeRecv, OfiNetmod, Op, OpKind, Payload, Peeked, QueuedRecv, QueuedSend,
+};
+use crate::provider::Posted;
+use crate::tag;
+
+type Net = OfiNetmod;
+
+/// Reads of one message in flight at once: enough to keep the provider streaming, few enough
+/// to leave its transmit queue to other traffic.
+const READ_WINDOW: u32 = 8;
+
+/// Whether messages can go by RMA read on this endpoint (its provider offers usable RMA and
+/// injects a [`Descriptor`]).
+#[inline]
+pub(crate) fn usable(net: &Net) -> bool {
+    net.ep
+        .as_ref()
+        .is_some_and(|ep| ep.rma_unusable().is_none() && net.inject >= Descriptor::SIZE)
+}
+
+/// Starts a send of `total` bytes by RMA read: more than the provider takes in one message, or
+/// beyond the receiver's eager credit ([`crate::credit`]).
+pub(crate) fn start_send<P: Partner>(
+    cx: &mut Cx<'_, Net, P>,
+    op: SendOp,
+    bits: u64,
+    total: usize,
+) -> Result<ReqHandle> {
+    let net = &mut *cx.transport;
+    let max = net.max_msg;
+    if let Some(why) = net.ep()?.rma_unusable() {
+        return Err(Error::new(
+            ErrorKind::Count,
+            format!(
+                "a message of {total} bytes exceeds the OFI provider's largest ({max}), and it \
+                 cannot be read remotely instead: {why}"
+            ),
+        ));
+    }
+    if net.inject < Descriptor::SIZE {
+        return Err(Error::new(
+            ErrorKind::Count,
+            format!(
+                "a message of {total} bytes exceeds the OFI provider's largest ({max}), and its \
+                 inject size ({}) cannot carry the descriptor of a remote read",
+                net.inject
+            ),
+        ));
+    }
+    let dest = op.dest;
+    let packed = match op.buf.raw_parts() {
+        Some(_) => None,
+        None => Some(op.buf.to_vec()?),
+    };
+    // Pending: the acknowledgement alone, which comes once the receiver has read everything.
+    let h = cx
+        .core
+        .requests
+        .insert(Request::handed_to_network(cx.route, op, total, 1))?;
+    let net = &mut *cx.transport;
+    let a = net.ops.insert(Op {
+        req: h,
+        kind: OpKind::LargeAck(None),
+        bounce: packed,
+        pieces: None,
+    });
+    if let Err(e) = post_send(cx, h, a, dest, bits, total) {
+        cx.core.requests.remove(h);
+        return Err(e);
+    }
+    Ok(h)
+}
+
+/// Registers the send's buffer and posts the acknowledgement's receive, the descriptor and the
+/// stub, in that order.
+fn post_send<P: Partner>(
+    cx: &mut Cx<'_, Net, P>,
+    h: ReqHandle,
+    a: OpIndex,
+    dest: Gpid,
+    bits: u64,
+    total: usize,
+) -> Result<()> {
+    let net = &mut *cx.transport;
+    let ack = word_of(a) as u32;
+    if ack & tag::LARGE != 0 {
+        net.ops.remove(a);
+        return Err(Error::new(
+            ErrorKind::Exhausted,
+            "too many OFI operations outstanding to name a large message's acknowledgement",
+        ));
+    }
+    let Some(Request {
+        kind: RequestKind::Send(s),
+        ..
+    }) = cx.core.requests.get_mut(h)
+    else {
+        net.ops.remove(a);
+        return Err(Error::new(ErrorKind::Internal, "OFI send request vanished"));
+    };
+    let (ptr, len) = match (
+        net.ops.get(a).and_then(|o| o.bounce.as_ref()),
+        s.buf.raw_parts(),
+    ) {
+        (Some(b), _) => (b.as_ptr(), b.len()),
+        (None, Some(parts)) => parts,
+        (None, None) => {
+            net.ops.remove(a);
+            return Err(vanished());
+        }
+    };
+    // SAFETY: `ptr[..len]` is the request's buffer (or the packed copy its acknowledgement
+    // operation owns), which the device keeps until that operation ends (`P2p::quiesce` waits
+    // for it); the region is closed when it ends, or with the endpoint.
+    let region = match unsafe { net.ep().and_then(|ep| ep.register(ptr, len)) } {
+        Ok(r) => r,
+        Err(e) => {
+            net.ops.remove(a);
+            return Err(e);
+        }
+    };
+    let desc = Descriptor {
+        len: total as u64,
+        addr: region.addr,
+        key: region.key,
+    };
+    if let Some(o) = net.ops.get_mut(a) {
+        o.kind = OpKind::LargeAck(Some(region));
+    }
+    if let Err(e) = net.recv_in_order(QueuedRecv {
+        op: a,
+        dst: std::ptr::null_mut(),
+        cap: 0,
+        bits: tag::ack_tag(ack),
+        ignore: 0,
+    }) {
+        // Nothing was posted.
+        take_back(net, a);
+        return Err(e);
+    }
+    let sent = net
+        .send_in_order(QueuedSend {
+            dest,
+            tag: tag::control_tag(net.me, ack),
+            data: tag::cq_data(net.me, 0),
+            payload: Payload::Copy(desc.to_bytes()),
+        })
+        .and_then(|()| {
+            net.send_in_order(QueuedSend {
+                dest,
+                tag: bits,
+                data: tag::cq_data(net.me, ack | tag::LARGE),
+                payload: Payload::Copy(Vec::new()),
+            })
+        });
+    if let Err(e) = sent {
+        // The receiver may have the descriptor but never gets the stub, so nothing reads the
+        // region: take the acknowledgement's receive back.
+        let queued = net.recvs.len();
+        net.recvs.retain(|q| q.op != a);
+        if net.recvs.len() < queued {
+            take_back(net, a);
+        } else if let Some(ctx) = net.ops.context_ptr(a) {
+            // In the provider: its cancelled completion closes the region; the request it
+            // would complete is gone.
+            if let Some(o) = net.ops.get_mut(a) {
+                o.req = ReqHandle::DONE;
+            }
+            if let Ok(ep) = net.ep() {
+                // SAFETY: `ctx` is the context of this endpoint's outstanding receive `a`.
+                let _ = unsafe { ep.cancel(ctx) };
+            }
+        }
+        return Err(e);
+    }
+    s.engine = word_of(a);
+    Ok(())
+}
+
+/// Forgets acknowledgement operation `a`, which the provider does not hold, closing its region.
+fn take_back(net: &mut Net, a: OpIndex) {
+    if let Some(Op {
+        kind: OpKind::LargeAck(Some(region)),
+        ..
+    }) = net.ops.remove(a)
+    {
+        if let Some(ep) = &net.ep {
+            ep.deregister(region);
+        }
+    }
+}
+
+/// The receiver has read the message (or failed, or dropped it): close the region, complete
+/// the send (with `error`, if any).
+pub(crate) fn acknowledged<P: Partner>(
+    cx: &mut Cx<'_, Net, P>,
+    req: ReqHandle,
+    region: Option<crate::provider::Region>,
+    error: Option<ErrorKind>,
+) {
+    if let (Some(r), Some(ep)) = (region, &cx.transport.ep) {
+        ep.deregister(r);
+    }
+    let Some(request) = cx.core.requests.get_mut(req) else {
+        return;
+    };
+    if let RequestKind::Send(s) = &mut request.kind {
+        s.engine = 0;
+    }
+    match error {
+        None => cx.core.send_event_done(req),
+        Some(kind) => {
+            request.status.error = Some(kind);
+            request.complete = true;
+        }
+    }
+}
+
+/// A receive (`op`, its slot already freed) matched the stub of a large message: the receive
+/// now belongs to the network until the data is read; fetch the descriptor, then read.
+pub(crate) fn stub_matched<P: Partner>(
+    cx: &mut Cx<'_, Net, P>,
+    op: Op,
+    bits: u64,
+    data: u64,
+) -> Result<()> {
+    let (src, ack) = tag::from_cq_data(data);
+    let Some(r) = cx.core.requests.get_mut(op.req).and_then(Request::recv_mut) else {
+        // The receive is gone (released after an error): let the sender go.
+        cx.transport.descriptors.remove(&(src, ack));
+        return acknowledge(cx.transport, data);
+    };
+    // Matched: a cancel now answers "matched", and an ANY_SOURCE receive's other half, in the
+    // core's queue, must not take a message any more.
+    r.native = NativeHalf::Matched;
+    r.source_process = src;
+    if let Some(id) = r.posted.take() {
+        cx.core.posted.remove(id);
+    }
+    let Some(r) = cx.core.requests.get_mut(op.req).and_then(Request::recv_mut) else {
+        return Err(vanished());
+    };
+    let net = &mut *cx.transport;
+    let h = net.ops.insert(Op {
+        req: op.req,
+        kind: OpKind::LargeRecv(LargeRecv {
+            bits,
+            data,
+            dst: std::ptr::null_mut(),
+            len: 0,
+            desc: None,
+            next: 0,
+            out: 0,
+            truncated: false,
+            error: None,
+        }),
+        bounce: None,
+        pieces: None,
+    });
+    r.engine = word_of(h);
+    match net.descriptors.remove(&(src, ack)) {
+        Some(d) => start_reads(cx, h, d),
+        None => fetch_descriptor(net, op.req, Some(h), src, ack),
+    }
+}
+
+/// Posts the receive of the descriptor of large message `ack` from `src`, for the large
+/// receive in slot `parent` (or, with `None`, for a probe).
+fn fetch_descriptor(
+    net: &mut Net,
+    req: ReqHandle,
+    parent: Option<OpIndex>,
+    src: Gpid,
+    ack: u32,
+) -> Result<()> {
+    let c = net.ops.insert(Op {
+        req,
+        kind: OpKind::Control { parent },
+        bounce: Some(vec![0u8; Descriptor::SIZE]),
+        pieces: None,
+    });
+    let dst = net
+        .ops
+        .get_mut(c)
+        .and_then(|o| o.bounce.as_mut())
+        .map_or(std::ptr::null_mut(), |b| b.as_mut_ptr());
+    let posted = net.recv_in_order(QueuedRecv {
+        op: c,
+        dst,
+        cap: Descriptor::SIZE,
+        bits: tag::control_tag(src, ack),
+        ignore: 0,
+    });
+    if posted.is_err() {
+        net.ops.remove(c);
+    }
+    posted
+}
+
+/// A descriptor arrived (`op`, its slot freed; `bits`, its control tag).
+pub(crate) fn descriptor_in<P: Partner>(
+    cx: &mut Cx<'_, Net, P>,
+    op: Op,
+    bits: u64,
+    len: usize,
+) -> Result<()> {
+    let OpKind::Control { parent } = op.kind else {
+        return Ok(());
+    };
+    let desc = op
+        .bounce
+        .as_deref()
+        .and_then(|b| Descriptor::from_bytes(&b[..len.min(b.len())]));
+    let Some(desc) = desc else {
+        tracing::error!(len, "a malformed large-message descriptor");
+        if let Some(h) = parent {
+            fail(cx, h, ErrorKind::Transport)?;
+        }
+        return Ok(());
+    };
+    match parent {
+        Some(h) => start_reads(cx, h, desc),
+        None => {
+            let sender = ((bits >> 32) & ((1 << tag::RANK_BITS) - 1)) as Gpid;
+            cx.transport.descriptors.insert((sender, bits as u32), desc);
+            Ok(())
+        }
+    }
+}
+
+/// The large receive in slot `h` knows what to read: choose where it lands, then read.
+fn start_reads<P: Partner>(cx: &mut Cx<'_, Net, P>, h: OpIndex, desc: Descriptor) -> Result<()> {
+    let net = &mut *cx.transport;
+    let Some(req) = net.ops.get(h).map(|o| o.req) else {
+        return Ok(());
+    };
+    let Some(r) = cx.core.requests.get_mut(req).and_then(Request::recv_mut) else {
+        return Err(vanished());
+    };
+    let total = usize::try_from(desc.len).unwrap_or(usize::MAX);
+    let cap = r.buf.capacity();
+    let len = total.min(cap);
+    let (dst, bounce) = match r.buf.raw_parts() {
+        Some((p, _)) => (p, None),
+        None => {
+            let mut b = vec![0u8; len];
+            (b.as_mut_ptr(), Some(b))
+        }
+    };
+    if let Some(o) = net.ops.get_mut(h) {
+        o.bounce = bounce;
+        if let OpKind::LargeRecv(l) = &mut o.kind {
+            l.dst = dst;
+            l.len = len;
+            l.desc = Some(desc);
+            l.truncated = total > cap;
+        }
+    }
+    pump(cx, h)
+}
+
+/// Posts the large receive in slot `h`'s next reads, up to the window; finishes it when all
+/// are in (or one failed and the rest are in).
+fn pump<P: Partner>(cx: &mut Cx<'_, Net, P>, h: OpIndex) -> Result<()> {
+    let net = &mut *cx.transport;
+    let max = net.max_msg;
+    loop {
+        let Some(Op {
+            req,
+            kind: OpKind::LargeRecv(l),
+            ..
+        }) = net.ops.get(h)
+        else {
+            return Ok(());
+        };
+        let Some(desc) = l.desc else {
+            return Ok(());
+        };
+        if l.error.is_some() || l.next >= l.len || l.out >= READ_WINDOW {
+            if l.out == 0 {
+                return finish(cx, h);
+            }
+            if l.error.is_some() || l.next >= l.len {
+                net.reading.retain(|&x| x != h);
+            }
+            return Ok(());
+        }
+        let (req, next, chunk) = (*req, l.next, (l.len - l.next).min(max));
+        // SAFETY: `dst[..len]` is the receive's buffer (or the record's bounce buffer), kept
+        // until the record ends, which waits for every read (`out`).
+        let (dst, src) = (unsafe { l.dst.add(next) }, tag::from_cq_data(l.data).0);
+        let k = net.ops.insert(Op {
+            req,
+            kind: OpKind::ReadChunk { parent: h },
+            bounce: None,
+            pieces: None,
+        });
+        let ctx = net.ops.context_ptr(k).ok_or_else(vanished)?;
+        // SAFETY: `dst[..chunk]` lies in the landing place above, which nothing else touches
+        // until this read's completion is read (the record waits for it); `ctx` is operation
+        // `k`'s fixed slot.
+        let posted = net.ep().and_then(|ep| unsafe {
+            ep.read(
+                dst,
+                chunk,
+                u64::from(src),
+                desc.addr + next as u64,
+                desc.key,
+                ctx,
+            )
+        });
+        let Some(Op {
+            kind: OpKind::LargeRecv(l),
+            ..
+        }) = net.ops.get_mut(h)
+        else {
+            return Err(vanished());
+        };
+        match posted {
+            Ok(Posted::Done) => {
+                l.next += chunk;
+                l.out += 1;
+            }
+            Ok(Posted::Again | Posted::NoMessage) => {
+                net.ops.remove(k);
+                if !net.reading.contains(&h) {
+                    net.reading.push(h);
+                }
+                return Ok(());
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "a large message's read failed to post");
+                l.error = Some(e.kind());
+                net.ops.remove(k);
+            }
+        }
+    }
+}
+
+/// Retries the reads the provider refused, from progress.
+pub(crate) fn post_refused_reads<P: Partner>(cx: &mut Cx<'_, Net, P>) -> Result<()> {
+    let waiting = std::mem::take(&mut cx.transport.reading);
+    for h in waiting {
+        pump(cx, h)?;
+    }
+    Ok(())
+}
+
+/// One read of large receive `parent` ended (`error`: how it failed).
+pub(crate) fn read_done<P: Partner>(
+    cx: &mut Cx<'_, Net, P>,
+    parent: OpIndex,
+    error: Option<ErrorKind>,
+) -> Result<()> {
+    if let Some(Op {
+        kind: OpKind::LargeRecv(l),
+        ..
+    }) = cx.transport.ops.get_mut(parent)
+    {
+        l.out = l.out.saturating_sub(1);
+        if l.error.is_none() {
+            l.error = error;
+        }
+    }
+    pump(cx, parent)
+}
+
+/// Large receive `h` cannot go on (its descriptor was malformed or could not be fetched).
+pub(crate) fn fail<P: Partner>(cx: &mut Cx<'_, Net, P>, h: OpIndex, kind: ErrorKind) -> Result<()> {
+    if let Some(Op {
+        kind: OpKind::LargeRecv(l),
+        ..
+    }) = cx.transport.ops.get_mut(h)
+    {
+        l.error.get_or_insert(kind);
+        l.desc.get_or_insert(Descriptor {
+            len: 0,
+            addr: 0,
+            key: 0,
+        });
+    }
+    pump(cx, h)
+}
+
+/// Every read of large receive `h` is in: acknowledge the sender and complete the receive.
+fn finish<P: Partner>(cx: &mut Cx<'_, Net, P>, h: OpIndex) -> Result<()> {
+    let net = &mut *cx.transport;
+    net.reading.retain(|&x| x != h);
+    let Some(op) = net.ops.remove(h) else {
+        return Ok(());
+    };
+    let OpKind::LargeRecv(l) = op.kind else {
+        return Ok(());
+    };
+    let Some(kind) = l.error else {
+        let recv = Op {
+            req: op.req,
+            kind: OpKind::Recv,
+            bounce: op.bounce,
+            pieces: None,
+        };
+        return finish_recv(cx, recv, l.bits, l.data, l.len, l.truncated);
+    };
+    // The sender is let go even so (if it is there to hear it).
+    acknowledge(net, l.data)?;
+    if let Some(req) = cx.core.requests.get_mut(op.req) {
+        if let RequestKind::Recv(r) = &mut req.kind {
+            native::released(r);
+        }
+        let (source, tag) = tag::source_and_tag(l.bits);
+        req.status = Status::ok(source, tag, 0);
+        req.status.error = Some(kind);
+        req.complete = true;
+    }
+    Ok(())
+}
+
+/// The real length of the large message whose stub a probe found, fetching its descriptor
+/// (kept for the message's receive) when it is not here yet.
+pub(crate) fn probed_len<P: Partner>(cx: &mut Cx<'_, Net, P>, p: &Peeked) -> Result<usize> {
+    let key = tag::from_cq_data(p.data);
+    if !cx.transport.descriptors.contains_key(&key) {
+        fetch_descriptor(cx.transport, ReqHandle::DONE, None, key.0, key.1)?;
+        let start = std::time::Instant::now();
+        let limit = cx.core.config.cancel_limit;
+        while !cx.transport.descriptors.contains_key(&key) {
+            if start.elapsed() > limit {
+                close_and_fail(cx, "a large message's descriptor did not arrive");
+                return Err(Error::new(
+                    ErrorKind::Pending,
+                    format!("a large message's descriptor did not arrive within {limit:?}"),
+                ));
+            }
+            if progress_own(cx)? == 0 {
+                std::thread::yield_now();
+            }
+        }
+    }
+    let len = cx.transport.descriptors.get(&key).map_or(0, |d| d.len);
+    Ok(usize::try_from(len).unwrap_or(usize::MAX))
+}
