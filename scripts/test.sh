@@ -34,6 +34,14 @@ if ! command -v pkg-config >/dev/null 2>&1 ||
         echo "note: libfabric >= 1.17 is missing and cannot be installed here; libfabric-sys will not build"
 fi
 
+# UCX >= 1.13 with its pkg-config file (ucx-sys links it; its tests and netmod-ucx's run over
+# UCX's tcp and shared-memory transports) and ucx_info, to inspect the transports.
+if ! pkg-config --atleast-version 1.13 ucx 2>/dev/null || ! command -v ucx_info >/dev/null 2>&1; then
+    echo "installing Debian's libucx-dev and ucx-utils (for ucx-sys)..."
+    apt_install libucx-dev ucx-utils pkg-config ||
+        echo "note: UCX >= 1.13 is missing and cannot be installed here; ucx-sys will not build"
+fi
+
 # MPICH's Hydra launcher, for the test that runs our binaries under mpiexec.hydra.
 if ! command -v mpiexec.hydra >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
