@@ -12,7 +12,7 @@ use crate::comm::{Comm, CommId, ContextMask};
 use crate::matching::{PostedQueue, UnexpectedQueue};
 use crate::pool::{Pool, PoolConfig};
 use crate::request::{NativeHalf, ReqHandle, Request, RequestKind, Route, Unexpected};
-use crate::types::{Gpid, HandlerId, Status};
+use crate::types::{ContextId, Gpid, HandlerId, Rank, Status};
 use crate::{Error, ErrorKind, Result};
 
 /// The longest control header the outbox holds (every control packet of the AM protocol fits).
@@ -341,6 +341,18 @@ impl Core {
         }
     }
 
+    /// The process that is rank `rank` of the communicator whose point-to-point or collective
+    /// context is `context`, if there is one: for a network that reports a message's
+    /// communicator rank but not its sending process (UCX's tagged receives report only the
+    /// tag and the length). A scan of the live communicators, which are few in practice.
+    pub fn process_of(&self, context: ContextId, rank: Rank) -> Option<Gpid> {
+        let p2p = context & !1;
+        self.comms
+            .iter()
+            .find(|(_, c)| c.context == p2p)
+            .and_then(|(_, c)| c.group.gpid(rank))
+    }
+
     /// The request behind `h`, or a `Request` error when it is stale.
     #[inline(always)]
     pub fn request_mut(&mut self, h: ReqHandle) -> Result<&mut Request> {
@@ -461,5 +473,20 @@ impl AmRouteState {
             return None;
         }
         Some(std::mem::take(c))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_process_of_a_rank_is_found_by_either_context_of_its_communicator() {
+        let core = Core::new(1, 4, DeviceConfig::default()).unwrap();
+        assert_eq!(core.process_of(0, 2), Some(2), "world, point-to-point");
+        assert_eq!(core.process_of(1, 3), Some(3), "world, collectives");
+        assert_eq!(core.process_of(2, 0), Some(1), "self: its one member is this process");
+        assert_eq!(core.process_of(2, 1), None, "no such rank");
+        assert_eq!(core.process_of(8, 0), None, "no such communicator");
     }
 }
