@@ -37,11 +37,10 @@
 //! - Back-pressure differs: shm says `-FI_EAGAIN` after 1024 injects or sends to a peer that
 //!   does not read (its queue to that peer); `tcp;ofi_rxm` after `tx_size` (2048) sends, and
 //!   for injects only much later: ten thousand to a peer that never progresses are all
-//!   accepted by the provider test (about 10 KiB of memory each), yet between whole
-//!   processes the senders are refused before they grow: the workspace's flood tests (four
-//!   senders of 250 000 8-byte messages to a rank asleep for 2 s) see them blocked and within
-//!   1 MiB of their idle size. The engine relies on that, measured, rather than on credits of
-//!   its own; the flood tests would catch a provider that stopped refusing.
+//!   accepted. Nothing bounds the receiver: rxm keeps every unexpected message in a 16 KiB
+//!   receive buffer of its own and posts another, so four processes flooding a busy one with
+//!   a million 1 KiB messages grew it by 15 GiB. The engine therefore bounds it with eager
+//!   credit of its own (`crate::credit`), and the workspace's flood tests check the bound.
 //! - A truncated receive completes with `FI_ETRUNC` but `len` and `olen` are 0 in both, and
 //!   shm reports the code negated (-265); [`CqError::err`] is normalized to the positive code.
 //!   `tcp;ofi_rxm` with dynamic receive buffers delivers none of the bytes that fit and then
