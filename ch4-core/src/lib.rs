@@ -16,6 +16,7 @@ pub mod datatype;
 pub mod device;
 pub mod env;
 pub mod error;
+pub mod match_bits;
 pub mod matching;
 pub mod native;
 pub mod pool;

@@ -280,6 +280,82 @@ pub fn drive_until_released<T, P>(
     Ok(())
 }
 
+/// Fails every request in `reqs` that has not completed, with `kind`: the network that held
+/// their operations was closed (its endpoint or worker destroyed, ending them all), so they
+/// can no longer complete.
+pub fn fail_all(core: &mut Core, reqs: impl IntoIterator<Item = ReqHandle>, kind: ErrorKind) {
+    for h in reqs {
+        let Some(req) = core.requests.get_mut(h) else {
+            continue;
+        };
+        if req.complete {
+            continue;
+        }
+        match &mut req.kind {
+            RequestKind::Recv(r) => released(r),
+            RequestKind::Send(s) => s.engine = 0,
+            RequestKind::Done => {}
+        }
+        req.status.error = Some(kind);
+        req.complete = true;
+    }
+}
+
+/// Eager credit for natively matching engines, counted per message: the AM fallback's per-pair
+/// credit (the core's `AmRouteState` of the engine's route), priced by what a network holds for
+/// an unexpected message rather than by its length — libfabric's `tcp;ofi_rxm` keeps each in a
+/// 16 KiB receive buffer whatever its length, UCX in a descriptor of up to its eager limit
+/// (messages longer than those go by the network's own rendezvous, which leaves the data at the
+/// sender). Sender and receiver count messages; the credit message says how many, and each side
+/// prices them itself, so two ranks configured differently never leak credit.
+pub mod message_credit {
+    use crate::core::{credit_cost, Core};
+    use crate::request::Route;
+    use crate::Gpid;
+
+    /// Credit bytes one message costs at most (before the core's per-message overhead).
+    pub const MESSAGE_CHARGE: usize = 16 * 1024;
+
+    /// The charge of one message on `route`: [`MESSAGE_CHARGE`], or a sixteenth of a pair's
+    /// credit where that is smaller (a small `CH4_EAGER_CREDIT`), so that a pair always has
+    /// room for several messages — a charge larger than the whole credit would leave a
+    /// blocking send waiting for ever.
+    #[inline(always)]
+    pub fn charge(core: &Core, route: Route) -> usize {
+        let init = core.am[route.index()].credit_init;
+        MESSAGE_CHARGE.min((init / 16) as usize)
+    }
+
+    /// Spends the credit of one message to `dest`; `false` (nothing spent) when there is none.
+    #[inline(always)]
+    pub fn take(core: &mut Core, route: Route, dest: Gpid) -> bool {
+        let charge = charge(core, route);
+        core.take_credit(route, dest, charge)
+    }
+
+    /// Whether a blocking send to `dest` has the credit of one message.
+    #[inline(always)]
+    pub fn available(core: &Core, route: Route, dest: Gpid) -> bool {
+        core.has_credit(route, dest, charge(core, route))
+    }
+
+    /// A message from `src` was consumed here (received, truncated, or dropped after a matched
+    /// probe); returns how many messages to give back to `src` once a quarter of its credit has
+    /// added up.
+    #[inline]
+    pub fn consumed(core: &mut Core, route: Route, src: Gpid) -> Option<u32> {
+        let (charge, per_message) = (charge(core, route), credit_cost(charge(core, route)));
+        let amount = core.consume_credit(route, src, charge)?;
+        Some((amount / per_message).min(u64::from(u32::MAX >> 1)) as u32)
+    }
+
+    /// `giver` gave back the credit of `messages` messages.
+    pub fn returned(core: &mut Core, route: Route, giver: Gpid, messages: u32) {
+        let amount = u64::from(messages).saturating_mul(credit_cost(charge(core, route)));
+        core.credit_returned(route, giver, amount);
+    }
+}
+
 /// What [`P2p::quiesce`](crate::transport::P2p::quiesce) must wait for on request `req`.
 pub fn holding(core: &Core, req: ReqHandle) -> Holding {
     match core.requests.get(req).map(|r| &r.kind) {

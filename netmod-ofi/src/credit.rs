@@ -23,7 +23,7 @@
 //! - Each endpoint keeps [`CREDIT_RECEIVES`] receives posted for credit from any process;
 //!   the provider holds the rest of them as unexpected messages until one is reposted.
 
-use ch4_core::native::OpIndex;
+use ch4_core::native::{message_credit, OpIndex};
 use ch4_core::transport::{Cx, Partner};
 use ch4_core::{Gpid, Result};
 
@@ -38,53 +38,32 @@ type Net = OfiNetmod;
 
 /// Credit bytes one message costs at most (before the core's per-message overhead): what a
 /// provider may hold for an unexpected message — a receive buffer of `tcp;ofi_rxm`.
-pub const MESSAGE_CHARGE: usize = 16 * 1024;
+pub use ch4_core::native::message_credit::MESSAGE_CHARGE;
 
 /// Receives kept posted for returned credit.
 pub const CREDIT_RECEIVES: usize = 4;
 
-/// The charge of one message on this route (what the core adds its overhead to):
-/// [`MESSAGE_CHARGE`], or a sixteenth of a pair's credit where that is smaller (a small
-/// `CH4_EAGER_CREDIT`), so that a pair always has room for several messages — one charge
-/// larger than the whole credit would leave a blocking send waiting for ever.
-#[inline(always)]
-fn charge<P: Partner>(cx: &Cx<'_, Net, P>) -> usize {
-    let init = cx.core.am[cx.route.index()].credit_init;
-    MESSAGE_CHARGE.min((init / 16) as usize)
-}
-
-/// Credit bytes one message costs: [`charge`] plus the core's per-message overhead.
-#[inline(always)]
-fn cost<P: Partner>(cx: &Cx<'_, Net, P>) -> u64 {
-    ch4_core::core::credit_cost(charge(cx))
-}
-
 /// Spends the credit of one message to `dest`; `false` (nothing spent) when there is none.
 #[inline(always)]
 pub(crate) fn spend<P: Partner>(cx: &mut Cx<'_, Net, P>, dest: Gpid) -> bool {
-    let charge = charge(cx);
-    cx.core.take_credit(cx.route, dest, charge)
+    message_credit::take(cx.core, cx.route, dest)
 }
 
 /// Whether a blocking send to `dest` has the credit of one message.
 #[inline(always)]
 pub(crate) fn available<P: Partner>(cx: &mut Cx<'_, Net, P>, dest: Gpid) -> bool {
-    cx.core.has_credit(cx.route, dest, charge(cx))
+    message_credit::available(cx.core, cx.route, dest)
 }
 
 /// A message whose remote CQ data is `data` has been consumed here: counts it, and gives its
-/// sender back a quarter of its credit once that much has added up — as a number of messages,
-/// which the sender prices with its own charge (so that two ranks configured differently
-/// never leak credit). Best effort, like the AM fallback's: a sender that has left needs no
-/// credit, so a failure to send it is only logged.
+/// sender back the credit of the messages counted once a quarter of its credit has added up.
+/// Best effort, like the AM fallback's: a sender that has left needs no credit, so a failure
+/// to send it is only logged.
 pub(crate) fn consumed<P: Partner>(cx: &mut Cx<'_, Net, P>, data: u64) {
     let (src, _) = tag::from_cq_data(data);
-    let per_message = cost(cx);
-    let Some(amount) = cx.core.consume_credit(cx.route, src, charge(cx)) else {
-        return;
-    };
-    let messages = (amount / per_message).min(u64::from(tag::LARGE - 1)) as u32;
-    give_back(cx.transport, src, messages);
+    if let Some(messages) = message_credit::consumed(cx.core, cx.route, src) {
+        give_back(cx.transport, src, messages);
+    }
 }
 
 /// Injects a credit message for `messages` to `dest`; one the provider refuses for now waits
@@ -122,8 +101,7 @@ pub(crate) fn retry_refused(net: &mut Net) {
 /// credit is added, and the receive posted again.
 pub(crate) fn returned<P: Partner>(cx: &mut Cx<'_, Net, P>, data: u64) -> Result<()> {
     let (giver, messages) = tag::from_cq_data(data);
-    let amount = u64::from(messages).saturating_mul(cost(cx));
-    cx.core.credit_returned(cx.route, giver, amount);
+    message_credit::returned(cx.core, cx.route, giver, messages);
     post_receive(cx.transport)
 }
 

@@ -851,22 +851,7 @@ fn truncation_breaks_endpoint(net: &Net) -> bool {
 pub(crate) fn close_and_fail<P: Partner>(cx: &mut Cx<'_, Net, P>, why: &'static str) {
     let reqs: Vec<ReqHandle> = cx.transport.ops.iter().map(|(_, o)| o.req).collect();
     cx.transport.close(why);
-    for h in reqs {
-        if let Some(req) = cx.core.requests.get_mut(h) {
-            if req.complete {
-                continue;
-            }
-            match &mut req.kind {
-                RequestKind::Recv(r) => {
-                    native::released(r);
-                }
-                RequestKind::Send(s) => s.engine = 0,
-                RequestKind::Done => {}
-            }
-            req.status.error = Some(ErrorKind::Transport);
-            req.complete = true;
-        }
-    }
+    native::fail_all(cx.core, reqs, ErrorKind::Transport);
 }
 
 /// Reads this engine's completions until operation `i` of request `req` has been reported

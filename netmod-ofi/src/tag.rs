@@ -37,24 +37,11 @@
 //! shm provider does not match an unexpected message whose tag has a bit the receive ignores
 //! above the 60th, and receives would otherwise have to ignore it.
 
-use ch4_core::{Envelope, Error, ErrorKind, Gpid, Rank, Result, Tag, ANY_SOURCE, ANY_TAG};
+use ch4_core::match_bits;
+use ch4_core::{Envelope, Gpid, Rank, Result, Tag};
 
-/// Bits of the user tag.
-pub const TAG_BITS: u32 = 24;
-/// Bits of the source rank.
-pub const RANK_BITS: u32 = 20;
-/// Bits of the context id.
-pub const CONTEXT_BITS: u32 = 16;
+pub use ch4_core::match_bits::{CONTEXT_BITS, MAX_PROCESSES, RANK_BITS, TAG_BITS, TAG_UB};
 
-/// The largest tag a message can carry (this netmod's MPI_TAG_UB).
-pub const TAG_UB: Tag = (1 << TAG_BITS) - 1;
-/// The most processes a job over this netmod can have (ranks must fit their bits).
-pub const MAX_PROCESSES: u64 = 1 << RANK_BITS;
-
-const TAG_MASK: u64 = (1 << TAG_BITS) - 1;
-const RANK_SHIFT: u32 = TAG_BITS;
-const RANK_MASK: u64 = ((1 << RANK_BITS) - 1) << RANK_SHIFT;
-const CONTEXT_SHIFT: u32 = TAG_BITS + RANK_BITS;
 /// Acknowledgement bit.
 pub const ACK: u64 = 1 << 61;
 /// Control bit: a large message's descriptor.
@@ -65,49 +52,23 @@ pub const CREDIT: u64 = ACK | CONTROL;
 pub const LARGE: u32 = 1 << 31;
 
 /// The match bits of a message from communicator rank `env.source` with `env.tag` in
-/// `env.context`.
+/// `env.context` ([`match_bits::pack`]).
 #[inline(always)]
 pub fn send_tag(env: &Envelope) -> Result<u64> {
-    let (context, source) = (u64::from(env.context), env.source as u64);
-    if context >> CONTEXT_BITS != 0 || source >> RANK_BITS != 0 || env.source < 0 {
-        return Err(too_wide(env));
-    }
-    // Tags were checked against TAG_UB by the device (the engine declares it).
-    let tag = (env.tag as u64) & TAG_MASK;
-    Ok((context << CONTEXT_SHIFT) | (source << RANK_SHIFT) | tag)
+    match_bits::pack(env, "OFI")
 }
 
 /// The match bits and ignore mask of a receive for `want` (wildcards allowed).
 #[inline(always)]
 pub fn recv_tag(want: &Envelope) -> Result<(u64, u64)> {
-    let context = u64::from(want.context);
-    if context >> CONTEXT_BITS != 0
-        || (want.source != ANY_SOURCE && (want.source as u64) >> RANK_BITS != 0)
-    {
-        return Err(too_wide(want));
-    }
-    let mut bits = context << CONTEXT_SHIFT;
-    let mut ignore = 0;
-    if want.source == ANY_SOURCE {
-        ignore |= RANK_MASK;
-    } else {
-        bits |= (want.source as u64) << RANK_SHIFT;
-    }
-    if want.tag == ANY_TAG {
-        ignore |= TAG_MASK;
-    } else {
-        bits |= (want.tag as u64) & TAG_MASK;
-    }
-    Ok((bits, ignore))
+    match_bits::wanted(want, "OFI")
 }
 
 /// The source rank and tag a message's match bits carry.
 #[inline(always)]
 pub fn source_and_tag(bits: u64) -> (Rank, Tag) {
-    (
-        ((bits & RANK_MASK) >> RANK_SHIFT) as Rank,
-        (bits & TAG_MASK) as Tag,
-    )
+    let (_, source, tag) = match_bits::unpack(bits);
+    (source, tag)
 }
 
 /// The match bits of the acknowledgement named `ack`.
@@ -141,21 +102,10 @@ pub fn control_tag(sender: Gpid, ack: u32) -> u64 {
     CONTROL | (u64::from(sender) << 32) | u64::from(ack)
 }
 
-#[cold]
-fn too_wide(env: &Envelope) -> Error {
-    Error::new(
-        ErrorKind::Arg,
-        format!(
-            "context id {} or rank {} does not fit the OFI netmod's match bits ({} context \
-             bits, {} rank bits)",
-            env.context, env.source, CONTEXT_BITS, RANK_BITS
-        ),
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ch4_core::{ANY_SOURCE, ANY_TAG};
 
     fn env(context: u32, source: i32, tag: i32) -> Envelope {
         Envelope {
