@@ -66,19 +66,24 @@ pub use request::{Request, Scope, WaitAllItem};
 pub use ch4_core::Device as GenericDevice;
 
 /// The netmod of this build, which both process mode and ranks as threads use for peers on
-/// other nodes, by priority: libfabric with the `ofi` feature, else TCP with the `tcp` feature
-/// (the default), else none (a job must then fit on one node).
+/// other nodes, by priority: libfabric with the `ofi` feature, else UCX with the `ucx` feature,
+/// else TCP with the `tcp` feature (the default), else none (a job must then fit on one node).
 #[cfg(feature = "ofi")]
 pub type SelectedNetmod = netmod_ofi::OfiNetmod;
 /// The netmod of this build, which both process mode and ranks as threads use for peers on
-/// other nodes, by priority: libfabric with the `ofi` feature, else TCP with the `tcp` feature
-/// (the default), else none (a job must then fit on one node).
-#[cfg(all(feature = "tcp", not(feature = "ofi")))]
+/// other nodes, by priority: libfabric with the `ofi` feature, else UCX with the `ucx` feature,
+/// else TCP with the `tcp` feature (the default), else none (a job must then fit on one node).
+#[cfg(all(feature = "ucx", not(feature = "ofi")))]
+pub type SelectedNetmod = netmod_ucx::UcxNetmod;
+/// The netmod of this build, which both process mode and ranks as threads use for peers on
+/// other nodes, by priority: libfabric with the `ofi` feature, else UCX with the `ucx` feature,
+/// else TCP with the `tcp` feature (the default), else none (a job must then fit on one node).
+#[cfg(all(feature = "tcp", not(any(feature = "ofi", feature = "ucx"))))]
 pub type SelectedNetmod = netmod_tcp::TcpNetmod;
 /// The netmod of this build, which both process mode and ranks as threads use for peers on
-/// other nodes, by priority: libfabric with the `ofi` feature, else TCP with the `tcp` feature
-/// (the default), else none (a job must then fit on one node).
-#[cfg(not(any(feature = "tcp", feature = "ofi")))]
+/// other nodes, by priority: libfabric with the `ofi` feature, else UCX with the `ucx` feature,
+/// else TCP with the `tcp` feature (the default), else none (a job must then fit on one node).
+#[cfg(not(any(feature = "tcp", feature = "ofi", feature = "ucx")))]
 pub type SelectedNetmod = ch4_core::transport::NoNetmod;
 /// The shared-memory layer of this build: lock-free per-pair rings in a node segment.
 pub type SelectedShm = shm::ShmTransport;

@@ -55,11 +55,15 @@ pub const FACADE: &[Setting] = &[
 /// Every setting of this build: the facade's, the shared-memory layer's and the netmod's.
 pub fn all() -> impl Iterator<Item = &'static Setting> + Clone {
     // Every netmod built in (a program may run ranks over any of them), the selected one
-    // (`SelectedNetmod`: ofi, then tcp) first.
+    // (`SelectedNetmod`: ofi, then ucx, then tcp) first.
     #[cfg(feature = "ofi")]
     let ofi: &[Setting] = netmod_ofi::SETTINGS;
     #[cfg(not(feature = "ofi"))]
     let ofi: &[Setting] = &[];
+    #[cfg(feature = "ucx")]
+    let ucx: &[Setting] = netmod_ucx::SETTINGS;
+    #[cfg(not(feature = "ucx"))]
+    let ucx: &[Setting] = &[];
     #[cfg(feature = "tcp")]
     let tcp: &[Setting] = netmod_tcp::SETTINGS;
     #[cfg(not(feature = "tcp"))]
@@ -69,6 +73,7 @@ pub fn all() -> impl Iterator<Item = &'static Setting> + Clone {
         .chain(ch4_core::core::SETTINGS)
         .chain(shm::SETTINGS)
         .chain(ofi)
+        .chain(ucx)
         .chain(tcp)
 }
 

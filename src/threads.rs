@@ -310,7 +310,10 @@ impl FromFabric for netmod_tcp::TcpNetmod {
 /// get here), publishes its card in a table in this process, waits for every rank's, and
 /// learns them. Fails after 30 s, or as soon as a rank of the job has failed, rather than wait
 /// for a card that will never come.
-#[cfg_attr(not(any(feature = "tcp", feature = "ofi")), allow(dead_code))] // network netmods use it
+#[cfg_attr(
+    not(any(feature = "tcp", feature = "ofi", feature = "ucx")),
+    allow(dead_code)
+)] // network netmods use it
 pub(crate) fn exchange_cards_in_memory<N: Bootstrap>(
     fabric: &Arc<Fabric>,
     me: u32,
@@ -381,6 +384,28 @@ impl FromFabric for netmod_ofi::OfiNetmod {
         let watched = fabric.clone();
         let open = |key, spans| {
             let mut net = netmod_ofi::OfiNetmod::open(me, cfg.ranks, key, spans)?;
+            net.watch_peers(Arc::new(move |g| watched.peer_state(g)));
+            Ok(net)
+        };
+        if cfg.ranks_per_node >= cfg.ranks {
+            return open(0, false);
+        }
+        exchange_cards_in_memory(&fabric, me, |key| open(key, true))
+    }
+}
+
+/// The UCX netmod for ranks as threads: every rank opens its own worker (configured by the
+/// `UCX_*` environment, as UCX programs are), and the ranks swap their worker addresses in
+/// memory ([`exchange_cards_in_memory`]) — unless the job is one node, where nothing is opened.
+/// The job's record of failed and finished ranks adds to what UCX's endpoints report.
+#[cfg(feature = "ucx")]
+impl FromFabric for netmod_ucx::UcxNetmod {
+    fn from_fabric(fabric: Arc<Fabric>, me: u32, _job: &ThreadJob) -> Result<Self> {
+        use ch4_core::bootstrap::Bootstrap;
+        let cfg = *fabric.config();
+        let watched = fabric.clone();
+        let open = |key, spans| {
+            let mut net = netmod_ucx::UcxNetmod::open(me, cfg.ranks, key, spans)?;
             net.watch_peers(Arc::new(move |g| watched.peer_state(g)));
             Ok(net)
         };

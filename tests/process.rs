@@ -389,8 +389,8 @@ fn eight_processes_over_tcp_connect_at_once() {
 
 /// `CH4_TCP_BIND` chooses the listening address, IPv6 included; one that does not parse is a
 /// clear error, not a listener quietly opened on every interface. (With `ofi` built, process
-/// mode's network is libfabric, and CH4_TCP_BIND is no setting of it.)
-#[cfg(all(feature = "tcp", not(feature = "ofi")))]
+/// mode's network is libfabric, with `ucx` UCX, and CH4_TCP_BIND is no setting of either.)
+#[cfg(all(feature = "tcp", not(any(feature = "ofi", feature = "ucx"))))]
 #[test]
 fn the_tcp_listening_address_is_chosen_and_checked() {
     let dir = built();

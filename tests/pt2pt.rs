@@ -894,7 +894,7 @@ fn a_rank_that_ends_still_delivers_what_its_transport_queued() {
 /// Strangers at every rank's port — garbage bytes, and a well-formed hello with the wrong job
 /// key — while the job runs: each is refused (the one with the hello hears so) and dropped, and
 /// the rank's own traffic is untouched. Processes over TCP only: the port is the real one.
-#[cfg(all(feature = "tcp", not(feature = "ofi")))]
+#[cfg(all(feature = "tcp", not(any(feature = "ofi", feature = "ucx"))))]
 fn strangers_at_the_port(ctx: ch4::process::ProcessContext) -> Result<()> {
     use std::io::{Read, Write};
     use std::net::TcpStream;
@@ -956,7 +956,7 @@ fn strangers_at_the_port(ctx: ch4::process::ProcessContext) -> Result<()> {
     w.barrier()
 }
 
-#[cfg(all(feature = "tcp", not(feature = "ofi")))]
+#[cfg(all(feature = "tcp", not(any(feature = "ofi", feature = "ucx"))))]
 mod strangers {
     use super::*;
 
@@ -1049,12 +1049,17 @@ fn owned_buffers<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
         }
         let (got, st) = w.irecv_owned(vec![0u8; long], 0, 2)?.wait();
         assert_eq!((st?.bytes, got), (long, pattern(2, long)));
-        // Truncated: the buffer comes back filled, the error keeps the status.
+        // Truncated: the buffer comes back (filled where the route fills a truncated
+        // receive), the error keeps the status.
+        let fills = ctx.device()?.caps().fills_truncated;
         let (got, st) = w.irecv_owned(vec![0u8; 10], 0, 3)?.wait();
         let e = st.unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Truncate);
         assert_eq!(e.status().map(|s| (s.source, s.tag)), Some((0, 3)));
-        assert_eq!(got, pattern(3, 20)[..10]);
+        assert_eq!(got.len(), 10);
+        if fills {
+            assert_eq!(got, pattern(3, 20)[..10]);
+        }
         // Dropped before a message came: cancelled, so tag 4 goes to the next receive.
         drop(w.irecv_owned(vec![0u8; 8], 0, 99)?);
         let mut b = [0u8; 8];

@@ -39,6 +39,7 @@ pub fn built() -> PathBuf {
         let netmods: Vec<&str> = [
             ("tcp", cfg!(feature = "tcp")),
             ("ofi", cfg!(feature = "ofi")),
+            ("ucx", cfg!(feature = "ucx")),
         ]
         .into_iter()
         .filter_map(|(name, on)| on.then_some(name))

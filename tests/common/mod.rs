@@ -102,14 +102,14 @@ macro_rules! on_all_routes {
             }
 
             /// The same body with every rank a process of its own node, over real TCP.
-            #[cfg(all(feature = "tcp", not(feature = "ofi")))]
+            #[cfg(all(feature = "tcp", not(any(feature = "ofi", feature = "ucx"))))]
             #[test]
             fn tcp_processes() {
                 common::jobs::processes_over_tcp(module_path!(), $ranks);
             }
 
             /// The same as processes on nodes of two: shared memory within, TCP between.
-            #[cfg(all(feature = "tcp", not(feature = "ofi")))]
+            #[cfg(all(feature = "tcp", not(any(feature = "ofi", feature = "ucx"))))]
             #[test]
             fn mixed_processes() {
                 common::jobs::processes_on_nodes_of(module_path!(), ($ranks).max(3), 2);
@@ -117,14 +117,14 @@ macro_rules! on_all_routes {
 
             $(
                 /// The same over TCP with more processes (up to the eight).
-                #[cfg(all(feature = "tcp", not(feature = "ofi")))]
+                #[cfg(all(feature = "tcp", not(any(feature = "ofi", feature = "ucx"))))]
                 #[test]
                 fn tcp_processes_wide() {
                     common::jobs::processes_over_tcp(module_path!(), $processes);
                 }
             )?
 
-            #[cfg(any(feature = "tcp", feature = "ofi"))]
+            #[cfg(any(feature = "tcp", feature = "ofi", feature = "ucx"))]
             #[test]
             #[ignore = "one rank of a process job: tcp_processes starts it"]
             fn rank() {
@@ -163,6 +163,42 @@ macro_rules! on_all_routes {
             #[cfg(feature = "ofi")]
             #[test]
             fn ofi_mixed_processes() {
+                common::jobs::processes_on_nodes_of(module_path!(), ($ranks).max(3), 2);
+            }
+
+            /// Every rank a thread on a node of its own, over UCX (configured by `UCX_*` as
+            /// UCX programs are): UCX matches.
+            #[cfg(feature = "ucx")]
+            #[test]
+            fn ucx() {
+                common::small($ranks)
+                    .ranks_per_node(1)
+                    .run_with::<netmod_ucx::UcxNetmod, _, _>(|ctx| $body(ctx))
+                    .unwrap();
+            }
+
+            /// Threads on nodes of two: ch4's shared memory within, UCX between.
+            #[cfg(feature = "ucx")]
+            #[test]
+            fn ucx_mixed() {
+                common::small($ranks)
+                    .ranks_per_node(2)
+                    .run_with::<netmod_ucx::UcxNetmod, _, _>(|ctx| $body(ctx))
+                    .unwrap();
+            }
+
+            /// Every rank a process of its own node, over UCX (when it is process mode's
+            /// network: built without `ofi`).
+            #[cfg(all(feature = "ucx", not(feature = "ofi")))]
+            #[test]
+            fn ucx_processes() {
+                common::jobs::processes_over_tcp(module_path!(), $ranks);
+            }
+
+            /// Processes on nodes of two: shared memory within, UCX between.
+            #[cfg(all(feature = "ucx", not(feature = "ofi")))]
+            #[test]
+            fn ucx_mixed_processes() {
                 common::jobs::processes_on_nodes_of(module_path!(), ($ranks).max(3), 2);
             }
 

@@ -1,0 +1,200 @@
+//! Eager credit over UCX: the flow control that bounds what a receiver's UCX holds of messages
+//! no receive has matched yet — the same per-pair scheme as the AM fallback's and the libfabric
+//! netmod's (ARCHITECTURE.md, "Flow control of eager messages"), on the core's `AmRouteState`
+//! of this route, counted per message.
+//!
+//! UCX keeps an unexpected eager message in a descriptor of its own until a receive matches it,
+//! and bounds none of it. Every message sent through the tagged path spends [`MESSAGE_CHARGE`]
+//! of its receiver's credit (less when the credit is small); without credit a blocking send
+//! waits (`P2p::send_ready`), while a nonblocking one still goes, since UCX offers no
+//! per-message rendezvous to switch to (its data is bounded by the sender's own buffers, lent
+//! to their requests). The receiver counts every message it consumes — received, truncated, or
+//! dropped after a matched probe — and gives the credit back, a quarter at a time, as an empty
+//! message in the [`tag::CREDIT`] tag space whose tag carries the giver and the number of
+//! messages; [`CREDIT_RECEIVES`] receives for it stay posted.
+
+use std::ptr::null_mut;
+
+use ch4_core::native::{message_credit, OpIndex};
+use ch4_core::transport::{AmTransport, Cx, Partner};
+use ch4_core::{Gpid, PeerState, ReqHandle, Result};
+use ucx_sys::*;
+
+use crate::netmod::{Op, OpKind, UcxNetmod};
+use crate::tag;
+use crate::worker::{received, sent, Completion};
+
+type Net = UcxNetmod;
+
+/// Credit bytes one message costs at most (before the core's per-message overhead): what UCX
+/// may hold for an unexpected eager message.
+pub use ch4_core::native::message_credit::MESSAGE_CHARGE;
+
+/// Receives kept posted for returned credit.
+pub const CREDIT_RECEIVES: usize = 4;
+
+/// Spends the credit of one message to `dest`; `false` (nothing spent) when there is none.
+#[inline(always)]
+pub(crate) fn spend<P: Partner>(cx: &mut Cx<'_, Net, P>, dest: Gpid) -> bool {
+    message_credit::take(cx.core, cx.route, dest)
+}
+
+/// Whether a blocking send to `dest` has the credit of one message.
+#[inline(always)]
+pub(crate) fn available<P: Partner>(cx: &mut Cx<'_, Net, P>, dest: Gpid) -> bool {
+    message_credit::available(cx.core, cx.route, dest)
+}
+
+/// A message with tag `bits` was consumed here: counts it against its sender (the member of
+/// its communicator at its rank), and gives credit back once a quarter has added up.
+pub(crate) fn consumed<P: Partner>(cx: &mut Cx<'_, Net, P>, bits: u64) {
+    let (context, source, _) = tag::fields(bits);
+    let Some(src) = cx.core.process_of(context, source) else {
+        return;
+    };
+    if let Some(messages) = message_credit::consumed(cx.core, cx.route, src) {
+        give_back(cx.transport, src, messages);
+    }
+}
+
+/// Sends a credit message for `messages` to `dest`. One UCX cannot take now waits in
+/// [`UcxNetmod::credit_out`]; a send UCX keeps has an operation slot of its own until it
+/// completes. Best effort: a sender that has left needs no credit.
+fn give_back(net: &mut Net, dest: Gpid, messages: u32) {
+    let bits = tag::credit_tag(net.me, messages);
+    let Some(worker) = &mut net.worker else {
+        return;
+    };
+    let ep = match worker.ep(dest) {
+        Ok(ep) => ep,
+        Err(e) => {
+            tracing::debug!(error = %e, dest, "eager credit could not be given back");
+            return;
+        }
+    };
+    let i = net.ops.insert(Op {
+        req: ReqHandle::DONE,
+        kind: OpKind::CreditSend,
+        request: null_mut(),
+        bounce: None,
+        iov: None,
+    });
+    let Some(ctx) = net.ops.context_ptr(i) else {
+        return;
+    };
+    let Some(worker) = &net.worker else {
+        return;
+    };
+    // SAFETY: `ctx` is the new operation's fixed slot, not yet posted.
+    unsafe { &*ctx }.arm(i, worker);
+    let param = ucp_request_param_t {
+        op_attr_mask: UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+        cb: ucp_request_param_t__bindgen_ty_1 { send: Some(sent) },
+        user_data: ctx.cast(),
+        ..Default::default()
+    };
+    // SAFETY: `ep` is a live endpoint; an empty message reads no buffer; the user data is the
+    // operation's fixed slot. The callback only records.
+    let ptr = unsafe { ucp_tag_send_nbx(ep, std::ptr::null(), 0, bits, &param) };
+    if ptr.is_null() {
+        net.ops.remove(i);
+    } else if ucs_ptr_is_err(ptr) {
+        net.ops.remove(i);
+        match ucs_ptr_raw_status(ptr) {
+            UCS_ERR_NO_RESOURCE => merge(net, dest, messages),
+            s => tracing::debug!(dest, error = %status_string(s), "eager credit not given back"),
+        }
+    } else if let Some(o) = net.ops.get_mut(i) {
+        o.request = ptr;
+        net.credit_sends += 1;
+    }
+}
+
+fn merge(net: &mut Net, dest: Gpid, messages: u32) {
+    match net.credit_out.iter_mut().find(|(d, _)| *d == dest) {
+        Some((_, m)) => *m = m.saturating_add(messages),
+        None => net.credit_out.push((dest, messages)),
+    }
+}
+
+/// Tries the credit messages UCX could not take again, dropping those for ranks that are gone.
+pub(crate) fn retry_refused(net: &mut Net) {
+    for (dest, messages) in std::mem::take(&mut net.credit_out) {
+        if net.peer_state(dest) == PeerState::Alive {
+            give_back(net, dest, messages);
+        }
+    }
+}
+
+/// A credit message came in (its tag names the giver and the number of messages): their credit
+/// is added, and the receive posted again.
+pub(crate) fn returned<P: Partner>(cx: &mut Cx<'_, Net, P>, bits: u64) -> Result<()> {
+    let (giver, messages) = tag::from_credit_tag(bits);
+    message_credit::returned(cx.core, cx.route, giver, messages);
+    post_receive(cx.transport)
+}
+
+/// Posts one receive for returned credit.
+pub(crate) fn post_receive(net: &mut Net) -> Result<()> {
+    let Some(worker) = &net.worker else {
+        return Ok(());
+    };
+    let raw = worker.raw();
+    let i: OpIndex = net.ops.insert(Op {
+        req: ReqHandle::DONE,
+        kind: OpKind::CreditRecv,
+        request: null_mut(),
+        bounce: None,
+        iov: None,
+    });
+    let ctx: *mut Completion = match net.ops.context_ptr(i) {
+        Some(c) => c,
+        None => return Err(crate::netmod::vanished()),
+    };
+    // SAFETY: `ctx` is the new operation's fixed slot, not yet posted.
+    unsafe { &*ctx }.arm(i, worker);
+    let mut info = ucp_tag_recv_info_t::default();
+    let param = ucp_request_param_t {
+        // Through the callback only (see `engine::recv_param`).
+        op_attr_mask: UCP_OP_ATTR_FIELD_CALLBACK
+            | UCP_OP_ATTR_FIELD_USER_DATA
+            | UCP_OP_ATTR_FIELD_RECV_INFO
+            | UCP_OP_ATTR_FLAG_NO_IMM_CMPL,
+        cb: ucp_request_param_t__bindgen_ty_1 {
+            recv: Some(received),
+        },
+        user_data: ctx.cast(),
+        recv_info: ucp_request_param_t__bindgen_ty_2 {
+            tag_info: &mut info,
+        },
+        ..Default::default()
+    };
+    // SAFETY: the worker is live; an empty receive writes no buffer; the user data is the
+    // operation's fixed slot; `info` is written only if it completes inside the call. The
+    // callback only records.
+    let ptr =
+        unsafe { ucp_tag_recv_nbx(raw, null_mut(), 0, tag::CREDIT, tag::CREDIT_MASK, &param) };
+    if ucs_ptr_is_err(ptr) {
+        net.ops.remove(i);
+        return Err(crate::worker::ucx_error(
+            ch4_core::ErrorKind::Transport,
+            "ucp_tag_recv_nbx (credit)",
+            ucs_ptr_raw_status(ptr),
+        ));
+    }
+    net.credit_receives += 1;
+    if ptr.is_null() {
+        // A credit message was already there and is in: apply it at the next progress, as
+        // if its callback had run.
+        // SAFETY: the slot of the operation just posted, which UCX no longer holds.
+        let c = unsafe { &*ctx };
+        c.tag.set(info.sender_tag);
+        c.length.set(info.length);
+        if let Some(w) = &net.worker {
+            w.requeue(i, UCS_OK, c);
+        }
+    } else if let Some(o) = net.ops.get_mut(i) {
+        o.request = ptr;
+    }
+    Ok(())
+}

@@ -1,0 +1,286 @@
+//! `UcxNetmod`: one UCP worker of a rank and the contexts of its outstanding operations, as
+//! ch4's netmod ([`Netmod`], [`Bootstrap`]).
+
+use std::ffi::c_void;
+
+use ch4_core::bootstrap::{Bootstrap, PeerWatch};
+use ch4_core::native::OpContexts;
+use ch4_core::transport::{AmSink, AmTransport, HandlerId, Netmod};
+use ch4_core::{Error, ErrorKind, Gpid, PeerState, ReqHandle, Result};
+use ucx_sys::{ucp_dt_iov_t, ucp_tag_message_h};
+
+use crate::engine::UcxEngine;
+use crate::tag;
+use crate::worker::{Completion, Worker};
+
+/// What the engine keeps with one outstanding operation.
+pub(crate) struct Op {
+    /// The request it serves ([`ReqHandle::DONE`] for the engine's own operations).
+    pub req: ReqHandle,
+    pub kind: OpKind,
+    /// UCX's request for the operation, null while it has none (not posted yet, or done at
+    /// once); freed once the operation is applied.
+    pub request: *mut c_void,
+    /// A contiguous stand-in for a buffer with a layout: a send's packed copy, or a receive's
+    /// landing place, unpacked at completion; a discarded message's landing place.
+    pub bounce: Option<Vec<u8>>,
+    /// The pieces of a buffer with a layout, as UCX's iovec datatype: the data moves in place.
+    /// Kept here until the completion, since UCX reads the array after the call.
+    pub iov: Option<Box<[ucp_dt_iov_t]>>,
+}
+
+/// What an operation is.
+pub(crate) enum OpKind {
+    /// A tagged send from the request's buffer (standard or synchronous).
+    Send,
+    /// A tagged receive into the request's buffer.
+    Recv,
+    /// A message taken by a matched probe, waiting for its receive or its discard.
+    Claimed {
+        msg: ucp_tag_message_h,
+        tag: u64,
+        len: usize,
+    },
+    /// A claimed message received into nothing (into the operation's bounce buffer).
+    Discarding,
+    /// A receive for eager credit given back by any process (see [`crate::credit`]).
+    CreditRecv,
+    /// A credit message that did not leave at once.
+    CreditSend,
+}
+
+/// The UCX netmod of one rank.
+pub struct UcxNetmod {
+    /// First, so that it is destroyed (ending every operation) before the contexts its
+    /// callbacks write are freed. `None` for a job on one node.
+    pub(crate) worker: Option<Worker>,
+    pub(crate) ops: OpContexts<Completion, Op>,
+    pub(crate) me: Gpid,
+    size: u32,
+    /// Receives for returned eager credit among `ops`, not counted as outstanding.
+    pub(crate) credit_receives: usize,
+    /// Credit messages UCX still holds (slots among `ops`, not counted as outstanding).
+    pub(crate) credit_sends: usize,
+    /// Credit to give back that could not be sent yet, by receiver and number of messages.
+    pub(crate) credit_out: Vec<(Gpid, u32)>,
+    /// Peers whose endpoint reported an error.
+    pub(crate) failed: Vec<Gpid>,
+    /// Where this rank learns that a peer failed or left (the launcher, or the thread job).
+    watch: Option<PeerWatch>,
+}
+
+// SAFETY: the worker is `Send` (see `Worker`); the raw pointers in the operations (UCX
+// requests, the iovec arrays' pieces) belong to this netmod's worker or to buffers lent to
+// requests of the one device that owns this netmod, used only inside that device's calls,
+// which take it by `&mut`.
+unsafe impl Send for UcxNetmod {}
+
+impl UcxNetmod {
+    /// The worker, or the error of a netmod that has none.
+    #[inline(always)]
+    pub(crate) fn worker(&mut self) -> Result<&mut Worker> {
+        match &mut self.worker {
+            Some(w) => Ok(w),
+            None => Err(not_opened()),
+        }
+    }
+
+    /// Makes `watch` this netmod's view of which peers are gone.
+    pub fn watch_peers(&mut self, watch: PeerWatch) {
+        self.watch = Some(watch);
+    }
+
+    /// Operations UCX has not reported complete yet (beyond the receives kept posted for
+    /// returned credit).
+    pub fn outstanding(&self) -> usize {
+        self.ops.len() - self.credit_receives - self.credit_sends
+    }
+
+    /// Whether endpoints report failed peers (every transport in use can tell).
+    pub fn detects_failed_peers(&self) -> bool {
+        self.worker.as_ref().is_some_and(|w| w.peer_errors)
+    }
+
+    /// Opens the netmod of process `rank` of `size`: a UCP worker, only when the job spans
+    /// nodes, configured from the environment and then `settings` (UCX's variables without
+    /// their `UCX_` prefix, `("TLS", "tcp")`: for a program that wants UCX configured
+    /// otherwise than its environment says, as tests that compare transports do).
+    pub fn open_with(
+        rank: Gpid,
+        size: u32,
+        spans_nodes: bool,
+        settings: &[(&str, &str)],
+    ) -> Result<Self> {
+        if u64::from(size) > tag::MAX_PROCESSES {
+            return Err(Error::new(
+                ErrorKind::Arg,
+                format!(
+                    "a job of {size} processes: the UCX netmod's tags carry at most {}",
+                    tag::MAX_PROCESSES
+                ),
+            ));
+        }
+        let worker = if spans_nodes {
+            Some(Worker::open(size, settings)?)
+        } else {
+            None
+        };
+        Ok(UcxNetmod {
+            worker,
+            ops: OpContexts::new(),
+            me: rank,
+            size,
+            credit_receives: 0,
+            credit_sends: 0,
+            credit_out: Vec::new(),
+            failed: Vec::new(),
+            watch: None,
+        })
+    }
+}
+
+impl Drop for UcxNetmod {
+    /// Hands UCX back the requests of the operations still outstanding (the receives kept
+    /// posted for credit, anything the device did not wait for): cancelled, their callbacks
+    /// given a moment to run, then freed — before the worker is destroyed, so that UCX finds
+    /// every request returned to its pool.
+    fn drop(&mut self) {
+        let Some(w) = &self.worker else {
+            return;
+        };
+        let requests: Vec<*mut c_void> = self
+            .ops
+            .iter()
+            .map(|(_, o)| o.request)
+            .filter(|r| !r.is_null())
+            .collect();
+        for &r in &requests {
+            // SAFETY: a live request of this worker (freed only below or when applied, and
+            // the operation still holds it, so it was not applied).
+            unsafe { ucx_sys::ucp_request_cancel(w.raw(), r) };
+        }
+        for _ in 0..16 {
+            if w.progress() == 0 {
+                break;
+            }
+        }
+        for r in requests {
+            // SAFETY: as above; freed once (UCX releases a request still in progress when it
+            // completes, and no callback of this netmod's runs after the worker is gone).
+            unsafe { ucx_sys::ucp_request_free(r) };
+        }
+        w.take_completed();
+    }
+}
+
+#[cold]
+fn not_opened() -> Error {
+    Error::new(
+        ErrorKind::Transport,
+        "the UCX netmod was not opened: this job was started on one node",
+    )
+}
+
+#[cold]
+pub(crate) fn vanished() -> Error {
+    Error::new(ErrorKind::Internal, "a UCX operation's slot vanished")
+}
+
+/// The UCX netmod carries no active messages: every MPI operation maps to tagged messages
+/// (synchronous sends acknowledged by UCX itself), and cancelling a send is refused as MPI
+/// allows. The calls exist because every netmod is an `AmTransport`.
+impl AmTransport for UcxNetmod {
+    const AM_ORDERED: bool = true;
+    const NAME: &'static str = "ucx";
+
+    fn eager_limit(&self) -> usize {
+        0
+    }
+
+    fn am_max_payload(&self) -> usize {
+        0
+    }
+
+    fn am_send(&mut self, dest: Gpid, handler: HandlerId, _: &[u8], _: &[&[u8]]) -> Result<()> {
+        Err(Error::new(
+            ErrorKind::Internal,
+            format!(
+                "active message {handler} to {dest}: the UCX netmod carries only tagged messages"
+            ),
+        ))
+    }
+
+    fn am_poll<K: AmSink>(&mut self, _sink: &mut K, _budget: usize) -> Result<usize> {
+        Ok(0)
+    }
+
+    fn settings(&self) -> Vec<(&'static str, String)> {
+        let var =
+            |name: &str| std::env::var(name).unwrap_or_else(|_| "unset (UCX's default)".into());
+        let (mut major, mut minor, mut release) = (0, 0, 0);
+        // SAFETY: ucp_get_version only writes the three numbers.
+        unsafe { ucx_sys::ucp_get_version(&mut major, &mut minor, &mut release) };
+        vec![
+            (
+                "UCX_TLS",
+                format!("{} (UCX {major}.{minor}.{release})", var("UCX_TLS")),
+            ),
+            ("UCX_NET_DEVICES", var("UCX_NET_DEVICES")),
+        ]
+    }
+
+    fn close_connections(&mut self) {
+        if let Some(w) = &mut self.worker {
+            w.close_endpoints(std::time::Duration::from_secs(2));
+        }
+    }
+
+    fn peer_state(&self, gpid: Gpid) -> PeerState {
+        if self.failed.contains(&gpid) {
+            return PeerState::Failed;
+        }
+        match &self.watch {
+            Some(w) => w(gpid),
+            None => PeerState::Alive,
+        }
+    }
+}
+
+impl Netmod for UcxNetmod {
+    type P2p = UcxEngine;
+}
+
+impl Bootstrap for UcxNetmod {
+    /// Opens a UCP worker configured as UCX programs are (`UCX_TLS`, `UCX_NET_DEVICES`, ...) —
+    /// only when the job spans nodes.
+    fn open(rank: Gpid, size: u32, _job_key: u64, spans_nodes: bool) -> Result<Self> {
+        UcxNetmod::open_with(rank, size, spans_nodes, &[])
+    }
+
+    /// The worker's address (a few hundred bytes over TCP: longer than one PMI value, which
+    /// the bootstrap segments).
+    fn business_card(&self) -> Result<Vec<u8>> {
+        match &self.worker {
+            Some(w) => w.address(),
+            None => Err(not_opened()),
+        }
+    }
+
+    fn watch_peers(&mut self, watch: PeerWatch) {
+        UcxNetmod::watch_peers(self, watch);
+    }
+
+    fn learn_cards(&mut self, cards: &[Vec<u8>]) -> Result<()> {
+        if cards.len() != self.size as usize {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                format!("{} business cards for a job of {}", cards.len(), self.size),
+            ));
+        }
+        self.worker()?.learn(cards);
+        for _ in 0..crate::credit::CREDIT_RECEIVES {
+            crate::credit::post_receive(self)?;
+        }
+        Ok(())
+    }
+}

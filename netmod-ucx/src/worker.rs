@@ -1,0 +1,421 @@
+//! The UCX layer: one UCP context and worker of a rank, its endpoints to the other processes,
+//! and the `extern "C"` callbacks — what any UCP user writes once, knowing nothing of ch4.
+//!
+//! - [`Worker::open`] reads UCX's configuration the way UCX programs do (`UCX_TLS`,
+//!   `UCX_NET_DEVICES`, ... from the environment), creates a context with the tag API and a
+//!   worker in serialized mode (the device that owns the netmod makes every call, one at a
+//!   time, from whichever thread has it).
+//! - The worker's address is the business card; [`Worker::learn`] keeps every process's
+//!   address, and an endpoint to a process is created on first contact ([`Worker::ep`]), with
+//!   an error handler so that a peer that dies fails its operations instead of hanging them.
+//!   UCX 1.13's shared-memory transports cannot detect a failed peer and refuse endpoints that
+//!   ask for it; there the endpoint is created without (failures are then learned from the
+//!   launcher, as over libfabric).
+//! - Completions: every operation's callback receives a pointer to its [`Completion`] (a slot
+//!   of the engine's `OpContexts`, whose address never moves) as user data, writes what it was
+//!   told there and appends the slot's index to the worker's list of completions
+//!   ([`Worker::take_completed`]). Callbacks may run inside the call that posts or cancels an
+//!   operation, as well as inside `ucp_worker_progress`; they never call back into UCX or into
+//!   the engine, which applies the list after each call.
+
+use std::cell::Cell;
+use std::ffi::{c_void, CString};
+use std::ptr::{null, null_mut};
+
+use ch4_core::native::OpIndex;
+use ch4_core::{Error, ErrorKind, Gpid, Result};
+use ucx_sys::*;
+
+/// Where a callback leaves what UCX reported about one operation: the context of an
+/// `OpContexts` slot.
+pub struct Completion {
+    /// The operation's slot, and the worker's list of completed slots (set when posting).
+    index: Cell<OpIndex>,
+    sink: Cell<*const Cell<Vec<OpIndex>>>,
+    /// The status the callback reported.
+    pub status: Cell<ucs_status_t>,
+    /// For a receive: the matched message's tag and length.
+    pub tag: Cell<ucp_tag_t>,
+    pub length: Cell<usize>,
+}
+
+impl Default for Completion {
+    fn default() -> Self {
+        Completion {
+            index: Cell::new(0),
+            sink: Cell::new(null()),
+            status: Cell::new(UCS_OK),
+            tag: Cell::new(0),
+            length: Cell::new(0),
+        }
+    }
+}
+
+impl Completion {
+    /// Readies the slot of operation `index` for its callback.
+    pub fn arm(&self, index: OpIndex, worker: &Worker) {
+        self.index.set(index);
+        self.sink.set(&*worker.completed);
+        self.status.set(UCS_INPROGRESS);
+        self.tag.set(0);
+        self.length.set(0);
+    }
+
+    /// Records a completion and queues the slot on its worker's list.
+    fn record(&self, status: ucs_status_t) {
+        self.status.set(status);
+        let sink = self.sink.get();
+        // SAFETY: `sink` is the list of the worker that posted this operation (`arm`), boxed
+        // so that its address is fixed, and alive as long as the worker, which outlives its
+        // operations' callbacks (none run after `ucp_worker_destroy`).
+        if let Some(list) = unsafe { sink.as_ref() } {
+            let mut v = list.take();
+            v.push(self.index.get());
+            list.set(v);
+        }
+    }
+}
+
+/// A send's callback (`ucp_send_nbx_callback_t`).
+pub unsafe extern "C" fn sent(_request: *mut c_void, status: ucs_status_t, user: *mut c_void) {
+    // SAFETY: `user` is the operation's `Completion` slot (fixed address, freed only after
+    // the operation completed, which is this call), and it is only touched through `Cell`s.
+    if let Some(c) = unsafe { user.cast::<Completion>().as_ref() } {
+        c.record(status);
+    }
+}
+
+/// A tagged receive's callback (`ucp_tag_recv_nbx_callback_t`).
+pub unsafe extern "C" fn received(
+    _request: *mut c_void,
+    status: ucs_status_t,
+    info: *const ucp_tag_recv_info_t,
+    user: *mut c_void,
+) {
+    // SAFETY: as in `sent`.
+    let Some(c) = (unsafe { user.cast::<Completion>().as_ref() }) else {
+        return;
+    };
+    // SAFETY: UCX passes a valid `info` (or null) for the duration of the callback.
+    if let Some(info) = unsafe { info.as_ref() } {
+        c.tag.set(info.sender_tag);
+        c.length.set(info.length);
+    }
+    c.record(status);
+}
+
+/// What an endpoint's error handler needs: whose endpoint it is and where failures go.
+struct EpRecord {
+    peer: Gpid,
+    failures: *const Cell<Vec<(Gpid, ucs_status_t)>>,
+}
+
+/// An endpoint's error handler (`ucp_err_handler_cb_t`): the peer failed (or its connection
+/// broke); recorded for the netmod.
+unsafe extern "C" fn ep_failed(arg: *mut c_void, _ep: ucp_ep_h, status: ucs_status_t) {
+    // SAFETY: `arg` is the endpoint's boxed `EpRecord`, kept until the worker is destroyed.
+    let Some(r) = (unsafe { arg.cast::<EpRecord>().as_ref() }) else {
+        return;
+    };
+    // SAFETY: `failures` is the worker's boxed list, alive as long as its endpoints.
+    if let Some(list) = unsafe { r.failures.as_ref() } {
+        let mut v = list.take();
+        v.push((r.peer, status));
+        list.set(v);
+    }
+}
+
+/// An error for a failed UCX call.
+pub fn ucx_error(kind: ErrorKind, what: &str, status: ucs_status_t) -> Error {
+    Error::new(kind, format!("{what}: {}", status_string(status)))
+}
+
+fn check(what: &str, status: ucs_status_t) -> Result<()> {
+    if status == UCS_OK {
+        Ok(())
+    } else {
+        Err(ucx_error(ErrorKind::Transport, what, status))
+    }
+}
+
+/// One rank's UCP context, worker and endpoints.
+pub struct Worker {
+    context: ucp_context_h,
+    worker: ucp_worker_h,
+    /// Endpoints by process, null until first contact.
+    eps: Vec<ucp_ep_h>,
+    /// Every process's worker address, once learned.
+    addresses: Vec<Vec<u8>>,
+    /// The endpoints' error-handler arguments, boxed: UCX keeps their addresses, which a
+    /// `Vec` of records would move as it grows.
+    #[allow(clippy::vec_box)]
+    records: Vec<Box<EpRecord>>,
+    /// Slots whose operation completed, in order, for the engine to apply.
+    completed: Box<Cell<Vec<OpIndex>>>,
+    /// Peers whose endpoint reported an error, with the status.
+    failures: Box<Cell<Vec<(Gpid, ucs_status_t)>>>,
+    /// Whether endpoints are created with peer-failure handling (every transport in use
+    /// supports it).
+    pub peer_errors: bool,
+}
+
+// SAFETY: the worker is created in `UCS_THREAD_MODE_SERIALIZED`: UCX allows calls from any
+// thread as long as no two run at once. All of them go through `&mut self` of the one netmod
+// (owned by one device), and the raw pointers in the boxed records point into this value.
+unsafe impl Send for Worker {}
+
+impl Worker {
+    /// Opens UCP for `processes` peers with the tag API, configured from the environment
+    /// (`UCX_*`, as every UCX program) and then `settings` (UCX's variables without their
+    /// `UCX_` prefix: `("TLS", "tcp")`).
+    pub fn open(processes: u32, settings: &[(&str, &str)]) -> Result<Worker> {
+        let mut config = null_mut();
+        // SAFETY: null prefix and file: UCX's defaults and `UCX_*` environment variables.
+        check("ucp_config_read", unsafe {
+            ucp_config_read(null(), null(), &mut config)
+        })?;
+        for (name, value) in settings {
+            let (Ok(n), Ok(v)) = (CString::new(*name), CString::new(*value)) else {
+                // SAFETY: the configuration is live and released once.
+                unsafe { ucp_config_release(config) };
+                return Err(Error::new(ErrorKind::Arg, "a UCX setting with a NUL byte"));
+            };
+            // SAFETY: `config` is live; the strings are NUL-terminated and outlive the call.
+            let modified = unsafe { ucp_config_modify(config, n.as_ptr(), v.as_ptr()) };
+            if modified != UCS_OK {
+                // SAFETY: as above.
+                unsafe { ucp_config_release(config) };
+                return Err(ucx_error(
+                    ErrorKind::Arg,
+                    &format!("UCX setting {name}={value}"),
+                    modified,
+                ));
+            }
+        }
+        let name = CString::new("ch4").unwrap_or_default();
+        let params = ucp_params_t {
+            field_mask: (UCP_PARAM_FIELD_FEATURES
+                | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS
+                | UCP_PARAM_FIELD_NAME) as u64,
+            features: UCP_FEATURE_TAG as u64,
+            estimated_num_eps: processes as usize,
+            name: name.as_ptr(),
+            ..Default::default()
+        };
+        let mut context = null_mut();
+        // SAFETY: `params` sets every field its mask names; `config` is live.
+        let opened = unsafe { ucp_init(&params, config, &mut context) };
+        // SAFETY: the configuration is not needed once the context exists (or failed).
+        unsafe { ucp_config_release(config) };
+        check("ucp_init", opened)?;
+        let wp = ucp_worker_params_t {
+            field_mask: UCP_WORKER_PARAM_FIELD_THREAD_MODE as u64,
+            thread_mode: UCS_THREAD_MODE_SERIALIZED,
+            ..Default::default()
+        };
+        let mut worker = null_mut();
+        // SAFETY: the context is live; `wp` sets the one field its mask names.
+        let created = unsafe { ucp_worker_create(context, &wp, &mut worker) };
+        if let Err(e) = check("ucp_worker_create", created) {
+            // SAFETY: the context has no workers.
+            unsafe { ucp_cleanup(context) };
+            return Err(e);
+        }
+        Ok(Worker {
+            context,
+            worker,
+            eps: vec![null_mut(); processes as usize],
+            addresses: Vec::new(),
+            records: Vec::new(),
+            completed: Box::default(),
+            failures: Box::default(),
+            peer_errors: true,
+        })
+    }
+
+    /// The raw worker, for the data path.
+    #[inline(always)]
+    pub fn raw(&self) -> ucp_worker_h {
+        self.worker
+    }
+
+    /// This worker's address: the business card.
+    pub fn address(&self) -> Result<Vec<u8>> {
+        let (mut addr, mut len) = (null_mut(), 0usize);
+        // SAFETY: the worker is live; the out-pointers are writable.
+        check("ucp_worker_get_address", unsafe {
+            ucp_worker_get_address(self.worker, &mut addr, &mut len)
+        })?;
+        // SAFETY: UCX returned `len` readable bytes at `addr`.
+        let card = unsafe { std::slice::from_raw_parts(addr.cast::<u8>(), len) }.to_vec();
+        // SAFETY: `addr` came from ucp_worker_get_address of this worker, released once.
+        unsafe { ucp_worker_release_address(self.worker, addr) };
+        Ok(card)
+    }
+
+    /// Keeps every process's address (in process order) for endpoints made later.
+    pub fn learn(&mut self, addresses: &[Vec<u8>]) {
+        self.addresses = addresses.to_vec();
+    }
+
+    /// The endpoint to process `dest`, created on first contact.
+    #[inline(always)]
+    pub fn ep(&mut self, dest: Gpid) -> Result<ucp_ep_h> {
+        match self.eps.get(dest as usize) {
+            Some(ep) if !ep.is_null() => Ok(*ep),
+            _ => self.connect(dest),
+        }
+    }
+
+    #[cold]
+    fn connect(&mut self, dest: Gpid) -> Result<ucp_ep_h> {
+        let addr = self.addresses.get(dest as usize).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Rank,
+                format!("process {dest} has no UCX address: the job has no such process"),
+            )
+        })?;
+        let record = Box::new(EpRecord {
+            peer: dest,
+            failures: &*self.failures,
+        });
+        let arg = (&raw const *record).cast_mut().cast::<c_void>();
+        let mut ep = null_mut();
+        let mut status = UCS_ERR_UNSUPPORTED;
+        for peer_errors in [self.peer_errors, false] {
+            let params = ucp_ep_params_t {
+                field_mask: (UCP_EP_PARAM_FIELD_REMOTE_ADDRESS
+                    | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE
+                    | UCP_EP_PARAM_FIELD_ERR_HANDLER) as u64,
+                address: addr.as_ptr().cast(),
+                err_mode: if peer_errors {
+                    UCP_ERR_HANDLING_MODE_PEER
+                } else {
+                    UCP_ERR_HANDLING_MODE_NONE
+                },
+                err_handler: ucp_err_handler_t {
+                    cb: Some(ep_failed),
+                    arg,
+                },
+                ..Default::default()
+            };
+            // SAFETY: the worker is live; `params` sets what its mask names; the address is a
+            // peer's worker address (UCX reads it during the call); `arg` is boxed and kept in
+            // `records` for as long as the worker.
+            status = unsafe { ucp_ep_create(self.worker, &params, &mut ep) };
+            if status == UCS_OK {
+                if !peer_errors && self.peer_errors {
+                    // The transports in use cannot tell a dead peer (UCX 1.13's shared
+                    // memory): every later endpoint goes without, failures come from the
+                    // launcher.
+                    tracing::info!("UCX's transports here cannot detect failed peers");
+                    self.peer_errors = false;
+                }
+                break;
+            }
+            if !peer_errors {
+                break;
+            }
+        }
+        check("ucp_ep_create", status)?;
+        self.records.push(record);
+        if let Some(slot) = self.eps.get_mut(dest as usize) {
+            *slot = ep;
+        }
+        Ok(ep)
+    }
+
+    /// One step of UCX progress (callbacks run inside it); how many events it handled.
+    #[inline(always)]
+    pub fn progress(&self) -> usize {
+        // SAFETY: the worker is live and only this netmod calls it (serialized mode).
+        unsafe { ucp_worker_progress(self.worker) as usize }
+    }
+
+    /// The slots whose operations completed since the last call, in order.
+    #[inline(always)]
+    pub fn take_completed(&self) -> Vec<OpIndex> {
+        self.completed.take()
+    }
+
+    /// Queues operation `i` as completed with `status` although no callback ran (UCX finished
+    /// it inside the call that posted it), for the engine to apply with the others.
+    pub fn requeue(&self, i: OpIndex, status: ucs_status_t, slot: &Completion) {
+        slot.index.set(i);
+        slot.sink.set(&*self.completed);
+        slot.record(status);
+    }
+
+    /// Peers whose endpoints reported errors since the last call.
+    pub fn take_failures(&self) -> Vec<(Gpid, ucs_status_t)> {
+        self.failures.take()
+    }
+
+    /// Closes every endpoint, flushing what was sent on it first (a peer still closing its own
+    /// is not waited for: the flush is bounded by `limit`, then the close is forced).
+    pub fn close_endpoints(&mut self, limit: std::time::Duration) {
+        let start = std::time::Instant::now();
+        let mut closing = Vec::new();
+        for ep in self.eps.iter_mut().filter(|e| !e.is_null()) {
+            let param = ucp_request_param_t {
+                op_attr_mask: UCP_OP_ATTR_FIELD_FLAGS,
+                flags: 0,
+                ..Default::default()
+            };
+            // SAFETY: a live endpoint, closed once (its slot is cleared).
+            let r = unsafe { ucp_ep_close_nbx(*ep, &param) };
+            *ep = null_mut();
+            if ucs_ptr_is_ptr(r) {
+                closing.push(r);
+            }
+        }
+        while !closing.is_empty() {
+            self.progress();
+            closing.retain(|&r| {
+                // SAFETY: `r` is a live close request until freed here.
+                let st = unsafe { ucp_request_check_status(r) };
+                if st == UCS_INPROGRESS && start.elapsed() < limit {
+                    return true;
+                }
+                if st == UCS_INPROGRESS {
+                    // SAFETY: a live request, cancelled (the close turns into a forced one).
+                    unsafe { ucp_request_cancel(self.worker, r) };
+                    return true;
+                }
+                // SAFETY: a completed close request, freed once.
+                unsafe { ucp_request_free(r) };
+                false
+            });
+            if start.elapsed() > limit * 2 {
+                tracing::warn!("UCX endpoints did not close in time");
+                break;
+            }
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        for ep in self.eps.iter_mut().filter(|e| !e.is_null()) {
+            let param = ucp_request_param_t {
+                op_attr_mask: UCP_OP_ATTR_FIELD_FLAGS,
+                flags: UCP_EP_CLOSE_FLAG_FORCE,
+                ..Default::default()
+            };
+            // SAFETY: a live endpoint, closed once; a forced close needs no progress to end
+            // locally, and its request (if any) is freed at once (UCX completes it with the
+            // worker).
+            let r = unsafe { ucp_ep_close_nbx(*ep, &param) };
+            if ucs_ptr_is_ptr(r) {
+                // SAFETY: `r` is the live close request, freed once.
+                unsafe { ucp_request_free(r) };
+            }
+            *ep = null_mut();
+        }
+        // SAFETY: the worker and context are live, destroyed once, the worker first.
+        unsafe {
+            ucp_worker_destroy(self.worker);
+            ucp_cleanup(self.context);
+        }
+    }
+}
