@@ -485,7 +485,11 @@ mod tests {
         let core = Core::new(1, 4, DeviceConfig::default()).unwrap();
         assert_eq!(core.process_of(0, 2), Some(2), "world, point-to-point");
         assert_eq!(core.process_of(1, 3), Some(3), "world, collectives");
-        assert_eq!(core.process_of(2, 0), Some(1), "self: its one member is this process");
+        assert_eq!(
+            core.process_of(2, 0),
+            Some(1),
+            "self: its one member is this process"
+        );
         assert_eq!(core.process_of(2, 1), None, "no such rank");
         assert_eq!(core.process_of(8, 0), None, "no such communicator");
     }
