@@ -72,4 +72,11 @@ cargo test --workspace --doc
 cargo test --features ofi --test pt2pt ofi
 CH4_OFI_MAX_MSG_SIZE=4096 cargo test --features ofi --test pt2pt ofi
 cargo test --features ofi --test process --test flood
+# And over UCX (the `ucx` feature): the semantics suite over UCX's TCP transport on the
+# loopback device, over its shared-memory transports, and with UCX's own choice; the
+# process-mode tests with UCX as the network.
+UCX_TLS=tcp UCX_NET_DEVICES=lo cargo test --features ucx --test pt2pt ucx
+UCX_TLS=posix,sysv,cma,self cargo test --features ucx --test pt2pt ucx
+cargo test --features ucx --test pt2pt ucx
+UCX_TLS=tcp UCX_NET_DEVICES=lo cargo test --features ucx --test process --test flood
 ./scripts/loom.sh

@@ -650,19 +650,26 @@ pub(crate) fn progress_own<P: Partner>(cx: &mut Cx<'_, Net, P>) -> Result<usize>
 /// Applies the completions the callbacks recorded.
 fn apply_completions<P: Partner>(cx: &mut Cx<'_, Net, P>) -> Result<usize> {
     let mut n = 0;
+    let mut done = std::mem::take(&mut cx.transport.applying);
     loop {
-        let done = match &cx.transport.worker {
-            Some(w) => w.take_completed(),
-            None => return Ok(n),
-        };
+        match &cx.transport.worker {
+            Some(w) => w.swap_completed(&mut done),
+            None => break,
+        }
         if done.is_empty() {
-            return Ok(n);
+            break;
         }
         n += done.len();
-        for i in done {
-            completed(cx, i)?;
+        for &i in &done {
+            if let Err(e) = completed(cx, i) {
+                cx.transport.applying = done;
+                return Err(e);
+            }
         }
     }
+    done.clear();
+    cx.transport.applying = done;
+    Ok(n)
 }
 
 /// Operation `i` completed (its callback ran).

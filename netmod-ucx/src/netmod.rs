@@ -65,6 +65,9 @@ pub struct UcxNetmod {
     pub(crate) credit_out: Vec<(Gpid, u32)>,
     /// Peers whose endpoint reported an error.
     pub(crate) failed: Vec<Gpid>,
+    /// The engine's list of completions being applied, kept for its capacity (see
+    /// `Worker::swap_completed`).
+    pub(crate) applying: Vec<ch4_core::native::OpIndex>,
     /// Where this rank learns that a peer failed or left (the launcher, or the thread job).
     watch: Option<PeerWatch>,
 }
@@ -134,6 +137,7 @@ impl UcxNetmod {
             credit_sends: 0,
             credit_out: Vec::new(),
             failed: Vec::new(),
+            applying: Vec::new(),
             watch: None,
         })
     }

@@ -338,6 +338,17 @@ impl Worker {
         self.completed.take()
     }
 
+    /// Swaps the list of completed slots with `spare` (empty, its capacity kept): the engine
+    /// applies the completions from `spare`, and the callbacks append to a list that already
+    /// has room, so a completion costs no allocation.
+    #[inline(always)]
+    pub fn swap_completed(&self, spare: &mut Vec<OpIndex>) {
+        spare.clear();
+        let mut v = self.completed.take();
+        std::mem::swap(&mut v, spare);
+        self.completed.set(v);
+    }
+
     /// Queues operation `i` as completed with `status` although no callback ran (UCX finished
     /// it inside the call that posted it), for the engine to apply with the others.
     pub fn requeue(&self, i: OpIndex, status: ucs_status_t, slot: &Completion) {
