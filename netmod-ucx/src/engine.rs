@@ -651,11 +651,8 @@ pub(crate) fn progress_own<P: Partner>(cx: &mut Cx<'_, Net, P>) -> Result<usize>
 fn apply_completions<P: Partner>(cx: &mut Cx<'_, Net, P>) -> Result<usize> {
     let mut n = 0;
     let mut done = std::mem::take(&mut cx.transport.applying);
-    loop {
-        match &cx.transport.worker {
-            Some(w) => w.swap_completed(&mut done),
-            None => break,
-        }
+    while let Some(w) = &cx.transport.worker {
+        w.swap_completed(&mut done);
         if done.is_empty() {
             break;
         }
