@@ -782,6 +782,7 @@ fn finish_recv<P: Partner>(
 pub(crate) fn close_and_fail<P: Partner>(cx: &mut Cx<'_, Net, P>, why: &'static str) {
     tracing::error!(why, "closing the UCX worker");
     let reqs: Vec<ReqHandle> = cx.transport.ops.iter().map(|(_, o)| o.req).collect();
+    cx.transport.release_requests();
     cx.transport.worker = None;
     cx.transport.ops = ch4_core::native::OpContexts::new();
     cx.transport.credit_receives = 0;

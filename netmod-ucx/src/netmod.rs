@@ -144,20 +144,27 @@ impl UcxNetmod {
 }
 
 impl Drop for UcxNetmod {
+    fn drop(&mut self) {
+        self.release_requests();
+    }
+}
+
+impl UcxNetmod {
     /// Hands UCX back the requests of the operations still outstanding (the receives kept
     /// posted for credit, anything the device did not wait for): cancelled, their callbacks
-    /// given a moment to run, then freed — before the worker is destroyed, so that UCX finds
-    /// every request returned to its pool.
-    fn drop(&mut self) {
+    /// given a moment to run, then freed — before the worker is destroyed, which fails on a
+    /// request never released. The operations' slots stay until the worker is gone.
+    pub(crate) fn release_requests(&mut self) {
         let Some(w) = &self.worker else {
             return;
         };
-        let requests: Vec<*mut c_void> = self
+        let held: Vec<(ch4_core::native::OpIndex, *mut c_void)> = self
             .ops
             .iter()
-            .map(|(_, o)| o.request)
-            .filter(|r| !r.is_null())
+            .map(|(i, o)| (i, o.request))
+            .filter(|(_, r)| !r.is_null())
             .collect();
+        let requests: Vec<*mut c_void> = held.iter().map(|&(_, r)| r).collect();
         for &r in &requests {
             // SAFETY: a live request of this worker (freed only below or when applied, and
             // the operation still holds it, so it was not applied).
@@ -174,6 +181,11 @@ impl Drop for UcxNetmod {
             unsafe { ucx_sys::ucp_request_free(r) };
         }
         w.take_completed();
+        for (i, _) in held {
+            if let Some(o) = self.ops.get_mut(i) {
+                o.request = std::ptr::null_mut();
+            }
+        }
     }
 }
 
@@ -234,18 +246,29 @@ impl AmTransport for UcxNetmod {
     }
 
     fn close_connections(&mut self) {
+        let failed = self.failed.clone();
+        let watch = self.watch.clone();
+        let gone = move |g: Gpid| {
+            failed.contains(&g) || watch.as_ref().is_some_and(|w| w(g) != PeerState::Alive)
+        };
         if let Some(w) = &mut self.worker {
-            w.close_endpoints(std::time::Duration::from_secs(2));
+            w.close_endpoints(std::time::Duration::from_secs(2), gone);
         }
     }
 
+    /// What the launcher's (or the thread job's) watch says; a peer whose endpoint UCX
+    /// reported broken is gone either way. UCX cannot tell a peer that finalized and closed its
+    /// worker from one that died (both reset the connection), so it is `Failed` only when the
+    /// watch says so or there is no watch, else `Left`: a peer that left in order must not
+    /// fail the ANY_SOURCE receives of its communicators.
     fn peer_state(&self, gpid: Gpid) -> PeerState {
-        if self.failed.contains(&gpid) {
-            return PeerState::Failed;
+        let watched = self.watch.as_ref().map(|w| w(gpid));
+        if !self.failed.contains(&gpid) {
+            return watched.unwrap_or(PeerState::Alive);
         }
-        match &self.watch {
-            Some(w) => w(gpid),
-            None => PeerState::Alive,
+        match watched {
+            Some(PeerState::Failed) | None => PeerState::Failed,
+            Some(_) => PeerState::Left,
         }
     }
 }

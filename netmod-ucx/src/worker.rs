@@ -362,15 +362,25 @@ impl Worker {
         self.failures.take()
     }
 
-    /// Closes every endpoint, flushing what was sent on it first (a peer still closing its own
-    /// is not waited for: the flush is bounded by `limit`, then the close is forced).
-    pub fn close_endpoints(&mut self, limit: std::time::Duration) {
+    /// Closes every endpoint, flushing what was sent on it first — bounded by `limit`, after
+    /// which UCX is left to finish; endpoints to peers that are `gone` are closed at once.
+    pub fn close_endpoints(&mut self, limit: std::time::Duration, gone: impl Fn(Gpid) -> bool) {
         let start = std::time::Instant::now();
         let mut closing = Vec::new();
-        for ep in self.eps.iter_mut().filter(|e| !e.is_null()) {
+        for (peer, ep) in self
+            .eps
+            .iter_mut()
+            .enumerate()
+            .filter(|(_, e)| !e.is_null())
+        {
+            // A peer that has left reads nothing more: no flush to wait for.
             let param = ucp_request_param_t {
                 op_attr_mask: UCP_OP_ATTR_FIELD_FLAGS,
-                flags: 0,
+                flags: if gone(peer as Gpid) {
+                    UCP_EP_CLOSE_FLAG_FORCE
+                } else {
+                    0
+                },
                 ..Default::default()
             };
             // SAFETY: a live endpoint, closed once (its slot is cleared).
@@ -380,27 +390,29 @@ impl Worker {
                 closing.push(r);
             }
         }
-        while !closing.is_empty() {
+        while !closing.is_empty() && start.elapsed() < limit {
             self.progress();
             closing.retain(|&r| {
                 // SAFETY: `r` is a live close request until freed here.
-                let st = unsafe { ucp_request_check_status(r) };
-                if st == UCS_INPROGRESS && start.elapsed() < limit {
-                    return true;
-                }
-                if st == UCS_INPROGRESS {
-                    // SAFETY: a live request, cancelled (the close turns into a forced one).
-                    unsafe { ucp_request_cancel(self.worker, r) };
+                if unsafe { ucp_request_check_status(r) } == UCS_INPROGRESS {
                     return true;
                 }
                 // SAFETY: a completed close request, freed once.
                 unsafe { ucp_request_free(r) };
                 false
             });
-            if start.elapsed() > limit * 2 {
-                tracing::warn!("UCX endpoints did not close in time");
-                break;
-            }
+        }
+        if !closing.is_empty() {
+            tracing::warn!(
+                endpoints = closing.len(),
+                "UCX endpoints still flushing to peers that stopped reading; left to UCX"
+            );
+        }
+        for r in closing {
+            // SAFETY: a live close request, freed once: UCX releases it when it completes (at
+            // the latest when the worker is destroyed), and an unreleased one would fail the
+            // worker's destruction.
+            unsafe { ucp_request_free(r) };
         }
     }
 }
