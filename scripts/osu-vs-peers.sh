@@ -5,7 +5,7 @@
 # every round runs ch4, MPICH and Open MPI one after the other (A B C A B C ...), and the
 # results are medians over the rounds with the spread, and ratios of medians.
 #
-#   ./scripts/osu-vs-peers.sh [--tcp | --ofi] [rounds] [bench...]
+#   ./scripts/osu-vs-peers.sh [--tcp | --ofi | --ucx] [rounds] [bench...]
 #       (default: 5 rounds; latency bw bibw mbw_mr)
 #
 # --tcp measures the network path instead of shared memory, two processes over loopback: ch4
@@ -19,6 +19,12 @@
 # MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=tcp FI_TCP_IFACE=lo) in the "mpich" column, and Open
 # MPI's OFI MTL over the same libfabric 1.17 as ch4 (--mca pml cm --mca mtl ofi, provider tcp).
 #
+# --ucx measures UCX's tcp transport over loopback (UCX_TLS=tcp UCX_NET_DEVICES=lo for all
+# three), every peer matching in UCX: ch4 built with the `ucx` feature (CH4_NODE_SIZE=1),
+# Debian's MPICH 4.0.2, whose netmod is ch4:ucx (MPIR_CVAR_NOLOCAL=1, so that the peers on this
+# node go through UCX too), and Open MPI's pml ucx (--mca pml ucx --mca pml_ucx_tls any
+# --mca pml_ucx_devices any).
+#
 # Writes target/osu-vs-peers/results.tsv (every run: bench, impl, size, value), prints a table
 # per bench with ch4/MPICH and ch4/Open MPI, and draws target/osu-vs-peers/<bench>.png.
 # Installs what it needs when missing and running as root on Debian: mpich, openmpi, their
@@ -30,6 +36,7 @@ net=shm
 case "${1:-}" in
     --tcp) net=tcp; shift ;;
     --ofi) net=ofi; shift ;;
+    --ucx) net=ucx; shift ;;
 esac
 rounds="${1:-5}"
 shift || true
@@ -38,6 +45,8 @@ benches=("$@")
 
 fonts=()
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || fonts+=(fonts-dejavu-core)
+# UCX's headers, for ch4's ucx build.
+[ "$net" != ucx ] || pkg-config --atleast-version 1.13 ucx 2>/dev/null || fonts+=(libucx-dev pkg-config)
 # shellcheck source=lib/peers.sh
 . scripts/lib/peers.sh
 install_peers "${fonts[@]}"
@@ -60,7 +69,12 @@ if [ "$net" = ofi ]; then
     MPICC="$PWD/$venv/bin/mpicc" CARGO_TARGET_DIR=target/peers-mpich5 \
         cargo build --release -q --features peer-mpi "${examples[@]}"
 else
-    cargo build --release -q "${examples[@]}"
+    if [ "$net" = ucx ]; then
+        ch4dir=target/ucx/release
+        CARGO_TARGET_DIR=target/ucx cargo build --release -q --features ucx "${examples[@]}"
+    else
+        cargo build --release -q "${examples[@]}"
+    fi
     MPICC=mpicc.mpich CARGO_TARGET_DIR=target/peers-mpich \
         cargo build --release -q --features peer-mpi "${examples[@]}"
 fi
@@ -103,6 +117,11 @@ run() {
             -genv MPIR_CVAR_NOLOCAL 1 -genv MPIR_CVAR_CH4_NETMOD ofi -genv FI_PROVIDER tcp)
         ompinet=(--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include tcp --mca btl self
             --mca oob_tcp_if_include lo -x FI_TCP_IFACE=lo)
+    elif [ "$net" = ucx ]; then
+        ch4env=(CH4_NODE_SIZE=1 UCX_TLS=tcp UCX_NET_DEVICES=lo)
+        mpichenv=(-genv UCX_TLS tcp -genv UCX_NET_DEVICES lo -genv MPIR_CVAR_NOLOCAL 1)
+        ompinet=(--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any --mca btl self
+            -x UCX_TLS=tcp -x UCX_NET_DEVICES=lo)
     fi
     case "$impl" in
         ch4) env "${ch4env[@]}" "$ch4dir/examples/$prog" "${args[@]}" ;;
