@@ -45,14 +45,14 @@ trap 'rm -rf "$tmp"' EXIT
 # rest of Rust. Enums stay constants of their C enum type (`--default-enum-style consts`):
 # field masks are u64 fields, so a mask is built as `UCP_PARAM_FIELD_FEATURES as u64 | ...`.
 # `static inline` functions and function-like macros produce nothing: src/lib.rs provides them.
-"$bindgen" "$CRATE/wrapper.h" --output "$tmp/bindings.rs" \
+"$bindgen" "$CRATE/wrapper.h" --output "$tmp/raw.rs" \
     --rust-target 1.80 \
     --use-core \
     --ctypes-prefix ::core::ffi \
     --allowlist-function 'ucp_.*|ucs_status_string' \
     --allowlist-type 'ucp_.*|ucs_status_t|ucs_status_ptr_t|ucs_thread_mode_t|ucs_memory_type_t|ucs_sock_addr_t|ucs_cpu_set_t' \
     --allowlist-var 'UCP_.*|UCS_OK|UCS_INPROGRESS|UCS_ERR_.*|UCS_THREAD_MODE_.*|UCS_MEMORY_TYPE_.*' \
-    --blocklist-type 'FILE|_IO_.*|sockaddr|sockaddr_storage|sa_family_t|socklen_t' \
+    --blocklist-type 'FILE|_IO_.*|sockaddr|sockaddr_storage|sa_family_t|socklen_t|__socklen_t|__off_t|__off64_t' \
     --no-prepend-enum-name \
     --default-enum-style consts \
     --with-derive-default \
@@ -64,6 +64,22 @@ trap 'rm -rf "$tmp"' EXIT
     --raw-line '' \
     --raw-line 'use libc::{sockaddr, sockaddr_storage, socklen_t, FILE};' \
     -- "${cflags[@]}"
+
+# The members of UCP's anonymous enums (UCP_MEM_MAP_NONBLOCK, ..., UCP_MEM_MAP_PROT_*) come
+# out typed by numbered aliases (`_bindgen_ty_4`) whose numbers shift whenever the headers
+# gain or lose an anonymous enum. Each gets its alias's integer type instead (c_uint, that of
+# the `flags` and `prot` fields of ucp_mem_map_params_t they go into) and the aliases go.
+# (Named members of unnamed unions, `ucp_request_param_t__bindgen_ty_1`, are another thing
+# and stay.)
+retype=()
+while read -r alias type; do
+    retype+=(-e "s/^\(pub const [A-Za-z0-9_]*\): $alias = /\1: $type = /")
+done < <(sed -n 's/^pub type \(_bindgen_ty_[0-9]*\) = \(.*\);$/\1 \2/p' "$tmp/raw.rs")
+sed "${retype[@]}" -e '/^pub type _bindgen_ty_[0-9]* = /d' "$tmp/raw.rs" >"$tmp/bindings.rs"
+if grep -n ': _bindgen_ty_[0-9]* = \|^pub type _bindgen_ty_' "$tmp/bindings.rs"; then
+    echo "error: constants left with a numbered enum type (above); see $0" >&2
+    exit 1
+fi
 
 rustfmt --edition 2021 "$tmp/bindings.rs"
 mv "$tmp/bindings.rs" "$OUT"

@@ -18,8 +18,15 @@ fn main() -> ExitCode {
         .probe("ucx")
     {
         Ok(lib) => {
-            // Exported to dependents' build scripts as DEP_UCP_VERSION (this package
-            // `links = "ucp"`).
+            // Exported to dependents' build scripts as DEP_UCP_INCLUDE / DEP_UCP_VERSION (this
+            // package `links = "ucp"`); the include list is empty when UCX's headers are in a
+            // system directory, as Debian's are.
+            let includes: Vec<String> = lib
+                .include_paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect();
+            println!("cargo:include={}", includes.join(":"));
             println!("cargo:version={}", lib.version);
             ExitCode::SUCCESS
         }

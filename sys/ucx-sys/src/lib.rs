@@ -12,10 +12,16 @@
 //!   `ucp_feature`, ...; `c_uint`), so a field mask, a `u64` in every params struct, is built
 //!   with casts: `UCP_PARAM_FIELD_FEATURES as u64`.
 //! - What C hides from bindgen in `static inline` functions and function-like macros, as Rust
-//!   functions with the same meaning: [`ucp_init`], [`ucp_dt_make_contig`],
-//!   [`ucp_dt_make_iov`], and the status-pointer tests of `ucs/type/status.h`
-//!   ([`ucs_ptr_is_err`], [`ucs_ptr_is_ptr`], [`ucs_ptr_raw_status`], [`ucs_ptr_status`]);
-//!   and [`status_string`], a safe [`ucs_status_string`].
+//!   functions with the same meaning and the C name in lower case (the macro's name is in each
+//!   one's first line): [`ucp_init`], [`ucp_dt_make_contig`], [`ucp_dt_make_iov`],
+//!   [`ucp_version`] (and [`UCP_API_VERSION`]); the status tests of `ucs/type/status.h`
+//!   ([`ucs_ptr_is_err`], [`ucs_ptr_is_ptr`], [`ucs_ptr_raw_status`], [`ucs_ptr_status`],
+//!   [`ucs_status_ptr`], [`ucs_status_is_err`], [`ucs_is_link_error`],
+//!   [`ucs_is_endpoint_error`]); the bit masks of `ucs/sys/compiler_def.h` ([`ucs_bit`],
+//!   [`ucs_mask`]) that UCP's flag enums are written with; the CPU-set macros of
+//!   `ucs/type/cpu_set.h` ([`ucs_cpu_zero`], [`ucs_cpu_set`], [`ucs_cpu_clr`],
+//!   [`ucs_cpu_is_set`]) for `ucp_worker_params_t::cpu_mask`; and [`status_string`], a safe
+//!   [`ucs_status_string`].
 //!
 //! The build finds UCX with pkg-config (`build.rs`) and links `-lucp -luct -lucs -lucm`.
 //!
@@ -58,7 +64,7 @@ mod bindings;
 
 pub use bindings::*;
 
-use core::ffi::CStr;
+use core::ffi::{c_int, CStr};
 
 /// `ucp_init` (`ucp/api/ucp.h`, `static inline`): [`ucp_init_version`] with the API version
 /// of the headers these bindings were generated from, so that UCX checks the structs passed
@@ -91,6 +97,65 @@ pub const fn ucp_dt_make_contig(elem_size: usize) -> ucp_datatype_t {
 #[inline(always)]
 pub const fn ucp_dt_make_iov() -> ucp_datatype_t {
     UCP_DATATYPE_IOV as ucp_datatype_t
+}
+
+/// `UCP_VERSION(major, minor)` (`ucp/api/ucp_version.h`): a UCP API version as one number,
+/// `major << 24 | minor << 16`, ordered like the versions it encodes.
+#[inline(always)]
+pub const fn ucp_version(major: u32, minor: u32) -> u32 {
+    (major << UCP_VERSION_MAJOR_SHIFT) | (minor << UCP_VERSION_MINOR_SHIFT)
+}
+
+/// `UCP_API_VERSION` (`ucp/api/ucp_version.h`): the API version of the headers these
+/// bindings were generated from, `UCP_VERSION(UCP_API_MAJOR, UCP_API_MINOR)` (1.13). A
+/// function-like macro's result, which bindgen does not evaluate.
+pub const UCP_API_VERSION: u32 = ucp_version(UCP_API_MAJOR, UCP_API_MINOR);
+
+/// `UCS_BIT(i)` (`ucs/sys/compiler_def.h`: `1ul << i`): the flag word with bit `i` set, the
+/// form of every UCP flag and field-mask member.
+///
+/// `i` must be below 64 (C's shift is undefined beyond; this one panics in a debug build).
+#[inline(always)]
+pub const fn ucs_bit(i: u32) -> u64 {
+    1 << i
+}
+
+/// `UCS_MASK(i)` (`ucs/sys/compiler_def.h`: `UCS_BIT(i) - 1`): the word with the `i` low bits
+/// set (`i` below 64, as for [`ucs_bit`]).
+#[inline(always)]
+pub const fn ucs_mask(i: u32) -> u64 {
+    ucs_bit(i) - 1
+}
+
+/// `UCS_STATUS_IS_ERR(status)` (`ucs/type/status.h`): whether a status is an error
+/// (negative), as opposed to [`UCS_OK`] or [`UCS_INPROGRESS`].
+#[inline(always)]
+pub const fn ucs_status_is_err(status: ucs_status_t) -> bool {
+    status < 0
+}
+
+/// `UCS_IS_LINK_ERROR(code)` (`ucs/type/status.h`): whether a status is in the range of link
+/// failures ([`UCS_ERR_FIRST_LINK_FAILURE`] down to [`UCS_ERR_LAST_LINK_FAILURE`]), after
+/// which the link may be replaced.
+#[inline(always)]
+pub const fn ucs_is_link_error(code: ucs_status_t) -> bool {
+    code <= UCS_ERR_FIRST_LINK_FAILURE && code >= UCS_ERR_LAST_LINK_FAILURE
+}
+
+/// `UCS_IS_ENDPOINT_ERROR(code)` (`ucs/type/status.h`): whether a status is in the range of
+/// endpoint failures ([`UCS_ERR_FIRST_ENDPOINT_FAILURE`] down to
+/// [`UCS_ERR_LAST_ENDPOINT_FAILURE`], e.g. [`UCS_ERR_ENDPOINT_TIMEOUT`]), after which the
+/// endpoint is unusable.
+#[inline(always)]
+pub const fn ucs_is_endpoint_error(code: ucs_status_t) -> bool {
+    code <= UCS_ERR_FIRST_ENDPOINT_FAILURE && code >= UCS_ERR_LAST_ENDPOINT_FAILURE
+}
+
+/// `UCS_STATUS_PTR(status)` (`ucs/type/status.h`): a status as a status pointer, the
+/// inverse of [`ucs_ptr_raw_status`] (null for [`UCS_OK`]).
+#[inline(always)]
+pub fn ucs_status_ptr(status: ucs_status_t) -> ucs_status_ptr_t {
+    status as isize as ucs_status_ptr_t
 }
 
 /// `UCS_PTR_IS_ERR(ptr)` (`ucs/type/status.h`): whether a status pointer returned by a
@@ -126,6 +191,51 @@ pub fn ucs_ptr_status(ptr: ucs_status_ptr_t) -> ucs_status_t {
     }
 }
 
+/// `UCS_CPU_SETSIZE` (`ucs/type/cpu_set.h`): the number of CPUs a [`ucs_cpu_set_t`] holds.
+pub const UCS_CPU_SETSIZE: usize = 1024;
+
+/// `UCS_NCPUBITS` (`ucs/type/cpu_set.h`): the CPUs in one word of a [`ucs_cpu_set_t`].
+const UCS_NCPUBITS: usize = 8 * core::mem::size_of::<ucs_cpu_mask_t>();
+
+// The set is as large as UCS_CPU_SETSIZE says (bindgen sized the array from the header).
+const _: () = assert!(core::mem::size_of::<ucs_cpu_set_t>() * 8 == UCS_CPU_SETSIZE);
+
+/// `UCS_CPU_ZERO(set)` (`ucs/type/cpu_set.h`): empties a CPU set.
+#[inline(always)]
+pub fn ucs_cpu_zero(set: &mut ucs_cpu_set_t) {
+    set.ucs_bits = [0; UCS_CPU_SETSIZE / UCS_NCPUBITS];
+}
+
+/// `UCS_CPU_SET(cpu, set)` (`ucs/type/cpu_set.h`): adds `cpu` to a CPU set (nothing for a
+/// CPU at or beyond [`UCS_CPU_SETSIZE`], as in C).
+#[inline(always)]
+pub fn ucs_cpu_set(cpu: usize, set: &mut ucs_cpu_set_t) {
+    if cpu < UCS_CPU_SETSIZE {
+        set.ucs_bits[cpu / UCS_NCPUBITS] |= 1 << (cpu % UCS_NCPUBITS);
+    }
+}
+
+/// `UCS_CPU_CLR(cpu, set)` (`ucs/type/cpu_set.h`): removes `cpu` from a CPU set (nothing for
+/// a CPU at or beyond [`UCS_CPU_SETSIZE`]).
+#[inline(always)]
+pub fn ucs_cpu_clr(cpu: usize, set: &mut ucs_cpu_set_t) {
+    if cpu < UCS_CPU_SETSIZE {
+        set.ucs_bits[cpu / UCS_NCPUBITS] &= !(1 << (cpu % UCS_NCPUBITS));
+    }
+}
+
+/// `ucs_cpu_is_set(cpu, set)` (`ucs/type/cpu_set.h`, `static inline`): whether `cpu` is in a
+/// CPU set (false for a negative CPU or one at or beyond [`UCS_CPU_SETSIZE`]).
+#[inline(always)]
+pub fn ucs_cpu_is_set(cpu: c_int, set: &ucs_cpu_set_t) -> bool {
+    match usize::try_from(cpu) {
+        Ok(cpu) if cpu < UCS_CPU_SETSIZE => {
+            set.ucs_bits[cpu / UCS_NCPUBITS] & (1 << (cpu % UCS_NCPUBITS)) != 0
+        }
+        _ => false,
+    }
+}
+
 /// The message of a UCX status code, from [`ucs_status_string`].
 pub fn status_string(status: ucs_status_t) -> String {
     // SAFETY: ucs_status_string accepts any status and returns a pointer to a static,
@@ -156,6 +266,56 @@ mod tests {
         let req: ucs_status_ptr_t = (&raw mut word).cast();
         assert!(ucs_ptr_is_ptr(req) && !ucs_ptr_is_err(req));
         assert_eq!(ucs_ptr_status(req), UCS_INPROGRESS);
+    }
+
+    #[test]
+    fn status_codes_classify_like_the_c_macros() {
+        assert!(!ucs_status_is_err(UCS_OK) && !ucs_status_is_err(UCS_INPROGRESS));
+        assert!(ucs_status_is_err(UCS_ERR_CANCELED));
+        assert!(ucs_is_link_error(UCS_ERR_FIRST_LINK_FAILURE));
+        assert!(!ucs_is_link_error(UCS_ERR_CONNECTION_RESET));
+        assert!(ucs_is_endpoint_error(UCS_ERR_ENDPOINT_TIMEOUT));
+        assert!(!ucs_is_endpoint_error(UCS_ERR_LAST_LINK_FAILURE));
+        for status in [
+            UCS_OK,
+            UCS_ERR_NO_MESSAGE,
+            UCS_ERR_CANCELED,
+            UCS_ERR_LAST + 1,
+        ] {
+            let ptr = ucs_status_ptr(status);
+            assert!(!ucs_ptr_is_ptr(ptr));
+            assert_eq!(ucs_ptr_status(ptr), status);
+            assert_eq!(ucs_ptr_is_err(ptr), status != UCS_OK);
+        }
+        assert!(ucs_status_ptr(UCS_OK).is_null());
+    }
+
+    #[test]
+    fn bits_and_versions_encode_like_the_c_macros() {
+        assert_eq!(ucs_bit(0), 1);
+        assert_eq!(ucs_bit(63), 1 << 63);
+        assert_eq!(ucs_mask(4), 0xf);
+        assert_eq!(u64::from(UCP_FEATURE_TAG), ucs_bit(0));
+        assert_eq!(u64::from(UCP_FEATURE_AM), ucs_bit(6));
+        assert_eq!(u64::from(UCP_OP_ATTR_FIELD_USER_DATA), ucs_bit(2));
+        assert_eq!(UCP_API_VERSION, 0x010d_0000);
+        assert!(ucp_version(1, 14) > UCP_API_VERSION && ucp_version(2, 0) > ucp_version(1, 99));
+    }
+
+    #[test]
+    fn cpu_sets_work_like_the_c_macros() {
+        let mut set = ucs_cpu_set_t::default();
+        ucs_cpu_set(0, &mut set);
+        ucs_cpu_set(65, &mut set);
+        ucs_cpu_set(UCS_CPU_SETSIZE, &mut set);
+        assert_eq!(set.ucs_bits[0], 1);
+        assert_eq!(set.ucs_bits[1], 2);
+        assert!(ucs_cpu_is_set(65, &set) && !ucs_cpu_is_set(64, &set));
+        assert!(!ucs_cpu_is_set(-1, &set) && !ucs_cpu_is_set(1 << 20, &set));
+        ucs_cpu_clr(65, &mut set);
+        assert!(!ucs_cpu_is_set(65, &set) && ucs_cpu_is_set(0, &set));
+        ucs_cpu_zero(&mut set);
+        assert!(set.ucs_bits.iter().all(|&w| w == 0));
     }
 
     #[test]

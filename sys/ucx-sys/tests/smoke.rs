@@ -1,7 +1,8 @@
 //! The raw UCP API on this machine's UCX: two workers of one process, connected both ways,
 //! over UCX's TCP transport (on the loopback device) and over its shared-memory transports —
-//! tagged sends (standard and synchronous), receives, probe and matched receive, truncation,
-//! cancel, and the teardown. A transport UCX cannot open here is reported and skipped.
+//! tagged sends (standard, synchronous, and from a scatter/gather list), receives, probe and
+//! matched receive, truncation, cancel, and the teardown. A transport UCX cannot open here is
+//! reported and skipped.
 
 use std::cell::Cell;
 use std::ffi::{c_void, CString};
@@ -42,8 +43,9 @@ unsafe extern "C" fn received(
     d.done.set(true);
 }
 
-unsafe extern "C" fn ep_failed(_arg: *mut c_void, _ep: ucp_ep_h, status: ucs_status_t) {
-    eprintln!("endpoint error: {}", status_string(status));
+unsafe extern "C" fn ep_failed(arg: *mut c_void, _ep: ucp_ep_h, status: ucs_status_t) {
+    // SAFETY: `arg` is the pair's boxed `ep_error` cell, which outlives its endpoints.
+    unsafe { &*arg.cast::<Cell<ucs_status_t>>() }.set(status);
 }
 
 /// A context with two workers and an endpoint from each to the other.
@@ -51,6 +53,12 @@ struct Pair {
     context: ucp_context_h,
     workers: [ucp_worker_h; 2],
     eps: [ucp_ep_h; 2],
+    /// Whether the endpoints report a failed peer (`UCP_ERR_HANDLING_MODE_PEER`), which
+    /// `UCP_EP_CLOSE_FLAG_FORCE` requires (ucp.h: without it a forced close is undefined).
+    peer_errors: bool,
+    /// The last status an endpoint's error handler reported (`UCS_OK`: none); boxed so that
+    /// its address, given to UCX, stays put.
+    ep_error: Box<Cell<ucs_status_t>>,
 }
 
 fn check(what: &str, status: ucs_status_t) -> Result<(), String> {
@@ -94,6 +102,8 @@ impl Pair {
             context,
             workers: [null_mut(); 2],
             eps: [null_mut(); 2],
+            peer_errors,
+            ep_error: Box::new(Cell::new(UCS_OK)),
         };
         for w in &mut pair.workers {
             let wp = ucp_worker_params_t {
@@ -124,7 +134,7 @@ impl Pair {
                 },
                 err_handler: ucp_err_handler_t {
                     cb: Some(ep_failed),
-                    arg: null_mut(),
+                    arg: (&raw const *pair.ep_error).cast_mut().cast(),
                 },
                 ..Default::default()
             };
@@ -165,32 +175,44 @@ impl Pair {
     }
 
     fn send(&self, from: usize, data: &[u8], tag: ucp_tag_t, sync: bool) -> ucs_status_t {
+        // SAFETY: `data` is readable for its length and outlives the call, which waits.
+        unsafe { self.send_raw(from, data.as_ptr().cast(), data.len(), tag, sync, None) }
+    }
+
+    /// Sends `count` items of `datatype` (bytes when `None`) at `buffer` and waits for the
+    /// send to complete.
+    ///
+    /// # Safety
+    ///
+    /// `buffer` holds `count` items of the datatype (for an iov one, `ucp_dt_iov_t`s whose
+    /// buffers are readable for their lengths), all alive until this returns.
+    unsafe fn send_raw(
+        &self,
+        from: usize,
+        buffer: *const c_void,
+        count: usize,
+        tag: ucp_tag_t,
+        sync: bool,
+        datatype: Option<ucp_datatype_t>,
+    ) -> ucs_status_t {
         let d = Done::default();
-        let param = ucp_request_param_t {
+        let mut param = ucp_request_param_t {
             op_attr_mask: UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
             cb: ucp_request_param_t__bindgen_ty_1 { send: Some(sent) },
             user_data: (&raw const d).cast_mut().cast(),
             ..Default::default()
         };
-        // SAFETY: the endpoint is live; `data` and `d` outlive the operation (we wait for it
-        // below); the callback only writes `d`'s cells.
+        if let Some(datatype) = datatype {
+            param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE;
+            param.datatype = datatype;
+        }
+        // SAFETY: the endpoint is live; the buffer is the caller's and `d` outlives the
+        // operation (we wait for it below); the callback only writes `d`'s cells.
         let ptr = unsafe {
             if sync {
-                ucp_tag_send_sync_nbx(
-                    self.eps[from],
-                    data.as_ptr().cast(),
-                    data.len(),
-                    tag,
-                    &param,
-                )
+                ucp_tag_send_sync_nbx(self.eps[from], buffer, count, tag, &param)
             } else {
-                ucp_tag_send_nbx(
-                    self.eps[from],
-                    data.as_ptr().cast(),
-                    data.len(),
-                    tag,
-                    &param,
-                )
+                ucp_tag_send_nbx(self.eps[from], buffer, count, tag, &param)
             }
         };
         self.wait(ptr, &d)
@@ -252,25 +274,52 @@ impl Pair {
     }
 }
 
-impl Drop for Pair {
-    fn drop(&mut self) {
-        for ep in self.eps.into_iter().filter(|e| !e.is_null()) {
+impl Pair {
+    /// Closes the endpoints still open and returns how each close ended: the first with a
+    /// flush (its outstanding operations complete first), the second forced (released at
+    /// once) when the endpoints report peer failures, which ucp.h requires of a forced close,
+    /// else flushed too.
+    fn close_eps(&mut self) -> Vec<ucs_status_t> {
+        let mut done = Vec::new();
+        for i in 0..2 {
+            let ep = std::mem::replace(&mut self.eps[i], null_mut());
+            if ep.is_null() {
+                continue;
+            }
+            let force = i == 1 && self.peer_errors;
             let param = ucp_request_param_t {
                 op_attr_mask: UCP_OP_ATTR_FIELD_FLAGS,
-                flags: UCP_EP_CLOSE_FLAG_FORCE,
+                flags: if force { UCP_EP_CLOSE_FLAG_FORCE } else { 0 },
                 ..Default::default()
             };
-            // SAFETY: a live endpoint, closed once.
+            // SAFETY: a live endpoint, closed once (its slot is now null).
             let ptr = unsafe { ucp_ep_close_nbx(ep, &param) };
-            if ucs_ptr_is_ptr(ptr) {
-                // SAFETY: the close request is live until freed below.
-                while unsafe { ucp_request_check_status(ptr) } == UCS_INPROGRESS {
-                    self.progress();
-                }
-                // SAFETY: the close request is done, and freed once.
-                unsafe { ucp_request_free(ptr) };
+            if !ucs_ptr_is_ptr(ptr) {
+                done.push(ucs_ptr_status(ptr));
+                continue;
             }
+            let start = std::time::Instant::now();
+            // SAFETY: the close request is live until freed below.
+            while unsafe { ucp_request_check_status(ptr) } == UCS_INPROGRESS {
+                assert!(
+                    start.elapsed().as_secs() < 20,
+                    "closing an endpoint never completed"
+                );
+                self.progress();
+            }
+            // SAFETY: as above.
+            done.push(unsafe { ucp_request_check_status(ptr) });
+            // SAFETY: the close request is done, and freed once.
+            unsafe { ucp_request_free(ptr) };
         }
+        done
+    }
+}
+
+impl Drop for Pair {
+    fn drop(&mut self) {
+        // Endpoints a failed test left open.
+        self.close_eps();
         for w in self.workers.into_iter().filter(|w| !w.is_null()) {
             // SAFETY: a live worker with no endpoints left, destroyed once.
             unsafe { ucp_worker_destroy(w) };
@@ -282,7 +331,7 @@ impl Drop for Pair {
 
 /// The tagged API over the transports `settings` select.
 fn exercise(settings: &[(&str, &str)], peer_errors: bool) {
-    let p = match Pair::open(settings, peer_errors) {
+    let mut p = match Pair::open(settings, peer_errors) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("note: UCX with {settings:?} unavailable here, skipped: {e}");
@@ -299,6 +348,38 @@ fn exercise(settings: &[(&str, &str)], peer_errors: bool) {
         assert_eq!((d.tag.get(), d.length.get()), (tag, 11), "{settings:?}");
         assert_eq!(&buf[..11], b"hello there");
     }
+    // A message sent from a scatter/gather list (ucp_dt_make_iov: the buffer is an array of
+    // ucp_dt_iov_t, the count its length) arrives as one contiguous message.
+    let (head, tail) = (*b"scatter/", *b"gather list");
+    let iov = [
+        ucp_dt_iov_t {
+            buffer: head.as_ptr().cast_mut().cast(),
+            length: head.len(),
+        },
+        ucp_dt_iov_t {
+            buffer: tail.as_ptr().cast_mut().cast(),
+            length: tail.len(),
+        },
+    ];
+    let mut buf = [0u8; 32];
+    let d = Done::default();
+    let r = p.post_recv(1, &mut buf, 0x10, &d);
+    // SAFETY: `iov` and the arrays it points into outlive the call, which waits; UCX only
+    // reads through the pointers.
+    let sent = unsafe {
+        p.send_raw(
+            0,
+            iov.as_ptr().cast(),
+            iov.len(),
+            0x10,
+            false,
+            Some(ucp_dt_make_iov()),
+        )
+    };
+    assert_eq!(sent, UCS_OK, "{settings:?}");
+    assert_eq!(p.wait(r, &d), UCS_OK, "{settings:?}");
+    assert_eq!((d.tag.get(), d.length.get()), (0x10, 19), "{settings:?}");
+    assert_eq!(&buf[..19], b"scatter/gather list");
     // An unexpected message received by a receive posted after it arrived. UCX completes it
     // inside the call; its documentation says `recv_info` then gets the tag and length, but
     // this UCX (1.13.1) leaves it untouched: the data is there, the tag and length are not.
@@ -374,6 +455,19 @@ fn exercise(settings: &[(&str, &str)], peer_errors: bool) {
     // SAFETY: `r` is the worker's live receive request.
     unsafe { ucp_request_cancel(p.workers[1], r) };
     assert_eq!(p.wait(r, &d), UCS_ERR_CANCELED, "{settings:?}");
+    // No endpoint failed along the way; both close cleanly.
+    assert_eq!(
+        p.ep_error.get(),
+        UCS_OK,
+        "{settings:?}: endpoint error {}",
+        status_string(p.ep_error.get())
+    );
+    let closed = p.close_eps();
+    eprintln!(
+        "{settings:?}: endpoints closed: {:?}",
+        closed.iter().map(|&s| status_string(s)).collect::<Vec<_>>()
+    );
+    assert_eq!(closed, [UCS_OK, UCS_OK], "{settings:?}");
 }
 
 #[test]
