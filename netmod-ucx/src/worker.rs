@@ -157,6 +157,9 @@ pub struct Worker {
     /// Whether endpoints are created with peer-failure handling (every transport in use
     /// supports it).
     pub peer_errors: bool,
+    /// By process: whether its endpoint was made with peer-failure handling, which a forced
+    /// close requires.
+    forceable: Vec<bool>,
 }
 
 // SAFETY: the worker is created in `UCS_THREAD_MODE_SERIALIZED`: UCX allows calls from any
@@ -230,6 +233,7 @@ impl Worker {
             completed: Box::default(),
             failures: Box::default(),
             peer_errors: true,
+            forceable: vec![false; processes as usize],
         })
     }
 
@@ -319,6 +323,9 @@ impl Worker {
         }
         check("ucp_ep_create", status)?;
         self.records.push(record);
+        if let Some(f) = self.forceable.get_mut(dest as usize) {
+            *f = self.peer_errors;
+        }
         if let Some(slot) = self.eps.get_mut(dest as usize) {
             *slot = ep;
         }
@@ -363,7 +370,10 @@ impl Worker {
     }
 
     /// Closes every endpoint, flushing what was sent on it first — bounded by `limit`, after
-    /// which UCX is left to finish; endpoints to peers that are `gone` are closed at once.
+    /// which UCX is left to finish; endpoints to peers that are `gone` are closed at once
+    /// where that is allowed: a forced close needs peer-failure handling on both sides
+    /// (`UCP_EP_CLOSE_FLAG_FORCE` in ucp.h: undefined behaviour otherwise), so an endpoint made
+    /// without it is always flushed.
     pub fn close_endpoints(&mut self, limit: std::time::Duration, gone: impl Fn(Gpid) -> bool) {
         let start = std::time::Instant::now();
         let mut closing = Vec::new();
@@ -373,17 +383,18 @@ impl Worker {
             .enumerate()
             .filter(|(_, e)| !e.is_null())
         {
-            // A peer that has left reads nothing more: no flush to wait for.
+            let forceable = self.forceable.get(peer).copied().unwrap_or(false);
             let param = ucp_request_param_t {
                 op_attr_mask: UCP_OP_ATTR_FIELD_FLAGS,
-                flags: if gone(peer as Gpid) {
+                flags: if forceable && gone(peer as Gpid) {
                     UCP_EP_CLOSE_FLAG_FORCE
                 } else {
                     0
                 },
                 ..Default::default()
             };
-            // SAFETY: a live endpoint, closed once (its slot is cleared).
+            // SAFETY: a live endpoint, closed once (its slot is cleared); forced only when it
+            // was made with peer-failure handling.
             let r = unsafe { ucp_ep_close_nbx(*ep, &param) };
             *ep = null_mut();
             if ucs_ptr_is_ptr(r) {
@@ -418,23 +429,11 @@ impl Worker {
 }
 
 impl Drop for Worker {
+    /// Closes what finalize did not (a netmod dropped without finalize, or after an error):
+    /// endpoints made with peer-failure handling at once, the others with a flush of at most
+    /// 200 ms.
     fn drop(&mut self) {
-        for ep in self.eps.iter_mut().filter(|e| !e.is_null()) {
-            let param = ucp_request_param_t {
-                op_attr_mask: UCP_OP_ATTR_FIELD_FLAGS,
-                flags: UCP_EP_CLOSE_FLAG_FORCE,
-                ..Default::default()
-            };
-            // SAFETY: a live endpoint, closed once; a forced close needs no progress to end
-            // locally, and its request (if any) is freed at once (UCX completes it with the
-            // worker).
-            let r = unsafe { ucp_ep_close_nbx(*ep, &param) };
-            if ucs_ptr_is_ptr(r) {
-                // SAFETY: `r` is the live close request, freed once.
-                unsafe { ucp_request_free(r) };
-            }
-            *ep = null_mut();
-        }
+        self.close_endpoints(std::time::Duration::from_millis(200), |_| true);
         // SAFETY: the worker and context are live, destroyed once, the worker first.
         unsafe {
             ucp_worker_destroy(self.worker);
