@@ -61,30 +61,36 @@ impl<C: Default, V> OpContexts<C, V> {
 
     /// Takes a slot for an operation about to be posted, keeping `value` with it. Its context
     /// starts as `C::default()` (zeroed, as libfabric expects of an `fi_context2`).
+    #[inline]
     pub fn insert(&mut self, value: V) -> OpIndex {
         let i = match self.free.pop() {
             Some(i) => i,
-            None => {
-                let base = self.chunks.len() * CHUNK;
-                self.chunks.push(
-                    (0..CHUNK)
-                        .map(|_| Slot {
-                            context: UnsafeCell::new(C::default()),
-                            value: None,
-                        })
-                        .collect(),
-                );
-                // Hand out the new chunk's slots lowest first.
-                self.free
-                    .extend((base + 1..base + CHUNK).rev().map(|i| i as OpIndex));
-                base as OpIndex
-            }
+            None => self.grow(),
         };
         let slot = self.slot_mut(i);
         *slot.context.get_mut() = C::default();
         slot.value = Some(value);
         self.live += 1;
         i
+    }
+
+    /// Adds a chunk of slots (the table's first, or when every slot is taken) and returns the
+    /// first of them; the others go to the free list, lowest first.
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self) -> OpIndex {
+        let base = self.chunks.len() * CHUNK;
+        self.chunks.push(
+            (0..CHUNK)
+                .map(|_| Slot {
+                    context: UnsafeCell::new(C::default()),
+                    value: None,
+                })
+                .collect(),
+        );
+        self.free
+            .extend((base + 1..base + CHUNK).rev().map(|i| i as OpIndex));
+        base as OpIndex
     }
 
     /// The context pointer to hand the network for operation `i`. It stays valid, at the same

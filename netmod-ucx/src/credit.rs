@@ -49,9 +49,14 @@ pub(crate) fn available<P: Partner>(cx: &mut Cx<'_, Net, P>, dest: Gpid) -> bool
 /// its communicator at its rank), and gives credit back once a quarter has added up.
 pub(crate) fn consumed<P: Partner>(cx: &mut Cx<'_, Net, P>, bits: u64) {
     let (context, source, _) = tag::fields(bits);
-    let Some(src) = cx.core.process_of(context, source) else {
-        return;
-    };
+    if let Some(src) = cx.core.process_of(context, source) {
+        consumed_from(cx, src);
+    }
+}
+
+/// [`consumed`] of a message whose sender's process is known.
+#[inline]
+pub(crate) fn consumed_from<P: Partner>(cx: &mut Cx<'_, Net, P>, src: Gpid) {
     if let Some(messages) = message_credit::consumed(cx.core, cx.route, src) {
         give_back(cx.transport, src, messages);
     }

@@ -730,9 +730,6 @@ fn finish_recv<P: Partner>(
     len: usize,
 ) -> Result<()> {
     let matched = status == UCS_OK || status == UCS_ERR_MESSAGE_TRUNCATED;
-    if matched {
-        credit::consumed(cx, bits);
-    }
     let (context, source, tag) = tag::fields(bits);
     let process = if matched {
         cx.core
@@ -741,6 +738,9 @@ fn finish_recv<P: Partner>(
     } else {
         UNKNOWN_PROCESS
     };
+    if matched && process != UNKNOWN_PROCESS {
+        credit::consumed_from(cx, process);
+    }
     let Some(req) = cx.core.requests.get_mut(op.req) else {
         return Ok(()); // the receive is gone (its completion came after a quiesce)
     };
