@@ -373,6 +373,37 @@ pub(crate) fn exchange_cards_in_memory<N: Bootstrap>(
     }
 }
 
+/// The job's record of failed and finished ranks as a network netmod's [`PeerWatch`], each
+/// change held back [`WATCH_GRACE`] after this rank first sees it: a rank that finished may
+/// have left its last messages in the network (in UCX's shared-memory FIFOs, a provider's
+/// queues), to be received before waits on it fail — the grace process mode's launcher watch
+/// gives too.
+#[cfg(any(feature = "ofi", feature = "ucx"))]
+fn graceful_watch(fabric: Arc<Fabric>) -> ch4_core::bootstrap::PeerWatch {
+    let seen: Mutex<Vec<Option<std::time::Instant>>> =
+        Mutex::new(vec![None; fabric.config().ranks as usize]);
+    Arc::new(move |g| {
+        let state = fabric.peer_state(g);
+        if state == ch4_core::PeerState::Alive {
+            return state;
+        }
+        let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(first) = seen.get_mut(g as usize) else {
+            return state;
+        };
+        let since = *first.get_or_insert_with(std::time::Instant::now);
+        if since.elapsed() < WATCH_GRACE {
+            ch4_core::PeerState::Alive
+        } else {
+            state
+        }
+    })
+}
+
+/// How long [`graceful_watch`] keeps a finished or failed rank alive to this rank.
+#[cfg(any(feature = "ofi", feature = "ucx"))]
+const WATCH_GRACE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// The libfabric netmod for ranks as threads: every rank opens its own endpoint (the provider
 /// that `FI_PROVIDER` names, else the best one), and the ranks swap their addresses in memory
 /// ([`exchange_cards_in_memory`]) — unless the job is one node, where nothing is opened. The
@@ -381,10 +412,10 @@ pub(crate) fn exchange_cards_in_memory<N: Bootstrap>(
 impl FromFabric for netmod_ofi::OfiNetmod {
     fn from_fabric(fabric: Arc<Fabric>, me: u32, _job: &ThreadJob) -> Result<Self> {
         let cfg = *fabric.config();
-        let watched = fabric.clone();
+        let watch = graceful_watch(fabric.clone());
         let open = |key, spans| {
             let mut net = netmod_ofi::OfiNetmod::open(me, cfg.ranks, key, spans)?;
-            net.watch_peers(Arc::new(move |g| watched.peer_state(g)));
+            net.watch_peers(watch);
             Ok(net)
         };
         if cfg.ranks_per_node >= cfg.ranks {
@@ -403,10 +434,10 @@ impl FromFabric for netmod_ucx::UcxNetmod {
     fn from_fabric(fabric: Arc<Fabric>, me: u32, _job: &ThreadJob) -> Result<Self> {
         use ch4_core::bootstrap::Bootstrap;
         let cfg = *fabric.config();
-        let watched = fabric.clone();
+        let watch = graceful_watch(fabric.clone());
         let open = |key, spans| {
             let mut net = netmod_ucx::UcxNetmod::open(me, cfg.ranks, key, spans)?;
-            net.watch_peers(Arc::new(move |g| watched.peer_state(g)));
+            net.watch_peers(watch);
             Ok(net)
         };
         if cfg.ranks_per_node >= cfg.ranks {

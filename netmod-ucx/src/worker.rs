@@ -138,6 +138,18 @@ fn check(what: &str, status: ucs_status_t) -> Result<()> {
     }
 }
 
+/// Whether a `UCX_TLS` list names a transport that can detect a failed peer: UCX 1.13's
+/// shared-memory transports (`posix`, `sysv`, `cma`, `sm`, `shm`, `self`) cannot, and refuse
+/// endpoints that ask for it (UCX logs an error for each refusal). With only those, endpoints
+/// go without from the start; with any other (`tcp`, an `all`, an InfiniBand one), they ask,
+/// and fall back once if refused.
+fn can_detect_failed_peers(tls: &str) -> bool {
+    const SHARED_MEMORY: [&str; 6] = ["posix", "sysv", "cma", "sm", "shm", "self"];
+    tls.split(',')
+        .map(|t| t.trim().trim_start_matches('^'))
+        .any(|t| !t.is_empty() && !SHARED_MEMORY.contains(&t))
+}
+
 /// One rank's UCP context, worker and endpoints.
 pub struct Worker {
     context: ucp_context_h,
@@ -224,6 +236,12 @@ impl Worker {
             unsafe { ucp_cleanup(context) };
             return Err(e);
         }
+        // UCX_TLS as UCX reads it: the settings' value, else the environment's.
+        let tls = settings
+            .iter()
+            .find(|(n, _)| *n == "TLS")
+            .map(|(_, v)| v.to_string())
+            .or_else(|| std::env::var("UCX_TLS").ok());
         Ok(Worker {
             context,
             worker,
@@ -232,7 +250,7 @@ impl Worker {
             records: Vec::new(),
             completed: Box::default(),
             failures: Box::default(),
-            peer_errors: true,
+            peer_errors: tls.as_deref().map_or(true, can_detect_failed_peers),
             forceable: vec![false; processes as usize],
         })
     }
@@ -439,5 +457,20 @@ impl Drop for Worker {
             ucp_worker_destroy(self.worker);
             ucp_cleanup(self.context);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::can_detect_failed_peers;
+
+    #[test]
+    fn only_shared_memory_transports_go_without_failure_detection() {
+        assert!(!can_detect_failed_peers("posix,sysv,cma"));
+        assert!(!can_detect_failed_peers("sm,self"));
+        assert!(can_detect_failed_peers("tcp"));
+        assert!(can_detect_failed_peers("posix,tcp"));
+        assert!(can_detect_failed_peers("all"));
+        assert!(can_detect_failed_peers("rc,sm"));
     }
 }
