@@ -621,13 +621,27 @@ impl Job<'_> {
             return;
         }
         // A rank that called abort exits right after sending it; give the abort, which says
-        // why, a moment to arrive before reporting a bare exit status.
+        // why, a moment to arrive before reporting a bare exit status. Ranks that end in that
+        // moment are reaped too: when one was killed by a signal, it is the cause (the others
+        // failed because it vanished: a peer's receive from it errs and that rank exits) and it
+        // is the one reported, whichever the kernel let us reap first.
         let deadline = Instant::now() + Duration::from_millis(50);
+        let mut culprit = (i, status);
         while self.failure.is_none() && Instant::now() < deadline {
             for event in self.server.poll(TICK) {
                 self.on_pmi_event(event);
             }
+            while let sys::Reaped::Exited(pid, other) = sys::reap_any() {
+                let Some(j) = self.rank_of_pid(pid) else {
+                    continue;
+                };
+                self.ranks[j].status = Some(other);
+                if killed(other) && !killed(culprit.1) {
+                    culprit = (j, other);
+                }
+            }
         }
+        let (i, status) = culprit;
         let rank = u32::try_from(i).unwrap_or(u32::MAX);
         self.fail(Failure::Exit { rank, status }, None);
     }
@@ -776,6 +790,12 @@ fn join_with_timeout(handles: Vec<thread::JoinHandle<()>>, timeout: Duration) {
         let _ = tx.send(());
     });
     let _ = rx.recv_timeout(timeout);
+}
+
+/// Whether a rank's process was ended by a signal (killed, crashed) rather than exiting.
+fn killed(status: ExitStatus) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal().is_some()
 }
 
 #[cfg(test)]
