@@ -43,18 +43,6 @@ pub use ch4_core::native::message_credit::MESSAGE_CHARGE;
 /// Receives kept posted for returned credit.
 pub const CREDIT_RECEIVES: usize = 4;
 
-/// Spends the credit of one message to `dest`; `false` (nothing spent) when there is none.
-#[inline(always)]
-pub(crate) fn spend<P: Partner>(cx: &mut Cx<'_, Net, P>, dest: Gpid) -> bool {
-    message_credit::take(cx.core, cx.route, dest)
-}
-
-/// Whether a blocking send to `dest` has the credit of one message.
-#[inline(always)]
-pub(crate) fn available<P: Partner>(cx: &mut Cx<'_, Net, P>, dest: Gpid) -> bool {
-    message_credit::available(cx.core, cx.route, dest)
-}
-
 /// A message whose remote CQ data is `data` has been consumed here: counts it, and gives its
 /// sender back the credit of the messages counted once a quarter of its credit has added up.
 /// Best effort, like the AM fallback's: a sender that has left needs no credit, so a failure

@@ -20,7 +20,7 @@
 
 use std::time::Instant;
 
-use ch4_core::native::{self, word_of, CancelStep, Holding, OpIndex};
+use ch4_core::native::{self, message_credit, word_of, CancelStep, Holding, OpIndex};
 use ch4_core::request::{Message, RecvState, ReqHandle, Request, RequestKind};
 use ch4_core::transport::{Caps, Cx, P2p, Partner, SendOp};
 use ch4_core::{Envelope, Error, ErrorKind, Result, SendMode, Status};
@@ -70,7 +70,7 @@ impl P2p<Net> for OfiEngine {
         let bits = tag::send_tag(&op.env)?;
         let total = op.buf.packed_len();
         if total > cx.transport.max_msg
-            || (!credit::spend(cx, op.dest) && large::usable(cx.transport))
+            || (!message_credit::take(cx.core, cx.route, op.dest) && large::usable(cx.transport))
         {
             // Longer than the provider takes, or beyond the receiver's credit: the receiver
             // reads it from the user's buffer once it has matched it.
@@ -163,7 +163,7 @@ impl P2p<Net> for OfiEngine {
     /// goes by RMA read anyway.
     #[inline(always)]
     fn send_ready<P: Partner>(cx: &mut Cx<'_, Net, P>, dest: ch4_core::Gpid, total: usize) -> bool {
-        total > cx.transport.max_msg || credit::available(cx, dest)
+        total > cx.transport.max_msg || message_credit::available(cx.core, cx.route, dest)
     }
 
     fn cancel_send<P: Partner>(_cx: &mut Cx<'_, Net, P>, _req: ReqHandle) -> Result<()> {

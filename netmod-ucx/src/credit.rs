@@ -33,18 +33,6 @@ pub use ch4_core::native::message_credit::MESSAGE_CHARGE;
 /// Receives kept posted for returned credit.
 pub const CREDIT_RECEIVES: usize = 4;
 
-/// Spends the credit of one message to `dest`; `false` (nothing spent) when there is none.
-#[inline(always)]
-pub(crate) fn spend<P: Partner>(cx: &mut Cx<'_, Net, P>, dest: Gpid) -> bool {
-    message_credit::take(cx.core, cx.route, dest)
-}
-
-/// Whether a blocking send to `dest` has the credit of one message.
-#[inline(always)]
-pub(crate) fn available<P: Partner>(cx: &mut Cx<'_, Net, P>, dest: Gpid) -> bool {
-    message_credit::available(cx.core, cx.route, dest)
-}
-
 /// A message with tag `bits` was consumed here: counts it against its sender (the member of
 /// its communicator at its rank), and gives credit back once a quarter has added up.
 pub(crate) fn consumed<P: Partner>(cx: &mut Cx<'_, Net, P>, bits: u64) {

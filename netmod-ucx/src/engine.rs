@@ -21,7 +21,7 @@
 use std::ffi::c_void;
 use std::ptr::null_mut;
 
-use ch4_core::native::{self, word_of, CancelStep, Holding, OpIndex};
+use ch4_core::native::{self, message_credit, word_of, CancelStep, Holding, OpIndex};
 use ch4_core::request::{Message, RecvState, ReqHandle, Request, RequestKind, UNKNOWN_PROCESS};
 use ch4_core::transport::{Caps, Cx, P2p, Partner, SendOp};
 use ch4_core::{Envelope, Error, ErrorKind, Gpid, Result, SendMode, Status};
@@ -59,7 +59,7 @@ impl P2p<Net> for UcxEngine {
         let total = op.buf.packed_len();
         // Without credit a nonblocking send still goes (UCX has no per-message rendezvous to
         // switch to): blocking sends wait for credit in `send_ready`.
-        credit::spend(cx, op.dest);
+        message_credit::take(cx.core, cx.route, op.dest);
         if !sync {
             if let Some((ptr, len)) = op.buf.raw_parts() {
                 return send_contiguous(cx, op, bits, ptr, len, total);
@@ -332,7 +332,7 @@ impl P2p<Net> for UcxEngine {
     /// A blocking send waits for its receiver's credit (see [`crate::credit`]).
     #[inline(always)]
     fn send_ready<P: Partner>(cx: &mut Cx<'_, Net, P>, dest: Gpid, _total: usize) -> bool {
-        credit::available(cx, dest)
+        message_credit::available(cx.core, cx.route, dest)
     }
 
     #[inline]
