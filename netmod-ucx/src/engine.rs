@@ -30,7 +30,9 @@ use ucx_sys::*;
 use crate::credit;
 use crate::netmod::{vanished, Op, OpKind, UcxNetmod};
 use crate::tag;
-use crate::worker::{received, sent, ucx_error, Completion};
+use crate::worker::{
+    received, request_op, sent, sent_slotless, set_request_op, ucx_error, Completion, SlotlessDone,
+};
 
 /// The engine of [`UcxNetmod`] (all its state lives in the netmod and the core's requests).
 pub struct UcxEngine;
@@ -341,10 +343,12 @@ impl P2p<Net> for UcxEngine {
     }
 }
 
-/// A contiguous standard send straight from the caller's buffer: one that UCX finishes inside
-/// the call (it copied the data out) needs no request; one that it keeps gets its request
-/// afterwards (the buffer stays lent to it), or, if the pool is full, is driven to its end
-/// before the error is returned, so that UCX never reads a buffer handed back.
+/// A contiguous standard send straight from the caller's buffer, posted without an operation
+/// slot: one that UCX finishes inside the call (it copied the data out, as it does for short
+/// messages) costs nothing more; one that it keeps gets a slot then, whose index goes into
+/// the request's reserved space, and a request (the buffer stays lent to it), or, if the pool
+/// is full, is driven to its end before the error is returned, so that UCX never reads a
+/// buffer handed back.
 #[inline(always)]
 fn send_contiguous<P: Partner>(
     cx: &mut Cx<'_, Net, P>,
@@ -355,34 +359,36 @@ fn send_contiguous<P: Partner>(
     total: usize,
 ) -> Result<ReqHandle> {
     let net = &mut *cx.transport;
-    let ep = net.worker()?.ep(op.dest)?;
+    let w = net.worker()?;
+    let ep = w.ep(op.dest)?;
+    let param = ucp_request_param_t {
+        op_attr_mask: UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+        cb: ucp_request_param_t__bindgen_ty_1 {
+            send: Some(sent_slotless),
+        },
+        user_data: w.slotless_sink(),
+        ..Default::default()
+    };
+    // SAFETY: `ep` is a live endpoint of this worker; `ptr`/`len` are the caller's buffer,
+    // lent to a request below if UCX keeps it (or waited for); the user data is the worker's
+    // list of slotless completions, which the callback only appends to.
+    let request = unsafe { ucp_tag_send_nbx(ep, ptr.cast(), len, bits, &param) };
+    if request.is_null() {
+        return Ok(ReqHandle::DONE);
+    }
+    if ucs_ptr_is_err(request) {
+        return Err(send_error(ucs_ptr_raw_status(request)));
+    }
     let i = net.ops.insert(Op {
         req: ReqHandle::DONE,
         kind: OpKind::Send,
-        request: null_mut(),
+        request,
         bounce: None,
         iov: None,
     });
-    match post_send(
-        net,
-        i,
-        ep,
-        ptr.cast(),
-        len,
-        ucp_dt_make_contig(1),
-        bits,
-        false,
-    ) {
-        Ok(true) => {
-            net.ops.remove(i);
-            return Ok(ReqHandle::DONE);
-        }
-        Ok(false) => {}
-        Err(e) => {
-            net.ops.remove(i);
-            return Err(e);
-        }
-    }
+    // SAFETY: `request` was just returned by a send of this worker, and no other UCX call ran
+    // since (its callback, if it already ran, only recorded the pointer).
+    unsafe { set_request_op(request, i) };
     match cx
         .core
         .requests
@@ -651,22 +657,29 @@ pub(crate) fn progress_own<P: Partner>(cx: &mut Cx<'_, Net, P>) -> Result<usize>
 fn apply_completions<P: Partner>(cx: &mut Cx<'_, Net, P>) -> Result<usize> {
     let mut n = 0;
     let mut done = std::mem::take(&mut cx.transport.applying);
-    while let Some(w) = &cx.transport.worker {
+    let mut slotless = std::mem::take(&mut cx.transport.applying_slotless);
+    let result = loop {
+        let Some(w) = &cx.transport.worker else {
+            break Ok(());
+        };
         w.swap_completed(&mut done);
-        if done.is_empty() {
-            break;
+        w.take_slotless(&mut slotless);
+        if done.is_empty() && slotless.is_empty() {
+            break Ok(());
         }
-        n += done.len();
-        for &i in &done {
-            if let Err(e) = completed(cx, i) {
-                cx.transport.applying = done;
-                return Err(e);
-            }
+        n += done.len() + slotless.len();
+        if let Err(e) = done.iter().try_for_each(|&i| completed(cx, i)) {
+            break Err(e);
         }
-    }
+        if let Err(e) = slotless.iter().try_for_each(|&d| completed_slotless(cx, d)) {
+            break Err(e);
+        }
+    };
     done.clear();
+    slotless.clear();
     cx.transport.applying = done;
-    Ok(n)
+    cx.transport.applying_slotless = slotless;
+    result.map(|()| n)
 }
 
 /// Operation `i` completed (its callback ran).
@@ -684,6 +697,35 @@ fn completed<P: Partner>(cx: &mut Cx<'_, Net, P>, i: OpIndex) -> Result<()> {
     let Some(op) = net.ops.remove(i) else {
         return Ok(());
     };
+    apply(cx, op, status, bits, len)
+}
+
+/// A send posted without a slot, which UCX kept, completed: its operation is the one whose
+/// index is in the request's reserved space, if that operation still holds this request (a
+/// request released at close may report after its operation ended).
+fn completed_slotless<P: Partner>(cx: &mut Cx<'_, Net, P>, d: SlotlessDone) -> Result<()> {
+    // SAFETY: the request is still UCX's (it is freed only when its operation is applied,
+    // below), and the engine wrote the index right after the call that returned it.
+    let i = unsafe { request_op(d.request) };
+    let net = &mut *cx.transport;
+    if !net.ops.get(i).is_some_and(|o| o.request == d.request) {
+        return Ok(());
+    }
+    let Some(op) = net.ops.remove(i) else {
+        return Ok(());
+    };
+    apply(cx, op, d.status, 0, 0)
+}
+
+/// Applies a completed operation (removed from the table): frees UCX's request, then
+/// completes what the operation served.
+fn apply<P: Partner>(
+    cx: &mut Cx<'_, Net, P>,
+    op: Op,
+    status: ucs_status_t,
+    bits: u64,
+    len: usize,
+) -> Result<()> {
     if !op.request.is_null() {
         // SAFETY: the operation's UCX request, completed (its callback ran), freed once.
         unsafe { ucp_request_free(op.request) };

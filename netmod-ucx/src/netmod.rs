@@ -68,6 +68,8 @@ pub struct UcxNetmod {
     /// The engine's list of completions being applied, kept for its capacity (see
     /// `Worker::swap_completed`).
     pub(crate) applying: Vec<ch4_core::native::OpIndex>,
+    /// The same for the completions of sends posted without a slot.
+    pub(crate) applying_slotless: Vec<crate::worker::SlotlessDone>,
     /// Where this rank learns that a peer failed or left (the launcher, or the thread job).
     watch: Option<PeerWatch>,
 }
@@ -138,6 +140,7 @@ impl UcxNetmod {
             credit_out: Vec::new(),
             failed: Vec::new(),
             applying: Vec::new(),
+            applying_slotless: Vec::new(),
             watch: None,
         })
     }
@@ -181,6 +184,7 @@ impl UcxNetmod {
             unsafe { ucx_sys::ucp_request_free(r) };
         }
         w.take_completed();
+        w.take_slotless(&mut Vec::new());
         for (i, _) in held {
             if let Some(o) = self.ops.get_mut(i) {
                 o.request = std::ptr::null_mut();

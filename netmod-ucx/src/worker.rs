@@ -17,6 +17,12 @@
 //!   ([`Worker::take_completed`]). Callbacks may run inside the call that posts or cancels an
 //!   operation, as well as inside `ucp_worker_progress`; they never call back into UCX or into
 //!   the engine, which applies the list after each call.
+//! - A contiguous standard send takes no slot before it is posted: short ones, the common
+//!   case, complete inside the call. Only when UCX keeps it (returns a request) does it get
+//!   one, whose index goes into the space UCX reserves in each of its requests for the
+//!   application (`ucp_params_t::request_size`, as MPICH's ch4:ucx and Open MPI's pml ucx keep
+//!   their own request there); its callback, [`sent_slotless`], records the request, and the
+//!   engine reads the index back ([`Worker::take_slotless`], [`request_op`]).
 
 use std::cell::Cell;
 use std::ffi::{c_void, CString};
@@ -104,6 +110,57 @@ pub unsafe extern "C" fn received(
     c.record(status);
 }
 
+/// The callback of a send posted without a slot (`ucp_send_nbx_callback_t`): `user` is the
+/// worker's list of such completions, to which the request and its status are appended.
+pub unsafe extern "C" fn sent_slotless(
+    request: *mut c_void,
+    status: ucs_status_t,
+    user: *mut c_void,
+) {
+    // SAFETY: `user` is the worker's boxed list (`Worker::slotless_sink`), alive as long as
+    // the worker, which outlives its requests' callbacks; touched only through the `Cell`.
+    if let Some(list) = unsafe { user.cast::<Cell<Vec<SlotlessDone>>>().as_ref() } {
+        let mut v = list.take();
+        v.push(SlotlessDone { request, status });
+        list.set(v);
+    }
+}
+
+/// A slotless send that UCX reported complete: its request and the status.
+#[derive(Clone, Copy)]
+pub struct SlotlessDone {
+    /// UCX's request (its reserved space holds the operation's index, see [`set_request_op`]).
+    pub request: *mut c_void,
+    /// What the callback was told.
+    pub status: ucs_status_t,
+}
+
+/// The bytes this netmod reserves in every UCX request (`ucp_params_t::request_size`): the
+/// index of the operation the request serves, for requests of sends posted without a slot.
+const REQUEST_RESERVED: usize = std::mem::size_of::<u64>();
+
+/// Writes operation `i`'s index into `request`'s reserved space.
+///
+/// # Safety
+/// `request` is a live request returned by a non-blocking call of a worker of this netmod's
+/// context (so it has [`REQUEST_RESERVED`] writable bytes at its address).
+pub unsafe fn set_request_op(request: *mut c_void, i: OpIndex) {
+    // SAFETY: the caller's contract; UCX hands the reserved space to the application at the
+    // returned pointer (MPICH's ch4:ucx and Open MPI's pml ucx store their request there).
+    unsafe { request.cast::<u64>().write_unaligned(u64::from(i)) }
+}
+
+/// The operation index [`set_request_op`] wrote into `request`.
+///
+/// # Safety
+/// As for [`set_request_op`], and the index was written before (it was, if the request was
+/// returned by the call that posted it: the engine writes it before any other UCX call).
+pub unsafe fn request_op(request: *mut c_void) -> OpIndex {
+    // SAFETY: the caller's contract.
+    let raw = unsafe { request.cast::<u64>().read_unaligned() };
+    OpIndex::try_from(raw).unwrap_or(OpIndex::MAX)
+}
+
 /// What an endpoint's error handler needs: whose endpoint it is and where failures go.
 struct EpRecord {
     peer: Gpid,
@@ -164,6 +221,8 @@ pub struct Worker {
     records: Vec<Box<EpRecord>>,
     /// Slots whose operation completed, in order, for the engine to apply.
     completed: Box<Cell<Vec<OpIndex>>>,
+    /// Slotless sends that UCX kept and has since completed (see [`sent_slotless`]).
+    slotless: Box<Cell<Vec<SlotlessDone>>>,
     /// Peers whose endpoint reported an error, with the status.
     failures: Box<Cell<Vec<(Gpid, ucs_status_t)>>>,
     /// Whether endpoints are created with peer-failure handling (every transport in use
@@ -210,9 +269,11 @@ impl Worker {
         let name = CString::new("ch4").unwrap_or_default();
         let params = ucp_params_t {
             field_mask: (UCP_PARAM_FIELD_FEATURES
+                | UCP_PARAM_FIELD_REQUEST_SIZE
                 | UCP_PARAM_FIELD_ESTIMATED_NUM_EPS
                 | UCP_PARAM_FIELD_NAME) as u64,
             features: UCP_FEATURE_TAG as u64,
+            request_size: REQUEST_RESERVED,
             estimated_num_eps: processes as usize,
             name: name.as_ptr(),
             ..Default::default()
@@ -249,6 +310,7 @@ impl Worker {
             addresses: Vec::new(),
             records: Vec::new(),
             completed: Box::default(),
+            slotless: Box::default(),
             failures: Box::default(),
             peer_errors: tls.as_deref().map_or(true, can_detect_failed_peers),
             forceable: vec![false; processes as usize],
@@ -372,6 +434,22 @@ impl Worker {
         let mut v = self.completed.take();
         std::mem::swap(&mut v, spare);
         self.completed.set(v);
+    }
+
+    /// The user data of a slotless send: where [`sent_slotless`] records its completion.
+    #[inline(always)]
+    pub fn slotless_sink(&self) -> *mut c_void {
+        (&raw const *self.slotless).cast_mut().cast()
+    }
+
+    /// The slotless sends completed since the last call, swapped with `spare` as in
+    /// [`Worker::swap_completed`].
+    #[inline(always)]
+    pub fn take_slotless(&self, spare: &mut Vec<SlotlessDone>) {
+        spare.clear();
+        let mut v = self.slotless.take();
+        std::mem::swap(&mut v, spare);
+        self.slotless.set(v);
     }
 
     /// Queues operation `i` as completed with `status` although no callback ran (UCX finished

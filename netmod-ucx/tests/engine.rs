@@ -118,6 +118,55 @@ fn wildcards_and_the_source_process() {
 }
 
 #[test]
+fn a_short_send_takes_no_slot_and_a_kept_one_holds_its_buffer_until_the_match() {
+    each_transport(2, DeviceConfig::default(), |p, d| {
+        // The first message waits for the connection: UCX keeps it.
+        let (r0, _) = irecv_leaked(&mut d[1], 0, 2, 8);
+        let first = isend_owned(&mut d[0], 1, 2, pattern(2, 8), SendMode::Standard);
+        d.wait(1, r0).unwrap();
+        d.wait(0, first).unwrap();
+        d.settle().unwrap();
+        let short = isend_owned(&mut d[0], 1, 3, pattern(0, 8), SendMode::Standard);
+        assert!(
+            d[0].is_done(short).unwrap(),
+            "{p}: an 8-byte send is copied out at once"
+        );
+        assert_eq!(
+            d[0].netmod().outstanding(),
+            0,
+            "{p}: ... and leaves no operation"
+        );
+        let len = 4 << 20;
+        let long = isend_owned(&mut d[0], 1, 4, pattern(1, len), SendMode::Standard);
+        for _ in 0..50 {
+            d.step().unwrap();
+        }
+        assert!(
+            !d[0].is_done(long).unwrap(),
+            "{p}: a 4 MiB send done before its receive was posted"
+        );
+        assert_eq!(
+            d[0].netmod().outstanding(),
+            1,
+            "{p}: the kept send's operation"
+        );
+        let (r8, b8) = irecv_leaked(&mut d[1], 0, 3, 8);
+        let (r, buf) = irecv_leaked(&mut d[1], 0, 4, len);
+        d.wait(1, r8).unwrap();
+        let st = d.wait(1, r).unwrap();
+        d.wait(0, long).unwrap();
+        assert_eq!(&b8[..8], &pattern(0, 8)[..], "{p}");
+        assert_eq!(
+            (st.bytes, &buf[..len] == &pattern(1, len)[..]),
+            (len, true),
+            "{p}"
+        );
+        d.settle().unwrap();
+        assert_eq!(d[0].netmod().outstanding(), 0, "{p}");
+    });
+}
+
+#[test]
 fn a_synchronous_send_completes_only_after_the_match() {
     each_transport(2, DeviceConfig::default(), |p, d| {
         for len in [8usize, 100_000] {
