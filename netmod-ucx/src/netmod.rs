@@ -11,7 +11,7 @@ use ucx_sys::{ucp_dt_iov_t, ucp_tag_message_h};
 
 use crate::engine::UcxEngine;
 use crate::tag;
-use crate::worker::{Completion, Worker};
+use crate::worker::{Completion, ErrMode, Worker};
 
 /// What the engine keeps with one outstanding operation.
 pub(crate) struct Op {
@@ -116,6 +116,18 @@ impl UcxNetmod {
         spans_nodes: bool,
         settings: &[(&str, &str)],
     ) -> Result<Self> {
+        Self::open_in_mode(rank, size, spans_nodes, settings, ErrMode::from_env()?)
+    }
+
+    /// [`UcxNetmod::open_with`] with the error handling mode given rather than read from
+    /// `CH4_UCX_ERR_MODE` (for tests that run both).
+    pub fn open_in_mode(
+        rank: Gpid,
+        size: u32,
+        spans_nodes: bool,
+        settings: &[(&str, &str)],
+        mode: ErrMode,
+    ) -> Result<Self> {
         if u64::from(size) > tag::MAX_PROCESSES {
             return Err(Error::new(
                 ErrorKind::Arg,
@@ -126,7 +138,7 @@ impl UcxNetmod {
             ));
         }
         let worker = if spans_nodes {
-            Some(Worker::open(size, settings)?)
+            Some(Worker::open(size, settings, mode)?)
         } else {
             None
         };
@@ -246,6 +258,14 @@ impl AmTransport for UcxNetmod {
                 format!("{} (UCX {major}.{minor}.{release})", var("UCX_TLS")),
             ),
             ("UCX_NET_DEVICES", var("UCX_NET_DEVICES")),
+            (
+                crate::ERR_MODE_VAR,
+                match &self.worker {
+                    Some(w) if w.peer_errors => "peer".to_string(),
+                    Some(_) => "none".to_string(),
+                    None => "unused (one node)".to_string(),
+                },
+            ),
         ]
     }
 

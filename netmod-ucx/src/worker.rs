@@ -8,9 +8,13 @@
 //! - The worker's address is the business card; [`Worker::learn`] keeps every process's
 //!   address, and an endpoint to a process is created on first contact ([`Worker::ep`]), with
 //!   an error handler so that a peer that dies fails its operations instead of hanging them.
+//!   By default the endpoint asks for no guarantee (`UCP_ERR_HANDLING_MODE_NONE`, as MPICH's
+//!   ch4:ucx and Open MPI's pml ucx do): UCX 1.13's tcp transport still reports a dead peer to
+//!   the handler, and the launcher reports it anyway. [`ErrMode::Peer`] asks UCX for the
+//!   guarantee (`UCP_ERR_HANDLING_MODE_PEER`), which costs large messages dearly over tcp
+//!   (UCX switches to a slower rendezvous and adds a keepalive lane: 4 MiB latency 1.8x here).
 //!   UCX 1.13's shared-memory transports cannot detect a failed peer and refuse endpoints that
-//!   ask for it; there the endpoint is created without (failures are then learned from the
-//!   launcher, as over libfabric).
+//!   ask for it; there the endpoint is created without.
 //! - Completions: every operation's callback receives a pointer to its [`Completion`] (a slot
 //!   of the engine's `OpContexts`, whose address never moves) as user data, writes what it was
 //!   told there and appends the slot's index to the worker's list of completions
@@ -165,6 +169,8 @@ pub unsafe fn request_op(request: *mut c_void) -> OpIndex {
 struct EpRecord {
     peer: Gpid,
     failures: *const Cell<Vec<(Gpid, ucs_status_t)>>,
+    /// Set by the handler: the endpoint is unusable and is closed without a flush.
+    failed: Cell<bool>,
 }
 
 /// An endpoint's error handler (`ucp_err_handler_cb_t`): the peer failed (or its connection
@@ -174,6 +180,7 @@ unsafe extern "C" fn ep_failed(arg: *mut c_void, _ep: ucp_ep_h, status: ucs_stat
     let Some(r) = (unsafe { arg.cast::<EpRecord>().as_ref() }) else {
         return;
     };
+    r.failed.set(true);
     // SAFETY: `failures` is the worker's boxed list, alive as long as its endpoints.
     if let Some(list) = unsafe { r.failures.as_ref() } {
         let mut v = list.take();
@@ -207,6 +214,46 @@ fn can_detect_failed_peers(tls: &str) -> bool {
         .any(|t| !t.is_empty() && !SHARED_MEMORY.contains(&t))
 }
 
+/// How much failure reporting endpoints ask of UCX (`ucp_err_handling_mode_t`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrMode {
+    /// `UCP_ERR_HANDLING_MODE_NONE`: no guarantee, no cost; the error handler is still set
+    /// and called where the transport reports a failure (UCX 1.13's tcp does).
+    None,
+    /// `UCP_ERR_HANDLING_MODE_PEER`: UCX guarantees that a failed peer is reported (keepalive),
+    /// where every transport in use can tell; others make endpoints without.
+    Peer,
+}
+
+impl ErrMode {
+    /// The mode named by `CH4_UCX_ERR_MODE` (`none` when unset); a value that is neither
+    /// `none` nor `peer` is an error naming the variable.
+    pub fn from_env() -> Result<ErrMode> {
+        match ch4_core::env::raw(crate::ERR_MODE_VAR)? {
+            None => Ok(ErrMode::None),
+            Some(v) => ErrMode::parse(&v)
+                .ok_or_else(|| ch4_core::env::bad(crate::ERR_MODE_VAR, &v, "none or peer")),
+        }
+    }
+
+    /// `none` or `peer`, in any case.
+    pub fn parse(v: &str) -> Option<ErrMode> {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "none" => Some(ErrMode::None),
+            "peer" => Some(ErrMode::Peer),
+            _ => None,
+        }
+    }
+
+    /// The name `CH4_UCX_ERR_MODE` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrMode::None => "none",
+            ErrMode::Peer => "peer",
+        }
+    }
+}
+
 /// One rank's UCP context, worker and endpoints.
 pub struct Worker {
     context: ucp_context_h,
@@ -225,8 +272,8 @@ pub struct Worker {
     slotless: Box<Cell<Vec<SlotlessDone>>>,
     /// Peers whose endpoint reported an error, with the status.
     failures: Box<Cell<Vec<(Gpid, ucs_status_t)>>>,
-    /// Whether endpoints are created with peer-failure handling (every transport in use
-    /// supports it).
+    /// Whether endpoints are created with peer-failure handling (asked for with
+    /// [`ErrMode::Peer`], and every transport in use supports it).
     pub peer_errors: bool,
     /// By process: whether its endpoint was made with peer-failure handling, which a forced
     /// close requires.
@@ -241,8 +288,8 @@ unsafe impl Send for Worker {}
 impl Worker {
     /// Opens UCP for `processes` peers with the tag API, configured from the environment
     /// (`UCX_*`, as every UCX program) and then `settings` (UCX's variables without their
-    /// `UCX_` prefix: `("TLS", "tcp")`).
-    pub fn open(processes: u32, settings: &[(&str, &str)]) -> Result<Worker> {
+    /// `UCX_` prefix: `("TLS", "tcp")`), its endpoints made with error handling `mode`.
+    pub fn open(processes: u32, settings: &[(&str, &str)], mode: ErrMode) -> Result<Worker> {
         let mut config = null_mut();
         // SAFETY: null prefix and file: UCX's defaults and `UCX_*` environment variables.
         check("ucp_config_read", unsafe {
@@ -312,7 +359,8 @@ impl Worker {
             completed: Box::default(),
             slotless: Box::default(),
             failures: Box::default(),
-            peer_errors: tls.as_deref().map_or(true, can_detect_failed_peers),
+            peer_errors: mode == ErrMode::Peer
+                && tls.as_deref().map_or(true, can_detect_failed_peers),
             forceable: vec![false; processes as usize],
         })
     }
@@ -362,6 +410,7 @@ impl Worker {
         let record = Box::new(EpRecord {
             peer: dest,
             failures: &*self.failures,
+            failed: Cell::new(false),
         });
         let arg = (&raw const *record).cast_mut().cast::<c_void>();
         let mut ep = null_mut();
@@ -469,7 +518,8 @@ impl Worker {
     /// which UCX is left to finish; endpoints to peers that are `gone` are closed at once
     /// where that is allowed: a forced close needs peer-failure handling on both sides
     /// (`UCP_EP_CLOSE_FLAG_FORCE` in ucp.h: undefined behaviour otherwise), so an endpoint made
-    /// without it is always flushed.
+    /// without it is flushed — unless its error handler ran: its connection is broken, nothing
+    /// can reach the other side, and it is released at once.
     pub fn close_endpoints(&mut self, limit: std::time::Duration, gone: impl Fn(Gpid) -> bool) {
         let start = std::time::Instant::now();
         let mut closing = Vec::new();
@@ -480,9 +530,15 @@ impl Worker {
             .filter(|(_, e)| !e.is_null())
         {
             let forceable = self.forceable.get(peer).copied().unwrap_or(false);
+            // An endpoint whose handler reported an error can no longer flush: ucp.h says
+            // such an endpoint is to be released (a flush fails, and UCX logs it as an error).
+            let failed = self
+                .records
+                .iter()
+                .any(|r| r.peer == peer as Gpid && r.failed.get());
             let param = ucp_request_param_t {
                 op_attr_mask: UCP_OP_ATTR_FIELD_FLAGS,
-                flags: if forceable && gone(peer as Gpid) {
+                flags: if failed || (forceable && gone(peer as Gpid)) {
                     UCP_EP_CLOSE_FLAG_FORCE
                 } else {
                     0
@@ -540,7 +596,16 @@ impl Drop for Worker {
 
 #[cfg(test)]
 mod tests {
-    use super::can_detect_failed_peers;
+    use super::{can_detect_failed_peers, ErrMode};
+
+    #[test]
+    fn the_error_mode_is_none_or_peer() {
+        assert_eq!(ErrMode::parse("none"), Some(ErrMode::None));
+        assert_eq!(ErrMode::parse(" PEER "), Some(ErrMode::Peer));
+        assert_eq!(ErrMode::parse("yes"), None);
+        assert_eq!(ErrMode::parse(""), None);
+        assert_eq!(ErrMode::parse(ErrMode::Peer.name()), Some(ErrMode::Peer));
+    }
 
     #[test]
     fn only_shared_memory_transports_go_without_failure_detection() {

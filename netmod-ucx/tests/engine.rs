@@ -8,26 +8,30 @@ use ch4_core::bootstrap::Bootstrap;
 use ch4_core::buffer::SendBuf;
 use ch4_core::core::DeviceConfig;
 use ch4_core::{Device, ErrorKind, NoShm, SendMode, ANY_SOURCE, ANY_TAG};
-use netmod_ucx::{tag, UcxNetmod};
+use netmod_ucx::{tag, ErrMode, UcxNetmod};
 use testkit::{irecv_leaked, isend_owned, Harness};
 
 type Dev = Device<UcxNetmod, NoShm>;
 
-/// The transports every test runs over (UCX's settings without the `UCX_` prefix).
-const TRANSPORTS: [&[(&str, &str)]; 2] = [
-    &[("TLS", "tcp"), ("NET_DEVICES", "lo")],
-    &[("TLS", "posix,sysv,cma")],
+/// The transports every test runs over (UCX's settings without the `UCX_` prefix), and the
+/// error handling mode of the endpoints: tcp in both modes (they choose different rendezvous
+/// protocols), shared memory in the one it supports.
+const TRANSPORTS: [(&[(&str, &str)], ErrMode); 3] = [
+    (&[("TLS", "tcp"), ("NET_DEVICES", "lo")], ErrMode::None),
+    (&[("TLS", "tcp"), ("NET_DEVICES", "lo")], ErrMode::Peer),
+    (&[("TLS", "posix,sysv,cma")], ErrMode::None),
 ];
 
 /// A job of `ranks` devices over UCX configured with `settings`, every rank its own node;
 /// `None` (with a note) when UCX cannot open that here.
 fn job(
     settings: &[(&str, &str)],
+    mode: ErrMode,
     ranks: u32,
     config: DeviceConfig,
 ) -> Option<Harness<UcxNetmod, NoShm>> {
     let nets: Vec<UcxNetmod> = match (0..ranks)
-        .map(|r| UcxNetmod::open_with(r, ranks, true, settings))
+        .map(|r| UcxNetmod::open_in_mode(r, ranks, true, settings, mode))
         .collect::<ch4_core::Result<Vec<_>>>()
     {
         Ok(n) => n,
@@ -53,9 +57,10 @@ fn each_transport(
     config: DeviceConfig,
     mut body: impl FnMut(&str, &mut Harness<UcxNetmod, NoShm>),
 ) {
-    for t in TRANSPORTS {
-        if let Some(mut h) = job(t, ranks, config) {
-            body(t[0].1, &mut h);
+    for (t, mode) in TRANSPORTS {
+        if let Some(mut h) = job(t, mode, ranks, config) {
+            let name = format!("{} ({} errors)", t[0].1, mode.name());
+            body(&name, &mut h);
         }
     }
 }
