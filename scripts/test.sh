@@ -76,6 +76,8 @@ cargo test --features ofi --test process --test flood
 # loopback device, over its shared-memory transports, and with UCX's own choice; the
 # process-mode tests with UCX as the network.
 UCX_TLS=tcp UCX_NET_DEVICES=lo cargo test --features ucx --test pt2pt ucx
+# ... and with endpoints that ask UCX for its failure guarantee (another rendezvous protocol).
+CH4_UCX_ERR_MODE=peer UCX_TLS=tcp UCX_NET_DEVICES=lo cargo test --features ucx --test pt2pt ucx
 UCX_TLS=posix,sysv,cma,self cargo test --features ucx --test pt2pt ucx
 cargo test --features ucx --test pt2pt ucx
 UCX_TLS=tcp UCX_NET_DEVICES=lo cargo test --features ucx --test process --test flood
