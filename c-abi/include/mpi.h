@@ -1,0 +1,504 @@
+/*
+ * mpi.h of ch4's C library, libmpi_abi.so.1: the MPI standard ABI (MPI 5.0, "Application
+ * Binary Interface"), written from the standard's tables. A program compiled against this
+ * header runs on any library of that ABI (MPICH 5's libmpi_abi.so.1 among them), and one
+ * compiled against another implementation's ABI header runs on ch4's.
+ *
+ * Handles are pointers to incomplete structs; the predefined ones are the small integers the
+ * ABI assigns (all below 1024). MPI_Aint is intptr_t, MPI_Offset and MPI_Count int64_t, and
+ * MPI_Status has three public int fields and five private ones.
+ *
+ * Declared here: every function ch4's library exports. Those it does not implement yet fail
+ * with an error whose string names them (MPI_Error_string), never silently.
+ */
+#ifndef CH4_MPI_ABI_H
+#define CH4_MPI_ABI_H
+
+#include <stdint.h>
+
+#if defined(__cplusplus)
+extern "C" {
+#endif
+
+#define MPI_VERSION 5
+#define MPI_SUBVERSION 0
+#define MPI_ABI_VERSION 1
+#define MPI_ABI_SUBVERSION 0
+
+/* ---- integer types ---- */
+typedef intptr_t MPI_Aint;
+typedef int64_t MPI_Offset;
+typedef int64_t MPI_Count;
+typedef int MPI_Fint;
+
+/* ---- status ---- */
+typedef struct {
+    int MPI_SOURCE;
+    int MPI_TAG;
+    int MPI_ERROR;
+    int MPI_internal[5];
+} MPI_Status;
+
+/* ---- handle types and their predefined values ---- */
+typedef struct MPI_ABI_Op *MPI_Op;
+#define MPI_OP_NULL     ((MPI_Op)0x020)
+#define MPI_SUM         ((MPI_Op)0x021)
+#define MPI_MIN         ((MPI_Op)0x022)
+#define MPI_MAX         ((MPI_Op)0x023)
+#define MPI_PROD        ((MPI_Op)0x024)
+#define MPI_BAND        ((MPI_Op)0x028)
+#define MPI_BOR         ((MPI_Op)0x029)
+#define MPI_BXOR        ((MPI_Op)0x02a)
+#define MPI_LAND        ((MPI_Op)0x030)
+#define MPI_LOR         ((MPI_Op)0x031)
+#define MPI_LXOR        ((MPI_Op)0x032)
+#define MPI_MINLOC      ((MPI_Op)0x038)
+#define MPI_MAXLOC      ((MPI_Op)0x039)
+#define MPI_REPLACE     ((MPI_Op)0x03c)
+#define MPI_NO_OP       ((MPI_Op)0x03d)
+
+typedef struct MPI_ABI_Comm *MPI_Comm;
+#define MPI_COMM_NULL   ((MPI_Comm)0x100)
+#define MPI_COMM_WORLD  ((MPI_Comm)0x101)
+#define MPI_COMM_SELF   ((MPI_Comm)0x102)
+
+typedef struct MPI_ABI_Group *MPI_Group;
+#define MPI_GROUP_NULL  ((MPI_Group)0x108)
+#define MPI_GROUP_EMPTY ((MPI_Group)0x109)
+
+typedef struct MPI_ABI_Win *MPI_Win;
+#define MPI_WIN_NULL    ((MPI_Win)0x110)
+
+typedef struct MPI_ABI_File *MPI_File;
+#define MPI_FILE_NULL   ((MPI_File)0x118)
+
+typedef struct MPI_ABI_Session *MPI_Session;
+#define MPI_SESSION_NULL ((MPI_Session)0x120)
+
+typedef struct MPI_ABI_Message *MPI_Message;
+#define MPI_MESSAGE_NULL    ((MPI_Message)0x128)
+#define MPI_MESSAGE_NO_PROC ((MPI_Message)0x129)
+
+typedef struct MPI_ABI_Info *MPI_Info;
+#define MPI_INFO_NULL   ((MPI_Info)0x130)
+#define MPI_INFO_ENV    ((MPI_Info)0x131)
+
+typedef struct MPI_ABI_Errhandler *MPI_Errhandler;
+#define MPI_ERRHANDLER_NULL  ((MPI_Errhandler)0x140)
+#define MPI_ERRORS_ARE_FATAL ((MPI_Errhandler)0x141)
+#define MPI_ERRORS_ABORT     ((MPI_Errhandler)0x142)
+#define MPI_ERRORS_RETURN    ((MPI_Errhandler)0x143)
+
+typedef struct MPI_ABI_Request *MPI_Request;
+#define MPI_REQUEST_NULL ((MPI_Request)0x180)
+
+typedef struct MPI_ABI_Datatype *MPI_Datatype;
+#define MPI_DATATYPE_NULL        ((MPI_Datatype)0x200)
+#define MPI_AINT                 ((MPI_Datatype)0x201)
+#define MPI_COUNT                ((MPI_Datatype)0x202)
+#define MPI_OFFSET               ((MPI_Datatype)0x203)
+#define MPI_PACKED               ((MPI_Datatype)0x207)
+#define MPI_SHORT                ((MPI_Datatype)0x208)
+#define MPI_INT                  ((MPI_Datatype)0x209)
+#define MPI_LONG                 ((MPI_Datatype)0x20a)
+#define MPI_LONG_LONG            ((MPI_Datatype)0x20b)
+#define MPI_LONG_LONG_INT        MPI_LONG_LONG
+#define MPI_UNSIGNED_SHORT       ((MPI_Datatype)0x20c)
+#define MPI_UNSIGNED             ((MPI_Datatype)0x20d)
+#define MPI_UNSIGNED_LONG        ((MPI_Datatype)0x20e)
+#define MPI_UNSIGNED_LONG_LONG   ((MPI_Datatype)0x20f)
+#define MPI_FLOAT                ((MPI_Datatype)0x210)
+#define MPI_C_FLOAT_COMPLEX      ((MPI_Datatype)0x212)
+#define MPI_C_COMPLEX            MPI_C_FLOAT_COMPLEX
+#define MPI_CXX_FLOAT_COMPLEX    ((MPI_Datatype)0x213)
+#define MPI_DOUBLE               ((MPI_Datatype)0x214)
+#define MPI_C_DOUBLE_COMPLEX     ((MPI_Datatype)0x216)
+#define MPI_CXX_DOUBLE_COMPLEX   ((MPI_Datatype)0x217)
+#define MPI_LOGICAL              ((MPI_Datatype)0x218)
+#define MPI_INTEGER              ((MPI_Datatype)0x219)
+#define MPI_REAL                 ((MPI_Datatype)0x21a)
+#define MPI_COMPLEX              ((MPI_Datatype)0x21b)
+#define MPI_DOUBLE_PRECISION     ((MPI_Datatype)0x21c)
+#define MPI_DOUBLE_COMPLEX       ((MPI_Datatype)0x21d)
+#define MPI_CHARACTER            ((MPI_Datatype)0x21e)
+#define MPI_LONG_DOUBLE          ((MPI_Datatype)0x220)
+#define MPI_C_LONG_DOUBLE_COMPLEX   ((MPI_Datatype)0x224)
+#define MPI_CXX_LONG_DOUBLE_COMPLEX ((MPI_Datatype)0x225)
+#define MPI_FLOAT_INT            ((MPI_Datatype)0x228)
+#define MPI_DOUBLE_INT           ((MPI_Datatype)0x229)
+#define MPI_LONG_INT             ((MPI_Datatype)0x22a)
+#define MPI_2INT                 ((MPI_Datatype)0x22b)
+#define MPI_SHORT_INT            ((MPI_Datatype)0x22c)
+#define MPI_LONG_DOUBLE_INT      ((MPI_Datatype)0x22d)
+#define MPI_2REAL                ((MPI_Datatype)0x230)
+#define MPI_2DOUBLE_PRECISION    ((MPI_Datatype)0x231)
+#define MPI_2INTEGER             ((MPI_Datatype)0x232)
+#define MPI_C_BOOL               ((MPI_Datatype)0x238)
+#define MPI_CXX_BOOL             ((MPI_Datatype)0x239)
+#define MPI_WCHAR                ((MPI_Datatype)0x23c)
+#define MPI_INT8_T               ((MPI_Datatype)0x240)
+#define MPI_UINT8_T              ((MPI_Datatype)0x241)
+#define MPI_CHAR                 ((MPI_Datatype)0x243)
+#define MPI_SIGNED_CHAR          ((MPI_Datatype)0x244)
+#define MPI_UNSIGNED_CHAR        ((MPI_Datatype)0x245)
+#define MPI_BYTE                 ((MPI_Datatype)0x247)
+#define MPI_INT16_T              ((MPI_Datatype)0x248)
+#define MPI_UINT16_T             ((MPI_Datatype)0x249)
+#define MPI_INT32_T              ((MPI_Datatype)0x250)
+#define MPI_UINT32_T             ((MPI_Datatype)0x251)
+#define MPI_INT64_T              ((MPI_Datatype)0x258)
+#define MPI_UINT64_T             ((MPI_Datatype)0x259)
+#define MPI_LOGICAL1             ((MPI_Datatype)0x2c0)
+#define MPI_INTEGER1             ((MPI_Datatype)0x2c1)
+#define MPI_LOGICAL2             ((MPI_Datatype)0x2c8)
+#define MPI_INTEGER2             ((MPI_Datatype)0x2c9)
+#define MPI_REAL2                ((MPI_Datatype)0x2ca)
+#define MPI_LOGICAL4             ((MPI_Datatype)0x2d0)
+#define MPI_INTEGER4             ((MPI_Datatype)0x2d1)
+#define MPI_REAL4                ((MPI_Datatype)0x2d2)
+#define MPI_COMPLEX4             ((MPI_Datatype)0x2d3)
+#define MPI_LOGICAL8             ((MPI_Datatype)0x2d8)
+#define MPI_INTEGER8             ((MPI_Datatype)0x2d9)
+#define MPI_REAL8                ((MPI_Datatype)0x2da)
+#define MPI_COMPLEX8             ((MPI_Datatype)0x2db)
+#define MPI_LOGICAL16            ((MPI_Datatype)0x2e0)
+#define MPI_INTEGER16            ((MPI_Datatype)0x2e1)
+#define MPI_REAL16               ((MPI_Datatype)0x2e2)
+#define MPI_COMPLEX16            ((MPI_Datatype)0x2e3)
+#define MPI_COMPLEX32            ((MPI_Datatype)0x2eb)
+
+/* ---- Fortran status layout ---- */
+enum {
+    MPI_F_STATUS_SIZE = 8,
+    MPI_F_SOURCE = 0,
+    MPI_F_TAG = 1,
+    MPI_F_ERROR = 2
+};
+
+/* ---- error classes ---- */
+enum {
+    MPI_SUCCESS = 0,
+    MPI_ERR_BUFFER = 1,
+    MPI_ERR_COUNT = 2,
+    MPI_ERR_TYPE = 3,
+    MPI_ERR_TAG = 4,
+    MPI_ERR_COMM = 5,
+    MPI_ERR_RANK = 6,
+    MPI_ERR_REQUEST = 7,
+    MPI_ERR_ROOT = 8,
+    MPI_ERR_GROUP = 9,
+    MPI_ERR_OP = 10,
+    MPI_ERR_TOPOLOGY = 11,
+    MPI_ERR_DIMS = 12,
+    MPI_ERR_ARG = 13,
+    MPI_ERR_UNKNOWN = 14,
+    MPI_ERR_TRUNCATE = 15,
+    MPI_ERR_OTHER = 16,
+    MPI_ERR_INTERN = 17,
+    MPI_ERR_PENDING = 18,
+    MPI_ERR_IN_STATUS = 19,
+    MPI_ERR_ACCESS = 20,
+    MPI_ERR_AMODE = 21,
+    MPI_ERR_ASSERT = 22,
+    MPI_ERR_BAD_FILE = 23,
+    MPI_ERR_BASE = 24,
+    MPI_ERR_CONVERSION = 25,
+    MPI_ERR_DISP = 26,
+    MPI_ERR_DUP_DATAREP = 27,
+    MPI_ERR_FILE_EXISTS = 28,
+    MPI_ERR_FILE_IN_USE = 29,
+    MPI_ERR_FILE = 30,
+    MPI_ERR_INFO_KEY = 31,
+    MPI_ERR_INFO_NOKEY = 32,
+    MPI_ERR_INFO_VALUE = 33,
+    MPI_ERR_INFO = 34,
+    MPI_ERR_IO = 35,
+    MPI_ERR_KEYVAL = 36,
+    MPI_ERR_LOCKTYPE = 37,
+    MPI_ERR_NAME = 38,
+    MPI_ERR_NO_MEM = 39,
+    MPI_ERR_NOT_SAME = 40,
+    MPI_ERR_NO_SPACE = 41,
+    MPI_ERR_NO_SUCH_FILE = 42,
+    MPI_ERR_PORT = 43,
+    MPI_ERR_QUOTA = 44,
+    MPI_ERR_READ_ONLY = 45,
+    MPI_ERR_RMA_ATTACH = 46,
+    MPI_ERR_RMA_CONFLICT = 47,
+    MPI_ERR_RMA_RANGE = 48,
+    MPI_ERR_RMA_SHARED = 49,
+    MPI_ERR_RMA_SYNC = 50,
+    MPI_ERR_SERVICE = 51,
+    MPI_ERR_SIZE = 52,
+    MPI_ERR_SPAWN = 53,
+    MPI_ERR_UNSUPPORTED_DATAREP = 54,
+    MPI_ERR_UNSUPPORTED_OPERATION = 55,
+    MPI_ERR_WIN = 56,
+    MPI_ERR_RMA_FLAVOR = 57,
+    MPI_ERR_PROC_ABORTED = 58,
+    MPI_ERR_VALUE_TOO_LARGE = 59,
+    MPI_ERR_SESSION = 60,
+    MPI_ERR_ERRHANDLER = 61,
+    MPI_ERR_ABI = 62,
+    MPI_ERR_LASTCODE = 0x3fff
+};
+
+/* ---- buffer addresses, ignored arguments ---- */
+#define MPI_BOTTOM            ((void *)0)
+#define MPI_IN_PLACE          ((void *)1)
+#define MPI_BUFFER_AUTOMATIC  ((void *)2)
+#define MPI_ARGV_NULL         ((char **)0)
+#define MPI_ARGVS_NULL        ((char ***)0)
+#define MPI_ERRCODES_IGNORE   ((int *)0)
+#define MPI_STATUS_IGNORE     ((MPI_Status *)0)
+#define MPI_STATUSES_IGNORE   ((MPI_Status *)0)
+#define MPI_UNWEIGHTED        ((int *)10)
+#define MPI_WEIGHTS_EMPTY     ((int *)11)
+
+/* ---- string lengths ---- */
+#define MPI_MAX_DATAREP_STRING 128
+#define MPI_MAX_ERROR_STRING 512
+#define MPI_MAX_INFO_KEY 256
+#define MPI_MAX_INFO_VAL 1024
+#define MPI_MAX_LIBRARY_VERSION_STRING 8192
+#define MPI_MAX_OBJECT_NAME 128
+#define MPI_MAX_PORT_NAME 1024
+#define MPI_MAX_PROCESSOR_NAME 256
+#define MPI_MAX_STRINGTAG_LEN 1024
+#define MPI_MAX_PSET_NAME_LEN 1024
+#define MPI_BSEND_OVERHEAD 512
+
+/* ---- file and window modes (bit flags) ---- */
+enum {
+    MPI_MODE_APPEND = 1,
+    MPI_MODE_CREATE = 2,
+    MPI_MODE_DELETE_ON_CLOSE = 4,
+    MPI_MODE_EXCL = 8,
+    MPI_MODE_RDONLY = 16,
+    MPI_MODE_RDWR = 32,
+    MPI_MODE_SEQUENTIAL = 64,
+    MPI_MODE_UNIQUE_OPEN = 128,
+    MPI_MODE_WRONLY = 256,
+    MPI_MODE_NOCHECK = 1024,
+    MPI_MODE_NOPRECEDE = 2048,
+    MPI_MODE_NOPUT = 4096,
+    MPI_MODE_NOSTORE = 8192,
+    MPI_MODE_NOSUCCEED = 16384
+};
+
+/* ---- wildcards and sentinels (negative) ---- */
+enum {
+    MPI_ANY_SOURCE = -1,
+    MPI_ANY_TAG = -2,
+    MPI_PROC_NULL = -3,
+    MPI_ROOT = -4,
+    MPI_UNDEFINED = -32766
+};
+
+/* ---- thread levels, orders, combiners, comparisons, topologies, ... ---- */
+enum {
+    MPI_THREAD_SINGLE = 0,
+    MPI_THREAD_FUNNELED = 1024,
+    MPI_THREAD_SERIALIZED = 2048,
+    MPI_THREAD_MULTIPLE = 4096,
+
+    MPI_ORDER_C = 12,
+    MPI_ORDER_FORTRAN = 15,
+
+    MPI_DISTRIBUTE_NONE = 16,
+    MPI_DISTRIBUTE_BLOCK = 17,
+    MPI_DISTRIBUTE_CYCLIC = 18,
+    MPI_DISTRIBUTE_DFLT_DARG = 19,
+
+    MPI_COMBINER_NAMED = 101,
+    MPI_COMBINER_DUP = 102,
+    MPI_COMBINER_CONTIGUOUS = 103,
+    MPI_COMBINER_VECTOR = 104,
+    MPI_COMBINER_HVECTOR = 105,
+    MPI_COMBINER_INDEXED = 106,
+    MPI_COMBINER_HINDEXED = 107,
+    MPI_COMBINER_INDEXED_BLOCK = 108,
+    MPI_COMBINER_HINDEXED_BLOCK = 109,
+    MPI_COMBINER_STRUCT = 110,
+    MPI_COMBINER_SUBARRAY = 111,
+    MPI_COMBINER_DARRAY = 112,
+    MPI_COMBINER_F90_REAL = 113,
+    MPI_COMBINER_F90_COMPLEX = 114,
+    MPI_COMBINER_F90_INTEGER = 115,
+    MPI_COMBINER_RESIZED = 116,
+    MPI_COMBINER_VALUE_INDEX = 117,
+
+    MPI_TYPECLASS_INTEGER = 192,
+    MPI_TYPECLASS_REAL = 193,
+    MPI_TYPECLASS_COMPLEX = 194,
+
+    MPI_IDENT = 201,
+    MPI_CONGRUENT = 202,
+    MPI_SIMILAR = 203,
+    MPI_UNEQUAL = 204,
+
+    MPI_CART = 211,
+    MPI_GRAPH = 212,
+    MPI_DIST_GRAPH = 213,
+
+    MPI_COMM_TYPE_SHARED = 221,
+    MPI_COMM_TYPE_HW_UNGUIDED = 222,
+    MPI_COMM_TYPE_HW_GUIDED = 223,
+    MPI_COMM_TYPE_RESOURCE_GUIDED = 224,
+
+    MPI_LOCK_EXCLUSIVE = 301,
+    MPI_LOCK_SHARED = 302,
+
+    MPI_WIN_FLAVOR_CREATE = 311,
+    MPI_WIN_FLAVOR_ALLOCATE = 312,
+    MPI_WIN_FLAVOR_DYNAMIC = 313,
+    MPI_WIN_FLAVOR_SHARED = 314,
+
+    MPI_WIN_UNIFIED = 321,
+    MPI_WIN_SEPARATE = 322,
+
+    MPI_SEEK_CUR = 401,
+    MPI_SEEK_END = 402,
+    MPI_SEEK_SET = 403
+};
+
+#define MPI_DISPLACEMENT_CURRENT ((MPI_Offset)-1)
+
+/* ---- predefined attribute keys ---- */
+enum {
+    MPI_KEYVAL_INVALID = 0,
+    MPI_TAG_UB = 501,
+    MPI_IO = 502,
+    MPI_HOST = 503,
+    MPI_WTIME_IS_GLOBAL = 504,
+    MPI_APPNUM = 505,
+    MPI_LASTUSEDCODE = 506,
+    MPI_UNIVERSE_SIZE = 507,
+    MPI_WIN_BASE = 601,
+    MPI_WIN_DISP_UNIT = 602,
+    MPI_WIN_SIZE = 603,
+    MPI_WIN_CREATE_FLAVOR = 604,
+    MPI_WIN_MODEL = 605
+};
+
+/* ---- callbacks ---- */
+typedef void(MPI_User_function)(void *invec, void *inoutvec, int *len, MPI_Datatype *datatype);
+typedef void(MPI_Comm_errhandler_function)(MPI_Comm *comm, int *error_code, ...);
+
+/* ---- the functions ---- */
+
+/* start-up and environment */
+int MPI_Init(int *argc, char ***argv);
+int MPI_Init_thread(int *argc, char ***argv, int required, int *provided);
+int MPI_Finalize(void);
+int MPI_Initialized(int *flag);
+int MPI_Finalized(int *flag);
+int MPI_Query_thread(int *provided);
+int MPI_Is_thread_main(int *flag);
+int MPI_Abort(MPI_Comm comm, int errorcode);
+int MPI_Get_version(int *version, int *subversion);
+int MPI_Get_library_version(char *version, int *resultlen);
+int MPI_Get_processor_name(char *name, int *resultlen);
+double MPI_Wtime(void);
+double MPI_Wtick(void);
+
+/* errors */
+int MPI_Error_string(int errorcode, char *string, int *resultlen);
+int MPI_Error_class(int errorcode, int *errorclass);
+int MPI_Comm_set_errhandler(MPI_Comm comm, MPI_Errhandler errhandler);
+int MPI_Comm_get_errhandler(MPI_Comm comm, MPI_Errhandler *errhandler);
+int MPI_Errhandler_free(MPI_Errhandler *errhandler);
+
+/* communicators and groups */
+int MPI_Comm_rank(MPI_Comm comm, int *rank);
+int MPI_Comm_size(MPI_Comm comm, int *size);
+int MPI_Comm_dup(MPI_Comm comm, MPI_Comm *newcomm);
+int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm *newcomm);
+int MPI_Comm_free(MPI_Comm *comm);
+int MPI_Comm_compare(MPI_Comm comm1, MPI_Comm comm2, int *result);
+int MPI_Comm_create_from_group(MPI_Group group, const char *stringtag, MPI_Info info,
+                               MPI_Errhandler errhandler, MPI_Comm *newcomm);
+int MPI_Group_free(MPI_Group *group);
+int MPI_Session_init(MPI_Info info, MPI_Errhandler errhandler, MPI_Session *session);
+int MPI_Session_finalize(MPI_Session *session);
+int MPI_Group_from_session_pset(MPI_Session session, const char *pset_name, MPI_Group *newgroup);
+
+/* point-to-point */
+int MPI_Send(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm);
+int MPI_Ssend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm);
+int MPI_Rsend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm);
+int MPI_Recv(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
+             MPI_Status *status);
+int MPI_Isend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag, MPI_Comm comm,
+              MPI_Request *request);
+int MPI_Issend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag,
+               MPI_Comm comm, MPI_Request *request);
+int MPI_Irsend(const void *buf, int count, MPI_Datatype datatype, int dest, int tag,
+               MPI_Comm comm, MPI_Request *request);
+int MPI_Irecv(void *buf, int count, MPI_Datatype datatype, int source, int tag, MPI_Comm comm,
+              MPI_Request *request);
+int MPI_Sendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int dest,
+                 int sendtag, void *recvbuf, int recvcount, MPI_Datatype recvtype, int source,
+                 int recvtag, MPI_Comm comm, MPI_Status *status);
+int MPI_Wait(MPI_Request *request, MPI_Status *status);
+int MPI_Waitall(int count, MPI_Request array_of_requests[], MPI_Status array_of_statuses[]);
+int MPI_Waitany(int count, MPI_Request array_of_requests[], int *index, MPI_Status *status);
+int MPI_Test(MPI_Request *request, int *flag, MPI_Status *status);
+int MPI_Testall(int count, MPI_Request array_of_requests[], int *flag,
+                MPI_Status array_of_statuses[]);
+int MPI_Request_free(MPI_Request *request);
+int MPI_Cancel(MPI_Request *request);
+int MPI_Test_cancelled(const MPI_Status *status, int *flag);
+int MPI_Probe(int source, int tag, MPI_Comm comm, MPI_Status *status);
+int MPI_Iprobe(int source, int tag, MPI_Comm comm, int *flag, MPI_Status *status);
+int MPI_Get_count(const MPI_Status *status, MPI_Datatype datatype, int *count);
+int MPI_Get_elements(const MPI_Status *status, MPI_Datatype datatype, int *count);
+
+/* collectives */
+int MPI_Barrier(MPI_Comm comm);
+int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm);
+int MPI_Reduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+               int root, MPI_Comm comm);
+int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype,
+                  MPI_Op op, MPI_Comm comm);
+int MPI_Gather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+               int recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm);
+int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype, void *recvbuf,
+                  int recvcount, MPI_Datatype recvtype, MPI_Comm comm);
+
+/* datatypes */
+int MPI_Type_size(MPI_Datatype datatype, int *size);
+int MPI_Type_get_name(MPI_Datatype datatype, char *type_name, int *resultlen);
+int MPI_Type_contiguous(int count, MPI_Datatype oldtype, MPI_Datatype *newtype);
+int MPI_Type_vector(int count, int blocklength, int stride, MPI_Datatype oldtype,
+                    MPI_Datatype *newtype);
+int MPI_Type_indexed(int count, const int array_of_blocklengths[],
+                     const int array_of_displacements[], MPI_Datatype oldtype,
+                     MPI_Datatype *newtype);
+int MPI_Type_commit(MPI_Datatype *datatype);
+int MPI_Type_free(MPI_Datatype *datatype);
+int MPI_Get_address(const void *location, MPI_Aint *address);
+
+/* topologies */
+int MPI_Dims_create(int nnodes, int ndims, int dims[]);
+int MPI_Cart_create(MPI_Comm comm_old, int ndims, const int dims[], const int periods[],
+                    int reorder, MPI_Comm *comm_cart);
+int MPI_Cart_coords(MPI_Comm comm, int rank, int maxdims, int coords[]);
+int MPI_Cart_rank(MPI_Comm comm, const int coords[], int *rank);
+int MPI_Dist_graph_neighbors(MPI_Comm comm, int maxindegree, int sources[], int sourceweights[],
+                             int maxoutdegree, int destinations[], int destweights[]);
+
+/* one-sided (not implemented: each fails with an error naming it) */
+int MPI_Win_create(void *base, MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm comm,
+                   MPI_Win *win);
+int MPI_Win_allocate(MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm comm, void *baseptr,
+                     MPI_Win *win);
+int MPI_Win_create_dynamic(MPI_Info info, MPI_Comm comm, MPI_Win *win);
+int MPI_Win_attach(MPI_Win win, void *base, MPI_Aint size);
+int MPI_Win_free(MPI_Win *win);
+
+#if defined(__cplusplus)
+}
+#endif
+
+#endif /* CH4_MPI_ABI_H */

@@ -1,0 +1,279 @@
+//! The standard ABI's representation (MPI 5.0, "Application Binary Interface"): handles are
+//! pointer-sized values, the predefined ones the small integers the ABI's tables assign (the
+//! same numbers as `include/mpi.h`, which a test compares with MPICH 5's `mpi_abi.h`), and
+//! `MPI_Status` three public ints and five private ones.
+//!
+//! What ch4 makes of a handle that is not predefined: a communicator is `COMM_BASE` plus its
+//! index in the library's table; a request is the device's request handle with the top bit set,
+//! so it can never equal a predefined value.
+
+use std::ffi::c_int;
+
+use ch4_core::{ReqHandle, Status};
+
+/// Any MPI handle as it crosses the ABI (a pointer to an incomplete struct in C).
+pub type Handle = usize;
+
+/// `MPI_COMM_NULL`, `MPI_COMM_WORLD`, `MPI_COMM_SELF`.
+pub const COMM_NULL: Handle = 0x100;
+/// `MPI_COMM_WORLD`.
+pub const COMM_WORLD: Handle = 0x101;
+/// `MPI_COMM_SELF`.
+pub const COMM_SELF: Handle = 0x102;
+/// Communicators the program makes are this plus their index in the library's table.
+pub const COMM_BASE: Handle = 0x1000;
+
+/// `MPI_ERRHANDLER_NULL`.
+pub const ERRHANDLER_NULL: Handle = 0x140;
+/// `MPI_ERRORS_ARE_FATAL`.
+pub const ERRORS_ARE_FATAL: Handle = 0x141;
+/// `MPI_ERRORS_ABORT`.
+pub const ERRORS_ABORT: Handle = 0x142;
+/// `MPI_ERRORS_RETURN`.
+pub const ERRORS_RETURN: Handle = 0x143;
+/// `MPI_REQUEST_NULL`.
+pub const REQUEST_NULL: Handle = 0x180;
+
+/// The predefined reduction operations (`MPI_SUM` ...).
+pub mod op {
+    use super::Handle;
+    /// `MPI_SUM`.
+    pub const SUM: Handle = 0x21;
+    /// `MPI_MIN`.
+    pub const MIN: Handle = 0x22;
+    /// `MPI_MAX`.
+    pub const MAX: Handle = 0x23;
+    /// `MPI_PROD`.
+    pub const PROD: Handle = 0x24;
+    /// `MPI_BAND`.
+    pub const BAND: Handle = 0x28;
+    /// `MPI_BOR`.
+    pub const BOR: Handle = 0x29;
+    /// `MPI_BXOR`.
+    pub const BXOR: Handle = 0x2a;
+    /// `MPI_LAND`.
+    pub const LAND: Handle = 0x30;
+    /// `MPI_LOR`.
+    pub const LOR: Handle = 0x31;
+    /// `MPI_LXOR`.
+    pub const LXOR: Handle = 0x32;
+}
+
+/// Error classes (the standard's numbering).
+pub mod class {
+    use std::ffi::c_int;
+    /// `MPI_SUCCESS`.
+    pub const SUCCESS: c_int = 0;
+    /// `MPI_ERR_BUFFER`.
+    pub const BUFFER: c_int = 1;
+    /// `MPI_ERR_COUNT`.
+    pub const COUNT: c_int = 2;
+    /// `MPI_ERR_TAG`.
+    pub const TAG: c_int = 4;
+    /// `MPI_ERR_COMM`.
+    pub const COMM: c_int = 5;
+    /// `MPI_ERR_RANK`.
+    pub const RANK: c_int = 6;
+    /// `MPI_ERR_REQUEST`.
+    pub const REQUEST: c_int = 7;
+    /// `MPI_ERR_ARG`.
+    pub const ARG: c_int = 13;
+    /// `MPI_ERR_TRUNCATE`.
+    pub const TRUNCATE: c_int = 15;
+    /// `MPI_ERR_OTHER`.
+    pub const OTHER: c_int = 16;
+    /// `MPI_ERR_INTERN`.
+    pub const INTERN: c_int = 17;
+    /// `MPI_ERR_PENDING`.
+    pub const PENDING: c_int = 18;
+    /// `MPI_ERR_IN_STATUS`.
+    pub const IN_STATUS: c_int = 19;
+    /// `MPI_ERR_NO_MEM`.
+    pub const NO_MEM: c_int = 39;
+    /// `MPI_ERR_UNSUPPORTED_OPERATION`.
+    pub const UNSUPPORTED_OPERATION: c_int = 55;
+    /// `MPI_ERR_PROC_ABORTED`.
+    pub const PROC_ABORTED: c_int = 58;
+    /// `MPI_ERR_LASTCODE`: codes run up to here.
+    pub const LASTCODE: c_int = 0x3fff;
+}
+
+/// `MPI_ANY_SOURCE`.
+#[cfg(test)]
+pub const ANY_SOURCE: c_int = -1;
+/// `MPI_ANY_TAG`.
+pub const ANY_TAG: c_int = -2;
+/// `MPI_PROC_NULL`.
+pub const PROC_NULL: c_int = -3;
+/// `MPI_UNDEFINED`.
+pub const UNDEFINED: c_int = -32766;
+/// `MPI_THREAD_SINGLE`.
+pub const THREAD_SINGLE: c_int = 0;
+/// `MPI_THREAD_FUNNELED`.
+pub const THREAD_FUNNELED: c_int = 1024;
+/// `MPI_IN_PLACE`.
+pub const IN_PLACE: usize = 1;
+/// `MPI_MAX_PROCESSOR_NAME`, `MPI_MAX_ERROR_STRING`, `MPI_MAX_LIBRARY_VERSION_STRING`,
+/// `MPI_MAX_OBJECT_NAME`.
+pub const MAX_PROCESSOR_NAME: usize = 256;
+/// `MPI_MAX_ERROR_STRING`.
+pub const MAX_ERROR_STRING: usize = 512;
+/// `MPI_MAX_LIBRARY_VERSION_STRING`.
+pub const MAX_LIBRARY_VERSION_STRING: usize = 8192;
+/// `MPI_MAX_OBJECT_NAME`.
+pub const MAX_OBJECT_NAME: usize = 128;
+
+/// `MPI_Status` as the ABI lays it out. ch4 keeps the byte count in the first two private
+/// words and whether the operation was cancelled in the third.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MpiStatus {
+    /// `MPI_SOURCE`.
+    pub source: c_int,
+    /// `MPI_TAG`.
+    pub tag: c_int,
+    /// `MPI_ERROR`.
+    pub error: c_int,
+    /// `MPI_internal`.
+    pub internal: [c_int; 5],
+}
+
+impl MpiStatus {
+    /// The C status of a device status (`error` is the caller's: MPI sets it only in the
+    /// functions that complete several requests).
+    #[inline(always)]
+    pub fn of(st: &Status, error: c_int) -> MpiStatus {
+        let bytes = st.bytes as u64;
+        MpiStatus {
+            source: rank_out(st.source),
+            tag: tag_out(st.tag),
+            error,
+            internal: [
+                bytes as c_int,
+                (bytes >> 32) as c_int,
+                c_int::from(st.cancelled),
+                0,
+                0,
+            ],
+        }
+    }
+
+    /// The byte count the status records.
+    #[inline(always)]
+    pub fn bytes(&self) -> u64 {
+        (self.internal[0] as u32 as u64) | ((self.internal[1] as u32 as u64) << 32)
+    }
+}
+
+/// A rank from C to the device: the ABI's `MPI_PROC_NULL` is the device's, and the device's
+/// own sentinel value (which C would mean as `MPI_ANY_TAG`) becomes an invalid rank.
+#[inline(always)]
+pub fn rank_in(r: c_int) -> ch4_core::Rank {
+    match r {
+        PROC_NULL => ch4_core::PROC_NULL,
+        ch4_core::PROC_NULL => c_int::MIN,
+        r => r,
+    }
+}
+
+/// A tag from C to the device: the ABI's `MPI_ANY_TAG` is the device's, and the device's own
+/// wildcard value (-1, which C means as no tag at all) becomes an invalid tag.
+#[inline(always)]
+pub fn tag_in(t: c_int) -> ch4_core::Tag {
+    match t {
+        ANY_TAG => ch4_core::ANY_TAG,
+        ch4_core::ANY_TAG => c_int::MIN,
+        t => t,
+    }
+}
+
+/// A rank from the device to C.
+#[inline(always)]
+pub fn rank_out(r: ch4_core::Rank) -> c_int {
+    if r == ch4_core::PROC_NULL {
+        PROC_NULL
+    } else {
+        r
+    }
+}
+
+/// A tag from the device to C.
+#[inline(always)]
+pub fn tag_out(t: ch4_core::Tag) -> c_int {
+    if t == ch4_core::ANY_TAG {
+        ANY_TAG
+    } else {
+        t
+    }
+}
+
+const REQUEST_BIT: u64 = 1 << 63;
+
+/// The C handle of a device request.
+#[inline(always)]
+pub fn request_out(h: ReqHandle) -> Handle {
+    (h.to_raw() | REQUEST_BIT) as Handle
+}
+
+/// The device request of a C handle; `None` for `MPI_REQUEST_NULL` (an inactive request), an
+/// error for anything that was never a request.
+#[inline(always)]
+pub fn request_in(h: Handle) -> Result<Option<ReqHandle>, ()> {
+    let raw = h as u64;
+    if raw & REQUEST_BIT != 0 {
+        Ok(Some(ReqHandle::from_raw(raw & !REQUEST_BIT)))
+    } else if h == REQUEST_NULL {
+        Ok(None)
+    } else {
+        Err(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wildcards_and_sentinels_cross_both_ways() {
+        assert_eq!(rank_in(PROC_NULL), ch4_core::PROC_NULL);
+        assert_eq!(rank_in(ANY_SOURCE), ch4_core::ANY_SOURCE);
+        assert_eq!(rank_out(ch4_core::PROC_NULL), PROC_NULL);
+        assert_eq!(tag_in(ANY_TAG), ch4_core::ANY_TAG);
+        assert_eq!(tag_out(ch4_core::ANY_TAG), ANY_TAG);
+        assert!(
+            rank_in(ch4_core::PROC_NULL) < -100,
+            "the device's sentinel is no C rank"
+        );
+        assert!(
+            tag_in(ch4_core::ANY_TAG) < -100,
+            "the device's wildcard is no C tag"
+        );
+        assert_eq!(rank_in(7), 7);
+        assert_eq!(tag_in(7), 7);
+    }
+
+    #[test]
+    fn requests_never_collide_with_the_null_request() {
+        for h in [
+            ReqHandle::DONE,
+            ReqHandle::from_raw(0),
+            ReqHandle::from_raw(0x180),
+        ] {
+            let c = request_out(h);
+            assert_ne!(c, REQUEST_NULL);
+            assert_eq!(request_in(c), Ok(Some(h)));
+        }
+        assert_eq!(request_in(REQUEST_NULL), Ok(None));
+        assert_eq!(request_in(0x1234), Err(()));
+    }
+
+    #[test]
+    fn a_status_keeps_counts_beyond_32_bits() {
+        let st = Status {
+            bytes: (5usize << 32) | 7,
+            ..Status::EMPTY
+        };
+        assert_eq!(MpiStatus::of(&st, 0).bytes(), (5u64 << 32) | 7);
+        assert_eq!(std::mem::size_of::<MpiStatus>(), 32);
+    }
+}

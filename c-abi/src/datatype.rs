@@ -1,0 +1,350 @@
+//! The predefined datatypes (their sizes and names, for this platform: x86-64 and aarch64
+//! Linux, LP64) and the predefined reduction operations over them.
+//!
+//! A buffer of `count` elements of a predefined type is `count * size` contiguous bytes. The
+//! pair types with a hole between their members (`MPI_DOUBLE_INT`, `MPI_LONG_INT`,
+//! `MPI_SHORT_INT`, `MPI_LONG_DOUBLE_INT`) are not contiguous and are refused until derived
+//! datatypes are in.
+
+use std::ffi::{c_int, c_void};
+
+use ch4_core::ErrorKind;
+
+use crate::abi::{op, Handle};
+
+/// The size in bytes of predefined datatype `dt`; `None` for anything else.
+#[inline(always)]
+pub fn size_of(dt: Handle) -> Option<usize> {
+    Some(match dt {
+        0x207 | 0x21e | 0x238 | 0x239 | 0x240 | 0x241 | 0x243 | 0x244 | 0x245 | 0x247 | 0x2c0
+        | 0x2c1 => 1,
+        0x208 | 0x20c | 0x248 | 0x249 | 0x2c8 | 0x2c9 | 0x2ca => 2,
+        0x209 | 0x20d | 0x210 | 0x218 | 0x219 | 0x21a | 0x23c | 0x250 | 0x251 | 0x2d0 | 0x2d1
+        | 0x2d2 | 0x2d3 => 4,
+        0x201 | 0x202 | 0x203 | 0x20a | 0x20b | 0x20e | 0x20f | 0x212 | 0x213 | 0x214 | 0x21b
+        | 0x21c | 0x228 | 0x22b | 0x230 | 0x232 | 0x258 | 0x259 | 0x2d8 | 0x2d9 | 0x2da | 0x2db => {
+            8
+        }
+        0x216 | 0x217 | 0x21d | 0x220 | 0x231 | 0x2e0 | 0x2e1 | 0x2e2 | 0x2e3 => 16,
+        0x224 | 0x225 | 0x2eb => 32,
+        _ => return None,
+    })
+}
+
+/// The name of predefined datatype `dt` (`MPI_Type_get_name`).
+pub fn name_of(dt: Handle) -> Option<&'static str> {
+    NAMES.iter().find(|(h, _)| *h == dt).map(|(_, n)| *n)
+}
+
+const NAMES: &[(Handle, &str)] = &[
+    (0x200, "MPI_DATATYPE_NULL"),
+    (0x201, "MPI_AINT"),
+    (0x202, "MPI_COUNT"),
+    (0x203, "MPI_OFFSET"),
+    (0x207, "MPI_PACKED"),
+    (0x208, "MPI_SHORT"),
+    (0x209, "MPI_INT"),
+    (0x20a, "MPI_LONG"),
+    (0x20b, "MPI_LONG_LONG"),
+    (0x20c, "MPI_UNSIGNED_SHORT"),
+    (0x20d, "MPI_UNSIGNED"),
+    (0x20e, "MPI_UNSIGNED_LONG"),
+    (0x20f, "MPI_UNSIGNED_LONG_LONG"),
+    (0x210, "MPI_FLOAT"),
+    (0x212, "MPI_C_FLOAT_COMPLEX"),
+    (0x213, "MPI_CXX_FLOAT_COMPLEX"),
+    (0x214, "MPI_DOUBLE"),
+    (0x216, "MPI_C_DOUBLE_COMPLEX"),
+    (0x217, "MPI_CXX_DOUBLE_COMPLEX"),
+    (0x218, "MPI_LOGICAL"),
+    (0x219, "MPI_INTEGER"),
+    (0x21a, "MPI_REAL"),
+    (0x21b, "MPI_COMPLEX"),
+    (0x21c, "MPI_DOUBLE_PRECISION"),
+    (0x21d, "MPI_DOUBLE_COMPLEX"),
+    (0x21e, "MPI_CHARACTER"),
+    (0x220, "MPI_LONG_DOUBLE"),
+    (0x224, "MPI_C_LONG_DOUBLE_COMPLEX"),
+    (0x225, "MPI_CXX_LONG_DOUBLE_COMPLEX"),
+    (0x228, "MPI_FLOAT_INT"),
+    (0x229, "MPI_DOUBLE_INT"),
+    (0x22a, "MPI_LONG_INT"),
+    (0x22b, "MPI_2INT"),
+    (0x22c, "MPI_SHORT_INT"),
+    (0x22d, "MPI_LONG_DOUBLE_INT"),
+    (0x230, "MPI_2REAL"),
+    (0x231, "MPI_2DOUBLE_PRECISION"),
+    (0x232, "MPI_2INTEGER"),
+    (0x238, "MPI_C_BOOL"),
+    (0x239, "MPI_CXX_BOOL"),
+    (0x23c, "MPI_WCHAR"),
+    (0x240, "MPI_INT8_T"),
+    (0x241, "MPI_UINT8_T"),
+    (0x243, "MPI_CHAR"),
+    (0x244, "MPI_SIGNED_CHAR"),
+    (0x245, "MPI_UNSIGNED_CHAR"),
+    (0x247, "MPI_BYTE"),
+    (0x248, "MPI_INT16_T"),
+    (0x249, "MPI_UINT16_T"),
+    (0x250, "MPI_INT32_T"),
+    (0x251, "MPI_UINT32_T"),
+    (0x258, "MPI_INT64_T"),
+    (0x259, "MPI_UINT64_T"),
+    (0x2c0, "MPI_LOGICAL1"),
+    (0x2c1, "MPI_INTEGER1"),
+    (0x2c8, "MPI_LOGICAL2"),
+    (0x2c9, "MPI_INTEGER2"),
+    (0x2ca, "MPI_REAL2"),
+    (0x2d0, "MPI_LOGICAL4"),
+    (0x2d1, "MPI_INTEGER4"),
+    (0x2d2, "MPI_REAL4"),
+    (0x2d3, "MPI_COMPLEX4"),
+    (0x2d8, "MPI_LOGICAL8"),
+    (0x2d9, "MPI_INTEGER8"),
+    (0x2da, "MPI_REAL8"),
+    (0x2db, "MPI_COMPLEX8"),
+    (0x2e0, "MPI_LOGICAL16"),
+    (0x2e1, "MPI_INTEGER16"),
+    (0x2e2, "MPI_REAL16"),
+    (0x2e3, "MPI_COMPLEX16"),
+    (0x2eb, "MPI_COMPLEX32"),
+];
+
+/// The bytes of `count` elements of `dt` at `buf`, for a send.
+///
+/// # Safety
+/// `buf` points to `count` elements of `dt` that stay valid (and unwritten) for as long as the
+/// slice or the operation using it (MPI's rule for send buffers).
+#[inline(always)]
+pub unsafe fn send_bytes<'a>(
+    buf: *const c_void,
+    count: c_int,
+    dt: Handle,
+) -> ch4::Result<&'a [u8]> {
+    let len = byte_len(count, dt)?;
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if buf.is_null() {
+        return Err(null_buffer());
+    }
+    // SAFETY: the caller's contract; `buf` is not null and `len` bytes describe the elements.
+    Ok(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) })
+}
+
+/// The bytes of `count` elements of `dt` at `buf`, for a receive.
+///
+/// # Safety
+/// As [`send_bytes`], and nothing else reads or writes the buffer while the operation runs.
+#[inline(always)]
+pub unsafe fn recv_bytes<'a>(
+    buf: *mut c_void,
+    count: c_int,
+    dt: Handle,
+) -> ch4::Result<&'a mut [u8]> {
+    let len = byte_len(count, dt)?;
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    if buf.is_null() {
+        return Err(null_buffer());
+    }
+    // SAFETY: the caller's contract; `buf` is not null and `len` bytes describe the elements.
+    Ok(unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) })
+}
+
+/// The length in bytes of `count` elements of `dt`.
+#[inline(always)]
+pub fn byte_len(count: c_int, dt: Handle) -> ch4::Result<usize> {
+    let Some(size) = size_of(dt) else {
+        return Err(bad_type(dt));
+    };
+    match usize::try_from(count) {
+        Ok(n) => Ok(n * size),
+        Err(_) => Err(ch4::Error::new(
+            ErrorKind::Count,
+            format!("count {count} is negative"),
+        )),
+    }
+}
+
+#[cold]
+fn null_buffer() -> ch4::Error {
+    ch4::Error::new(ErrorKind::Buffer, "a null buffer with a nonzero count")
+}
+
+/// The error for a datatype handle that is not a supported predefined type.
+#[cold]
+pub fn bad_type(dt: Handle) -> ch4::Error {
+    let why = match name_of(dt) {
+        Some("MPI_DATATYPE_NULL") => "MPI_DATATYPE_NULL is no datatype".to_string(),
+        Some(n) => format!("{n} is not supported yet (its members have a gap between them)"),
+        None => format!(
+            "datatype {dt:#x} is not a predefined datatype (derived datatypes are not \
+             implemented yet)"
+        ),
+    };
+    ch4::Error::new(ErrorKind::Buffer, why)
+}
+
+/// The element kinds reductions compute on.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Kind {
+    I8,
+    U8,
+    I16,
+    U16,
+    I32,
+    U32,
+    I64,
+    U64,
+    F32,
+    F64,
+    /// C's `bool` (one byte, 0 or 1): logical operations only.
+    Bool,
+}
+
+fn kind_of(dt: Handle) -> Option<Kind> {
+    Some(match dt {
+        0x240 | 0x243 | 0x244 | 0x2c1 => Kind::I8,
+        0x241 | 0x245 | 0x247 => Kind::U8,
+        0x208 | 0x248 | 0x2c9 => Kind::I16,
+        0x20c | 0x249 => Kind::U16,
+        0x209 | 0x250 | 0x219 | 0x2d1 | 0x218 | 0x2d0 => Kind::I32,
+        0x20d | 0x251 => Kind::U32,
+        0x20a | 0x20b | 0x258 | 0x201 | 0x202 | 0x203 | 0x2d9 | 0x2d8 => Kind::I64,
+        0x20e | 0x20f | 0x259 => Kind::U64,
+        0x210 | 0x21a | 0x2d2 => Kind::F32,
+        0x214 | 0x21c | 0x2da => Kind::F64,
+        0x238 | 0x239 => Kind::Bool,
+        _ => return None,
+    })
+}
+
+/// Applies `f` element by element: `acc[i] = f(acc[i], x[i])`.
+fn fold<T: Copy>(acc: &mut [u8], x: &[u8], f: impl Fn(T, T) -> T) {
+    let n = std::mem::size_of::<T>();
+    for (a, b) in acc.chunks_exact_mut(n).zip(x.chunks_exact(n)) {
+        // SAFETY: both chunks are exactly `size_of::<T>()` bytes, read and written unaligned;
+        // T is one of the plain numeric types below (every bit pattern valid).
+        unsafe {
+            let va = a.as_ptr().cast::<T>().read_unaligned();
+            let vb = b.as_ptr().cast::<T>().read_unaligned();
+            a.as_mut_ptr().cast::<T>().write_unaligned(f(va, vb));
+        }
+    }
+}
+
+macro_rules! int_ops {
+    ($t:ty, $op:expr, $acc:expr, $x:expr) => {
+        match $op {
+            op::SUM => fold::<$t>($acc, $x, |a, b| a.wrapping_add(b)),
+            op::PROD => fold::<$t>($acc, $x, |a, b| a.wrapping_mul(b)),
+            op::MIN => fold::<$t>($acc, $x, |a, b| a.min(b)),
+            op::MAX => fold::<$t>($acc, $x, |a, b| a.max(b)),
+            op::BAND => fold::<$t>($acc, $x, |a, b| a & b),
+            op::BOR => fold::<$t>($acc, $x, |a, b| a | b),
+            op::BXOR => fold::<$t>($acc, $x, |a, b| a ^ b),
+            op::LAND => fold::<$t>($acc, $x, |a, b| <$t>::from(a != 0 && b != 0)),
+            op::LOR => fold::<$t>($acc, $x, |a, b| <$t>::from(a != 0 || b != 0)),
+            op::LXOR => fold::<$t>($acc, $x, |a, b| <$t>::from((a != 0) != (b != 0))),
+            _ => unreachable!("checked by reduction"),
+        }
+    };
+}
+
+macro_rules! float_ops {
+    ($t:ty, $op:expr, $acc:expr, $x:expr) => {
+        match $op {
+            op::SUM => fold::<$t>($acc, $x, |a, b| a + b),
+            op::PROD => fold::<$t>($acc, $x, |a, b| a * b),
+            op::MIN => fold::<$t>($acc, $x, |a, b| a.min(b)),
+            op::MAX => fold::<$t>($acc, $x, |a, b| a.max(b)),
+            _ => unreachable!("checked by reduction"),
+        }
+    };
+}
+
+/// The byte-level fold of predefined operation `op_h` over elements of `dt`, for the device's
+/// reductions; an error naming the pair when the standard does not define it (or ch4 does not
+/// support it yet: `MPI_MINLOC`, `MPI_MAXLOC`, complex and long double types).
+pub fn reduction(op_h: Handle, dt: Handle) -> ch4::Result<impl FnMut(&mut [u8], &[u8])> {
+    let kind = kind_of(dt);
+    let arithmetic = matches!(op_h, op::SUM | op::PROD | op::MIN | op::MAX);
+    let bitwise = matches!(op_h, op::BAND | op::BOR | op::BXOR);
+    let logical = matches!(op_h, op::LAND | op::LOR | op::LXOR);
+    let ok = match kind {
+        Some(Kind::F32 | Kind::F64) => arithmetic,
+        Some(Kind::Bool) => logical,
+        Some(Kind::U8) if dt == 0x247 => bitwise,
+        Some(_) => arithmetic || bitwise || logical,
+        None => false,
+    };
+    let (Some(kind), true) = (kind, ok) else {
+        let op_name = match op_h {
+            op::SUM => "MPI_SUM".to_string(),
+            op::PROD => "MPI_PROD".to_string(),
+            op::MIN => "MPI_MIN".to_string(),
+            op::MAX => "MPI_MAX".to_string(),
+            op::BAND => "MPI_BAND".to_string(),
+            op::BOR => "MPI_BOR".to_string(),
+            op::BXOR => "MPI_BXOR".to_string(),
+            op::LAND => "MPI_LAND".to_string(),
+            op::LOR => "MPI_LOR".to_string(),
+            op::LXOR => "MPI_LXOR".to_string(),
+            h => format!("operation {h:#x}"),
+        };
+        let type_name = name_of(dt).map_or_else(|| format!("datatype {dt:#x}"), str::to_string);
+        return Err(ch4::Error::new(
+            ErrorKind::Arg,
+            format!("{op_name} on {type_name}: not a reduction ch4 supports"),
+        ));
+    };
+    Ok(move |acc: &mut [u8], x: &[u8]| match kind {
+        Kind::I8 => int_ops!(i8, op_h, acc, x),
+        Kind::U8 => int_ops!(u8, op_h, acc, x),
+        Kind::I16 => int_ops!(i16, op_h, acc, x),
+        Kind::U16 => int_ops!(u16, op_h, acc, x),
+        Kind::I32 => int_ops!(i32, op_h, acc, x),
+        Kind::U32 => int_ops!(u32, op_h, acc, x),
+        Kind::I64 => int_ops!(i64, op_h, acc, x),
+        Kind::U64 => int_ops!(u64, op_h, acc, x),
+        Kind::Bool => int_ops!(u8, op_h, acc, x),
+        Kind::F32 => float_ops!(f32, op_h, acc, x),
+        Kind::F64 => float_ops!(f64, op_h, acc, x),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_named_type_with_a_size_is_contiguous_and_the_gapped_pairs_are_refused() {
+        assert_eq!(size_of(0x209), Some(4)); // MPI_INT
+        assert_eq!(size_of(0x214), Some(8)); // MPI_DOUBLE
+        assert_eq!(size_of(0x247), Some(1)); // MPI_BYTE
+        for gapped in [0x229, 0x22a, 0x22c, 0x22d] {
+            assert_eq!(size_of(gapped), None);
+            assert!(bad_type(gapped).to_string().contains("gap"));
+        }
+        assert_eq!(name_of(0x20b), Some("MPI_LONG_LONG"));
+        assert_eq!(byte_len(3, 0x214).unwrap(), 24);
+        assert_eq!(byte_len(-1, 0x214).unwrap_err().kind(), ErrorKind::Count);
+        assert_eq!(byte_len(1, 0x1234).unwrap_err().kind(), ErrorKind::Buffer);
+    }
+
+    #[test]
+    fn reductions_compute_per_element_and_refuse_what_the_standard_does_not_define() {
+        let mut acc = [1i32, 5, -3].map(i32::to_ne_bytes).concat();
+        let x = [2i32, 4, 7].map(i32::to_ne_bytes).concat();
+        reduction(op::MAX, 0x209).unwrap()(&mut acc, &x);
+        assert_eq!(acc, [2i32, 5, 7].map(i32::to_ne_bytes).concat());
+        let mut d = 1.5f64.to_ne_bytes().to_vec();
+        reduction(op::SUM, 0x214).unwrap()(&mut d, &2.25f64.to_ne_bytes());
+        assert_eq!(f64::from_ne_bytes(d.try_into().unwrap()), 3.75);
+        assert!(reduction(op::BAND, 0x214).is_err(), "bitwise on double");
+        assert!(reduction(op::SUM, 0x247).is_err(), "arithmetic on MPI_BYTE");
+        assert!(reduction(0x38, 0x209).is_err(), "MPI_MINLOC not yet");
+    }
+}

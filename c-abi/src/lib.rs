@@ -1,0 +1,1604 @@
+//! `libmpi_abi.so.1`: ch4 behind the MPI standard ABI (MPI 5.0), so that unmodified C MPI
+//! programs — the OSU micro-benchmarks, MPICH's test suite, an application — run on ch4, and
+//! the very same binary runs on MPICH 5's library of the same ABI by changing
+//! `LD_LIBRARY_PATH`.
+//!
+//! - `abi`: the ABI's handles, constants and `MPI_Status` (the values of `include/mpi.h`).
+//! - `state`: the process's universe and communicator table, and the thread rule
+//!   (`MPI_THREAD_FUNNELED`).
+//! - `errors`: error codes with their messages, the classes, the error handlers.
+//! - `datatype`: the predefined datatypes and reduction operations.
+//! - The functions themselves are below, by chapter of the standard: each checks its
+//!   arguments, translates handles (a few instructions: predefined handles are small integers,
+//!   a request is the device's handle with its top bit set) and calls the device.
+//!
+//! A process joins its job as every ch4 program does, through PMI: under `ch4run`, under
+//! Hydra's `mpiexec`, or alone as a singleton.
+
+// The MPI functions keep the C names the ABI gives them, and their C parameter lists.
+#![allow(non_snake_case)]
+#![allow(clippy::too_many_arguments)]
+
+mod abi;
+mod datatype;
+mod errors;
+mod state;
+
+use std::ffi::{c_char, c_double, c_int, c_void};
+
+use ch4_core::buffer::{RecvBuf, SendBuf};
+use ch4_core::{ErrorKind, ReqHandle, SendMode, Status};
+
+use abi::{class, rank_in, request_in, request_out, tag_in, Handle, MpiStatus};
+use datatype::{recv_bytes, send_bytes};
+use state::{Phase, State};
+
+/// Runs `f` on the state; its error goes to communicator `comm`'s handler as `func`'s.
+#[inline(always)]
+fn call(comm: Handle, func: &'static str, f: impl FnOnce(&mut State) -> ch4::Result<()>) -> c_int {
+    match state::with(|st| match f(st) {
+        Ok(()) => class::SUCCESS,
+        Err(e) => errors::fail(st, comm, func, &e),
+    }) {
+        Ok(code) | Err(code) => code,
+    }
+}
+
+/// Writes `value` through `out` unless it is null.
+///
+/// # Safety
+/// `out` is null or valid for one write of `T`.
+#[inline(always)]
+unsafe fn put<T>(out: *mut T, value: T) {
+    if !out.is_null() {
+        // SAFETY: the caller's contract.
+        unsafe { out.write(value) };
+    }
+}
+
+#[cold]
+fn null_arg(what: &str) -> ch4::Error {
+    ch4::Error::new(ErrorKind::Arg, format!("{what} is a null pointer"))
+}
+
+#[cold]
+fn bad_request(h: Handle) -> ch4::Error {
+    ch4::Error::new(
+        ErrorKind::Request,
+        format!("{h:#x} is not a request handle"),
+    )
+}
+
+// ------------------------------------------------------------------ start-up and environment
+
+/// `MPI_Init`: joins the job (`ch4run`, Hydra or alone).
+///
+/// # Safety
+/// The arguments are ignored (they may be null).
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) -> c_int {
+    init("MPI_Init")
+}
+
+/// `MPI_Init_thread`: as `MPI_Init`; `provided` is `MPI_THREAD_FUNNELED` (or `SINGLE` when
+/// that was asked for): every call must come from the thread that initialized MPI.
+///
+/// # Safety
+/// `provided` is null or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Init_thread(
+    _argc: *mut c_int,
+    _argv: *mut *mut *mut c_char,
+    required: c_int,
+    provided: *mut c_int,
+) -> c_int {
+    let code = init("MPI_Init_thread");
+    if code == class::SUCCESS {
+        // SAFETY: the caller's contract.
+        unsafe {
+            put(
+                provided,
+                required.clamp(abi::THREAD_SINGLE, abi::THREAD_FUNNELED),
+            )
+        };
+    }
+    code
+}
+
+fn init(func: &str) -> c_int {
+    if state::phase() != Phase::Before {
+        return errors::refuse(func, "MPI was already initialized");
+    }
+    match ch4::process::init() {
+        Ok(u) => {
+            state::install(State::new(u));
+            class::SUCCESS
+        }
+        Err(e) => {
+            // No job to abort through yet: MPI_ERRORS_ARE_FATAL ends this process.
+            eprintln!("ch4 MPI: {func}: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// `MPI_Finalize`: completes requests freed while active, then leaves the job in order.
+#[no_mangle]
+pub extern "C" fn MPI_Finalize() -> c_int {
+    let mut st = match state::take() {
+        Ok(st) => st,
+        Err(code) => return code,
+    };
+    let detached = std::mem::take(&mut st.detached);
+    if let Ok(mut dev) = st.device() {
+        for h in detached {
+            let _ = dev.wait_status(h);
+        }
+    }
+    match st.universe.finalize() {
+        Ok(()) => class::SUCCESS,
+        Err(e) => {
+            eprintln!("ch4 MPI: MPI_Finalize: {e}");
+            errors::register(errors::class_of(e.kind()), format!("MPI_Finalize: {e}"))
+        }
+    }
+}
+
+/// `MPI_Initialized`.
+///
+/// # Safety
+/// `flag` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Initialized(flag: *mut c_int) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { put(flag, c_int::from(state::phase() != Phase::Before)) };
+    class::SUCCESS
+}
+
+/// `MPI_Finalized`.
+///
+/// # Safety
+/// `flag` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Finalized(flag: *mut c_int) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { put(flag, c_int::from(state::phase() == Phase::After)) };
+    class::SUCCESS
+}
+
+/// `MPI_Query_thread`: `MPI_THREAD_FUNNELED`.
+///
+/// # Safety
+/// `provided` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Query_thread(provided: *mut c_int) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { put(provided, abi::THREAD_FUNNELED) };
+    class::SUCCESS
+}
+
+/// `MPI_Is_thread_main`: whether the caller is the thread that initialized MPI.
+///
+/// # Safety
+/// `flag` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Is_thread_main(flag: *mut c_int) -> c_int {
+    let main = state::with(|_| ()).is_ok();
+    // SAFETY: the caller's contract.
+    unsafe { put(flag, c_int::from(main)) };
+    class::SUCCESS
+}
+
+/// `MPI_Abort`: ends every process of the job with `errorcode`.
+#[no_mangle]
+pub extern "C" fn MPI_Abort(_comm: Handle, errorcode: c_int) -> c_int {
+    let _ = state::with(|st| {
+        st.universe
+            .abort(errorcode, &format!("MPI_Abort({errorcode}) called"))
+    });
+    eprintln!("ch4 MPI: MPI_Abort({errorcode}) called");
+    std::process::exit(errorcode)
+}
+
+/// `MPI_Get_version`: 5.0.
+///
+/// # Safety
+/// The pointers are valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Get_version(version: *mut c_int, subversion: *mut c_int) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        put(version, 5);
+        put(subversion, 0);
+    }
+    class::SUCCESS
+}
+
+/// Copies `s` into the C buffer `out` of `cap` bytes (NUL-terminated, cut to fit) and its
+/// length into `len`.
+///
+/// # Safety
+/// `out` is valid for `cap` bytes of writes, `len` for one write (either may be null).
+unsafe fn put_string(s: &str, out: *mut c_char, cap: usize, len: *mut c_int) {
+    let n = s.len().min(cap.saturating_sub(1));
+    if !out.is_null() && cap > 0 {
+        // SAFETY: the caller's contract: `cap` bytes at `out`, of which we write `n + 1`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(s.as_ptr(), out.cast::<u8>(), n);
+            out.add(n).write(0);
+        }
+    }
+    // SAFETY: the caller's contract.
+    unsafe { put(len, n as c_int) };
+}
+
+/// `MPI_Get_library_version`.
+///
+/// # Safety
+/// `version` has `MPI_MAX_LIBRARY_VERSION_STRING` bytes; `resultlen` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Get_library_version(
+    version: *mut c_char,
+    resultlen: *mut c_int,
+) -> c_int {
+    let text = format!(
+        "ch4 {} (MPI standard ABI {}.{}, MPI {}.{}; network: {})",
+        env!("CARGO_PKG_VERSION"),
+        1,
+        0,
+        5,
+        0,
+        <ch4::SelectedNetmod as ch4_core::AmTransport>::NAME
+    );
+    // SAFETY: the caller's contract.
+    unsafe { put_string(&text, version, abi::MAX_LIBRARY_VERSION_STRING, resultlen) };
+    class::SUCCESS
+}
+
+/// `MPI_Get_processor_name`: the host name.
+///
+/// # Safety
+/// `name` has `MPI_MAX_PROCESSOR_NAME` bytes; `resultlen` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Get_processor_name(name: *mut c_char, resultlen: *mut c_int) -> c_int {
+    let mut buf = [0u8; 256];
+    // SAFETY: `buf` is writable for its length; gethostname NUL-terminates within it or
+    // truncates.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) } == 0;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    let host = if ok {
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        "localhost".to_string()
+    };
+    // SAFETY: the caller's contract.
+    unsafe { put_string(&host, name, abi::MAX_PROCESSOR_NAME, resultlen) };
+    class::SUCCESS
+}
+
+/// `MPI_Wtime`: seconds on the monotonic clock.
+#[no_mangle]
+pub extern "C" fn MPI_Wtime() -> c_double {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is writable; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// `MPI_Wtick`: the monotonic clock's resolution.
+#[no_mangle]
+pub extern "C" fn MPI_Wtick() -> c_double {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is writable.
+    unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9).max(1e-9)
+}
+
+// ------------------------------------------------------------------ errors
+
+/// `MPI_Error_string`: what happened (the failing function and the device's message).
+///
+/// # Safety
+/// `string` has `MPI_MAX_ERROR_STRING` bytes; `resultlen` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Error_string(
+    errorcode: c_int,
+    string: *mut c_char,
+    resultlen: *mut c_int,
+) -> c_int {
+    let Some(text) = errors::string_of(errorcode) else {
+        // SAFETY: the caller's contract.
+        unsafe { put_string("", string, abi::MAX_ERROR_STRING, resultlen) };
+        return class::ARG;
+    };
+    // SAFETY: the caller's contract.
+    unsafe { put_string(&text, string, abi::MAX_ERROR_STRING, resultlen) };
+    class::SUCCESS
+}
+
+/// `MPI_Error_class`.
+///
+/// # Safety
+/// `errorclass` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Error_class(errorcode: c_int, errorclass: *mut c_int) -> c_int {
+    match errors::class_of_code(errorcode) {
+        Some(c) => {
+            // SAFETY: the caller's contract.
+            unsafe { put(errorclass, c) };
+            class::SUCCESS
+        }
+        None => class::ARG,
+    }
+}
+
+/// `MPI_Comm_set_errhandler`: `MPI_ERRORS_ARE_FATAL`, `MPI_ERRORS_ABORT` or
+/// `MPI_ERRORS_RETURN` (handlers of the program's own are not supported yet).
+#[no_mangle]
+pub extern "C" fn MPI_Comm_set_errhandler(comm: Handle, errhandler: Handle) -> c_int {
+    call(comm, "MPI_Comm_set_errhandler", |st| {
+        let fatal = match errhandler {
+            abi::ERRORS_ARE_FATAL | abi::ERRORS_ABORT => true,
+            abi::ERRORS_RETURN => false,
+            h => {
+                return Err(ch4::Error::new(
+                    ErrorKind::Arg,
+                    format!("error handler {h:#x}: only the predefined handlers are supported"),
+                ))
+            }
+        };
+        st.slot(comm)?.fatal = fatal;
+        Ok(())
+    })
+}
+
+/// `MPI_Comm_get_errhandler`.
+///
+/// # Safety
+/// `errhandler` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_get_errhandler(comm: Handle, errhandler: *mut Handle) -> c_int {
+    call(comm, "MPI_Comm_get_errhandler", |st| {
+        let h = if st.slot(comm)?.fatal {
+            abi::ERRORS_ARE_FATAL
+        } else {
+            abi::ERRORS_RETURN
+        };
+        // SAFETY: the caller's contract.
+        unsafe { put(errhandler, h) };
+        Ok(())
+    })
+}
+
+/// `MPI_Errhandler_free`: the predefined handlers are never freed; the handle becomes null.
+///
+/// # Safety
+/// `errhandler` is valid for a read and a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Errhandler_free(errhandler: *mut Handle) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { put(errhandler, abi::ERRHANDLER_NULL) };
+    class::SUCCESS
+}
+
+// ------------------------------------------------------------------ communicators
+
+/// `MPI_Comm_rank`.
+///
+/// # Safety
+/// `rank` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_rank(comm: Handle, rank: *mut c_int) -> c_int {
+    call(comm, "MPI_Comm_rank", |st| {
+        let id = st.comm(comm)?;
+        let r = st.device()?.rank(id)?;
+        // SAFETY: the caller's contract.
+        unsafe { put(rank, r) };
+        Ok(())
+    })
+}
+
+/// `MPI_Comm_size`.
+///
+/// # Safety
+/// `size` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_size(comm: Handle, size: *mut c_int) -> c_int {
+    call(comm, "MPI_Comm_size", |st| {
+        let id = st.comm(comm)?;
+        let n = st.device()?.size(id)?;
+        // SAFETY: the caller's contract.
+        unsafe { put(size, n) };
+        Ok(())
+    })
+}
+
+/// `MPI_Comm_dup`: a new communicator with the same members (and error handler).
+///
+/// # Safety
+/// `newcomm` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_dup(comm: Handle, newcomm: *mut Handle) -> c_int {
+    call(comm, "MPI_Comm_dup", |st| {
+        let slot = st.slot(comm)?;
+        let (id, fatal) = (slot.id, slot.fatal);
+        let new = st.device()?.comm_dup(id)?;
+        let h = st.add_comm(new, fatal);
+        // SAFETY: the caller's contract.
+        unsafe { put(newcomm, h) };
+        Ok(())
+    })
+}
+
+/// `MPI_Comm_split`: `MPI_COMM_NULL` for members whose color is `MPI_UNDEFINED`.
+///
+/// # Safety
+/// `newcomm` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_split(
+    comm: Handle,
+    color: c_int,
+    key: c_int,
+    newcomm: *mut Handle,
+) -> c_int {
+    call(comm, "MPI_Comm_split", |st| {
+        let slot = st.slot(comm)?;
+        let (id, fatal) = (slot.id, slot.fatal);
+        let new = st.device()?.comm_split(id, color, key)?;
+        let h = match new {
+            Some(c) => st.add_comm(c, fatal),
+            None => abi::COMM_NULL,
+        };
+        // SAFETY: the caller's contract.
+        unsafe { put(newcomm, h) };
+        Ok(())
+    })
+}
+
+/// `MPI_Comm_free`: the handle becomes `MPI_COMM_NULL`; the predefined communicators cannot be
+/// freed.
+///
+/// # Safety
+/// `comm` is valid for a read and a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_free(comm: *mut Handle) -> c_int {
+    if comm.is_null() {
+        return call(abi::COMM_WORLD, "MPI_Comm_free", |_| {
+            Err(null_arg("the communicator"))
+        });
+    }
+    // SAFETY: the caller's contract.
+    let h = unsafe { comm.read() };
+    call(h, "MPI_Comm_free", |st| {
+        if h < abi::COMM_BASE {
+            return Err(ch4::Error::new(
+                ErrorKind::Comm,
+                "MPI_COMM_WORLD, MPI_COMM_SELF and MPI_COMM_NULL cannot be freed",
+            ));
+        }
+        let id = st.comm(h)?;
+        st.device()?.comm_free(id)?;
+        st.comms[h - abi::COMM_BASE] = None;
+        // SAFETY: the caller's contract.
+        unsafe { comm.write(abi::COMM_NULL) };
+        Ok(())
+    })
+}
+
+// ------------------------------------------------------------------ point-to-point
+
+/// A blocking send in `mode`.
+///
+/// # Safety
+/// `buf` holds `count` elements of `dt`.
+#[inline(always)]
+unsafe fn send_in(
+    func: &'static str,
+    mode: SendMode,
+    buf: *const c_void,
+    count: c_int,
+    dt: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+) -> c_int {
+    call(comm, func, |st| {
+        let id = st.comm(comm)?;
+        // SAFETY: the caller's contract; the send completes before this returns.
+        let bytes = unsafe { send_bytes(buf, count, dt) }?;
+        st.device()?
+            .send(id, rank_in(dest), tag_in(tag), bytes, mode)
+    })
+}
+
+/// `MPI_Send`.
+///
+/// # Safety
+/// `buf` holds `count` elements of `datatype`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Send(
+    buf: *const c_void,
+    count: c_int,
+    datatype: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        send_in(
+            "MPI_Send",
+            SendMode::Standard,
+            buf,
+            count,
+            datatype,
+            dest,
+            tag,
+            comm,
+        )
+    }
+}
+
+/// `MPI_Ssend`.
+///
+/// # Safety
+/// `buf` holds `count` elements of `datatype`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Ssend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        send_in(
+            "MPI_Ssend",
+            SendMode::Synchronous,
+            buf,
+            count,
+            datatype,
+            dest,
+            tag,
+            comm,
+        )
+    }
+}
+
+/// `MPI_Rsend`.
+///
+/// # Safety
+/// `buf` holds `count` elements of `datatype`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Rsend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        send_in(
+            "MPI_Rsend",
+            SendMode::Ready,
+            buf,
+            count,
+            datatype,
+            dest,
+            tag,
+            comm,
+        )
+    }
+}
+
+/// `MPI_Recv`: a truncated message fills the buffer, sets the status and fails with
+/// `MPI_ERR_TRUNCATE`.
+///
+/// # Safety
+/// `buf` has room for `count` elements of `datatype`; `status` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Recv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    status: *mut MpiStatus,
+) -> c_int {
+    call(comm, "MPI_Recv", |st| {
+        let id = st.comm(comm)?;
+        // SAFETY: the caller's contract; the receive completes before this returns.
+        let bytes = unsafe { recv_bytes(buf, count, datatype) }?;
+        let got = st.device()?.recv(id, rank_in(source), tag_in(tag), bytes);
+        let s = match &got {
+            Ok(s) => Some(*s),
+            Err(e) => e.status().copied(),
+        };
+        if let Some(s) = s {
+            // SAFETY: the caller's contract.
+            unsafe { put(status, MpiStatus::of(&s, class::SUCCESS)) };
+        }
+        got.map(drop)
+    })
+}
+
+/// A nonblocking send in `mode`.
+///
+/// # Safety
+/// `buf` holds `count` elements of `dt` until the request completes; `request` is writable.
+#[inline(always)]
+unsafe fn isend_in(
+    func: &'static str,
+    mode: SendMode,
+    buf: *const c_void,
+    count: c_int,
+    dt: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    call(comm, func, |st| {
+        if request.is_null() {
+            return Err(null_arg("the request"));
+        }
+        let id = st.comm(comm)?;
+        // SAFETY: the caller's contract: the buffer stays valid and unwritten until the
+        // request completes (MPI's rule), which is what a borrowed SendBuf asks.
+        let sbuf = unsafe { SendBuf::borrowed(send_bytes(buf, count, dt)?) };
+        let h = st
+            .device()?
+            .isend(id, rank_in(dest), tag_in(tag), sbuf, mode)?;
+        // SAFETY: checked non-null; the caller's contract.
+        unsafe { request.write(request_out(h)) };
+        Ok(())
+    })
+}
+
+/// `MPI_Isend`.
+///
+/// # Safety
+/// `buf` holds `count` elements of `datatype` until the request completes.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Isend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        isend_in(
+            "MPI_Isend",
+            SendMode::Standard,
+            buf,
+            count,
+            datatype,
+            dest,
+            tag,
+            comm,
+            request,
+        )
+    }
+}
+
+/// `MPI_Issend`.
+///
+/// # Safety
+/// `buf` holds `count` elements of `datatype` until the request completes.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Issend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        isend_in(
+            "MPI_Issend",
+            SendMode::Synchronous,
+            buf,
+            count,
+            datatype,
+            dest,
+            tag,
+            comm,
+            request,
+        )
+    }
+}
+
+/// `MPI_Irsend`.
+///
+/// # Safety
+/// `buf` holds `count` elements of `datatype` until the request completes.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Irsend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        isend_in(
+            "MPI_Irsend",
+            SendMode::Ready,
+            buf,
+            count,
+            datatype,
+            dest,
+            tag,
+            comm,
+            request,
+        )
+    }
+}
+
+/// `MPI_Irecv`.
+///
+/// # Safety
+/// `buf` has room for `count` elements of `datatype` and is not touched until the request
+/// completes; `request` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Irecv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    call(comm, "MPI_Irecv", |st| {
+        if request.is_null() {
+            return Err(null_arg("the request"));
+        }
+        let id = st.comm(comm)?;
+        // SAFETY: the caller's contract: the buffer is the request's alone until it completes.
+        let rbuf = unsafe { RecvBuf::borrowed(recv_bytes(buf, count, datatype)?) };
+        let h = st.device()?.irecv(id, rank_in(source), tag_in(tag), rbuf)?;
+        // SAFETY: checked non-null; the caller's contract.
+        unsafe { request.write(request_out(h)) };
+        Ok(())
+    })
+}
+
+/// `MPI_Sendrecv`.
+///
+/// # Safety
+/// The buffers hold (have room for) their counts of their datatypes; `status` is null or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Sendrecv(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: Handle,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: Handle,
+    source: c_int,
+    recvtag: c_int,
+    comm: Handle,
+    status: *mut MpiStatus,
+) -> c_int {
+    call(comm, "MPI_Sendrecv", |st| {
+        let id = st.comm(comm)?;
+        // SAFETY: the caller's contract; both complete before this returns.
+        let (send, recv) = unsafe {
+            (
+                send_bytes(sendbuf, sendcount, sendtype)?,
+                recv_bytes(recvbuf, recvcount, recvtype)?,
+            )
+        };
+        let s = st.device()?.sendrecv(
+            id,
+            send,
+            rank_in(dest),
+            tag_in(sendtag),
+            recv,
+            rank_in(source),
+            tag_in(recvtag),
+        )?;
+        // SAFETY: the caller's contract.
+        unsafe { put(status, MpiStatus::of(&s, class::SUCCESS)) };
+        Ok(())
+    })
+}
+
+/// The status of a request's completion, and its error (`Some` for a failed operation).
+fn finish(st: &mut State, h: Option<ReqHandle>, blocking: bool) -> ch4::Result<Option<Status>> {
+    let Some(h) = h else {
+        return Ok(Some(Status::EMPTY));
+    };
+    st.reap_detached();
+    let mut dev = st.device()?;
+    if blocking {
+        dev.wait_status(h).map(Some)
+    } else {
+        dev.test_status(h)
+    }
+}
+
+/// The error of a completed operation's status, as the function's own error.
+fn status_error(s: &Status) -> ch4::Result<()> {
+    match s.error {
+        None => Ok(()),
+        Some(kind) => Err(ch4::Error::with_status(
+            kind,
+            format!("{} (source {}, tag {})", kind.describe(), s.source, s.tag),
+            *s,
+        )),
+    }
+}
+
+/// `MPI_Wait`: the request becomes `MPI_REQUEST_NULL`.
+///
+/// # Safety
+/// `request` is valid for a read and a write; `status` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Wait(request: *mut Handle, status: *mut MpiStatus) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Wait", |st| {
+        if request.is_null() {
+            return Err(null_arg("the request"));
+        }
+        // SAFETY: the caller's contract.
+        let c = unsafe { request.read() };
+        let h = request_in(c).map_err(|()| bad_request(c))?;
+        let done = finish(st, h, true)?.unwrap_or(Status::EMPTY);
+        // SAFETY: the caller's contract.
+        unsafe {
+            request.write(abi::REQUEST_NULL);
+            put(status, MpiStatus::of(&done, class::SUCCESS));
+        }
+        status_error(&done)
+    })
+}
+
+/// `MPI_Test`.
+///
+/// # Safety
+/// `request` is valid for a read and a write, `flag` for a write; `status` is null or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Test(
+    request: *mut Handle,
+    flag: *mut c_int,
+    status: *mut MpiStatus,
+) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Test", |st| {
+        if request.is_null() || flag.is_null() {
+            return Err(null_arg("the request or the flag"));
+        }
+        // SAFETY: the caller's contract.
+        let c = unsafe { request.read() };
+        let h = request_in(c).map_err(|()| bad_request(c))?;
+        let Some(done) = finish(st, h, false)? else {
+            // SAFETY: checked non-null.
+            unsafe { flag.write(0) };
+            return Ok(());
+        };
+        // SAFETY: the caller's contract.
+        unsafe {
+            flag.write(1);
+            request.write(abi::REQUEST_NULL);
+            put(status, MpiStatus::of(&done, class::SUCCESS));
+        }
+        status_error(&done)
+    })
+}
+
+/// Completes every request of `requests` (`test`: only if all are complete), filling
+/// `statuses`; an error of any is `MPI_ERR_IN_STATUS`, each status carrying its own.
+///
+/// # Safety
+/// `requests` has `count` handles; `statuses` is null or has `count` writable statuses.
+unsafe fn complete_all(
+    st: &mut State,
+    count: c_int,
+    requests: *mut Handle,
+    statuses: *mut MpiStatus,
+    test: bool,
+) -> ch4::Result<bool> {
+    let n = usize::try_from(count)
+        .map_err(|_| ch4::Error::new(ErrorKind::Count, format!("count {count} is negative")))?;
+    if n == 0 {
+        return Ok(true);
+    }
+    if requests.is_null() {
+        return Err(null_arg("the array of requests"));
+    }
+    // SAFETY: the caller's contract: `n` handles.
+    let reqs = unsafe { std::slice::from_raw_parts_mut(requests, n) };
+    let mut handles = Vec::with_capacity(n);
+    for &c in reqs.iter() {
+        handles.push(request_in(c).map_err(|()| bad_request(c))?);
+    }
+    if test {
+        let mut dev = st.device()?;
+        for h in handles.iter().flatten() {
+            if !dev.is_done(*h)? {
+                dev.progress()?;
+                if !dev.is_done(*h)? {
+                    return Ok(false);
+                }
+            }
+        }
+    }
+    let mut failed = None;
+    for (i, h) in handles.into_iter().enumerate() {
+        let done = finish(st, h, true)?.unwrap_or(Status::EMPTY);
+        let err = match done.error {
+            None => class::SUCCESS,
+            Some(kind) => {
+                let code = errors::register(
+                    errors::class_of(kind),
+                    format!("request {i}: {}", kind.describe()),
+                );
+                failed.get_or_insert(kind);
+                code
+            }
+        };
+        reqs[i] = abi::REQUEST_NULL;
+        if !statuses.is_null() {
+            // SAFETY: the caller's contract: `n` statuses.
+            unsafe { statuses.add(i).write(MpiStatus::of(&done, err)) };
+        }
+    }
+    match failed {
+        None => Ok(true),
+        Some(kind) if statuses.is_null() => Err(ch4::Error::new(kind, kind.describe())),
+        Some(_) => Err(ch4::Error::new(
+            ErrorKind::InStatus,
+            "some requests failed: see each one's status",
+        )),
+    }
+}
+
+/// `MPI_Waitall`.
+///
+/// # Safety
+/// `array_of_requests` has `count` handles; `array_of_statuses` is null or has `count`
+/// writable statuses.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Waitall(
+    count: c_int,
+    array_of_requests: *mut Handle,
+    array_of_statuses: *mut MpiStatus,
+) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Waitall", |st| {
+        // SAFETY: the caller's contract.
+        unsafe { complete_all(st, count, array_of_requests, array_of_statuses, false) }.map(drop)
+    })
+}
+
+/// `MPI_Testall`.
+///
+/// # Safety
+/// As `MPI_Waitall`, and `flag` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Testall(
+    count: c_int,
+    array_of_requests: *mut Handle,
+    flag: *mut c_int,
+    array_of_statuses: *mut MpiStatus,
+) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Testall", |st| {
+        // SAFETY: the caller's contract.
+        let all = unsafe { complete_all(st, count, array_of_requests, array_of_statuses, true) }?;
+        // SAFETY: the caller's contract.
+        unsafe { put(flag, c_int::from(all)) };
+        Ok(())
+    })
+}
+
+/// `MPI_Waitany`: `index` is `MPI_UNDEFINED` when every request is inactive.
+///
+/// # Safety
+/// `array_of_requests` has `count` handles; `index` is writable; `status` null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Waitany(
+    count: c_int,
+    array_of_requests: *mut Handle,
+    index: *mut c_int,
+    status: *mut MpiStatus,
+) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Waitany", |st| {
+        let n = usize::try_from(count)
+            .map_err(|_| ch4::Error::new(ErrorKind::Count, format!("count {count} is negative")))?;
+        if n > 0 && array_of_requests.is_null() {
+            return Err(null_arg("the array of requests"));
+        }
+        let reqs: &mut [Handle] = if n == 0 {
+            &mut []
+        } else {
+            // SAFETY: the caller's contract: `n` handles.
+            unsafe { std::slice::from_raw_parts_mut(array_of_requests, n) }
+        };
+        let mut active = Vec::new();
+        for (i, &c) in reqs.iter().enumerate() {
+            if let Some(h) = request_in(c).map_err(|()| bad_request(c))? {
+                active.push((i, h));
+            }
+        }
+        if active.is_empty() {
+            // SAFETY: the caller's contract.
+            unsafe {
+                put(index, abi::UNDEFINED);
+                put(status, MpiStatus::of(&Status::EMPTY, class::SUCCESS));
+            }
+            return Ok(());
+        }
+        let mut idle = 0u32;
+        loop {
+            let mut dev = st.device()?;
+            for &(i, h) in &active {
+                if dev.is_done(h)? {
+                    let done = dev.wait_status(h)?;
+                    reqs[i] = abi::REQUEST_NULL;
+                    // SAFETY: the caller's contract.
+                    unsafe {
+                        put(index, i as c_int);
+                        put(status, MpiStatus::of(&done, class::SUCCESS));
+                    }
+                    return status_error(&done);
+                }
+            }
+            idle = if dev.progress()? == 0 { idle + 1 } else { 0 };
+            ch4_core::device::backoff(idle);
+        }
+    })
+}
+
+/// `MPI_Request_free`: an active request completes in the background.
+///
+/// # Safety
+/// `request` is valid for a read and a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Request_free(request: *mut Handle) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Request_free", |st| {
+        if request.is_null() {
+            return Err(null_arg("the request"));
+        }
+        // SAFETY: the caller's contract.
+        let c = unsafe { request.read() };
+        match request_in(c).map_err(|()| bad_request(c))? {
+            None => {
+                return Err(ch4::Error::new(
+                    ErrorKind::Request,
+                    "MPI_REQUEST_NULL cannot be freed",
+                ))
+            }
+            Some(h) => st.detached.push(h),
+        }
+        st.reap_detached();
+        // SAFETY: the caller's contract.
+        unsafe { request.write(abi::REQUEST_NULL) };
+        Ok(())
+    })
+}
+
+/// `MPI_Cancel`: the request must still be completed; `MPI_Test_cancelled` on its status
+/// tells whether the cancel took effect.
+///
+/// # Safety
+/// `request` is valid for a read.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Cancel(request: *mut Handle) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Cancel", |st| {
+        if request.is_null() {
+            return Err(null_arg("the request"));
+        }
+        // SAFETY: the caller's contract.
+        let c = unsafe { request.read() };
+        match request_in(c).map_err(|()| bad_request(c))? {
+            Some(h) => st.device()?.cancel(h),
+            None => Err(ch4::Error::new(
+                ErrorKind::Request,
+                "MPI_REQUEST_NULL cannot be cancelled",
+            )),
+        }
+    })
+}
+
+/// `MPI_Test_cancelled`.
+///
+/// # Safety
+/// `status` is readable, `flag` writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Test_cancelled(status: *const MpiStatus, flag: *mut c_int) -> c_int {
+    if status.is_null() {
+        return errors::refuse("MPI_Test_cancelled", "the status is a null pointer");
+    }
+    // SAFETY: the caller's contract.
+    let cancelled = unsafe { (*status).internal[2] } != 0;
+    // SAFETY: the caller's contract.
+    unsafe { put(flag, c_int::from(cancelled)) };
+    class::SUCCESS
+}
+
+/// `MPI_Probe`.
+///
+/// # Safety
+/// `status` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Probe(
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    status: *mut MpiStatus,
+) -> c_int {
+    call(comm, "MPI_Probe", |st| {
+        let id = st.comm(comm)?;
+        let s = st.device()?.probe(id, rank_in(source), tag_in(tag))?;
+        // SAFETY: the caller's contract.
+        unsafe { put(status, MpiStatus::of(&s, class::SUCCESS)) };
+        Ok(())
+    })
+}
+
+/// `MPI_Iprobe`.
+///
+/// # Safety
+/// `flag` is writable; `status` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Iprobe(
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    flag: *mut c_int,
+    status: *mut MpiStatus,
+) -> c_int {
+    call(comm, "MPI_Iprobe", |st| {
+        let id = st.comm(comm)?;
+        let found = st.device()?.iprobe(id, rank_in(source), tag_in(tag))?;
+        // SAFETY: the caller's contract.
+        unsafe {
+            put(flag, c_int::from(found.is_some()));
+            if let Some(s) = found {
+                put(status, MpiStatus::of(&s, class::SUCCESS));
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `MPI_Get_count`: `MPI_UNDEFINED` when the bytes are not a whole number of elements (or
+/// their number does not fit an int).
+///
+/// # Safety
+/// `status` is readable, `count` writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Get_count(
+    status: *const MpiStatus,
+    datatype: Handle,
+    count: *mut c_int,
+) -> c_int {
+    if status.is_null() {
+        return errors::refuse("MPI_Get_count", "the status is a null pointer");
+    }
+    let Some(size) = datatype::size_of(datatype) else {
+        return call(abi::COMM_WORLD, "MPI_Get_count", |_| {
+            Err(datatype::bad_type(datatype))
+        });
+    };
+    // SAFETY: the caller's contract.
+    let bytes = unsafe { (*status).bytes() };
+    let n = if size == 0 || bytes % size as u64 != 0 {
+        abi::UNDEFINED
+    } else {
+        c_int::try_from(bytes / size as u64).unwrap_or(abi::UNDEFINED)
+    };
+    // SAFETY: the caller's contract.
+    unsafe { put(count, n) };
+    class::SUCCESS
+}
+
+/// `MPI_Get_elements`: for predefined datatypes, the same as `MPI_Get_count`.
+///
+/// # Safety
+/// As `MPI_Get_count`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Get_elements(
+    status: *const MpiStatus,
+    datatype: Handle,
+    count: *mut c_int,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { MPI_Get_count(status, datatype, count) }
+}
+
+// ------------------------------------------------------------------ collectives
+
+/// `MPI_Barrier`.
+#[no_mangle]
+pub extern "C" fn MPI_Barrier(comm: Handle) -> c_int {
+    call(comm, "MPI_Barrier", |st| {
+        let id = st.comm(comm)?;
+        st.device()?.barrier(id)
+    })
+}
+
+/// `MPI_Bcast`.
+///
+/// # Safety
+/// `buffer` holds (has room for) `count` elements of `datatype`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Bcast(
+    buffer: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    root: c_int,
+    comm: Handle,
+) -> c_int {
+    call(comm, "MPI_Bcast", |st| {
+        let id = st.comm(comm)?;
+        // SAFETY: the caller's contract.
+        let buf = unsafe { recv_bytes(buffer, count, datatype) }?;
+        st.device()?.bcast(id, root, buf)
+    })
+}
+
+/// The contribution of a reduction: the send buffer, or with `MPI_IN_PLACE` a copy of the
+/// receive buffer.
+///
+/// # Safety
+/// As the reduction functions' buffers.
+unsafe fn contribution(
+    sendbuf: *const c_void,
+    recv: &[u8],
+    count: c_int,
+    dt: Handle,
+) -> ch4::Result<std::borrow::Cow<'static, [u8]>> {
+    if sendbuf as usize == abi::IN_PLACE {
+        return Ok(std::borrow::Cow::Owned(recv.to_vec()));
+    }
+    // SAFETY: the caller's contract; the slice is used only during the call.
+    let s: &'static [u8] = unsafe { send_bytes(sendbuf, count, dt) }?;
+    Ok(std::borrow::Cow::Borrowed(s))
+}
+
+/// `MPI_Reduce` with the predefined operations.
+///
+/// # Safety
+/// `sendbuf` holds `count` elements of `datatype` (or is `MPI_IN_PLACE` at the root);
+/// `recvbuf` has room for them at the root.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Reduce(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    op: Handle,
+    root: c_int,
+    comm: Handle,
+) -> c_int {
+    call(comm, "MPI_Reduce", |st| {
+        let id = st.comm(comm)?;
+        let fold = datatype::reduction(op, datatype)?;
+        let me = st.device()?.rank(id)?;
+        let mut scratch;
+        let recv: &mut [u8] = if me == root {
+            // SAFETY: the caller's contract.
+            unsafe { recv_bytes(recvbuf, count, datatype) }?
+        } else {
+            scratch = vec![0u8; datatype::byte_len(count, datatype)?];
+            &mut scratch
+        };
+        // SAFETY: the caller's contract.
+        let send = unsafe { contribution(sendbuf, recv, count, datatype) }?;
+        st.device()?.reduce(id, root, &send, recv, fold)
+    })
+}
+
+/// `MPI_Allreduce` with the predefined operations.
+///
+/// # Safety
+/// `sendbuf` holds `count` elements of `datatype` (or is `MPI_IN_PLACE`); `recvbuf` has room
+/// for them.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Allreduce(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    op: Handle,
+    comm: Handle,
+) -> c_int {
+    call(comm, "MPI_Allreduce", |st| {
+        let id = st.comm(comm)?;
+        let fold = datatype::reduction(op, datatype)?;
+        // SAFETY: the caller's contract.
+        let recv = unsafe { recv_bytes(recvbuf, count, datatype) }?;
+        // SAFETY: the caller's contract.
+        let send = unsafe { contribution(sendbuf, recv, count, datatype) }?;
+        st.device()?.allreduce(id, &send, recv, fold)
+    })
+}
+
+/// `MPI_Gather`.
+///
+/// # Safety
+/// The buffers hold (have room for) their counts of their datatypes; at the root `recvbuf`
+/// has room for `size * recvcount`; `sendbuf` may be `MPI_IN_PLACE` at the root.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Gather(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: Handle,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: Handle,
+    root: c_int,
+    comm: Handle,
+) -> c_int {
+    call(comm, "MPI_Gather", |st| {
+        let id = st.comm(comm)?;
+        let (me, size) = {
+            let dev = st.device()?;
+            (dev.rank(id)?, dev.size(id)?)
+        };
+        let total = c_int::try_from(i64::from(recvcount) * i64::from(size))
+            .map_err(|_| ch4::Error::new(ErrorKind::Count, "gathered count too large"))?;
+        let mut scratch = Vec::new();
+        let recv: &mut [u8] = if me == root {
+            // SAFETY: the caller's contract.
+            unsafe { recv_bytes(recvbuf, total, recvtype) }?
+        } else {
+            &mut scratch
+        };
+        let send: Vec<u8>;
+        let send: &[u8] = if sendbuf as usize == abi::IN_PLACE && me == root {
+            let len = datatype::byte_len(recvcount, recvtype)?;
+            let at = root as usize * len;
+            send = recv[at..at + len].to_vec();
+            &send
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { send_bytes(sendbuf, sendcount, sendtype) }?
+        };
+        st.device()?.gather(id, root, send, recv)
+    })
+}
+
+/// `MPI_Allgather`.
+///
+/// # Safety
+/// The buffers hold (have room for) their counts of their datatypes; `recvbuf` has room for
+/// `size * recvcount`; `sendbuf` may be `MPI_IN_PLACE`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Allgather(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: Handle,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: Handle,
+    comm: Handle,
+) -> c_int {
+    call(comm, "MPI_Allgather", |st| {
+        let id = st.comm(comm)?;
+        let (me, size) = {
+            let dev = st.device()?;
+            (dev.rank(id)?, dev.size(id)?)
+        };
+        let total = c_int::try_from(i64::from(recvcount) * i64::from(size))
+            .map_err(|_| ch4::Error::new(ErrorKind::Count, "gathered count too large"))?;
+        // SAFETY: the caller's contract.
+        let recv = unsafe { recv_bytes(recvbuf, total, recvtype) }?;
+        let send: Vec<u8> = if sendbuf as usize == abi::IN_PLACE {
+            let len = datatype::byte_len(recvcount, recvtype)?;
+            let at = me as usize * len;
+            recv[at..at + len].to_vec()
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { send_bytes(sendbuf, sendcount, sendtype) }?.to_vec()
+        };
+        st.device()?.allgather(id, &send, recv)
+    })
+}
+
+// ------------------------------------------------------------------ datatypes
+
+/// `MPI_Type_size` (predefined datatypes).
+///
+/// # Safety
+/// `size` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Type_size(datatype: Handle, size: *mut c_int) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Type_size", |_| {
+        let n = datatype::size_of(datatype).ok_or_else(|| datatype::bad_type(datatype))?;
+        // SAFETY: the caller's contract.
+        unsafe { put(size, n as c_int) };
+        Ok(())
+    })
+}
+
+/// `MPI_Type_get_name` (predefined datatypes).
+///
+/// # Safety
+/// `type_name` has `MPI_MAX_OBJECT_NAME` bytes; `resultlen` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Type_get_name(
+    datatype: Handle,
+    type_name: *mut c_char,
+    resultlen: *mut c_int,
+) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Type_get_name", |_| {
+        let name = datatype::name_of(datatype).ok_or_else(|| datatype::bad_type(datatype))?;
+        // SAFETY: the caller's contract.
+        unsafe { put_string(name, type_name, abi::MAX_OBJECT_NAME, resultlen) };
+        Ok(())
+    })
+}
+
+/// `MPI_Get_address`.
+///
+/// # Safety
+/// `address` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Get_address(location: *const c_void, address: *mut isize) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { put(address, location as isize) };
+    class::SUCCESS
+}
+
+// ------------------------------------------------------------------ topologies
+
+/// `MPI_Dims_create`: a balanced factorization of `nnodes` into `ndims` dimensions, the
+/// nonzero entries of `dims` kept.
+///
+/// # Safety
+/// `dims` has `ndims` entries.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mut c_int) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Dims_create", |_| {
+        let n = usize::try_from(ndims)
+            .map_err(|_| ch4::Error::new(ErrorKind::Arg, "ndims is negative"))?;
+        if n == 0 {
+            return Ok(());
+        }
+        if dims.is_null() {
+            return Err(null_arg("dims"));
+        }
+        // SAFETY: the caller's contract.
+        let d = unsafe { std::slice::from_raw_parts_mut(dims, n) };
+        dims_create(nnodes, d)
+    })
+}
+
+fn dims_create(nnodes: c_int, d: &mut [c_int]) -> ch4::Result<()> {
+    if nnodes <= 0 || d.iter().any(|&x| x < 0) {
+        return Err(ch4::Error::new(
+            ErrorKind::Arg,
+            "nnodes must be positive and dims not negative",
+        ));
+    }
+    let fixed: i64 = d
+        .iter()
+        .filter(|&&x| x > 0)
+        .map(|&x| i64::from(x))
+        .product();
+    if i64::from(nnodes) % fixed != 0 {
+        return Err(ch4::Error::new(
+            ErrorKind::Arg,
+            format!("{nnodes} processes do not divide by the fixed dimensions' product {fixed}"),
+        ));
+    }
+    let free: Vec<usize> = (0..d.len()).filter(|&i| d[i] == 0).collect();
+    if free.is_empty() {
+        return if fixed == i64::from(nnodes) {
+            Ok(())
+        } else {
+            Err(ch4::Error::new(
+                ErrorKind::Arg,
+                "dims do not multiply to nnodes",
+            ))
+        };
+    }
+    let mut rest = i64::from(nnodes) / fixed;
+    let mut factors = Vec::new();
+    let mut p = 2;
+    while p * p <= rest {
+        while rest % p == 0 {
+            factors.push(p);
+            rest /= p;
+        }
+        p += 1;
+    }
+    if rest > 1 {
+        factors.push(rest);
+    }
+    let mut out = vec![1i64; free.len()];
+    for f in factors.into_iter().rev() {
+        if let Some(m) = out.iter_mut().min() {
+            *m *= f;
+        }
+    }
+    out.sort_unstable_by(|a, b| b.cmp(a));
+    for (i, v) in free.into_iter().zip(out) {
+        d[i] = v as c_int;
+    }
+    Ok(())
+}
+
+// ------------------------------------------------------------------ not implemented yet
+
+/// Exports functions the library declares but does not implement yet: each reports an error
+/// of class `MPI_ERR_UNSUPPORTED_OPERATION` whose string names it, through
+/// `MPI_COMM_WORLD`'s error handler. They take no parameters: on the C calling conventions of
+/// the platforms ch4 builds for, the caller owns its arguments, so ignoring them is sound.
+macro_rules! not_implemented {
+    ($($name:ident),* $(,)?) => {$(
+        #[doc = concat!("`", stringify!($name), "`: not implemented yet (fails, naming itself).")]
+        #[no_mangle]
+        pub extern "C" fn $name() -> c_int {
+            errors::not_implemented(stringify!($name))
+        }
+    )*};
+}
+
+not_implemented!(
+    MPI_Comm_compare,
+    MPI_Comm_create_from_group,
+    MPI_Group_free,
+    MPI_Session_init,
+    MPI_Session_finalize,
+    MPI_Group_from_session_pset,
+    MPI_Type_contiguous,
+    MPI_Type_vector,
+    MPI_Type_indexed,
+    MPI_Type_commit,
+    MPI_Type_free,
+    MPI_Cart_create,
+    MPI_Cart_coords,
+    MPI_Cart_rank,
+    MPI_Dist_graph_neighbors,
+    MPI_Win_create,
+    MPI_Win_allocate,
+    MPI_Win_create_dynamic,
+    MPI_Win_attach,
+    MPI_Win_free,
+);
+
+#[cfg(test)]
+mod tests {
+    use super::dims_create;
+
+    #[test]
+    fn dims_are_balanced_and_keep_the_fixed_ones() {
+        let mut d = [0, 0];
+        dims_create(12, &mut d).unwrap();
+        assert_eq!(d, [4, 3]);
+        let mut d = [0, 3, 0];
+        dims_create(24, &mut d).unwrap();
+        assert_eq!(d, [4, 3, 2]);
+        let mut d = [0, 0, 0];
+        dims_create(7, &mut d).unwrap();
+        assert_eq!(d, [7, 1, 1]);
+        assert!(dims_create(10, &mut [3, 0]).is_err());
+    }
+}

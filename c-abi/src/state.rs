@@ -1,0 +1,244 @@
+//! The one MPI process this library serves: its ch4 universe, the communicators the program
+//! holds handles to, and whose thread may call.
+//!
+//! The library provides `MPI_THREAD_FUNNELED`: the thread that initialized MPI makes every
+//! call. That is checked on each call (`pthread_self`, a few instructions) and a call from
+//! another thread fails with an error instead of racing on the device. The state sits in a
+//! static cell that only that thread touches, and a call that would re-enter it (none of the
+//! library's own code does) fails the same way.
+
+use std::cell::UnsafeCell;
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+
+use ch4::process::Universe;
+use ch4_core::{CommId, ErrorKind, ReqHandle};
+
+use crate::abi::{self, Handle};
+use crate::errors;
+
+/// A communicator the program holds a handle to, and how its errors are reported.
+pub(crate) struct CommSlot {
+    /// The device's communicator.
+    pub id: CommId,
+    /// `MPI_ERRORS_ARE_FATAL` (or `MPI_ERRORS_ABORT`): an error ends the job. Otherwise
+    /// (`MPI_ERRORS_RETURN`) it is returned.
+    pub fatal: bool,
+}
+
+/// What the library keeps between calls.
+pub(crate) struct State {
+    /// The process's place in the job.
+    pub universe: Universe,
+    /// By index: 0 is `MPI_COMM_WORLD`, 1 `MPI_COMM_SELF`, the rest the program's
+    /// (`abi::COMM_BASE` + index), `None` once freed.
+    pub comms: Vec<Option<CommSlot>>,
+    /// Requests freed with `MPI_Request_free` while still active: completed in the background,
+    /// their results dropped.
+    pub detached: Vec<ReqHandle>,
+}
+
+impl State {
+    /// The state of a newly joined process.
+    pub fn new(universe: Universe) -> State {
+        let world = universe.world().id();
+        let me = universe.context().self_comm().id();
+        State {
+            universe,
+            comms: vec![
+                Some(CommSlot {
+                    id: world,
+                    fatal: true,
+                }),
+                Some(CommSlot {
+                    id: me,
+                    fatal: true,
+                }),
+            ],
+            detached: Vec::new(),
+        }
+    }
+
+    /// The slot of communicator handle `h`.
+    #[inline(always)]
+    pub fn slot(&mut self, h: Handle) -> ch4::Result<&mut CommSlot> {
+        let i = match h {
+            abi::COMM_WORLD => 0,
+            abi::COMM_SELF => 1,
+            h if h >= abi::COMM_BASE => h - abi::COMM_BASE,
+            _ => usize::MAX,
+        };
+        match self.comms.get_mut(i) {
+            Some(Some(s)) => Ok(s),
+            _ => Err(bad_comm(h)),
+        }
+    }
+
+    /// The device's communicator behind handle `h`.
+    #[inline(always)]
+    pub fn comm(&mut self, h: Handle) -> ch4::Result<CommId> {
+        self.slot(h).map(|s| s.id)
+    }
+
+    /// Whether errors on communicator `h` end the job (a handle that names no communicator:
+    /// `MPI_COMM_WORLD`'s choice, as for errors that belong to no communicator).
+    pub fn fatal(&mut self, h: Handle) -> bool {
+        match self.slot(h) {
+            Ok(s) => s.fatal,
+            Err(_) => self.comms[0].as_ref().map_or(true, |s| s.fatal),
+        }
+    }
+
+    /// A handle for a new communicator.
+    pub fn add_comm(&mut self, id: CommId, fatal: bool) -> Handle {
+        let slot = Some(CommSlot { id, fatal });
+        match self.comms.iter().skip(2).position(Option::is_none) {
+            Some(i) => {
+                self.comms[i + 2] = slot;
+                abi::COMM_BASE + i + 2
+            }
+            None => {
+                self.comms.push(slot);
+                abi::COMM_BASE + self.comms.len() - 1
+            }
+        }
+    }
+
+    /// The device.
+    #[inline(always)]
+    pub fn device(&self) -> ch4::Result<std::cell::RefMut<'_, ch4::Device>> {
+        self.universe.context().device()
+    }
+
+    /// Completes what it can of the requests freed while active.
+    pub fn reap_detached(&mut self) {
+        if self.detached.is_empty() {
+            return;
+        }
+        let Ok(mut dev) = self.universe.context().device() else {
+            return;
+        };
+        self.detached
+            .retain(|&h| matches!(dev.test_status(h), Ok(None)));
+    }
+}
+
+#[cold]
+fn bad_comm(h: Handle) -> ch4::Error {
+    let what = if h == abi::COMM_NULL {
+        "MPI_COMM_NULL".to_string()
+    } else {
+        format!("{h:#x}")
+    };
+    ch4::Error::new(
+        ErrorKind::Comm,
+        format!("communicator {what} is not a communicator of this process (freed, or never made)"),
+    )
+}
+
+/// Where the process stands with MPI.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Phase {
+    /// Before `MPI_Init`.
+    Before,
+    /// Between `MPI_Init` and `MPI_Finalize`.
+    Running,
+    /// After `MPI_Finalize`.
+    After,
+}
+
+static PHASE: AtomicU8 = AtomicU8::new(0);
+static OWNER: AtomicUsize = AtomicUsize::new(0);
+/// Set while a call uses the state (only the owner thread reads or writes it).
+static BUSY: AtomicBool = AtomicBool::new(false);
+
+struct Cell(UnsafeCell<Option<State>>);
+
+// SAFETY: the cell is only reached through `with` and `install`/`take`, which check that the
+// caller is the thread recorded in OWNER (the one that initialized MPI) and that no other use
+// is in progress (BUSY), so at most one `&mut State` exists at a time, on one thread.
+unsafe impl Sync for Cell {}
+
+static STATE: Cell = Cell(UnsafeCell::new(None));
+
+/// Where the process stands.
+pub(crate) fn phase() -> Phase {
+    match PHASE.load(Ordering::Acquire) {
+        0 => Phase::Before,
+        1 => Phase::Running,
+        _ => Phase::After,
+    }
+}
+
+#[inline(always)]
+fn this_thread() -> usize {
+    // SAFETY: pthread_self has no preconditions.
+    unsafe { libc::pthread_self() as usize }
+}
+
+/// Makes `st` the process's state, owned by the calling thread.
+pub(crate) fn install(st: State) {
+    OWNER.store(this_thread(), Ordering::Relaxed);
+    // SAFETY: called once, from MPI_Init before PHASE says Running: no call can be using the
+    // cell (`with` refuses until then).
+    unsafe { *STATE.0.get() = Some(st) };
+    PHASE.store(1, Ordering::Release);
+}
+
+/// Takes the state out (MPI_Finalize); later calls find MPI finalized.
+pub(crate) fn take() -> Result<State, c_int> {
+    check_caller()?;
+    PHASE.store(2, Ordering::Release);
+    // SAFETY: the owner thread, with no use in progress (checked above).
+    let st = unsafe { (*STATE.0.get()).take() };
+    st.ok_or_else(|| errors::refuse("MPI_Finalize", "MPI is not initialized"))
+}
+
+#[inline(always)]
+fn check_caller() -> Result<(), c_int> {
+    if PHASE.load(Ordering::Acquire) != 1 {
+        return Err(not_running());
+    }
+    if OWNER.load(Ordering::Relaxed) != this_thread() {
+        return Err(wrong_thread());
+    }
+    if BUSY.load(Ordering::Relaxed) {
+        return Err(errors::refuse(
+            "MPI",
+            "an MPI call made from inside another one (a callback): not supported",
+        ));
+    }
+    Ok(())
+}
+
+/// Runs `f` on the state, on the initializing thread; the error code of a refusal otherwise
+/// (MPI not running, another thread, a nested call).
+#[inline(always)]
+pub(crate) fn with<R>(f: impl FnOnce(&mut State) -> R) -> Result<R, c_int> {
+    check_caller()?;
+    BUSY.store(true, Ordering::Relaxed);
+    // SAFETY: the owner thread (the only one that touches the cell), with no other use in
+    // progress: this is the only reference until BUSY is cleared.
+    let st = unsafe { (*STATE.0.get()).as_mut() };
+    let out = st.map(f);
+    BUSY.store(false, Ordering::Relaxed);
+    out.ok_or_else(not_running)
+}
+
+#[cold]
+fn not_running() -> c_int {
+    let why = match phase() {
+        Phase::Before => "MPI is not initialized (call MPI_Init first)",
+        _ => "MPI is finalized",
+    };
+    errors::refuse("MPI", why)
+}
+
+#[cold]
+fn wrong_thread() -> c_int {
+    errors::refuse(
+        "MPI",
+        "called from a thread other than the one that initialized MPI \
+         (this library provides MPI_THREAD_FUNNELED)",
+    )
+}
