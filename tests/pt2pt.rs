@@ -499,6 +499,42 @@ fn collectives<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
     if r == 0 {
         assert_eq!(at_root, (0..n as u8).collect::<Vec<_>>());
     }
+    // The variable-size ones, at the device (bytes; member q's block is q + 1 long, and the
+    // blocks have one-byte gaps between them).
+    let (id, nn, me) = (w.id(), n as usize, r as usize);
+    let counts: Vec<usize> = (0..nn).map(|q| q + 1).collect();
+    let displs: Vec<usize> = (0..nn).map(|q| q * (q + 1) / 2 + q).collect();
+    let span = displs[nn - 1] + counts[nn - 1];
+    let mut all = vec![0xffu8; span];
+    ctx.device()?
+        .allgatherv(id, &vec![me as u8; me + 1], &mut all, &counts, &displs)?;
+    for q in 0..nn {
+        assert!(all[displs[q]..][..counts[q]].iter().all(|&b| b == q as u8), "{all:?}");
+    }
+    let packed: Vec<u8> = (0..nn).flat_map(|q| vec![10 + q as u8; q + 1]).collect();
+    let mut mine = vec![0u8; me + 1];
+    let root_displs: Vec<usize> = (0..nn).map(|q| q * (q + 1) / 2).collect();
+    ctx.device()?
+        .scatterv(id, 1, &packed, &counts, &root_displs, &mut mine)?;
+    assert!(mine.iter().all(|&b| b == 10 + me as u8), "{mine:?}");
+    let mut gathered = vec![0u8; packed.len()];
+    ctx.device()?
+        .gatherv(id, 2, &mine, &mut gathered, &counts, &root_displs)?;
+    if r == 2 {
+        assert_eq!(gathered, packed);
+    }
+    // alltoallv: member me sends q + 1 bytes of (me, q) to q, so receives me + 1 from each.
+    let out: Vec<u8> = (0..nn)
+        .flat_map(|q| vec![(me * 16 + q) as u8; q + 1])
+        .collect();
+    let rcounts = vec![me + 1; nn];
+    let rdispls: Vec<usize> = (0..nn).map(|q| q * (me + 1)).collect();
+    let mut back = vec![0u8; nn * (me + 1)];
+    ctx.device()?
+        .alltoallv(id, &out, &counts, &root_displs, &mut back, &rcounts, &rdispls)?;
+    for q in 0..nn {
+        assert!(back[rdispls[q]..][..me + 1].iter().all(|&b| b == (q * 16 + me) as u8));
+    }
     Ok(())
 }
 on_all_routes!(coll, 5, collectives, processes = 8);

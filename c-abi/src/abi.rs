@@ -208,25 +208,43 @@ pub fn tag_out(t: ch4_core::Tag) -> c_int {
 }
 
 const REQUEST_BIT: u64 = 1 << 63;
+const PERSISTENT_BIT: u64 = 1 << 62;
+
+/// A request as the library sees a C handle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Req {
+    /// `MPI_REQUEST_NULL`.
+    Null,
+    /// A request of the device.
+    Device(ReqHandle),
+    /// A persistent request: its index in the library's table.
+    Persistent(usize),
+}
+
+/// The C handle of persistent request `i`.
+pub fn persistent_out(i: usize) -> Handle {
+    (i as u64 | PERSISTENT_BIT) as Handle
+}
+
+/// What C handle `h` is; an error for anything that was never a request.
+#[inline(always)]
+pub fn req_in(h: Handle) -> Result<Req, ()> {
+    let raw = h as u64;
+    if raw & REQUEST_BIT != 0 {
+        Ok(Req::Device(ReqHandle::from_raw(raw & !REQUEST_BIT)))
+    } else if raw & PERSISTENT_BIT != 0 {
+        Ok(Req::Persistent((raw & !PERSISTENT_BIT) as usize))
+    } else if h == REQUEST_NULL {
+        Ok(Req::Null)
+    } else {
+        Err(())
+    }
+}
 
 /// The C handle of a device request.
 #[inline(always)]
 pub fn request_out(h: ReqHandle) -> Handle {
     (h.to_raw() | REQUEST_BIT) as Handle
-}
-
-/// The device request of a C handle; `None` for `MPI_REQUEST_NULL` (an inactive request), an
-/// error for anything that was never a request.
-#[inline(always)]
-pub fn request_in(h: Handle) -> Result<Option<ReqHandle>, ()> {
-    let raw = h as u64;
-    if raw & REQUEST_BIT != 0 {
-        Ok(Some(ReqHandle::from_raw(raw & !REQUEST_BIT)))
-    } else if h == REQUEST_NULL {
-        Ok(None)
-    } else {
-        Err(())
-    }
 }
 
 #[cfg(test)]
@@ -261,10 +279,11 @@ mod tests {
         ] {
             let c = request_out(h);
             assert_ne!(c, REQUEST_NULL);
-            assert_eq!(request_in(c), Ok(Some(h)));
+            assert_eq!(req_in(c), Ok(Req::Device(h)));
         }
-        assert_eq!(request_in(REQUEST_NULL), Ok(None));
-        assert_eq!(request_in(0x1234), Err(()));
+        assert_eq!(req_in(REQUEST_NULL), Ok(Req::Null));
+        assert_eq!(req_in(persistent_out(3)), Ok(Req::Persistent(3)));
+        assert_eq!(req_in(0x1234), Err(()));
     }
 
     #[test]

@@ -27,11 +27,11 @@ mod state;
 use std::ffi::{c_char, c_double, c_int, c_void};
 
 use ch4_core::buffer::{RecvBuf, SendBuf};
-use ch4_core::{ErrorKind, ReqHandle, SendMode, Status};
+use ch4_core::{ErrorKind, SendMode, Status};
 
-use abi::{class, rank_in, request_in, request_out, tag_in, Handle, MpiStatus};
+use abi::{class, rank_in, req_in, request_out, tag_in, Handle, MpiStatus, Req};
 use datatype::{recv_bytes, send_bytes};
-use state::{Phase, State};
+use state::{Persistent, Phase, State};
 
 /// Runs `f` on the state; its error goes to communicator `comm`'s handler as `func`'s.
 #[inline(always)]
@@ -829,17 +829,45 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     })
 }
 
-/// The status of a request's completion, and its error (`Some` for a failed operation).
-fn finish(st: &mut State, h: Option<ReqHandle>, blocking: bool) -> ch4::Result<Option<Status>> {
-    let Some(h) = h else {
-        return Ok(Some(Status::EMPTY));
-    };
+/// The request behind C handle `c`.
+#[inline(always)]
+fn decode(c: Handle) -> ch4::Result<Req> {
+    req_in(c).map_err(|()| bad_request(c))
+}
+
+/// Completes request `req` (`blocking`: waits; else only if it is done): its status, `None`
+/// while it is still running. An inactive request (null, or a persistent one not started)
+/// completes at once with an empty status.
+fn complete(st: &mut State, req: Req, blocking: bool) -> ch4::Result<Option<Status>> {
     st.reap_detached();
-    let mut dev = st.device()?;
-    if blocking {
-        dev.wait_status(h).map(Some)
-    } else {
-        dev.test_status(h)
+    let h = match req {
+        Req::Null => return Ok(Some(Status::EMPTY)),
+        Req::Device(h) => h,
+        Req::Persistent(i) => match st.persistent(i)?.active {
+            None => return Ok(Some(Status::EMPTY)),
+            Some(h) => h,
+        },
+    };
+    let done = {
+        let mut dev = st.device()?;
+        if blocking {
+            Some(dev.wait_status(h)?)
+        } else {
+            dev.test_status(h)?
+        }
+    };
+    if let (Some(_), Req::Persistent(i)) = (done, req) {
+        st.persistent(i)?.active = None;
+    }
+    Ok(done)
+}
+
+/// What a completed request's handle becomes: `MPI_REQUEST_NULL`, except a persistent
+/// request's, which stays (inactive) until freed.
+fn after(req: Req, c: Handle) -> Handle {
+    match req {
+        Req::Persistent(_) => c,
+        _ => abi::REQUEST_NULL,
     }
 }
 
@@ -855,7 +883,7 @@ fn status_error(s: &Status) -> ch4::Result<()> {
     }
 }
 
-/// `MPI_Wait`: the request becomes `MPI_REQUEST_NULL`.
+/// `MPI_Wait`: the request becomes `MPI_REQUEST_NULL` (a persistent one inactive).
 ///
 /// # Safety
 /// `request` is valid for a read and a write; `status` is null or writable.
@@ -867,11 +895,11 @@ pub unsafe extern "C" fn MPI_Wait(request: *mut Handle, status: *mut MpiStatus) 
         }
         // SAFETY: the caller's contract.
         let c = unsafe { request.read() };
-        let h = request_in(c).map_err(|()| bad_request(c))?;
-        let done = finish(st, h, true)?.unwrap_or(Status::EMPTY);
+        let req = decode(c)?;
+        let done = complete(st, req, true)?.unwrap_or(Status::EMPTY);
         // SAFETY: the caller's contract.
         unsafe {
-            request.write(abi::REQUEST_NULL);
+            request.write(after(req, c));
             put(status, MpiStatus::of(&done, class::SUCCESS));
         }
         status_error(&done)
@@ -895,8 +923,8 @@ pub unsafe extern "C" fn MPI_Test(
         }
         // SAFETY: the caller's contract.
         let c = unsafe { request.read() };
-        let h = request_in(c).map_err(|()| bad_request(c))?;
-        let Some(done) = finish(st, h, false)? else {
+        let req = decode(c)?;
+        let Some(done) = complete(st, req, false)? else {
             // SAFETY: checked non-null.
             unsafe { flag.write(0) };
             return Ok(());
@@ -904,7 +932,7 @@ pub unsafe extern "C" fn MPI_Test(
         // SAFETY: the caller's contract.
         unsafe {
             flag.write(1);
-            request.write(abi::REQUEST_NULL);
+            request.write(after(req, c));
             put(status, MpiStatus::of(&done, class::SUCCESS));
         }
         status_error(&done)
@@ -933,24 +961,29 @@ unsafe fn complete_all(
     }
     // SAFETY: the caller's contract: `n` handles.
     let reqs = unsafe { std::slice::from_raw_parts_mut(requests, n) };
-    let mut handles = Vec::with_capacity(n);
+    let mut decoded = Vec::with_capacity(n);
     for &c in reqs.iter() {
-        handles.push(request_in(c).map_err(|()| bad_request(c))?);
+        decoded.push(decode(c)?);
     }
     if test {
-        let mut dev = st.device()?;
-        for h in handles.iter().flatten() {
-            if !dev.is_done(*h)? {
-                dev.progress()?;
-                if !dev.is_done(*h)? {
-                    return Ok(false);
-                }
+        st.device()?.progress()?;
+        for &req in &decoded {
+            let h = match req {
+                Req::Null => continue,
+                Req::Device(h) => h,
+                Req::Persistent(i) => match st.persistent(i)?.active {
+                    None => continue,
+                    Some(h) => h,
+                },
+            };
+            if !st.device()?.is_done(h)? {
+                return Ok(false);
             }
         }
     }
     let mut failed = None;
-    for (i, h) in handles.into_iter().enumerate() {
-        let done = finish(st, h, true)?.unwrap_or(Status::EMPTY);
+    for (i, req) in decoded.into_iter().enumerate() {
+        let done = complete(st, req, true)?.unwrap_or(Status::EMPTY);
         let err = match done.error {
             None => class::SUCCESS,
             Some(kind) => {
@@ -962,7 +995,7 @@ unsafe fn complete_all(
                 code
             }
         };
-        reqs[i] = abi::REQUEST_NULL;
+        reqs[i] = after(req, reqs[i]);
         if !statuses.is_null() {
             // SAFETY: the caller's contract: `n` statuses.
             unsafe { statuses.add(i).write(MpiStatus::of(&done, err)) };
@@ -1027,8 +1060,9 @@ pub unsafe extern "C" fn MPI_Waitany(
     status: *mut MpiStatus,
 ) -> c_int {
     call(abi::COMM_WORLD, "MPI_Waitany", |st| {
-        let n = usize::try_from(count)
-            .map_err(|_| ch4::Error::new(ErrorKind::Count, format!("count {count} is negative")))?;
+        let n = usize::try_from(count).map_err(|_| {
+            ch4::Error::new(ErrorKind::Count, format!("count {count} is negative"))
+        })?;
         if n > 0 && array_of_requests.is_null() {
             return Err(null_arg("the array of requests"));
         }
@@ -1040,8 +1074,14 @@ pub unsafe extern "C" fn MPI_Waitany(
         };
         let mut active = Vec::new();
         for (i, &c) in reqs.iter().enumerate() {
-            if let Some(h) = request_in(c).map_err(|()| bad_request(c))? {
-                active.push((i, h));
+            let req = decode(c)?;
+            let live = match req {
+                Req::Null => false,
+                Req::Device(_) => true,
+                Req::Persistent(p) => st.persistent(p)?.active.is_some(),
+            };
+            if live {
+                active.push((i, req));
             }
         }
         if active.is_empty() {
@@ -1054,11 +1094,9 @@ pub unsafe extern "C" fn MPI_Waitany(
         }
         let mut idle = 0u32;
         loop {
-            let mut dev = st.device()?;
-            for &(i, h) in &active {
-                if dev.is_done(h)? {
-                    let done = dev.wait_status(h)?;
-                    reqs[i] = abi::REQUEST_NULL;
+            for &(i, req) in &active {
+                if let Some(done) = complete(st, req, false)? {
+                    reqs[i] = after(req, reqs[i]);
                     // SAFETY: the caller's contract.
                     unsafe {
                         put(index, i as c_int);
@@ -1067,13 +1105,14 @@ pub unsafe extern "C" fn MPI_Waitany(
                     return status_error(&done);
                 }
             }
-            idle = if dev.progress()? == 0 { idle + 1 } else { 0 };
+            idle = if st.device()?.progress()? == 0 { idle + 1 } else { 0 };
             ch4_core::device::backoff(idle);
         }
     })
 }
 
-/// `MPI_Request_free`: an active request completes in the background.
+/// `MPI_Request_free`: an active request completes in the background; a persistent one is
+/// gone.
 ///
 /// # Safety
 /// `request` is valid for a read and a write.
@@ -1085,14 +1124,20 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut Handle) -> c_int {
         }
         // SAFETY: the caller's contract.
         let c = unsafe { request.read() };
-        match request_in(c).map_err(|()| bad_request(c))? {
-            None => {
+        match decode(c)? {
+            Req::Null => {
                 return Err(ch4::Error::new(
                     ErrorKind::Request,
                     "MPI_REQUEST_NULL cannot be freed",
                 ))
             }
-            Some(h) => st.detached.push(h),
+            Req::Device(h) => st.detached.push(h),
+            Req::Persistent(i) => {
+                if let Some(h) = st.persistent(i)?.active {
+                    st.detached.push(h);
+                }
+                st.persistent[i] = None;
+            }
         }
         st.reap_detached();
         // SAFETY: the caller's contract.
@@ -1114,13 +1159,176 @@ pub unsafe extern "C" fn MPI_Cancel(request: *mut Handle) -> c_int {
         }
         // SAFETY: the caller's contract.
         let c = unsafe { request.read() };
-        match request_in(c).map_err(|()| bad_request(c))? {
+        let h = match decode(c)? {
+            Req::Device(h) => Some(h),
+            Req::Persistent(i) => st.persistent(i)?.active,
+            Req::Null => None,
+        };
+        match h {
             Some(h) => st.device()?.cancel(h),
             None => Err(ch4::Error::new(
                 ErrorKind::Request,
-                "MPI_REQUEST_NULL cannot be cancelled",
+                "an inactive request cannot be cancelled",
             )),
         }
+    })
+}
+
+/// Makes a persistent request.
+///
+/// # Safety
+/// `request` is writable.
+unsafe fn persistent_init(
+    comm: Handle,
+    func: &'static str,
+    p: Persistent,
+    request: *mut Handle,
+) -> c_int {
+    call(comm, func, |st| {
+        if request.is_null() {
+            return Err(null_arg("the request"));
+        }
+        st.comm(comm)?;
+        datatype::byte_len(p.count, p.datatype)?;
+        let i = st.add_persistent(p);
+        // SAFETY: checked non-null; the caller's contract.
+        unsafe { request.write(abi::persistent_out(i)) };
+        Ok(())
+    })
+}
+
+macro_rules! send_init {
+    ($name:ident, $mode:expr) => {
+        #[doc = concat!("`", stringify!($name), "`: a persistent send, started by `MPI_Start`.")]
+        ///
+        /// # Safety
+        /// `buf` holds `count` elements of `datatype` whenever the request is active;
+        /// `request` is writable.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            buf: *const c_void,
+            count: c_int,
+            datatype: Handle,
+            dest: c_int,
+            tag: c_int,
+            comm: Handle,
+            request: *mut Handle,
+        ) -> c_int {
+            let p = Persistent {
+                send: Some($mode),
+                buf: buf as usize,
+                count,
+                datatype,
+                peer: dest,
+                tag,
+                comm,
+                active: None,
+            };
+            // SAFETY: the caller's contract.
+            unsafe { persistent_init(comm, stringify!($name), p, request) }
+        }
+    };
+}
+
+send_init!(MPI_Send_init, SendMode::Standard);
+send_init!(MPI_Ssend_init, SendMode::Synchronous);
+send_init!(MPI_Rsend_init, SendMode::Ready);
+
+/// `MPI_Recv_init`: a persistent receive, started by `MPI_Start`.
+///
+/// # Safety
+/// `buf` has room for `count` elements of `datatype` and is the request's alone whenever it
+/// is active; `request` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Recv_init(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    let p = Persistent {
+        send: None,
+        buf: buf as usize,
+        count,
+        datatype,
+        peer: source,
+        tag,
+        comm,
+        active: None,
+    };
+    // SAFETY: the caller's contract.
+    unsafe { persistent_init(comm, "MPI_Recv_init", p, request) }
+}
+
+/// Starts persistent request `c`.
+fn start(st: &mut State, c: Handle) -> ch4::Result<()> {
+    let Req::Persistent(i) = decode(c)? else {
+        return Err(ch4::Error::new(
+            ErrorKind::Request,
+            "only a persistent request can be started",
+        ));
+    };
+    let p = st.persistent(i)?;
+    if p.active.is_some() {
+        return Err(ch4::Error::new(
+            ErrorKind::Request,
+            "the persistent request is already active",
+        ));
+    }
+    let (send, buf, count, dt, peer, tag, comm) =
+        (p.send, p.buf, p.count, p.datatype, p.peer, p.tag, p.comm);
+    let id = st.comm(comm)?;
+    let h = if let Some(mode) = send {
+        // SAFETY: the program promised (MPI_Send_init) that the buffer holds the elements and
+        // stays untouched while the request is active, which lasts until it completes.
+        let sbuf = unsafe { SendBuf::borrowed(send_bytes(buf as *const c_void, count, dt)?) };
+        st.device()?.isend(id, rank_in(peer), tag_in(tag), sbuf, mode)?
+    } else {
+        // SAFETY: as above, for a receive buffer (MPI_Recv_init).
+        let rbuf = unsafe { RecvBuf::borrowed(recv_bytes(buf as *mut c_void, count, dt)?) };
+        st.device()?.irecv(id, rank_in(peer), tag_in(tag), rbuf)?
+    };
+    st.persistent(i)?.active = Some(h);
+    Ok(())
+}
+
+/// `MPI_Start`.
+///
+/// # Safety
+/// `request` is readable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Start(request: *mut Handle) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Start", |st| {
+        if request.is_null() {
+            return Err(null_arg("the request"));
+        }
+        // SAFETY: the caller's contract.
+        start(st, unsafe { request.read() })
+    })
+}
+
+/// `MPI_Startall`.
+///
+/// # Safety
+/// `array_of_requests` has `count` readable handles.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Startall(count: c_int, array_of_requests: *mut Handle) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Startall", |st| {
+        let n = usize::try_from(count).map_err(|_| {
+            ch4::Error::new(ErrorKind::Count, format!("count {count} is negative"))
+        })?;
+        if n == 0 {
+            return Ok(());
+        }
+        if array_of_requests.is_null() {
+            return Err(null_arg("the array of requests"));
+        }
+        // SAFETY: the caller's contract: `n` handles.
+        let reqs = unsafe { std::slice::from_raw_parts(array_of_requests, n) };
+        reqs.iter().try_for_each(|&c| start(st, c))
     })
 }
 
@@ -1418,6 +1626,425 @@ pub unsafe extern "C" fn MPI_Allgather(
             unsafe { send_bytes(sendbuf, sendcount, sendtype) }?.to_vec()
         };
         st.device()?.allgather(id, &send, recv)
+    })
+}
+
+/// `n` counts (or displacements) of elements of `size` bytes from a C array, in bytes.
+///
+/// # Safety
+/// `a` has `n` readable ints (or is null when `n` is 0).
+unsafe fn scaled(a: *const c_int, n: usize, size: usize, what: &str) -> ch4::Result<Vec<usize>> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if a.is_null() {
+        return Err(null_arg(what));
+    }
+    // SAFETY: the caller's contract.
+    let ints = unsafe { std::slice::from_raw_parts(a, n) };
+    ints.iter()
+        .map(|&c| {
+            usize::try_from(c)
+                .map(|c| c * size)
+                .map_err(|_| ch4::Error::new(ErrorKind::Count, format!("{what}: {c} is negative")))
+        })
+        .collect()
+}
+
+/// The byte span that `counts` blocks at `displs` cover (for a buffer's length).
+fn span(counts: &[usize], displs: &[usize]) -> usize {
+    counts.iter().zip(displs).map(|(c, d)| c + d).max().unwrap_or(0)
+}
+
+/// A raw byte buffer of `len` bytes at `p`.
+///
+/// # Safety
+/// `p` has `len` bytes for the call (or `len` is 0).
+unsafe fn raw_mut<'a>(p: *mut c_void, len: usize) -> ch4::Result<&'a mut [u8]> {
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    if p.is_null() {
+        return Err(null_arg("a buffer"));
+    }
+    // SAFETY: the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) })
+}
+
+/// A raw byte buffer of `len` bytes at `p`, read only.
+///
+/// # Safety
+/// As [`raw_mut`].
+unsafe fn raw<'a>(p: *const c_void, len: usize) -> ch4::Result<&'a [u8]> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(null_arg("a buffer"));
+    }
+    // SAFETY: the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) })
+}
+
+/// Rank and size of `id`.
+fn rank_size(st: &State, id: ch4_core::CommId) -> ch4::Result<(c_int, usize)> {
+    let dev = st.device()?;
+    Ok((dev.rank(id)?, dev.size(id)? as usize))
+}
+
+fn type_size(dt: Handle) -> ch4::Result<usize> {
+    datatype::size_of(dt).ok_or_else(|| datatype::bad_type(dt))
+}
+
+/// `MPI_Gatherv`.
+///
+/// # Safety
+/// The buffers and arrays are as MPI describes them (the root's `recvcounts` and `displs` have
+/// one entry per member).
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Gatherv(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: Handle,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    displs: *const c_int,
+    recvtype: Handle,
+    root: c_int,
+    comm: Handle,
+) -> c_int {
+    call(comm, "MPI_Gatherv", |st| {
+        let id = st.comm(comm)?;
+        let (me, size) = rank_size(st, id)?;
+        if me != root {
+            // SAFETY: the caller's contract.
+            let send = unsafe { send_bytes(sendbuf, sendcount, sendtype) }?;
+            return st.device()?.gatherv(id, root, send, &mut [], &[], &[]);
+        }
+        let es = type_size(recvtype)?;
+        // SAFETY: the caller's contract.
+        let (counts, offs) = unsafe {
+            (
+                scaled(recvcounts, size, es, "recvcounts")?,
+                scaled(displs, size, es, "displs")?,
+            )
+        };
+        // SAFETY: the caller's contract.
+        let recv = unsafe { raw_mut(recvbuf, span(&counts, &offs)) }?;
+        let send: Vec<u8> = if sendbuf as usize == abi::IN_PLACE {
+            let r = me as usize;
+            recv[offs[r]..offs[r] + counts[r]].to_vec()
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { send_bytes(sendbuf, sendcount, sendtype) }?.to_vec()
+        };
+        st.device()?.gatherv(id, root, &send, recv, &counts, &offs)
+    })
+}
+
+/// `MPI_Scatterv`.
+///
+/// # Safety
+/// The buffers and arrays are as MPI describes them.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Scatterv(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    displs: *const c_int,
+    sendtype: Handle,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: Handle,
+    root: c_int,
+    comm: Handle,
+) -> c_int {
+    call(comm, "MPI_Scatterv", |st| {
+        let id = st.comm(comm)?;
+        let (me, size) = rank_size(st, id)?;
+        if me != root {
+            // SAFETY: the caller's contract.
+            let recv = unsafe { recv_bytes(recvbuf, recvcount, recvtype) }?;
+            return st.device()?.scatterv(id, root, &[], &[], &[], recv);
+        }
+        let es = type_size(sendtype)?;
+        // SAFETY: the caller's contract.
+        let (counts, offs) = unsafe {
+            (
+                scaled(sendcounts, size, es, "sendcounts")?,
+                scaled(displs, size, es, "displs")?,
+            )
+        };
+        // SAFETY: the caller's contract.
+        let send = unsafe { raw(sendbuf, span(&counts, &offs)) }?;
+        let r = me as usize;
+        let mut own;
+        let recv: &mut [u8] = if recvbuf as usize == abi::IN_PLACE {
+            own = send[offs[r]..offs[r] + counts[r]].to_vec();
+            &mut own
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { recv_bytes(recvbuf, recvcount, recvtype) }?
+        };
+        st.device()?.scatterv(id, root, send, &counts, &offs, recv)
+    })
+}
+
+/// `MPI_Scatter`.
+///
+/// # Safety
+/// The buffers are as MPI describes them.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Scatter(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: Handle,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: Handle,
+    root: c_int,
+    comm: Handle,
+) -> c_int {
+    let n = state::with(|st| st.comm(comm).and_then(|id| rank_size(st, id)))
+        .ok()
+        .and_then(Result::ok)
+        .map_or(0, |(_, n)| n);
+    let counts = vec![sendcount; n];
+    let displs: Vec<c_int> = (0..n).map(|i| i as c_int * sendcount).collect();
+    // SAFETY: the caller's contract; the arrays have one entry per member.
+    unsafe {
+        MPI_Scatterv(
+            sendbuf,
+            counts.as_ptr(),
+            displs.as_ptr(),
+            sendtype,
+            recvbuf,
+            recvcount,
+            recvtype,
+            root,
+            comm,
+        )
+    }
+}
+
+/// `MPI_Allgatherv`.
+///
+/// # Safety
+/// The buffers and arrays are as MPI describes them.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Allgatherv(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: Handle,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    displs: *const c_int,
+    recvtype: Handle,
+    comm: Handle,
+) -> c_int {
+    call(comm, "MPI_Allgatherv", |st| {
+        let id = st.comm(comm)?;
+        let (me, size) = rank_size(st, id)?;
+        let es = type_size(recvtype)?;
+        // SAFETY: the caller's contract.
+        let (counts, offs) = unsafe {
+            (
+                scaled(recvcounts, size, es, "recvcounts")?,
+                scaled(displs, size, es, "displs")?,
+            )
+        };
+        // SAFETY: the caller's contract.
+        let recv = unsafe { raw_mut(recvbuf, span(&counts, &offs)) }?;
+        let send: Vec<u8> = if sendbuf as usize == abi::IN_PLACE {
+            let r = me as usize;
+            recv[offs[r]..offs[r] + counts[r]].to_vec()
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { send_bytes(sendbuf, sendcount, sendtype) }?.to_vec()
+        };
+        st.device()?.allgatherv(id, &send, recv, &counts, &offs)
+    })
+}
+
+/// `MPI_Alltoallv`.
+///
+/// # Safety
+/// The buffers and arrays are as MPI describes them.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Alltoallv(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    sdispls: *const c_int,
+    sendtype: Handle,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    rdispls: *const c_int,
+    recvtype: Handle,
+    comm: Handle,
+) -> c_int {
+    call(comm, "MPI_Alltoallv", |st| {
+        let id = st.comm(comm)?;
+        let (_, size) = rank_size(st, id)?;
+        let (rs, ss) = (type_size(recvtype)?, type_size(sendtype)?);
+        // SAFETY: the caller's contract.
+        let (rc, rd) = unsafe {
+            (
+                scaled(recvcounts, size, rs, "recvcounts")?,
+                scaled(rdispls, size, rs, "rdispls")?,
+            )
+        };
+        // SAFETY: the caller's contract.
+        let recv = unsafe { raw_mut(recvbuf, span(&rc, &rd)) }?;
+        let (sc, sd, owned);
+        let send: &[u8] = if sendbuf as usize == abi::IN_PLACE {
+            owned = recv.to_vec();
+            (sc, sd) = (rc.clone(), rd.clone());
+            &owned
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe {
+                sc = scaled(sendcounts, size, ss, "sendcounts")?;
+                sd = scaled(sdispls, size, ss, "sdispls")?;
+                raw(sendbuf, span(&sc, &sd))?
+            }
+        };
+        st.device()?.alltoallv(id, send, &sc, &sd, recv, &rc, &rd)
+    })
+}
+
+/// `MPI_Alltoall`.
+///
+/// # Safety
+/// The buffers are as MPI describes them.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Alltoall(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: Handle,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: Handle,
+    comm: Handle,
+) -> c_int {
+    let n = state::with(|st| st.comm(comm).and_then(|id| rank_size(st, id)))
+        .ok()
+        .and_then(Result::ok)
+        .map_or(0, |(_, n)| n);
+    let (sc, rc) = (vec![sendcount; n], vec![recvcount; n]);
+    let sd: Vec<c_int> = (0..n).map(|i| i as c_int * sendcount).collect();
+    let rd: Vec<c_int> = (0..n).map(|i| i as c_int * recvcount).collect();
+    // SAFETY: the caller's contract; the arrays have one entry per member.
+    unsafe {
+        MPI_Alltoallv(
+            sendbuf,
+            sc.as_ptr(),
+            sd.as_ptr(),
+            sendtype,
+            recvbuf,
+            rc.as_ptr(),
+            rd.as_ptr(),
+            recvtype,
+            comm,
+        )
+    }
+}
+
+/// `MPI_Alltoallw` (with predefined datatypes: displacements in bytes, one type per peer).
+///
+/// # Safety
+/// The buffers and arrays are as MPI describes them.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Alltoallw(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    sdispls: *const c_int,
+    sendtypes: *const Handle,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    rdispls: *const c_int,
+    recvtypes: *const Handle,
+    comm: Handle,
+) -> c_int {
+    call(comm, "MPI_Alltoallw", |st| {
+        let id = st.comm(comm)?;
+        let (_, size) = rank_size(st, id)?;
+        let in_place = sendbuf as usize == abi::IN_PLACE;
+        if size > 0 && (recvtypes.is_null() || (!in_place && sendtypes.is_null())) {
+            return Err(null_arg("the datatype arrays"));
+        }
+        let bytes = |counts: *const c_int, types: *const Handle, what| -> ch4::Result<Vec<usize>> {
+            // SAFETY: the caller's contract: one count and one type per member.
+            let (c, t) = unsafe {
+                (
+                    scaled(counts, size, 1, what)?,
+                    std::slice::from_raw_parts(types, size),
+                )
+            };
+            c.iter().zip(t).map(|(&n, &dt)| Ok(n * type_size(dt)?)).collect()
+        };
+        let rc = bytes(recvcounts, recvtypes, "recvcounts")?;
+        // SAFETY: the caller's contract.
+        let rd = unsafe { scaled(rdispls, size, 1, "rdispls") }?;
+        // SAFETY: the caller's contract.
+        let recv = unsafe { raw_mut(recvbuf, span(&rc, &rd)) }?;
+        let (sc, sd, owned);
+        let send: &[u8] = if in_place {
+            owned = recv.to_vec();
+            (sc, sd) = (rc.clone(), rd.clone());
+            &owned
+        } else {
+            sc = bytes(sendcounts, sendtypes, "sendcounts")?;
+            // SAFETY: the caller's contract.
+            sd = unsafe { scaled(sdispls, size, 1, "sdispls") }?;
+            // SAFETY: the caller's contract.
+            unsafe { raw(sendbuf, span(&sc, &sd)) }?
+        };
+        st.device()?.alltoallv(id, send, &sc, &sd, recv, &rc, &rd)
+    })
+}
+
+/// `MPI_Reduce_scatter`: a reduction of the whole vector at rank 0, then a scatter of its
+/// blocks.
+///
+/// # Safety
+/// The buffers and `recvcounts` (one entry per member) are as MPI describes them.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Reduce_scatter(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    datatype: Handle,
+    op: Handle,
+    comm: Handle,
+) -> c_int {
+    call(comm, "MPI_Reduce_scatter", |st| {
+        let id = st.comm(comm)?;
+        let (me, size) = rank_size(st, id)?;
+        let es = type_size(datatype)?;
+        let fold = datatype::reduction(op, datatype)?;
+        // SAFETY: the caller's contract.
+        let counts = unsafe { scaled(recvcounts, size, es, "recvcounts") }?;
+        let total: usize = counts.iter().sum();
+        let offs: Vec<usize> = counts
+            .iter()
+            .scan(0, |at, &c| {
+                let d = *at;
+                *at += c;
+                Some(d)
+            })
+            .collect();
+        let mine = counts[me as usize];
+        // SAFETY: the caller's contract.
+        let recv = unsafe { raw_mut(recvbuf, if sendbuf as usize == abi::IN_PLACE { total } else { mine }) }?;
+        let send: Vec<u8> = if sendbuf as usize == abi::IN_PLACE {
+            recv.to_vec()
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { raw(sendbuf, total) }?.to_vec()
+        };
+        let mut whole = vec![0u8; total];
+        let mut dev = st.device()?;
+        dev.reduce(id, 0, &send, &mut whole, fold)?;
+        dev.scatterv(id, 0, &whole, &counts, &offs, &mut recv[..mine])
     })
 }
 

@@ -26,6 +26,26 @@ pub(crate) struct CommSlot {
     pub fatal: bool,
 }
 
+/// A persistent request (`MPI_Send_init`, `MPI_Recv_init`): what each `MPI_Start` posts.
+pub(crate) struct Persistent {
+    /// The send mode; `None` for a receive.
+    pub send: Option<ch4_core::SendMode>,
+    /// The buffer's address (the program keeps it valid while the request is active).
+    pub buf: usize,
+    /// The element count.
+    pub count: c_int,
+    /// The datatype handle.
+    pub datatype: Handle,
+    /// The destination or source (C's numbering).
+    pub peer: c_int,
+    /// The tag (C's numbering).
+    pub tag: c_int,
+    /// The communicator handle.
+    pub comm: Handle,
+    /// The device request of the current round, while active.
+    pub active: Option<ReqHandle>,
+}
+
 /// What the library keeps between calls.
 pub(crate) struct State {
     /// The process's place in the job.
@@ -36,6 +56,8 @@ pub(crate) struct State {
     /// Requests freed with `MPI_Request_free` while still active: completed in the background,
     /// their results dropped.
     pub detached: Vec<ReqHandle>,
+    /// Persistent requests by index (`abi::persistent_out`), `None` once freed.
+    pub persistent: Vec<Option<Persistent>>,
 }
 
 impl State {
@@ -56,6 +78,7 @@ impl State {
                 }),
             ],
             detached: Vec::new(),
+            persistent: Vec::new(),
         }
     }
 
@@ -100,6 +123,31 @@ impl State {
             None => {
                 self.comms.push(slot);
                 abi::COMM_BASE + self.comms.len() - 1
+            }
+        }
+    }
+
+    /// Persistent request `i`.
+    pub fn persistent(&mut self, i: usize) -> ch4::Result<&mut Persistent> {
+        match self.persistent.get_mut(i) {
+            Some(Some(p)) => Ok(p),
+            _ => Err(ch4::Error::new(
+                ErrorKind::Request,
+                "a persistent request that was freed",
+            )),
+        }
+    }
+
+    /// A handle index for a new persistent request.
+    pub fn add_persistent(&mut self, p: Persistent) -> usize {
+        match self.persistent.iter().position(Option::is_none) {
+            Some(i) => {
+                self.persistent[i] = Some(p);
+                i
+            }
+            None => {
+                self.persistent.push(Some(p));
+                self.persistent.len() - 1
             }
         }
     }

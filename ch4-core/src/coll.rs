@@ -21,6 +21,8 @@ const TAG_REDUCE: Tag = 3;
 const TAG_GATHER: Tag = 4;
 const TAG_CONTEXT: Tag = 5;
 const TAG_SPLIT: Tag = 6;
+const TAG_SCATTER: Tag = 7;
+const TAG_ALLTOALL: Tag = 8;
 
 /// Color for [`Device::comm_split`] meaning "not a member of any new communicator".
 pub const UNDEFINED: i32 = -32766;
@@ -252,6 +254,149 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         self.bcast(comm, 0, recv)
     }
 
+    /// Collects member `r`'s `send` into `recv[displs[r]..][..counts[r]]` at `root` (lengths
+    /// and offsets in bytes; MPI_Gatherv). Only the root's `recv`, `counts` and `displs` are
+    /// read.
+    pub fn gatherv(
+        &mut self,
+        comm: CommId,
+        root: Rank,
+        send: &[u8],
+        recv: &mut [u8],
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<()> {
+        let (rank, size) = self.rank_size(comm)?;
+        check_root(root, size)?;
+        if rank != root {
+            return self.csend(comm, root, TAG_GATHER, send);
+        }
+        check_blocks("gatherv", size, recv.len(), counts, displs)?;
+        for r in 0..size {
+            let (at, n) = (displs[r as usize], counts[r as usize]);
+            let block = &mut recv[at..at + n];
+            if r == rank {
+                if send.len() != n {
+                    return Err(Error::new(
+                        ErrorKind::Count,
+                        format!("gatherv: the root sends {} bytes into {n}", send.len()),
+                    ));
+                }
+                block.copy_from_slice(send);
+            } else {
+                self.crecv(comm, r, TAG_GATHER, block)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `send[displs[r]..][..counts[r]]` of `root` to member `r`, into its `recv` (MPI_Scatterv;
+    /// lengths and offsets in bytes). Only the root's `send`, `counts` and `displs` are read.
+    pub fn scatterv(
+        &mut self,
+        comm: CommId,
+        root: Rank,
+        send: &[u8],
+        counts: &[usize],
+        displs: &[usize],
+        recv: &mut [u8],
+    ) -> Result<()> {
+        let (rank, size) = self.rank_size(comm)?;
+        check_root(root, size)?;
+        if rank != root {
+            self.crecv(comm, root, TAG_SCATTER, recv)?;
+            return Ok(());
+        }
+        check_blocks("scatterv", size, send.len(), counts, displs)?;
+        for r in 0..size {
+            let block = &send[displs[r as usize]..displs[r as usize] + counts[r as usize]];
+            if r == rank {
+                if recv.len() != block.len() {
+                    return Err(Error::new(
+                        ErrorKind::Count,
+                        format!("scatterv: the root keeps {} bytes in {}", block.len(), recv.len()),
+                    ));
+                }
+                recv.copy_from_slice(block);
+            } else {
+                self.csend(comm, r, TAG_SCATTER, block)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every member's `send` into `recv[displs[r]..][..counts[r]]` at every member
+    /// (MPI_Allgatherv; bytes): a gatherv at rank 0, then a broadcast of `recv`.
+    pub fn allgatherv(
+        &mut self,
+        comm: CommId,
+        send: &[u8],
+        recv: &mut [u8],
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<()> {
+        self.gatherv(comm, 0, send, recv, counts, displs)?;
+        self.bcast(comm, 0, recv)
+    }
+
+    /// Member `r` gets `send[sdispls[r]..][..scounts[r]]` of every member `q`, into
+    /// `recv[rdispls[q]..][..rcounts[q]]` (MPI_Alltoallv; bytes): size - 1 rounds of pairwise
+    /// exchanges, each rank sending to `rank + k` while receiving from `rank - k`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn alltoallv(
+        &mut self,
+        comm: CommId,
+        send: &[u8],
+        scounts: &[usize],
+        sdispls: &[usize],
+        recv: &mut [u8],
+        rcounts: &[usize],
+        rdispls: &[usize],
+    ) -> Result<()> {
+        let (rank, size) = self.rank_size(comm)?;
+        check_blocks("alltoallv", size, send.len(), scounts, sdispls)?;
+        check_blocks("alltoallv", size, recv.len(), rcounts, rdispls)?;
+        let me = rank as usize;
+        if scounts[me] != rcounts[me] {
+            return Err(Error::new(
+                ErrorKind::Count,
+                format!(
+                    "alltoallv: {} bytes to itself into {}",
+                    scounts[me], rcounts[me]
+                ),
+            ));
+        }
+        recv[rdispls[me]..rdispls[me] + rcounts[me]]
+            .copy_from_slice(&send[sdispls[me]..sdispls[me] + scounts[me]]);
+        for k in 1..size {
+            let to = ((rank + k) % size) as usize;
+            let from = ((rank - k + size) % size) as usize;
+            let out = &send[sdispls[to]..sdispls[to] + scounts[to]];
+            let into = &mut recv[rdispls[from]..rdispls[from] + rcounts[from]];
+            let expected = into.len();
+            let st = self.sendrecv_on(
+                comm,
+                out,
+                to as Rank,
+                TAG_ALLTOALL,
+                into,
+                from as Rank,
+                TAG_ALLTOALL,
+                true,
+            )?;
+            if st.bytes != expected {
+                return Err(Error::new(
+                    ErrorKind::Count,
+                    format!(
+                        "alltoallv: expected {expected} bytes from rank {from}, got {}",
+                        st.bytes
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn rank_size(&self, comm: CommId) -> Result<(Rank, Rank)> {
         let c = self.core.comm(comm)?;
         Ok((c.rank, c.size()))
@@ -420,6 +565,35 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             }
         }
     }
+}
+
+/// Checks that `size` blocks of `counts[i]` bytes at `displs[i]` fit a buffer of `len` bytes.
+fn check_blocks(
+    what: &str,
+    size: Rank,
+    len: usize,
+    counts: &[usize],
+    displs: &[usize],
+) -> Result<()> {
+    let n = size as usize;
+    if counts.len() < n || displs.len() < n {
+        return Err(Error::new(
+            ErrorKind::Count,
+            format!("{what}: {n} members but {} counts and {} offsets", counts.len(), displs.len()),
+        ));
+    }
+    for r in 0..n {
+        if displs[r].checked_add(counts[r]).map_or(true, |end| end > len) {
+            return Err(Error::new(
+                ErrorKind::Count,
+                format!(
+                    "{what}: block {r} ({} bytes at {}) beyond the buffer's {len}",
+                    counts[r], displs[r]
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn check_root(root: Rank, size: Rank) -> Result<()> {
