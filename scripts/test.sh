@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite. Installs what it needs, then runs every test of the workspace: unit
 # tests, multi-rank tests (ranks as threads), multi-process tests (through ch4run and MPICH's
-# Hydra), doc tests, and the loom models of the shared-memory rings.
+# Hydra), the real OSU programs over ch4's C library, doc tests, and the loom models of the
+# shared-memory rings.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -60,6 +61,18 @@ if [ ! -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] && [ -z "${OSU_PLOT_
     else
         echo "note: DejaVu Sans is missing (fonts-dejavu-core); the chart tests will fail"
     fi
+fi
+
+# MPICH 5 with the MPI standard ABI (PyPI's mpich: mpicc_abi, mpi_abi.h, libmpi_abi.so.1 and
+# Hydra), for the C ABI tests: our mpi.h's constants against MPICH's, and one OSU binary run on
+# both libraries. The same place scripts/osu-vs-peers.sh --ofi uses.
+if [ ! -x target/mpich5-venv/bin/mpicc_abi ]; then
+    echo "installing MPICH 5.0.2 from PyPI into target/mpich5-venv (for the C ABI tests)..."
+    python3 -m venv target/mpich5-venv 2>/dev/null || {
+        apt_install python3-venv && python3 -m venv target/mpich5-venv
+    } || true
+    target/mpich5-venv/bin/pip install -q mpich==5.0.2 ||
+        echo "note: MPICH 5 could not be installed; the C ABI tests skip their MPICH part"
 fi
 
 cargo test --workspace --all-targets

@@ -509,7 +509,10 @@ fn collectives<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
     ctx.device()?
         .allgatherv(id, &vec![me as u8; me + 1], &mut all, &counts, &displs)?;
     for q in 0..nn {
-        assert!(all[displs[q]..][..counts[q]].iter().all(|&b| b == q as u8), "{all:?}");
+        assert!(
+            all[displs[q]..][..counts[q]].iter().all(|&b| b == q as u8),
+            "{all:?}"
+        );
     }
     let packed: Vec<u8> = (0..nn).flat_map(|q| vec![10 + q as u8; q + 1]).collect();
     let mut mine = vec![0u8; me + 1];
@@ -530,10 +533,19 @@ fn collectives<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
     let rcounts = vec![me + 1; nn];
     let rdispls: Vec<usize> = (0..nn).map(|q| q * (me + 1)).collect();
     let mut back = vec![0u8; nn * (me + 1)];
-    ctx.device()?
-        .alltoallv(id, &out, &counts, &root_displs, &mut back, &rcounts, &rdispls)?;
+    ctx.device()?.alltoallv(
+        id,
+        &out,
+        &counts,
+        &root_displs,
+        &mut back,
+        &rcounts,
+        &rdispls,
+    )?;
     for q in 0..nn {
-        assert!(back[rdispls[q]..][..me + 1].iter().all(|&b| b == (q * 16 + me) as u8));
+        assert!(back[rdispls[q]..][..me + 1]
+            .iter()
+            .all(|&b| b == (q * 16 + me) as u8));
     }
     Ok(())
 }

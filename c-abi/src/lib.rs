@@ -1060,9 +1060,8 @@ pub unsafe extern "C" fn MPI_Waitany(
     status: *mut MpiStatus,
 ) -> c_int {
     call(abi::COMM_WORLD, "MPI_Waitany", |st| {
-        let n = usize::try_from(count).map_err(|_| {
-            ch4::Error::new(ErrorKind::Count, format!("count {count} is negative"))
-        })?;
+        let n = usize::try_from(count)
+            .map_err(|_| ch4::Error::new(ErrorKind::Count, format!("count {count} is negative")))?;
         if n > 0 && array_of_requests.is_null() {
             return Err(null_arg("the array of requests"));
         }
@@ -1105,7 +1104,11 @@ pub unsafe extern "C" fn MPI_Waitany(
                     return status_error(&done);
                 }
             }
-            idle = if st.device()?.progress()? == 0 { idle + 1 } else { 0 };
+            idle = if st.device()?.progress()? == 0 {
+                idle + 1
+            } else {
+                0
+            };
             ch4_core::device::backoff(idle);
         }
     })
@@ -1285,7 +1288,8 @@ fn start(st: &mut State, c: Handle) -> ch4::Result<()> {
         // SAFETY: the program promised (MPI_Send_init) that the buffer holds the elements and
         // stays untouched while the request is active, which lasts until it completes.
         let sbuf = unsafe { SendBuf::borrowed(send_bytes(buf as *const c_void, count, dt)?) };
-        st.device()?.isend(id, rank_in(peer), tag_in(tag), sbuf, mode)?
+        st.device()?
+            .isend(id, rank_in(peer), tag_in(tag), sbuf, mode)?
     } else {
         // SAFETY: as above, for a receive buffer (MPI_Recv_init).
         let rbuf = unsafe { RecvBuf::borrowed(recv_bytes(buf as *mut c_void, count, dt)?) };
@@ -1317,9 +1321,8 @@ pub unsafe extern "C" fn MPI_Start(request: *mut Handle) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Startall(count: c_int, array_of_requests: *mut Handle) -> c_int {
     call(abi::COMM_WORLD, "MPI_Startall", |st| {
-        let n = usize::try_from(count).map_err(|_| {
-            ch4::Error::new(ErrorKind::Count, format!("count {count} is negative"))
-        })?;
+        let n = usize::try_from(count)
+            .map_err(|_| ch4::Error::new(ErrorKind::Count, format!("count {count} is negative")))?;
         if n == 0 {
             return Ok(());
         }
@@ -1653,7 +1656,12 @@ unsafe fn scaled(a: *const c_int, n: usize, size: usize, what: &str) -> ch4::Res
 
 /// The byte span that `counts` blocks at `displs` cover (for a buffer's length).
 fn span(counts: &[usize], displs: &[usize]) -> usize {
-    counts.iter().zip(displs).map(|(c, d)| c + d).max().unwrap_or(0)
+    counts
+        .iter()
+        .zip(displs)
+        .map(|(c, d)| c + d)
+        .max()
+        .unwrap_or(0)
 }
 
 /// A raw byte buffer of `len` bytes at `p`.
@@ -1979,7 +1987,10 @@ pub unsafe extern "C" fn MPI_Alltoallw(
                     std::slice::from_raw_parts(types, size),
                 )
             };
-            c.iter().zip(t).map(|(&n, &dt)| Ok(n * type_size(dt)?)).collect()
+            c.iter()
+                .zip(t)
+                .map(|(&n, &dt)| Ok(n * type_size(dt)?))
+                .collect()
         };
         let rc = bytes(recvcounts, recvtypes, "recvcounts")?;
         // SAFETY: the caller's contract.
@@ -2034,7 +2045,16 @@ pub unsafe extern "C" fn MPI_Reduce_scatter(
             .collect();
         let mine = counts[me as usize];
         // SAFETY: the caller's contract.
-        let recv = unsafe { raw_mut(recvbuf, if sendbuf as usize == abi::IN_PLACE { total } else { mine }) }?;
+        let recv = unsafe {
+            raw_mut(
+                recvbuf,
+                if sendbuf as usize == abi::IN_PLACE {
+                    total
+                } else {
+                    mine
+                },
+            )
+        }?;
         let send: Vec<u8> = if sendbuf as usize == abi::IN_PLACE {
             recv.to_vec()
         } else {

@@ -314,7 +314,11 @@ impl<N: Netmod, S: Shm> Device<N, S> {
                 if recv.len() != block.len() {
                     return Err(Error::new(
                         ErrorKind::Count,
-                        format!("scatterv: the root keeps {} bytes in {}", block.len(), recv.len()),
+                        format!(
+                            "scatterv: the root keeps {} bytes in {}",
+                            block.len(),
+                            recv.len()
+                        ),
                     ));
                 }
                 recv.copy_from_slice(block);
@@ -579,11 +583,18 @@ fn check_blocks(
     if counts.len() < n || displs.len() < n {
         return Err(Error::new(
             ErrorKind::Count,
-            format!("{what}: {n} members but {} counts and {} offsets", counts.len(), displs.len()),
+            format!(
+                "{what}: {n} members but {} counts and {} offsets",
+                counts.len(),
+                displs.len()
+            ),
         ));
     }
     for r in 0..n {
-        if displs[r].checked_add(counts[r]).map_or(true, |end| end > len) {
+        if displs[r]
+            .checked_add(counts[r])
+            .map_or(true, |end| end > len)
+        {
             return Err(Error::new(
                 ErrorKind::Count,
                 format!(

@@ -1,0 +1,97 @@
+//! What the C tests share: building the library and the launcher, compiling C programs with
+//! the wrapper, finding MPICH 5's ABI build when it is installed.
+
+// Each test crate uses part of this module.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Once;
+
+/// The workspace root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("c-abi sits in the workspace")
+        .to_path_buf()
+}
+
+/// Directory of this profile's binaries (`target/<profile>`), found from the test executable.
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/deps/<test>")
+        .to_path_buf()
+}
+
+/// Builds `ch4run` and `libmpi_abi.so` once (in this test's profile), and returns the directory
+/// that holds `libmpi_abi.so.1` for programs to load.
+pub fn built() -> PathBuf {
+    static BUILD: Once = Once::new();
+    let lib_dir = bin_dir().join("mpi-abi-test/lib");
+    BUILD.call_once(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        // Two builds: `--bin` would narrow the other package's targets too.
+        for target in [
+            &["-p", "pmi", "--bin", "ch4run"][..],
+            &["-p", "ch4-mpi-abi", "--lib"],
+        ] {
+            let mut cmd = Command::new(&cargo);
+            cmd.args(["build", "-q"]).args(target);
+            if !cfg!(debug_assertions) {
+                cmd.arg("--release");
+            }
+            let st = cmd.status().expect("run cargo build");
+            assert!(st.success(), "building {target:?} failed");
+        }
+        std::fs::create_dir_all(&lib_dir).unwrap();
+        for name in ["libmpi_abi.so.1", "libmpi_abi.so"] {
+            let link = lib_dir.join(name);
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(bin_dir().join("libmpi_abi.so"), &link).unwrap();
+        }
+    });
+    lib_dir
+}
+
+/// The launcher.
+pub fn ch4run() -> PathBuf {
+    bin_dir().join("ch4run")
+}
+
+/// Runs `cmd`, failing the test with its output if it fails; returns its standard output.
+pub fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// `c-abi/bin/mpicc`, linking the library in `lib_dir`.
+pub fn mpicc(lib_dir: &Path) -> Command {
+    let mut cmd = Command::new(root().join("c-abi/bin/mpicc"));
+    cmd.env("CH4_ABI_LIBDIR", lib_dir);
+    cmd
+}
+
+/// MPICH 5's ABI build (`bin/mpicc_abi`, `lib/libmpi_abi.so.1`, `include/mpi_abi.h`, Hydra's
+/// `bin/mpiexec`), where `scripts/test.sh` installs it; `None` (with a note) when it is not
+/// there.
+pub fn mpich5() -> Option<PathBuf> {
+    let venv = root().join("target/mpich5-venv");
+    if venv.join("bin/mpicc_abi").exists() && venv.join("include/mpi_abi.h").exists() {
+        Some(venv)
+    } else {
+        eprintln!(
+            "note: MPICH 5 is not installed in target/mpich5-venv (scripts/test.sh installs it: \
+             pip install mpich==5.0.2); its part of this test is skipped"
+        );
+        None
+    }
+}
