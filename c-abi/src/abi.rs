@@ -209,6 +209,24 @@ pub fn tag_out(t: ch4_core::Tag) -> c_int {
 
 const REQUEST_BIT: u64 = 1 << 63;
 const PERSISTENT_BIT: u64 = 1 << 62;
+const MESSAGE_BIT: u64 = 1 << 61;
+
+/// `MPI_MESSAGE_NULL`.
+pub const MESSAGE_NULL: Handle = 0x128;
+/// `MPI_MESSAGE_NO_PROC`: what a matched probe of `MPI_PROC_NULL` returns.
+pub const MESSAGE_NO_PROC: Handle = 0x129;
+
+/// The C handle of matched-probe message `i`.
+pub fn message_out(i: usize) -> Handle {
+    (i as u64 | MESSAGE_BIT) as Handle
+}
+
+/// The index of a matched-probe message handle.
+pub fn message_in(h: Handle) -> Option<usize> {
+    let raw = h as u64;
+    (raw & MESSAGE_BIT != 0 && raw & (REQUEST_BIT | PERSISTENT_BIT) == 0)
+        .then_some((raw & !MESSAGE_BIT) as usize)
+}
 
 /// A request as the library sees a C handle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

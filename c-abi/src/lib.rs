@@ -22,6 +22,7 @@
 mod abi;
 mod datatype;
 mod errors;
+mod more;
 mod state;
 
 use std::ffi::{c_char, c_double, c_int, c_void};
@@ -829,6 +830,16 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     })
 }
 
+/// The status of an inactive or null request (MPI's "empty status": any source, any tag, no
+/// error, no data).
+pub(crate) const INACTIVE: Status = Status {
+    source: ch4_core::ANY_SOURCE,
+    tag: ch4_core::ANY_TAG,
+    bytes: 0,
+    cancelled: false,
+    error: None,
+};
+
 /// The request behind C handle `c`.
 #[inline(always)]
 fn decode(c: Handle) -> ch4::Result<Req> {
@@ -841,10 +852,10 @@ fn decode(c: Handle) -> ch4::Result<Req> {
 fn complete(st: &mut State, req: Req, blocking: bool) -> ch4::Result<Option<Status>> {
     st.reap_detached();
     let h = match req {
-        Req::Null => return Ok(Some(Status::EMPTY)),
+        Req::Null => return Ok(Some(INACTIVE)),
         Req::Device(h) => h,
         Req::Persistent(i) => match st.persistent(i)?.active {
-            None => return Ok(Some(Status::EMPTY)),
+            None => return Ok(Some(INACTIVE)),
             Some(h) => h,
         },
     };
@@ -1087,7 +1098,7 @@ pub unsafe extern "C" fn MPI_Waitany(
             // SAFETY: the caller's contract.
             unsafe {
                 put(index, abi::UNDEFINED);
-                put(status, MpiStatus::of(&Status::EMPTY, class::SUCCESS));
+                put(status, MpiStatus::of(&INACTIVE, class::SUCCESS));
             }
             return Ok(());
         }
@@ -2218,6 +2229,9 @@ not_implemented!(
     MPI_Type_contiguous,
     MPI_Type_vector,
     MPI_Type_indexed,
+    MPI_Type_create_indexed_block,
+    MPI_Type_get_extent,
+    MPI_Isendrecv,
     MPI_Type_commit,
     MPI_Type_free,
     MPI_Cart_create,

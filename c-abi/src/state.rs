@@ -58,6 +58,12 @@ pub(crate) struct State {
     pub detached: Vec<ReqHandle>,
     /// Persistent requests by index (`abi::persistent_out`), `None` once freed.
     pub persistent: Vec<Option<Persistent>>,
+    /// Messages taken by a matched probe, by index (`abi::message_out`), until received.
+    pub messages: Vec<Option<ch4_core::Message>>,
+    /// The buffer attached for buffered sends: its address and size (`MPI_Buffer_attach`).
+    pub bsend_buffer: Option<(usize, usize)>,
+    /// Buffered sends in flight and the bytes of the attached buffer each holds.
+    pub bsends: Vec<(ReqHandle, usize)>,
 }
 
 impl State {
@@ -79,6 +85,9 @@ impl State {
             ],
             detached: Vec::new(),
             persistent: Vec::new(),
+            messages: Vec::new(),
+            bsend_buffer: None,
+            bsends: Vec::new(),
         }
     }
 

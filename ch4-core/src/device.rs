@@ -698,6 +698,19 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         }
     }
 
+    /// The status of `h` if it has completed, without freeing it (MPI_Request_get_status);
+    /// `None` while it is pending or for a handle that is no request.
+    pub fn peek_status(&self, h: ReqHandle) -> Option<Status> {
+        if h == ReqHandle::DONE {
+            return Some(Status::EMPTY);
+        }
+        self.core
+            .requests
+            .get(h)
+            .filter(|r| r.complete)
+            .map(|r| r.status)
+    }
+
     /// If `h` has completed, frees it and returns its status — an error status as a value, in
     /// `status.error` — without making progress; `None` while it is pending. The request sets
     /// of the facade complete their members with it.

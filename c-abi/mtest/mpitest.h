@@ -1,0 +1,46 @@
+/* mpitest.h: the small test harness (MTest) that MPICH's test programs call, written for
+ * running them on ch4's library. A program passes when it prints " No Errors" and exits 0. */
+#ifndef CH4_MPITEST_H
+#define CH4_MPITEST_H
+
+#include <string.h>
+#include <mpi.h>
+#include "mpitestconf.h"
+
+#if defined(__cplusplus)
+extern "C" {
+#endif
+
+/* Whether the MPI in use is at least version maj.min (a compile-time test). */
+#define MTEST_HAVE_MIN_MPI_VERSION(maj, min) \
+    ((MPI_VERSION > (maj)) || (MPI_VERSION == (maj) && MPI_SUBVERSION >= (min)))
+
+/* Marks memory as initialized for valgrind in MPICH's harness; here it sets the bytes. */
+#define MTEST_VG_MEM_INIT(addr, size) memset((addr), 0, (size))
+
+/* MPI_Init, and what the harness needs (the verbosity from MTEST_VERBOSE). */
+void MTest_Init(int *argc, char ***argv);
+/* Sums the errors of every rank; rank 0 prints " No Errors" or " Found N errors"; then
+ * MPI_Finalize. */
+void MTest_Finalize(int errs);
+/* The exit code for a program's error count: 0 or 1. */
+int MTestReturnValue(int errs);
+/* printf when the verbosity (MTEST_VERBOSE) is at least `level`. */
+void MTestPrintfMsg(int level, const char *format, ...);
+/* Prints the string of an MPI error code. */
+void MTestPrintError(int errcode);
+/* Sleeps `sec` seconds. */
+void MTestSleep(int sec);
+/* The intracommunicators a test runs over, one per call while it returns nonzero: the world,
+ * a duplicate of it, and one with the ranks in reverse order; each of at least `min_size`
+ * processes. Free each with MTestFreeComm. */
+int MTestGetIntracommGeneral(MPI_Comm *comm, int min_size, int allow_size_change);
+int MTestGetIntracomm(MPI_Comm *comm, int min_size);
+/* Frees a communicator from MTestGetIntracommGeneral (not the predefined ones). */
+void MTestFreeComm(MPI_Comm *comm);
+
+#if defined(__cplusplus)
+}
+#endif
+
+#endif

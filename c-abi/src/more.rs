@@ -1,0 +1,724 @@
+//! The rest of point-to-point: matched probes and their messages, buffered sends with an
+//! attached buffer, the `some`/`any` request functions, request status without completion,
+//! status setters, and communicator attributes.
+
+use std::ffi::{c_int, c_void};
+
+use ch4_core::buffer::{RecvBuf, SendBuf};
+use ch4_core::{ErrorKind, Message, SendMode};
+
+use crate::abi::{self, class, message_in, message_out, rank_in, tag_in, Handle, MpiStatus, Req};
+use crate::datatype::{self, recv_bytes, send_bytes};
+use crate::state::State;
+use crate::{after, call, complete, decode, null_arg, put, status_error};
+
+// ------------------------------------------------------------------ matched probes
+
+fn keep_message(st: &mut State, msg: Message) -> Handle {
+    if matches!(msg, Message::NoProc) {
+        return abi::MESSAGE_NO_PROC;
+    }
+    let i = match st.messages.iter().position(Option::is_none) {
+        Some(i) => {
+            st.messages[i] = Some(msg);
+            i
+        }
+        None => {
+            st.messages.push(Some(msg));
+            st.messages.len() - 1
+        }
+    };
+    message_out(i)
+}
+
+fn take_message(st: &mut State, h: Handle) -> ch4::Result<Message> {
+    if h == abi::MESSAGE_NO_PROC {
+        return Ok(Message::NoProc);
+    }
+    message_in(h)
+        .and_then(|i| st.messages.get_mut(i).and_then(Option::take))
+        .ok_or_else(|| {
+            ch4::Error::new(
+                ErrorKind::Request,
+                format!("{h:#x} is not a message of a matched probe (or it was received already)"),
+            )
+        })
+}
+
+/// `MPI_Mprobe`.
+///
+/// # Safety
+/// `message` is writable; `status` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Mprobe(
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    message: *mut Handle,
+    status: *mut MpiStatus,
+) -> c_int {
+    call(comm, "MPI_Mprobe", |st| {
+        if message.is_null() {
+            return Err(null_arg("the message"));
+        }
+        let id = st.comm(comm)?;
+        let (msg, s) = st.device()?.mprobe(id, rank_in(source), tag_in(tag))?;
+        let h = keep_message(st, msg);
+        // SAFETY: checked non-null; the caller's contract.
+        unsafe {
+            message.write(h);
+            put(status, MpiStatus::of(&s, class::SUCCESS));
+        }
+        Ok(())
+    })
+}
+
+/// `MPI_Improbe`.
+///
+/// # Safety
+/// `flag` and `message` are writable; `status` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Improbe(
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    flag: *mut c_int,
+    message: *mut Handle,
+    status: *mut MpiStatus,
+) -> c_int {
+    call(comm, "MPI_Improbe", |st| {
+        if message.is_null() || flag.is_null() {
+            return Err(null_arg("the flag or the message"));
+        }
+        let id = st.comm(comm)?;
+        let found = st.device()?.improbe(id, rank_in(source), tag_in(tag))?;
+        // SAFETY: checked non-null.
+        unsafe { flag.write(c_int::from(found.is_some())) };
+        if let Some((msg, s)) = found {
+            let h = keep_message(st, msg);
+            // SAFETY: checked non-null; the caller's contract.
+            unsafe {
+                message.write(h);
+                put(status, MpiStatus::of(&s, class::SUCCESS));
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `MPI_Mrecv`: the message handle becomes `MPI_MESSAGE_NULL`.
+///
+/// # Safety
+/// `buf` has room for `count` elements of `datatype`; `message` is readable and writable;
+/// `status` null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Mrecv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    message: *mut Handle,
+    status: *mut MpiStatus,
+) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Mrecv", |st| {
+        if message.is_null() {
+            return Err(null_arg("the message"));
+        }
+        // SAFETY: the caller's contract.
+        let bytes = unsafe { recv_bytes(buf, count, datatype) }?;
+        // SAFETY: the caller's contract.
+        let msg = take_message(st, unsafe { message.read() })?;
+        let got = st.device()?.mrecv(msg, bytes);
+        // SAFETY: the caller's contract.
+        unsafe { message.write(abi::MESSAGE_NULL) };
+        let s = match &got {
+            Ok(s) => Some(*s),
+            Err(e) => e.status().copied(),
+        };
+        if let Some(s) = s {
+            // SAFETY: the caller's contract.
+            unsafe { put(status, MpiStatus::of(&s, class::SUCCESS)) };
+        }
+        got.map(drop)
+    })
+}
+
+/// `MPI_Imrecv`: the message handle becomes `MPI_MESSAGE_NULL`.
+///
+/// # Safety
+/// `buf` has room for `count` elements of `datatype` and is the request's until it completes;
+/// `message` is readable and writable; `request` writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Imrecv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    message: *mut Handle,
+    request: *mut Handle,
+) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Imrecv", |st| {
+        if message.is_null() || request.is_null() {
+            return Err(null_arg("the message or the request"));
+        }
+        // SAFETY: the caller's contract: the buffer is the request's alone until it completes.
+        let rbuf = unsafe { RecvBuf::borrowed(recv_bytes(buf, count, datatype)?) };
+        // SAFETY: the caller's contract.
+        let msg = take_message(st, unsafe { message.read() })?;
+        let h = st.device()?.imrecv(msg, rbuf)?;
+        // SAFETY: checked non-null; the caller's contract.
+        unsafe {
+            message.write(abi::MESSAGE_NULL);
+            request.write(abi::request_out(h));
+        }
+        Ok(())
+    })
+}
+
+// ------------------------------------------------------------------ buffered sends
+
+/// What MPI reserves in the attached buffer per buffered message (`MPI_BSEND_OVERHEAD`).
+const BSEND_OVERHEAD: usize = 512;
+
+/// `MPI_Buffer_attach`.
+///
+/// # Safety
+/// `buffer` has `size` bytes, the library's until detached.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Buffer_attach", |st| {
+        if st.bsend_buffer.is_some() {
+            return Err(ch4::Error::new(
+                ErrorKind::Buffer,
+                "a buffer is already attached (detach it first)",
+            ));
+        }
+        let size = usize::try_from(size)
+            .map_err(|_| ch4::Error::new(ErrorKind::Count, "a negative buffer size"))?;
+        st.bsend_buffer = Some((buffer as usize, size));
+        Ok(())
+    })
+}
+
+/// `MPI_Buffer_detach`: waits until every buffered message has left, then returns the
+/// buffer's address and size.
+///
+/// # Safety
+/// `buffer_addr` is valid for a write of a pointer, `size` of an int.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Buffer_detach", |st| {
+        let Some((addr, len)) = st.bsend_buffer.take() else {
+            // SAFETY: the caller's contract.
+            unsafe {
+                put(buffer_addr.cast::<usize>(), 0);
+                put(size, 0);
+            }
+            return Ok(());
+        };
+        let pending = std::mem::take(&mut st.bsends);
+        {
+            let mut dev = st.device()?;
+            for (h, _) in pending {
+                dev.wait_status(h)?;
+            }
+        }
+        // SAFETY: the caller's contract (C passes the address of a pointer as void*).
+        unsafe {
+            put(buffer_addr.cast::<usize>(), addr);
+            put(size, len as c_int);
+        }
+        Ok(())
+    })
+}
+
+/// `MPI_Pack_size` (predefined datatypes: their packed size is their size).
+///
+/// # Safety
+/// `size` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Pack_size(
+    incount: c_int,
+    datatype: Handle,
+    _comm: Handle,
+    size: *mut c_int,
+) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Pack_size", |_| {
+        let n = datatype::byte_len(incount, datatype)?;
+        // SAFETY: the caller's contract.
+        unsafe { put(size, c_int::try_from(n).unwrap_or(c_int::MAX)) };
+        Ok(())
+    })
+}
+
+/// A buffered send: the data is copied (counted against the attached buffer, as MPI
+/// requires: a message that does not fit is an error) and sent from the copy; the request
+/// returned (for `MPI_Ibsend`) is complete at once.
+fn bsend(
+    st: &mut State,
+    bytes: &[u8],
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+) -> ch4::Result<ch4_core::ReqHandle> {
+    let id = st.comm(comm)?;
+    // Messages that have left give their room back.
+    let inflight = std::mem::take(&mut st.bsends);
+    let mut still = Vec::with_capacity(inflight.len());
+    {
+        let mut dev = st.device()?;
+        for (h, n) in inflight {
+            if dev.test_status(h)?.is_none() {
+                still.push((h, n));
+            }
+        }
+    }
+    st.bsends = still;
+    let Some((_, capacity)) = st.bsend_buffer else {
+        return Err(ch4::Error::new(
+            ErrorKind::Buffer,
+            "a buffered send with no buffer attached (MPI_Buffer_attach)",
+        ));
+    };
+    let used: usize = st.bsends.iter().map(|(_, n)| n).sum();
+    let need = bytes.len() + BSEND_OVERHEAD;
+    if used + need > capacity {
+        return Err(ch4::Error::new(
+            ErrorKind::Buffer,
+            format!(
+                "the attached buffer has {} of {capacity} bytes free; this message needs {need} \
+                 (its {} bytes and MPI_BSEND_OVERHEAD)",
+                capacity.saturating_sub(used),
+                bytes.len()
+            ),
+        ));
+    }
+    let h = st.device()?.isend(
+        id,
+        rank_in(dest),
+        tag_in(tag),
+        SendBuf::owned(bytes.to_vec()),
+        SendMode::Standard,
+    )?;
+    st.bsends.push((h, need));
+    Ok(ch4_core::ReqHandle::DONE)
+}
+
+/// `MPI_Bsend`.
+///
+/// # Safety
+/// `buf` holds `count` elements of `datatype`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Bsend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+) -> c_int {
+    call(comm, "MPI_Bsend", |st| {
+        // SAFETY: the caller's contract; the data is copied before this returns.
+        let bytes = unsafe { send_bytes(buf, count, datatype) }?;
+        bsend(st, bytes, dest, tag, comm).map(drop)
+    })
+}
+
+/// `MPI_Ibsend`.
+///
+/// # Safety
+/// `buf` holds `count` elements of `datatype`; `request` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Ibsend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    call(comm, "MPI_Ibsend", |st| {
+        if request.is_null() {
+            return Err(null_arg("the request"));
+        }
+        // SAFETY: the caller's contract; the data is copied before this returns.
+        let bytes = unsafe { send_bytes(buf, count, datatype) }?;
+        let h = bsend(st, bytes, dest, tag, comm)?;
+        // SAFETY: checked non-null.
+        unsafe { request.write(abi::request_out(h)) };
+        Ok(())
+    })
+}
+
+// ------------------------------------------------------------------ request sets
+
+/// The requests of a C array, decoded.
+///
+/// # Safety
+/// `reqs` has `count` handles (or is null with count 0).
+unsafe fn requests<'a>(count: c_int, reqs: *mut Handle) -> ch4::Result<&'a mut [Handle]> {
+    let n = usize::try_from(count)
+        .map_err(|_| ch4::Error::new(ErrorKind::Count, format!("count {count} is negative")))?;
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    if reqs.is_null() {
+        return Err(null_arg("the array of requests"));
+    }
+    // SAFETY: the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts_mut(reqs, n) })
+}
+
+/// Whether `req` is active (a device request, or a started persistent one).
+fn active(st: &mut State, req: Req) -> ch4::Result<bool> {
+    Ok(match req {
+        Req::Null => false,
+        Req::Device(_) => true,
+        Req::Persistent(i) => st.persistent(i)?.active.is_some(),
+    })
+}
+
+/// Completes whatever of `reqs` is done (`blocking`: at least one, waiting for it), writing
+/// their indices and statuses; `MPI_UNDEFINED` when none is active.
+///
+/// # Safety
+/// `indices` and `statuses` (unless null) have room for `reqs.len()` entries.
+unsafe fn some(
+    st: &mut State,
+    reqs: &mut [Handle],
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut MpiStatus,
+    blocking: bool,
+) -> ch4::Result<()> {
+    let mut live = Vec::new();
+    for (i, &c) in reqs.iter().enumerate() {
+        let req = decode(c)?;
+        if active(st, req)? {
+            live.push((i, req));
+        }
+    }
+    if live.is_empty() {
+        // SAFETY: the caller's contract.
+        unsafe { put(outcount, abi::UNDEFINED) };
+        return Ok(());
+    }
+    let mut idle = 0u32;
+    loop {
+        let mut n = 0usize;
+        let mut failed = false;
+        for &(i, req) in &live {
+            if let Some(done) = complete(st, req, false)? {
+                reqs[i] = after(req, reqs[i]);
+                let err = match done.error {
+                    None => class::SUCCESS,
+                    Some(kind) => {
+                        failed = true;
+                        crate::errors::register(
+                            crate::errors::class_of(kind),
+                            kind.describe().into(),
+                        )
+                    }
+                };
+                // SAFETY: the caller's contract: room for every request.
+                unsafe {
+                    if !indices.is_null() {
+                        indices.add(n).write(i as c_int);
+                    }
+                    if !statuses.is_null() {
+                        statuses.add(n).write(MpiStatus::of(&done, err));
+                    }
+                }
+                n += 1;
+            }
+        }
+        if n > 0 || !blocking {
+            // SAFETY: the caller's contract.
+            unsafe { put(outcount, n as c_int) };
+            return if failed {
+                Err(ch4::Error::new(
+                    ErrorKind::InStatus,
+                    "some requests failed: see their statuses",
+                ))
+            } else {
+                Ok(())
+            };
+        }
+        idle = if st.device()?.progress()? == 0 {
+            idle + 1
+        } else {
+            0
+        };
+        ch4_core::device::backoff(idle);
+    }
+}
+
+/// `MPI_Waitsome`.
+///
+/// # Safety
+/// `array_of_requests` has `incount` handles; `outcount` is writable; `array_of_indices` and
+/// `array_of_statuses` (unless null) have room for `incount` entries.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Waitsome(
+    incount: c_int,
+    array_of_requests: *mut Handle,
+    outcount: *mut c_int,
+    array_of_indices: *mut c_int,
+    array_of_statuses: *mut MpiStatus,
+) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Waitsome", |st| {
+        // SAFETY: the caller's contract.
+        let reqs = unsafe { requests(incount, array_of_requests) }?;
+        // SAFETY: the caller's contract.
+        unsafe {
+            some(
+                st,
+                reqs,
+                outcount,
+                array_of_indices,
+                array_of_statuses,
+                true,
+            )
+        }
+    })
+}
+
+/// `MPI_Testsome`.
+///
+/// # Safety
+/// As `MPI_Waitsome`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Testsome(
+    incount: c_int,
+    array_of_requests: *mut Handle,
+    outcount: *mut c_int,
+    array_of_indices: *mut c_int,
+    array_of_statuses: *mut MpiStatus,
+) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Testsome", |st| {
+        st.device()?.progress()?;
+        // SAFETY: the caller's contract.
+        let reqs = unsafe { requests(incount, array_of_requests) }?;
+        // SAFETY: the caller's contract.
+        unsafe {
+            some(
+                st,
+                reqs,
+                outcount,
+                array_of_indices,
+                array_of_statuses,
+                false,
+            )
+        }
+    })
+}
+
+/// `MPI_Testany`: `flag` is true also when no request is active (`index` then
+/// `MPI_UNDEFINED`).
+///
+/// # Safety
+/// `array_of_requests` has `count` handles; `index` and `flag` are writable; `status` null or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Testany(
+    count: c_int,
+    array_of_requests: *mut Handle,
+    index: *mut c_int,
+    flag: *mut c_int,
+    status: *mut MpiStatus,
+) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Testany", |st| {
+        st.device()?.progress()?;
+        // SAFETY: the caller's contract.
+        let reqs = unsafe { requests(count, array_of_requests) }?;
+        let mut any_active = false;
+        for (i, slot) in reqs.iter_mut().enumerate() {
+            let req = decode(*slot)?;
+            if !active(st, req)? {
+                continue;
+            }
+            any_active = true;
+            if let Some(done) = complete(st, req, false)? {
+                *slot = after(req, *slot);
+                // SAFETY: the caller's contract.
+                unsafe {
+                    put(index, i as c_int);
+                    put(flag, 1);
+                    put(status, MpiStatus::of(&done, class::SUCCESS));
+                }
+                return status_error(&done);
+            }
+        }
+        // SAFETY: the caller's contract.
+        unsafe {
+            put(index, abi::UNDEFINED);
+            put(flag, c_int::from(!any_active));
+            if !any_active {
+                put(status, MpiStatus::of(&crate::INACTIVE, class::SUCCESS));
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `MPI_Request_get_status`: whether the request is complete, without freeing it.
+///
+/// # Safety
+/// `flag` is writable; `status` null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Request_get_status(
+    request: Handle,
+    flag: *mut c_int,
+    status: *mut MpiStatus,
+) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Request_get_status", |st| {
+        let h = match decode(request)? {
+            Req::Null => None,
+            Req::Device(h) => Some(h),
+            Req::Persistent(i) => st.persistent(i)?.active,
+        };
+        let Some(h) = h else {
+            // SAFETY: the caller's contract.
+            unsafe {
+                put(flag, 1);
+                put(status, MpiStatus::of(&crate::INACTIVE, class::SUCCESS));
+            }
+            return Ok(());
+        };
+        let mut dev = st.device()?;
+        dev.progress()?;
+        let done = dev.is_done(h)?;
+        // SAFETY: the caller's contract.
+        unsafe { put(flag, c_int::from(done)) };
+        if done {
+            if let Some(s) = dev.peek_status(h) {
+                // SAFETY: the caller's contract.
+                unsafe { put(status, MpiStatus::of(&s, class::SUCCESS)) };
+            }
+        }
+        Ok(())
+    })
+}
+
+// ------------------------------------------------------------------ statuses and attributes
+
+/// `MPI_Get_elements_x`.
+///
+/// # Safety
+/// `status` readable, `count` writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Get_elements_x(
+    status: *const MpiStatus,
+    datatype: Handle,
+    count: *mut i64,
+) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Get_elements_x", |_| {
+        if status.is_null() {
+            return Err(null_arg("the status"));
+        }
+        let size = datatype::size_of(datatype).ok_or_else(|| datatype::bad_type(datatype))?;
+        // SAFETY: the caller's contract.
+        let bytes = unsafe { (*status).bytes() };
+        let n = if bytes % size as u64 == 0 {
+            (bytes / size as u64) as i64
+        } else {
+            i64::from(abi::UNDEFINED)
+        };
+        // SAFETY: the caller's contract.
+        unsafe { put(count, n) };
+        Ok(())
+    })
+}
+
+/// `MPI_Status_set_elements_x`.
+///
+/// # Safety
+/// `status` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Status_set_elements_x(
+    status: *mut MpiStatus,
+    datatype: Handle,
+    count: i64,
+) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Status_set_elements_x", |_| {
+        if status.is_null() {
+            return Err(null_arg("the status"));
+        }
+        let size = datatype::size_of(datatype).ok_or_else(|| datatype::bad_type(datatype))?;
+        let bytes = u64::try_from(count)
+            .ok()
+            .and_then(|c| c.checked_mul(size as u64))
+            .ok_or_else(|| ch4::Error::new(ErrorKind::Count, format!("count {count}")))?;
+        // SAFETY: the caller's contract.
+        let s = unsafe { &mut *status };
+        s.internal[0] = bytes as c_int;
+        s.internal[1] = (bytes >> 32) as c_int;
+        Ok(())
+    })
+}
+
+/// `MPI_Status_set_cancelled`.
+///
+/// # Safety
+/// `status` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Status_set_cancelled(status: *mut MpiStatus, flag: c_int) -> c_int {
+    if status.is_null() {
+        return crate::errors::refuse("MPI_Status_set_cancelled", "the status is a null pointer");
+    }
+    // SAFETY: the caller's contract.
+    unsafe { (*status).internal[2] = c_int::from(flag != 0) };
+    class::SUCCESS
+}
+
+/// The values behind the predefined attribute keys, at fixed addresses (attributes are
+/// returned as pointers to them).
+static TAG_UB: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
+static WTIME_IS_GLOBAL: c_int = 0;
+
+/// `MPI_Comm_get_attr` for the predefined keys: `MPI_TAG_UB` (the largest tag),
+/// `MPI_WTIME_IS_GLOBAL` (no); other keys are not set.
+///
+/// # Safety
+/// `attribute_val` is valid for a write of a pointer; `flag` of an int.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_get_attr(
+    comm: Handle,
+    comm_keyval: c_int,
+    attribute_val: *mut c_void,
+    flag: *mut c_int,
+) -> c_int {
+    call(comm, "MPI_Comm_get_attr", |st| {
+        st.comm(comm)?;
+        let value: Option<*const c_int> = match comm_keyval {
+            501 => Some(TAG_UB.get_or_init(|| ch4::Device::TAG_UB)),
+            504 => Some(&WTIME_IS_GLOBAL),
+            _ => None,
+        };
+        // SAFETY: the caller's contract (C passes the address of a pointer as void*).
+        unsafe {
+            put(flag, c_int::from(value.is_some()));
+            if let Some(v) = value {
+                put(attribute_val.cast::<*const c_int>(), v);
+            }
+        }
+        Ok(())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_handles_are_distinct_from_requests_and_the_predefined_ones() {
+        let h = message_out(5);
+        assert_eq!(message_in(h), Some(5));
+        assert_eq!(message_in(abi::MESSAGE_NULL), None);
+        assert_eq!(message_in(abi::MESSAGE_NO_PROC), None);
+        assert_eq!(message_in(abi::persistent_out(5)), None);
+        assert_eq!(
+            message_in(abi::request_out(ch4_core::ReqHandle::DONE)),
+            None
+        );
+    }
+}
