@@ -31,6 +31,8 @@ pub const ERRORS_ARE_FATAL: Handle = 0x141;
 pub const ERRORS_ABORT: Handle = 0x142;
 /// `MPI_ERRORS_RETURN`.
 pub const ERRORS_RETURN: Handle = 0x143;
+/// `MPI_DATATYPE_NULL`.
+pub const DATATYPE_NULL: Handle = 0x200;
 /// `MPI_REQUEST_NULL`.
 pub const REQUEST_NULL: Handle = 0x180;
 
@@ -155,6 +157,20 @@ impl MpiStatus {
                 0,
                 0,
             ],
+        }
+    }
+
+    /// Writes `st` through `out` (unless null), leaving its `MPI_ERROR` as it was: functions
+    /// that complete one operation do not set it (MPI's rule; MPICH's tests check it).
+    ///
+    /// # Safety
+    /// `out` is null or valid for a read and a write.
+    #[inline(always)]
+    pub unsafe fn put(out: *mut MpiStatus, st: &Status) {
+        // SAFETY: the caller's contract.
+        if let Some(o) = unsafe { out.as_mut() } {
+            let error = o.error;
+            *o = MpiStatus::of(st, error);
         }
     }
 

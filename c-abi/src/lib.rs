@@ -21,6 +21,7 @@
 
 mod abi;
 mod datatype;
+mod derived;
 mod errors;
 mod more;
 mod state;
@@ -494,6 +495,54 @@ pub unsafe extern "C" fn MPI_Comm_free(comm: *mut Handle) -> c_int {
 
 // ------------------------------------------------------------------ point-to-point
 
+/// The send buffer of `count` elements of `dt` at `buf`: the bytes themselves for a
+/// predefined type, the device's layout over them for a derived one.
+///
+/// # Safety
+/// The elements stay readable and unchanged while the buffer is in use.
+#[inline(always)]
+pub(crate) unsafe fn sbuf(
+    st: &State,
+    buf: *const c_void,
+    count: c_int,
+    dt: Handle,
+) -> ch4::Result<SendBuf> {
+    if plain(dt, count) {
+        // SAFETY: the caller's contract.
+        Ok(unsafe { SendBuf::borrowed(send_bytes(buf, count, dt)?) })
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { derived::send_buf(st, buf.cast(), count, dt) }
+    }
+}
+
+/// The receive buffer of `count` elements of `dt` at `buf`, as [`sbuf`].
+///
+/// # Safety
+/// The elements stay writable, and nobody else's, while the buffer is in use.
+#[inline(always)]
+pub(crate) unsafe fn rbuf(
+    st: &State,
+    buf: *mut c_void,
+    count: c_int,
+    dt: Handle,
+) -> ch4::Result<RecvBuf> {
+    if plain(dt, count) {
+        // SAFETY: the caller's contract.
+        Ok(unsafe { RecvBuf::borrowed(recv_bytes(buf, count, dt)?) })
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { derived::recv_buf(st, buf.cast(), count, dt) }
+    }
+}
+
+/// Whether `count` elements of `dt` are plain bytes (a predefined contiguous type, or nothing
+/// of `MPI_DATATYPE_NULL`), which take the fast path.
+#[inline(always)]
+fn plain(dt: Handle, count: c_int) -> bool {
+    datatype::size_of(dt).is_some() || (count == 0 && dt == abi::DATATYPE_NULL)
+}
+
 /// A blocking send in `mode`.
 ///
 /// # Safety
@@ -511,6 +560,13 @@ unsafe fn send_in(
 ) -> c_int {
     call(comm, func, |st| {
         let id = st.comm(comm)?;
+        if !plain(dt, count) {
+            // SAFETY: the caller's contract; the send completes before this returns.
+            let b = unsafe { derived::send_buf(st, buf.cast(), count, dt) }?;
+            let mut dev = st.device()?;
+            let h = dev.isend(id, rank_in(dest), tag_in(tag), b, mode)?;
+            return dev.wait(h).map(drop);
+        }
         // SAFETY: the caller's contract; the send completes before this returns.
         let bytes = unsafe { send_bytes(buf, count, dt) }?;
         st.device()?
@@ -619,16 +675,24 @@ pub unsafe extern "C" fn MPI_Recv(
 ) -> c_int {
     call(comm, "MPI_Recv", |st| {
         let id = st.comm(comm)?;
-        // SAFETY: the caller's contract; the receive completes before this returns.
-        let bytes = unsafe { recv_bytes(buf, count, datatype) }?;
-        let got = st.device()?.recv(id, rank_in(source), tag_in(tag), bytes);
+        let got = if !plain(datatype, count) {
+            // SAFETY: the caller's contract; the receive completes before this returns.
+            let b = unsafe { derived::recv_buf(st, buf.cast(), count, datatype) }?;
+            let mut dev = st.device()?;
+            let h = dev.irecv(id, rank_in(source), tag_in(tag), b)?;
+            dev.wait(h)
+        } else {
+            // SAFETY: the caller's contract; the receive completes before this returns.
+            let bytes = unsafe { recv_bytes(buf, count, datatype) }?;
+            st.device()?.recv(id, rank_in(source), tag_in(tag), bytes)
+        };
         let s = match &got {
             Ok(s) => Some(*s),
             Err(e) => e.status().copied(),
         };
         if let Some(s) = s {
             // SAFETY: the caller's contract.
-            unsafe { put(status, MpiStatus::of(&s, class::SUCCESS)) };
+            unsafe { MpiStatus::put(status, &s) };
         }
         got.map(drop)
     })
@@ -657,7 +721,7 @@ unsafe fn isend_in(
         let id = st.comm(comm)?;
         // SAFETY: the caller's contract: the buffer stays valid and unwritten until the
         // request completes (MPI's rule), which is what a borrowed SendBuf asks.
-        let sbuf = unsafe { SendBuf::borrowed(send_bytes(buf, count, dt)?) };
+        let sbuf = unsafe { sbuf(st, buf, count, dt) }?;
         let h = st
             .device()?
             .isend(id, rank_in(dest), tag_in(tag), sbuf, mode)?;
@@ -778,7 +842,7 @@ pub unsafe extern "C" fn MPI_Irecv(
         }
         let id = st.comm(comm)?;
         // SAFETY: the caller's contract: the buffer is the request's alone until it completes.
-        let rbuf = unsafe { RecvBuf::borrowed(recv_bytes(buf, count, datatype)?) };
+        let rbuf = unsafe { rbuf(st, buf, count, datatype) }?;
         let h = st.device()?.irecv(id, rank_in(source), tag_in(tag), rbuf)?;
         // SAFETY: checked non-null; the caller's contract.
         unsafe { request.write(request_out(h)) };
@@ -809,23 +873,24 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     call(comm, "MPI_Sendrecv", |st| {
         let id = st.comm(comm)?;
         // SAFETY: the caller's contract; both complete before this returns.
-        let (send, recv) = unsafe {
+        let (sb, rb) = unsafe {
             (
-                send_bytes(sendbuf, sendcount, sendtype)?,
-                recv_bytes(recvbuf, recvcount, recvtype)?,
+                sbuf(st, sendbuf, sendcount, sendtype)?,
+                rbuf(st, recvbuf, recvcount, recvtype)?,
             )
         };
-        let s = st.device()?.sendrecv(
-            id,
-            send,
-            rank_in(dest),
-            tag_in(sendtag),
-            recv,
-            rank_in(source),
-            tag_in(recvtag),
-        )?;
+        let mut dev = st.device()?;
+        let r = dev.irecv(id, rank_in(source), tag_in(recvtag), rb)?;
+        let sent = dev
+            .isend(id, rank_in(dest), tag_in(sendtag), sb, SendMode::Standard)
+            .and_then(|h| dev.wait(h));
+        let got = dev.wait_status(r);
+        sent?;
+        let s = got?;
+        drop(dev);
+        status_error(&s)?;
         // SAFETY: the caller's contract.
-        unsafe { put(status, MpiStatus::of(&s, class::SUCCESS)) };
+        unsafe { MpiStatus::put(status, &s) };
         Ok(())
     })
 }
@@ -911,7 +976,7 @@ pub unsafe extern "C" fn MPI_Wait(request: *mut Handle, status: *mut MpiStatus) 
         // SAFETY: the caller's contract.
         unsafe {
             request.write(after(req, c));
-            put(status, MpiStatus::of(&done, class::SUCCESS));
+            MpiStatus::put(status, &done);
         }
         status_error(&done)
     })
@@ -944,7 +1009,7 @@ pub unsafe extern "C" fn MPI_Test(
         unsafe {
             flag.write(1);
             request.write(after(req, c));
-            put(status, MpiStatus::of(&done, class::SUCCESS));
+            MpiStatus::put(status, &done);
         }
         status_error(&done)
     })
@@ -1098,7 +1163,7 @@ pub unsafe extern "C" fn MPI_Waitany(
             // SAFETY: the caller's contract.
             unsafe {
                 put(index, abi::UNDEFINED);
-                put(status, MpiStatus::of(&INACTIVE, class::SUCCESS));
+                MpiStatus::put(status, &INACTIVE);
             }
             return Ok(());
         }
@@ -1110,7 +1175,7 @@ pub unsafe extern "C" fn MPI_Waitany(
                     // SAFETY: the caller's contract.
                     unsafe {
                         put(index, i as c_int);
-                        put(status, MpiStatus::of(&done, class::SUCCESS));
+                        MpiStatus::put(status, &done);
                     }
                     return status_error(&done);
                 }
@@ -1203,7 +1268,13 @@ unsafe fn persistent_init(
             return Err(null_arg("the request"));
         }
         st.comm(comm)?;
-        datatype::byte_len(p.count, p.datatype)?;
+        let d = derived::desc(st, p.datatype)?;
+        if p.count < 0 || !d.committed {
+            return Err(ch4::Error::new(
+                ErrorKind::Arg,
+                "a negative count or an uncommitted datatype",
+            ));
+        }
         let i = st.add_persistent(p);
         // SAFETY: checked non-null; the caller's contract.
         unsafe { request.write(abi::persistent_out(i)) };
@@ -1298,12 +1369,12 @@ fn start(st: &mut State, c: Handle) -> ch4::Result<()> {
     let h = if let Some(mode) = send {
         // SAFETY: the program promised (MPI_Send_init) that the buffer holds the elements and
         // stays untouched while the request is active, which lasts until it completes.
-        let sbuf = unsafe { SendBuf::borrowed(send_bytes(buf as *const c_void, count, dt)?) };
+        let sbuf = unsafe { sbuf(st, buf as *const c_void, count, dt) }?;
         st.device()?
             .isend(id, rank_in(peer), tag_in(tag), sbuf, mode)?
     } else {
         // SAFETY: as above, for a receive buffer (MPI_Recv_init).
-        let rbuf = unsafe { RecvBuf::borrowed(recv_bytes(buf as *mut c_void, count, dt)?) };
+        let rbuf = unsafe { rbuf(st, buf as *mut c_void, count, dt) }?;
         st.device()?.irecv(id, rank_in(peer), tag_in(tag), rbuf)?
     };
     st.persistent(i)?.active = Some(h);
@@ -1377,7 +1448,7 @@ pub unsafe extern "C" fn MPI_Probe(
         let id = st.comm(comm)?;
         let s = st.device()?.probe(id, rank_in(source), tag_in(tag))?;
         // SAFETY: the caller's contract.
-        unsafe { put(status, MpiStatus::of(&s, class::SUCCESS)) };
+        unsafe { MpiStatus::put(status, &s) };
         Ok(())
     })
 }
@@ -1401,7 +1472,7 @@ pub unsafe extern "C" fn MPI_Iprobe(
         unsafe {
             put(flag, c_int::from(found.is_some()));
             if let Some(s) = found {
-                put(status, MpiStatus::of(&s, class::SUCCESS));
+                MpiStatus::put(status, &s);
             }
         }
         Ok(())
@@ -1422,24 +1493,34 @@ pub unsafe extern "C" fn MPI_Get_count(
     if status.is_null() {
         return errors::refuse("MPI_Get_count", "the status is a null pointer");
     }
-    let Some(size) = datatype::size_of(datatype) else {
-        return call(abi::COMM_WORLD, "MPI_Get_count", |_| {
-            Err(datatype::bad_type(datatype))
-        });
-    };
     // SAFETY: the caller's contract.
     let bytes = unsafe { (*status).bytes() };
-    let n = if size == 0 || bytes % size as u64 != 0 {
-        abi::UNDEFINED
-    } else {
-        c_int::try_from(bytes / size as u64).unwrap_or(abi::UNDEFINED)
+    let n = match datatype::size_of(datatype) {
+        Some(size) if size > 0 && bytes % size as u64 == 0 => {
+            c_int::try_from(bytes / size as u64).unwrap_or(abi::UNDEFINED)
+        }
+        Some(_) => abi::UNDEFINED,
+        None => {
+            let mut n = abi::UNDEFINED;
+            let code = call(abi::COMM_WORLD, "MPI_Get_count", |st| {
+                if let Some(c) = derived::count_in(st, bytes, datatype)? {
+                    n = c_int::try_from(c).unwrap_or(abi::UNDEFINED);
+                }
+                Ok(())
+            });
+            if code != class::SUCCESS {
+                return code;
+            }
+            n
+        }
     };
     // SAFETY: the caller's contract.
     unsafe { put(count, n) };
     class::SUCCESS
 }
 
-/// `MPI_Get_elements`: for predefined datatypes, the same as `MPI_Get_count`.
+/// `MPI_Get_elements`: the predefined elements received (for a derived datatype, those of
+/// whole elements plus those of a partial one).
 ///
 /// # Safety
 /// As `MPI_Get_count`.
@@ -1449,8 +1530,19 @@ pub unsafe extern "C" fn MPI_Get_elements(
     datatype: Handle,
     count: *mut c_int,
 ) -> c_int {
-    // SAFETY: the caller's contract.
-    unsafe { MPI_Get_count(status, datatype, count) }
+    call(abi::COMM_WORLD, "MPI_Get_elements", |st| {
+        if status.is_null() {
+            return Err(null_arg("the status"));
+        }
+        // SAFETY: the caller's contract.
+        let bytes = unsafe { (*status).bytes() };
+        let n = derived::elements_in(st, bytes, datatype)?
+            .and_then(|n| c_int::try_from(n).ok())
+            .unwrap_or(abi::UNDEFINED);
+        // SAFETY: the caller's contract.
+        unsafe { put(count, n) };
+        Ok(())
+    })
 }
 
 // ------------------------------------------------------------------ collectives
@@ -2081,38 +2173,6 @@ pub unsafe extern "C" fn MPI_Reduce_scatter(
 
 // ------------------------------------------------------------------ datatypes
 
-/// `MPI_Type_size` (predefined datatypes).
-///
-/// # Safety
-/// `size` is writable.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Type_size(datatype: Handle, size: *mut c_int) -> c_int {
-    call(abi::COMM_WORLD, "MPI_Type_size", |_| {
-        let n = datatype::size_of(datatype).ok_or_else(|| datatype::bad_type(datatype))?;
-        // SAFETY: the caller's contract.
-        unsafe { put(size, n as c_int) };
-        Ok(())
-    })
-}
-
-/// `MPI_Type_get_name` (predefined datatypes).
-///
-/// # Safety
-/// `type_name` has `MPI_MAX_OBJECT_NAME` bytes; `resultlen` is writable.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Type_get_name(
-    datatype: Handle,
-    type_name: *mut c_char,
-    resultlen: *mut c_int,
-) -> c_int {
-    call(abi::COMM_WORLD, "MPI_Type_get_name", |_| {
-        let name = datatype::name_of(datatype).ok_or_else(|| datatype::bad_type(datatype))?;
-        // SAFETY: the caller's contract.
-        unsafe { put_string(name, type_name, abi::MAX_OBJECT_NAME, resultlen) };
-        Ok(())
-    })
-}
-
 /// `MPI_Get_address`.
 ///
 /// # Safety
@@ -2226,14 +2286,6 @@ not_implemented!(
     MPI_Session_init,
     MPI_Session_finalize,
     MPI_Group_from_session_pset,
-    MPI_Type_contiguous,
-    MPI_Type_vector,
-    MPI_Type_indexed,
-    MPI_Type_create_indexed_block,
-    MPI_Type_get_extent,
-    MPI_Isendrecv,
-    MPI_Type_commit,
-    MPI_Type_free,
     MPI_Cart_create,
     MPI_Cart_coords,
     MPI_Cart_rank,

@@ -4,11 +4,11 @@
 
 use std::ffi::{c_int, c_void};
 
-use ch4_core::buffer::{RecvBuf, SendBuf};
+use ch4_core::buffer::SendBuf;
 use ch4_core::{ErrorKind, Message, SendMode};
 
 use crate::abi::{self, class, message_in, message_out, rank_in, tag_in, Handle, MpiStatus, Req};
-use crate::datatype::{self, recv_bytes, send_bytes};
+
 use crate::state::State;
 use crate::{after, call, complete, decode, null_arg, put, status_error};
 
@@ -67,7 +67,7 @@ pub unsafe extern "C" fn MPI_Mprobe(
         // SAFETY: checked non-null; the caller's contract.
         unsafe {
             message.write(h);
-            put(status, MpiStatus::of(&s, class::SUCCESS));
+            MpiStatus::put(status, &s);
         }
         Ok(())
     })
@@ -99,7 +99,7 @@ pub unsafe extern "C" fn MPI_Improbe(
             // SAFETY: checked non-null; the caller's contract.
             unsafe {
                 message.write(h);
-                put(status, MpiStatus::of(&s, class::SUCCESS));
+                MpiStatus::put(status, &s);
             }
         }
         Ok(())
@@ -123,11 +123,14 @@ pub unsafe extern "C" fn MPI_Mrecv(
         if message.is_null() {
             return Err(null_arg("the message"));
         }
-        // SAFETY: the caller's contract.
-        let bytes = unsafe { recv_bytes(buf, count, datatype) }?;
+        // SAFETY: the caller's contract; the receive completes before this returns.
+        let b = unsafe { crate::rbuf(st, buf, count, datatype) }?;
         // SAFETY: the caller's contract.
         let msg = take_message(st, unsafe { message.read() })?;
-        let got = st.device()?.mrecv(msg, bytes);
+        let got = {
+            let mut dev = st.device()?;
+            dev.imrecv(msg, b).and_then(|h| dev.wait(h))
+        };
         // SAFETY: the caller's contract.
         unsafe { message.write(abi::MESSAGE_NULL) };
         let s = match &got {
@@ -136,7 +139,7 @@ pub unsafe extern "C" fn MPI_Mrecv(
         };
         if let Some(s) = s {
             // SAFETY: the caller's contract.
-            unsafe { put(status, MpiStatus::of(&s, class::SUCCESS)) };
+            unsafe { MpiStatus::put(status, &s) };
         }
         got.map(drop)
     })
@@ -160,7 +163,7 @@ pub unsafe extern "C" fn MPI_Imrecv(
             return Err(null_arg("the message or the request"));
         }
         // SAFETY: the caller's contract: the buffer is the request's alone until it completes.
-        let rbuf = unsafe { RecvBuf::borrowed(recv_bytes(buf, count, datatype)?) };
+        let rbuf = unsafe { crate::rbuf(st, buf, count, datatype) }?;
         // SAFETY: the caller's contract.
         let msg = take_message(st, unsafe { message.read() })?;
         let h = st.device()?.imrecv(msg, rbuf)?;
@@ -241,8 +244,11 @@ pub unsafe extern "C" fn MPI_Pack_size(
     _comm: Handle,
     size: *mut c_int,
 ) -> c_int {
-    call(abi::COMM_WORLD, "MPI_Pack_size", |_| {
-        let n = datatype::byte_len(incount, datatype)?;
+    call(abi::COMM_WORLD, "MPI_Pack_size", |st| {
+        let d = crate::derived::desc(st, datatype)?;
+        let n = usize::try_from(incount)
+            .map_err(|_| ch4::Error::new(ErrorKind::Count, "a negative count"))?
+            * d.size;
         // SAFETY: the caller's contract.
         unsafe { put(size, c_int::try_from(n).unwrap_or(c_int::MAX)) };
         Ok(())
@@ -317,8 +323,8 @@ pub unsafe extern "C" fn MPI_Bsend(
 ) -> c_int {
     call(comm, "MPI_Bsend", |st| {
         // SAFETY: the caller's contract; the data is copied before this returns.
-        let bytes = unsafe { send_bytes(buf, count, datatype) }?;
-        bsend(st, bytes, dest, tag, comm).map(drop)
+        let bytes = unsafe { crate::sbuf(st, buf, count, datatype) }?.to_vec()?;
+        bsend(st, &bytes, dest, tag, comm).map(drop)
     })
 }
 
@@ -341,8 +347,151 @@ pub unsafe extern "C" fn MPI_Ibsend(
             return Err(null_arg("the request"));
         }
         // SAFETY: the caller's contract; the data is copied before this returns.
-        let bytes = unsafe { send_bytes(buf, count, datatype) }?;
-        let h = bsend(st, bytes, dest, tag, comm)?;
+        let bytes = unsafe { crate::sbuf(st, buf, count, datatype) }?.to_vec()?;
+        let h = bsend(st, &bytes, dest, tag, comm)?;
+        // SAFETY: checked non-null.
+        unsafe { request.write(abi::request_out(h)) };
+        Ok(())
+    })
+}
+
+// ------------------------------------------------------------------ send-receive
+
+/// Starts the send half of a send-receive from a copy of the data, left to complete in the
+/// background: a standard-mode send may buffer its message, and with the copy the caller's
+/// send buffer (or, for `_replace`, the buffer the receive then fills) is free at once, so the
+/// send-receive's request is its receive's.
+fn send_copy(
+    st: &mut State,
+    data: Vec<u8>,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+) -> ch4::Result<()> {
+    let id = st.comm(comm)?;
+    let h = st.device()?.isend(
+        id,
+        rank_in(dest),
+        tag_in(tag),
+        SendBuf::owned(data),
+        SendMode::Standard,
+    )?;
+    st.detached.push(h);
+    Ok(())
+}
+
+/// `MPI_Isendrecv`.
+///
+/// # Safety
+/// The buffers hold (have room for) their counts of their datatypes; the receive buffer is
+/// the request's until it completes; `request` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Isendrecv(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: Handle,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: Handle,
+    source: c_int,
+    recvtag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    call(comm, "MPI_Isendrecv", |st| {
+        if request.is_null() {
+            return Err(null_arg("the request"));
+        }
+        let id = st.comm(comm)?;
+        // SAFETY: the caller's contract: the receive buffer is the request's alone.
+        let rb = unsafe { crate::rbuf(st, recvbuf, recvcount, recvtype) }?;
+        // SAFETY: the caller's contract; the data is copied before this returns.
+        let data = unsafe { crate::sbuf(st, sendbuf, sendcount, sendtype) }?.to_vec()?;
+        let h = st
+            .device()?
+            .irecv(id, rank_in(source), tag_in(recvtag), rb)?;
+        send_copy(st, data, dest, sendtag, comm)?;
+        // SAFETY: checked non-null.
+        unsafe { request.write(abi::request_out(h)) };
+        Ok(())
+    })
+}
+
+/// `MPI_Sendrecv_replace`.
+///
+/// # Safety
+/// `buf` holds `count` elements of `datatype`; `status` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Sendrecv_replace(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    dest: c_int,
+    sendtag: c_int,
+    source: c_int,
+    recvtag: c_int,
+    comm: Handle,
+    status: *mut MpiStatus,
+) -> c_int {
+    call(comm, "MPI_Sendrecv_replace", |st| {
+        let id = st.comm(comm)?;
+        // SAFETY: the caller's contract; the data is copied before the receive fills `buf`.
+        let data = unsafe { crate::sbuf(st, buf, count, datatype) }?.to_vec()?;
+        // SAFETY: the caller's contract; the receive completes before this returns.
+        let rb = unsafe { crate::rbuf(st, buf, count, datatype) }?;
+        let mut dev = st.device()?;
+        let r = dev.irecv(id, rank_in(source), tag_in(recvtag), rb)?;
+        let sent = dev
+            .isend(
+                id,
+                rank_in(dest),
+                tag_in(sendtag),
+                SendBuf::owned(data),
+                SendMode::Standard,
+            )
+            .and_then(|h| dev.wait(h));
+        let got = dev.wait_status(r);
+        sent?;
+        let s = got?;
+        drop(dev);
+        // SAFETY: the caller's contract.
+        unsafe { MpiStatus::put(status, &s) };
+        status_error(&s)
+    })
+}
+
+/// `MPI_Isendrecv_replace`.
+///
+/// # Safety
+/// `buf` holds `count` elements of `datatype` and is the request's until it completes;
+/// `request` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Isendrecv_replace(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    dest: c_int,
+    sendtag: c_int,
+    source: c_int,
+    recvtag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    call(comm, "MPI_Isendrecv_replace", |st| {
+        if request.is_null() {
+            return Err(null_arg("the request"));
+        }
+        let id = st.comm(comm)?;
+        // SAFETY: the caller's contract; the data is copied before the receive can fill `buf`.
+        let data = unsafe { crate::sbuf(st, buf, count, datatype) }?.to_vec()?;
+        // SAFETY: the caller's contract: the buffer is the request's alone from now on.
+        let rb = unsafe { crate::rbuf(st, buf, count, datatype) }?;
+        let h = st
+            .device()?
+            .irecv(id, rank_in(source), tag_in(recvtag), rb)?;
+        send_copy(st, data, dest, sendtag, comm)?;
         // SAFETY: checked non-null.
         unsafe { request.write(abi::request_out(h)) };
         Ok(())
@@ -543,7 +692,7 @@ pub unsafe extern "C" fn MPI_Testany(
                 unsafe {
                     put(index, i as c_int);
                     put(flag, 1);
-                    put(status, MpiStatus::of(&done, class::SUCCESS));
+                    MpiStatus::put(status, &done);
                 }
                 return status_error(&done);
             }
@@ -553,7 +702,7 @@ pub unsafe extern "C" fn MPI_Testany(
             put(index, abi::UNDEFINED);
             put(flag, c_int::from(!any_active));
             if !any_active {
-                put(status, MpiStatus::of(&crate::INACTIVE, class::SUCCESS));
+                MpiStatus::put(status, &crate::INACTIVE);
             }
         }
         Ok(())
@@ -580,7 +729,7 @@ pub unsafe extern "C" fn MPI_Request_get_status(
             // SAFETY: the caller's contract.
             unsafe {
                 put(flag, 1);
-                put(status, MpiStatus::of(&crate::INACTIVE, class::SUCCESS));
+                MpiStatus::put(status, &crate::INACTIVE);
             }
             return Ok(());
         };
@@ -592,7 +741,7 @@ pub unsafe extern "C" fn MPI_Request_get_status(
         if done {
             if let Some(s) = dev.peek_status(h) {
                 // SAFETY: the caller's contract.
-                unsafe { put(status, MpiStatus::of(&s, class::SUCCESS)) };
+                unsafe { MpiStatus::put(status, &s) };
             }
         }
         Ok(())
@@ -611,18 +760,14 @@ pub unsafe extern "C" fn MPI_Get_elements_x(
     datatype: Handle,
     count: *mut i64,
 ) -> c_int {
-    call(abi::COMM_WORLD, "MPI_Get_elements_x", |_| {
+    call(abi::COMM_WORLD, "MPI_Get_elements_x", |st| {
         if status.is_null() {
             return Err(null_arg("the status"));
         }
-        let size = datatype::size_of(datatype).ok_or_else(|| datatype::bad_type(datatype))?;
         // SAFETY: the caller's contract.
         let bytes = unsafe { (*status).bytes() };
-        let n = if bytes % size as u64 == 0 {
-            (bytes / size as u64) as i64
-        } else {
-            i64::from(abi::UNDEFINED)
-        };
+        let n = crate::derived::elements_in(st, bytes, datatype)?
+            .map_or(i64::from(abi::UNDEFINED), |n| n as i64);
         // SAFETY: the caller's contract.
         unsafe { put(count, n) };
         Ok(())
@@ -639,11 +784,12 @@ pub unsafe extern "C" fn MPI_Status_set_elements_x(
     datatype: Handle,
     count: i64,
 ) -> c_int {
-    call(abi::COMM_WORLD, "MPI_Status_set_elements_x", |_| {
+    call(abi::COMM_WORLD, "MPI_Status_set_elements_x", |st| {
         if status.is_null() {
             return Err(null_arg("the status"));
         }
-        let size = datatype::size_of(datatype).ok_or_else(|| datatype::bad_type(datatype))?;
+        let d = crate::derived::desc(st, datatype)?;
+        let size = d.size / d.elements.max(1);
         let bytes = u64::try_from(count)
             .ok()
             .and_then(|c| c.checked_mul(size as u64))

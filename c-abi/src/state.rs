@@ -64,6 +64,8 @@ pub(crate) struct State {
     pub bsend_buffer: Option<(usize, usize)>,
     /// Buffered sends in flight and the bytes of the attached buffer each holds.
     pub bsends: Vec<(ReqHandle, usize)>,
+    /// Derived datatypes by index (`derived::type_out`), `None` once freed.
+    pub types: Vec<Option<crate::derived::Desc>>,
 }
 
 impl State {
@@ -88,6 +90,7 @@ impl State {
             messages: Vec::new(),
             bsend_buffer: None,
             bsends: Vec::new(),
+            types: Vec::new(),
         }
     }
 
