@@ -23,6 +23,7 @@ mod abi;
 mod datatype;
 mod derived;
 mod errors;
+mod groups;
 mod more;
 mod state;
 
@@ -2280,15 +2281,10 @@ macro_rules! not_implemented {
 }
 
 not_implemented!(
-    MPI_Comm_compare,
     MPI_Comm_create_from_group,
-    MPI_Group_free,
     MPI_Session_init,
     MPI_Session_finalize,
     MPI_Group_from_session_pset,
-    MPI_Cart_create,
-    MPI_Cart_coords,
-    MPI_Cart_rank,
     MPI_Dist_graph_neighbors,
     MPI_Win_create,
     MPI_Win_allocate,

@@ -24,6 +24,17 @@ pub(crate) struct CommSlot {
     /// `MPI_ERRORS_ARE_FATAL` (or `MPI_ERRORS_ABORT`): an error ends the job. Otherwise
     /// (`MPI_ERRORS_RETURN`) it is returned.
     pub fatal: bool,
+    /// Its Cartesian topology, if it has one (`MPI_Cart_create`).
+    pub cart: Option<Cart>,
+}
+
+/// A Cartesian topology: the grid's dimensions and which of them wrap around.
+#[derive(Clone, Debug)]
+pub(crate) struct Cart {
+    /// Processes along each dimension.
+    pub dims: Vec<c_int>,
+    /// Whether each dimension is periodic.
+    pub periods: Vec<bool>,
 }
 
 /// A persistent request (`MPI_Send_init`, `MPI_Recv_init`): what each `MPI_Start` posts.
@@ -66,6 +77,8 @@ pub(crate) struct State {
     pub bsends: Vec<(ReqHandle, usize)>,
     /// Derived datatypes by index (`derived::type_out`), `None` once freed.
     pub types: Vec<Option<crate::derived::Desc>>,
+    /// Groups by index (`groups::group_out`), `None` once freed.
+    pub groups: Vec<Option<ch4_core::rankmap::Group>>,
 }
 
 impl State {
@@ -79,10 +92,12 @@ impl State {
                 Some(CommSlot {
                     id: world,
                     fatal: true,
+                    cart: None,
                 }),
                 Some(CommSlot {
                     id: me,
                     fatal: true,
+                    cart: None,
                 }),
             ],
             detached: Vec::new(),
@@ -91,6 +106,7 @@ impl State {
             bsend_buffer: None,
             bsends: Vec::new(),
             types: Vec::new(),
+            groups: Vec::new(),
         }
     }
 
@@ -126,7 +142,11 @@ impl State {
 
     /// A handle for a new communicator.
     pub fn add_comm(&mut self, id: CommId, fatal: bool) -> Handle {
-        let slot = Some(CommSlot { id, fatal });
+        let slot = Some(CommSlot {
+            id,
+            fatal,
+            cart: None,
+        });
         match self.comms.iter().skip(2).position(Option::is_none) {
             Some(i) => {
                 self.comms[i + 2] = slot;

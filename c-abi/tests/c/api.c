@@ -1,0 +1,174 @@
+/* The parts of ch4's MPI library that neither OSU nor MPICH's pt2pt tests reach: groups,
+ * communicator comparison and creation, Cartesian topologies, derived datatypes built from
+ * structs and resized, thread levels, error handlers and error strings, the environment.
+ * Run with 4 processes; prints " No Errors" when every check passes. */
+#include <stdio.h>
+#include <string.h>
+#include <mpi.h>
+
+static int errs = 0;
+#define CHECK(c)                                                              \
+    do {                                                                      \
+        if (!(c)) {                                                           \
+            errs++;                                                           \
+            printf("[%d] check failed: %s (line %d)\n", rank, #c, __LINE__); \
+        }                                                                     \
+    } while (0)
+
+int main(int argc, char **argv)
+{
+    int rank, size, provided, flag, r, n;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    CHECK(provided == MPI_THREAD_FUNNELED);
+    MPI_Query_thread(&flag);
+    CHECK(flag == MPI_THREAD_FUNNELED);
+    MPI_Is_thread_main(&flag);
+    CHECK(flag);
+    MPI_Initialized(&flag);
+    CHECK(flag);
+
+    /* Groups. */
+    MPI_Group world, evens, odds, both;
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    MPI_Group_size(world, &n);
+    CHECK(n == size);
+    MPI_Group_rank(world, &r);
+    CHECK(r == rank);
+    int even_ranks[2] = {0, 2};
+    MPI_Group_incl(world, 2, even_ranks, &evens);
+    MPI_Group_excl(world, 2, even_ranks, &odds);
+    MPI_Group_union(odds, evens, &both);
+    MPI_Group_compare(both, world, &r);
+    CHECK(r == MPI_SIMILAR);
+    MPI_Group_compare(world, world, &r);
+    CHECK(r == MPI_IDENT);
+    int from[2] = {0, 1}, to[2];
+    MPI_Group_translate_ranks(evens, 2, from, world, to);
+    CHECK(to[0] == 0 && to[1] == 2);
+    MPI_Group_rank(evens, &r);
+    CHECK(r == (rank % 2 == 0 ? rank / 2 : MPI_UNDEFINED));
+
+    /* Communicators from groups, comparison. */
+    MPI_Comm evcomm, dup;
+    MPI_Comm_create(MPI_COMM_WORLD, evens, &evcomm);
+    CHECK((rank % 2 == 0) == (evcomm != MPI_COMM_NULL));
+    if (evcomm != MPI_COMM_NULL) {
+        int s = 0, mine = 1;
+        MPI_Allreduce(&mine, &s, 1, MPI_INT, MPI_SUM, evcomm);
+        CHECK(s == 2);
+        MPI_Comm_free(&evcomm);
+        CHECK(evcomm == MPI_COMM_NULL);
+    }
+    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+    MPI_Comm_compare(MPI_COMM_WORLD, dup, &r);
+    CHECK(r == MPI_CONGRUENT);
+    MPI_Comm_compare(dup, dup, &r);
+    CHECK(r == MPI_IDENT);
+    MPI_Comm_free(&dup);
+    MPI_Group_free(&evens);
+    MPI_Group_free(&odds);
+    MPI_Group_free(&both);
+    MPI_Group_free(&world);
+    CHECK(world == MPI_GROUP_NULL);
+
+    /* A 2 x 2 torus. */
+    int dims[2] = {0, 0}, periods[2] = {1, 1}, coords[2], src, dst;
+    MPI_Dims_create(size, 2, dims);
+    CHECK(dims[0] * dims[1] == size);
+    MPI_Comm cart;
+    MPI_Cart_create(MPI_COMM_WORLD, 2, dims, periods, 0, &cart);
+    MPI_Topo_test(cart, &r);
+    CHECK(r == MPI_CART);
+    MPI_Comm_rank(cart, &r);
+    MPI_Cart_coords(cart, r, 2, coords);
+    int back;
+    MPI_Cart_rank(cart, coords, &back);
+    CHECK(back == r);
+    MPI_Cart_shift(cart, 1, 1, &src, &dst);
+    int got = -1;
+    MPI_Sendrecv(&r, 1, MPI_INT, dst, 7, &got, 1, MPI_INT, src, 7, cart, MPI_STATUS_IGNORE);
+    CHECK(got == src);
+    MPI_Comm_free(&cart);
+
+    /* A struct type, resized to its C size, sent as an array. */
+    struct rec { double d; int i; char c; } recs[3], in[3];
+    int lens[3] = {1, 1, 1};
+    MPI_Aint disps[3], lb, ext;
+    MPI_Datatype types[3] = {MPI_DOUBLE, MPI_INT, MPI_CHAR}, st, rst;
+    MPI_Get_address(&recs[0].d, &disps[0]);
+    MPI_Get_address(&recs[0].i, &disps[1]);
+    MPI_Get_address(&recs[0].c, &disps[2]);
+    disps[2] -= disps[0];
+    disps[1] -= disps[0];
+    disps[0] = 0;
+    MPI_Type_create_struct(3, lens, disps, types, &st);
+    MPI_Type_create_resized(st, 0, sizeof(struct rec), &rst);
+    MPI_Type_commit(&rst);
+    MPI_Type_size(rst, &n);
+    CHECK(n == 13);
+    MPI_Type_get_extent(rst, &lb, &ext);
+    CHECK(lb == 0 && ext == (MPI_Aint)sizeof(struct rec));
+    for (int k = 0; k < 3; k++) {
+        recs[k].d = rank + k * 0.5;
+        recs[k].i = 100 * rank + k;
+        recs[k].c = 'a' + k;
+    }
+    memset(in, 0, sizeof in);
+    MPI_Status status;
+    MPI_Sendrecv(recs, 3, rst, (rank + 1) % size, 3, in, 3, rst, (rank + size - 1) % size, 3,
+                 MPI_COMM_WORLD, &status);
+    int left = (rank + size - 1) % size;
+    for (int k = 0; k < 3; k++)
+        CHECK(in[k].d == left + k * 0.5 && in[k].i == 100 * left + k && in[k].c == 'a' + k);
+    MPI_Get_count(&status, rst, &n);
+    CHECK(n == 3);
+    MPI_Get_elements(&status, rst, &n);
+    CHECK(n == 9);
+    MPI_Type_free(&rst);
+    MPI_Type_free(&st);
+    CHECK(rst == MPI_DATATYPE_NULL);
+
+    /* Errors returned, with strings that say what happened. */
+    char msg[MPI_MAX_ERROR_STRING];
+    int len, cls, rc;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    rc = MPI_Send(&rank, 1, MPI_INT, size + 5, 0, MPI_COMM_WORLD);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_RANK);
+    MPI_Error_string(rc, msg, &len);
+    CHECK(strstr(msg, "MPI_Send") != NULL);
+    MPI_Win win;
+    rc = MPI_Win_create_dynamic(MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_UNSUPPORTED_OPERATION);
+    MPI_Error_string(rc, msg, &len);
+    CHECK(strstr(msg, "MPI_Win_create_dynamic") != NULL);
+    MPI_Errhandler eh;
+    MPI_Comm_get_errhandler(MPI_COMM_WORLD, &eh);
+    CHECK(eh == MPI_ERRORS_RETURN);
+
+    /* The environment. */
+    char name[MPI_MAX_PROCESSOR_NAME], lib[MPI_MAX_LIBRARY_VERSION_STRING];
+    MPI_Get_processor_name(name, &len);
+    CHECK(len > 0 && (int)strlen(name) == len);
+    MPI_Get_library_version(lib, &len);
+    CHECK(strstr(lib, "ch4") != NULL);
+    int v, sv;
+    MPI_Get_version(&v, &sv);
+    CHECK(v == 5 && sv == 0);
+    double t0 = MPI_Wtime(), t1 = MPI_Wtime();
+    CHECK(t1 >= t0 && MPI_Wtick() > 0);
+    int *ub;
+    MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+    CHECK(flag && *ub >= 32767);
+
+    int total = 0;
+    MPI_Allreduce(&errs, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (rank == 0)
+        printf(total ? " Found %d errors\n" : " No Errors\n", total);
+    MPI_Finalize();
+    MPI_Finalized(&flag);
+    return flag ? 0 : 1;
+}
