@@ -39,11 +39,25 @@ use state::{Persistent, Phase, State};
 /// Runs `f` on the state; its error goes to communicator `comm`'s handler as `func`'s.
 #[inline(always)]
 fn call(comm: Handle, func: &'static str, f: impl FnOnce(&mut State) -> ch4::Result<()>) -> c_int {
-    match state::with(|st| match f(st) {
+    let mut st = match state::enter() {
+        Ok(st) => st,
+        Err(code) => return code,
+    };
+    match f(&mut st) {
+        Ok(()) => class::SUCCESS,
+        Err(e) => errors::fail(&mut st, comm, func, &e),
+    }
+}
+
+/// Ends a call whose body ran on the entered state: success, or the error through
+/// communicator `comm`'s handler. The hot functions (send, receive, wait) use it with a body
+/// that is an `#[inline(always)]` function rather than a closure, so that the whole call is
+/// one function with its arguments in registers.
+#[inline(always)]
+fn finish_call(st: &mut State, comm: Handle, func: &'static str, r: ch4::Result<()>) -> c_int {
+    match r {
         Ok(()) => class::SUCCESS,
         Err(e) => errors::fail(st, comm, func, &e),
-    }) {
-        Ok(code) | Err(code) => code,
     }
 }
 
@@ -496,6 +510,30 @@ pub unsafe extern "C" fn MPI_Comm_free(comm: *mut Handle) -> c_int {
 
 // ------------------------------------------------------------------ point-to-point
 
+/// The byte length of `count` elements of `dt` when they are plain bytes (a predefined
+/// contiguous type, or nothing of `MPI_DATATYPE_NULL`); `None` for a derived (or gapped)
+/// datatype, which takes the layout path. One table lookup.
+#[inline(always)]
+fn plain_len(count: c_int, dt: Handle) -> ch4::Result<Option<usize>> {
+    match datatype::size_of(dt) {
+        Some(size) => match usize::try_from(count) {
+            Ok(n) => Ok(Some(n * size)),
+            Err(_) => Err(ch4::Error::new(
+                ErrorKind::Count,
+                format!("count {count} is negative"),
+            )),
+        },
+        None if count == 0 && dt == abi::DATATYPE_NULL => Ok(Some(0)),
+        None => Ok(None),
+    }
+}
+
+/// Whether `count` elements of `dt` are plain bytes (see [`plain_len`]).
+#[inline(always)]
+fn plain(dt: Handle, count: c_int) -> bool {
+    datatype::size_of(dt).is_some() || (count == 0 && dt == abi::DATATYPE_NULL)
+}
+
 /// The send buffer of `count` elements of `dt` at `buf`: the bytes themselves for a
 /// predefined type, the device's layout over them for a derived one.
 ///
@@ -508,12 +546,13 @@ pub(crate) unsafe fn sbuf(
     count: c_int,
     dt: Handle,
 ) -> ch4::Result<SendBuf> {
-    if plain(dt, count) {
+    match plain_len(count, dt)? {
+        Some(0) => Ok(SendBuf::owned(Vec::new())),
+        Some(_) if buf.is_null() => Err(null_arg("the buffer")),
+        // SAFETY: the caller's contract: `len` bytes of elements at `buf`.
+        Some(len) => Ok(unsafe { SendBuf::borrowed(std::slice::from_raw_parts(buf.cast(), len)) }),
         // SAFETY: the caller's contract.
-        Ok(unsafe { SendBuf::borrowed(send_bytes(buf, count, dt)?) })
-    } else {
-        // SAFETY: the caller's contract.
-        unsafe { derived::send_buf(st, buf.cast(), count, dt) }
+        None => unsafe { derived::send_buf(st, buf.cast(), count, dt) },
     }
 }
 
@@ -528,20 +567,16 @@ pub(crate) unsafe fn rbuf(
     count: c_int,
     dt: Handle,
 ) -> ch4::Result<RecvBuf> {
-    if plain(dt, count) {
+    match plain_len(count, dt)? {
+        Some(0) => Ok(RecvBuf::owned(0)),
+        Some(_) if buf.is_null() => Err(null_arg("the buffer")),
+        // SAFETY: the caller's contract: room for `len` bytes at `buf`, the request's alone.
+        Some(len) => Ok(unsafe {
+            RecvBuf::borrowed(std::slice::from_raw_parts_mut(buf.cast(), len))
+        }),
         // SAFETY: the caller's contract.
-        Ok(unsafe { RecvBuf::borrowed(recv_bytes(buf, count, dt)?) })
-    } else {
-        // SAFETY: the caller's contract.
-        unsafe { derived::recv_buf(st, buf.cast(), count, dt) }
+        None => unsafe { derived::recv_buf(st, buf.cast(), count, dt) },
     }
-}
-
-/// Whether `count` elements of `dt` are plain bytes (a predefined contiguous type, or nothing
-/// of `MPI_DATATYPE_NULL`), which take the fast path.
-#[inline(always)]
-fn plain(dt: Handle, count: c_int) -> bool {
-    datatype::size_of(dt).is_some() || (count == 0 && dt == abi::DATATYPE_NULL)
 }
 
 /// A blocking send in `mode`.
@@ -559,20 +594,40 @@ unsafe fn send_in(
     tag: c_int,
     comm: Handle,
 ) -> c_int {
-    call(comm, func, |st| {
-        let id = st.comm(comm)?;
-        if !plain(dt, count) {
-            // SAFETY: the caller's contract; the send completes before this returns.
-            let b = unsafe { derived::send_buf(st, buf.cast(), count, dt) }?;
-            let mut dev = st.device()?;
-            let h = dev.isend(id, rank_in(dest), tag_in(tag), b, mode)?;
-            return dev.wait(h).map(drop);
-        }
+    let mut st = match state::enter() {
+        Ok(st) => st,
+        Err(code) => return code,
+    };
+    // SAFETY: the caller's contract.
+    let r = unsafe { send_body(&mut st, mode, buf, count, dt, dest, tag, comm) };
+    finish_call(&mut st, comm, func, r)
+}
+
+/// # Safety
+/// As [`send_in`].
+#[inline(always)]
+unsafe fn send_body(
+    st: &mut State,
+    mode: SendMode,
+    buf: *const c_void,
+    count: c_int,
+    dt: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+) -> ch4::Result<()> {
+    let id = st.comm(comm)?;
+    if !plain(dt, count) {
         // SAFETY: the caller's contract; the send completes before this returns.
-        let bytes = unsafe { send_bytes(buf, count, dt) }?;
-        st.device()?
-            .send(id, rank_in(dest), tag_in(tag), bytes, mode)
-    })
+        let b = unsafe { derived::send_buf(st, buf.cast(), count, dt) }?;
+        let mut dev = st.device()?;
+        let h = dev.isend(id, rank_in(dest), tag_in(tag), b, mode)?;
+        return dev.wait(h).map(drop);
+    }
+    // SAFETY: the caller's contract; the send completes before this returns.
+    let bytes = unsafe { send_bytes(buf, count, dt) }?;
+    st.device()?
+        .send(id, rank_in(dest), tag_in(tag), bytes, mode)
 }
 
 /// `MPI_Send`.
@@ -715,21 +770,42 @@ unsafe fn isend_in(
     comm: Handle,
     request: *mut Handle,
 ) -> c_int {
-    call(comm, func, |st| {
-        if request.is_null() {
-            return Err(null_arg("the request"));
-        }
-        let id = st.comm(comm)?;
-        // SAFETY: the caller's contract: the buffer stays valid and unwritten until the
-        // request completes (MPI's rule), which is what a borrowed SendBuf asks.
-        let sbuf = unsafe { sbuf(st, buf, count, dt) }?;
-        let h = st
-            .device()?
-            .isend(id, rank_in(dest), tag_in(tag), sbuf, mode)?;
-        // SAFETY: checked non-null; the caller's contract.
-        unsafe { request.write(request_out(h)) };
-        Ok(())
-    })
+    let mut st = match state::enter() {
+        Ok(st) => st,
+        Err(code) => return code,
+    };
+    // SAFETY: the caller's contract.
+    let r = unsafe { isend_body(&mut st, mode, buf, count, dt, dest, tag, comm, request) };
+    finish_call(&mut st, comm, func, r)
+}
+
+/// # Safety
+/// As [`isend_in`].
+#[inline(always)]
+unsafe fn isend_body(
+    st: &mut State,
+    mode: SendMode,
+    buf: *const c_void,
+    count: c_int,
+    dt: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> ch4::Result<()> {
+    if request.is_null() {
+        return Err(null_arg("the request"));
+    }
+    let id = st.comm(comm)?;
+    // SAFETY: the caller's contract: the buffer stays valid and unwritten until the request
+    // completes (MPI's rule), which is what a borrowed SendBuf asks.
+    let sbuf = unsafe { sbuf(st, buf, count, dt) }?;
+    let h = st
+        .device()?
+        .isend(id, rank_in(dest), tag_in(tag), sbuf, mode)?;
+    // SAFETY: checked non-null; the caller's contract.
+    unsafe { request.write(request_out(h)) };
+    Ok(())
 }
 
 /// `MPI_Isend`.
@@ -837,18 +913,40 @@ pub unsafe extern "C" fn MPI_Irecv(
     comm: Handle,
     request: *mut Handle,
 ) -> c_int {
-    call(comm, "MPI_Irecv", |st| {
-        if request.is_null() {
-            return Err(null_arg("the request"));
-        }
-        let id = st.comm(comm)?;
-        // SAFETY: the caller's contract: the buffer is the request's alone until it completes.
-        let rbuf = unsafe { rbuf(st, buf, count, datatype) }?;
-        let h = st.device()?.irecv(id, rank_in(source), tag_in(tag), rbuf)?;
-        // SAFETY: checked non-null; the caller's contract.
-        unsafe { request.write(request_out(h)) };
-        Ok(())
-    })
+    let mut st = match state::enter() {
+        Ok(st) => st,
+        Err(code) => return code,
+    };
+    // SAFETY: the caller's contract.
+    let r = unsafe { irecv_body(&mut st, buf, count, datatype, source, tag, comm, request) };
+    finish_call(&mut st, comm, "MPI_Irecv", r)
+}
+
+/// # Safety
+/// As `MPI_Irecv`.
+#[inline(always)]
+unsafe fn irecv_body(
+    st: &mut State,
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> ch4::Result<()> {
+    if request.is_null() {
+        return Err(null_arg("the request"));
+    }
+    let id = st.comm(comm)?;
+    // SAFETY: the caller's contract: the buffer is the request's alone until it completes.
+    let rbuf = unsafe { rbuf(st, buf, count, datatype) }?;
+    let h = st
+        .device()?
+        .irecv(id, rank_in(source), tag_in(tag), rbuf)?;
+    // SAFETY: checked non-null; the caller's contract.
+    unsafe { request.write(request_out(h)) };
+    Ok(())
 }
 
 /// `MPI_Sendrecv`.
@@ -915,8 +1013,11 @@ fn decode(c: Handle) -> ch4::Result<Req> {
 /// Completes request `req` (`blocking`: waits; else only if it is done): its status, `None`
 /// while it is still running. An inactive request (null, or a persistent one not started)
 /// completes at once with an empty status.
+#[inline(always)]
 fn complete(st: &mut State, req: Req, blocking: bool) -> ch4::Result<Option<Status>> {
-    st.reap_detached();
+    if !st.detached.is_empty() {
+        st.reap_detached();
+    }
     let h = match req {
         Req::Null => return Ok(Some(INACTIVE)),
         Req::Device(h) => h,
@@ -941,6 +1042,7 @@ fn complete(st: &mut State, req: Req, blocking: bool) -> ch4::Result<Option<Stat
 
 /// What a completed request's handle becomes: `MPI_REQUEST_NULL`, except a persistent
 /// request's, which stays (inactive) until freed.
+#[inline(always)]
 fn after(req: Req, c: Handle) -> Handle {
     match req {
         Req::Persistent(_) => c,
@@ -949,6 +1051,7 @@ fn after(req: Req, c: Handle) -> Handle {
 }
 
 /// The error of a completed operation's status, as the function's own error.
+#[inline(always)]
 fn status_error(s: &Status) -> ch4::Result<()> {
     match s.error {
         None => Ok(()),
@@ -966,21 +1069,32 @@ fn status_error(s: &Status) -> ch4::Result<()> {
 /// `request` is valid for a read and a write; `status` is null or writable.
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Wait(request: *mut Handle, status: *mut MpiStatus) -> c_int {
-    call(abi::COMM_WORLD, "MPI_Wait", |st| {
-        if request.is_null() {
-            return Err(null_arg("the request"));
-        }
-        // SAFETY: the caller's contract.
-        let c = unsafe { request.read() };
-        let req = decode(c)?;
-        let done = complete(st, req, true)?.unwrap_or(Status::EMPTY);
-        // SAFETY: the caller's contract.
-        unsafe {
-            request.write(after(req, c));
-            MpiStatus::put(status, &done);
-        }
-        status_error(&done)
-    })
+    let mut st = match state::enter() {
+        Ok(st) => st,
+        Err(code) => return code,
+    };
+    // SAFETY: the caller's contract.
+    let r = unsafe { wait_body(&mut st, request, status) };
+    finish_call(&mut st, abi::COMM_WORLD, "MPI_Wait", r)
+}
+
+/// # Safety
+/// As `MPI_Wait`.
+#[inline(always)]
+unsafe fn wait_body(st: &mut State, request: *mut Handle, status: *mut MpiStatus) -> ch4::Result<()> {
+    if request.is_null() {
+        return Err(null_arg("the request"));
+    }
+    // SAFETY: the caller's contract.
+    let c = unsafe { request.read() };
+    let req = decode(c)?;
+    let done = complete(st, req, true)?.unwrap_or(Status::EMPTY);
+    // SAFETY: the caller's contract.
+    unsafe {
+        request.write(after(req, c));
+        MpiStatus::put(status, &done);
+    }
+    status_error(&done)
 }
 
 /// `MPI_Test`.

@@ -9,7 +9,7 @@
 
 use std::cell::UnsafeCell;
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 use ch4::process::Universe;
 use ch4_core::{CommId, ErrorKind, ReqHandle};
@@ -191,6 +191,7 @@ impl State {
     }
 
     /// Completes what it can of the requests freed while active.
+    #[cold]
     pub fn reap_detached(&mut self) {
         if self.detached.is_empty() {
             return;
@@ -227,26 +228,33 @@ pub(crate) enum Phase {
     After,
 }
 
-static PHASE: AtomicU8 = AtomicU8::new(0);
+/// Where the process stands, and whether a call is using the state: `BEFORE`, `IDLE` (MPI
+/// running, no call in progress), `BUSY` (a call in progress), `AFTER`. One byte, so the check
+/// on every call is one load and a compare. Only the owner thread moves it between `IDLE` and
+/// `BUSY`.
+static GATE: AtomicU8 = AtomicU8::new(BEFORE);
+const BEFORE: u8 = 0;
+const IDLE: u8 = 1;
+const BUSY: u8 = 2;
+const AFTER: u8 = 3;
 static OWNER: AtomicUsize = AtomicUsize::new(0);
-/// Set while a call uses the state (only the owner thread reads or writes it).
-static BUSY: AtomicBool = AtomicBool::new(false);
 
 struct Cell(UnsafeCell<Option<State>>);
 
-// SAFETY: the cell is only reached through `with` and `install`/`take`, which check that the
+// SAFETY: the cell is only reached through `with`, `install` and `take`, which check that the
 // caller is the thread recorded in OWNER (the one that initialized MPI) and that no other use
-// is in progress (BUSY), so at most one `&mut State` exists at a time, on one thread.
+// is in progress (GATE is IDLE, and they set it BUSY while they hold the reference), so at
+// most one `&mut State` exists at a time, on one thread.
 unsafe impl Sync for Cell {}
 
 static STATE: Cell = Cell(UnsafeCell::new(None));
 
 /// Where the process stands.
 pub(crate) fn phase() -> Phase {
-    match PHASE.load(Ordering::Acquire) {
-        0 => Phase::Before,
-        1 => Phase::Running,
-        _ => Phase::After,
+    match GATE.load(Ordering::Acquire) {
+        BEFORE => Phase::Before,
+        AFTER => Phase::After,
+        _ => Phase::Running,
     }
 }
 
@@ -259,16 +267,16 @@ fn this_thread() -> usize {
 /// Makes `st` the process's state, owned by the calling thread.
 pub(crate) fn install(st: State) {
     OWNER.store(this_thread(), Ordering::Relaxed);
-    // SAFETY: called once, from MPI_Init before PHASE says Running: no call can be using the
-    // cell (`with` refuses until then).
+    // SAFETY: called once, from MPI_Init while GATE is BEFORE: no call can be using the cell
+    // (`with` refuses until GATE is IDLE).
     unsafe { *STATE.0.get() = Some(st) };
-    PHASE.store(1, Ordering::Release);
+    GATE.store(IDLE, Ordering::Release);
 }
 
 /// Takes the state out (MPI_Finalize); later calls find MPI finalized.
 pub(crate) fn take() -> Result<State, c_int> {
     check_caller()?;
-    PHASE.store(2, Ordering::Release);
+    GATE.store(AFTER, Ordering::Release);
     // SAFETY: the owner thread, with no use in progress (checked above).
     let st = unsafe { (*STATE.0.get()).take() };
     st.ok_or_else(|| errors::refuse("MPI_Finalize", "MPI is not initialized"))
@@ -276,33 +284,78 @@ pub(crate) fn take() -> Result<State, c_int> {
 
 #[inline(always)]
 fn check_caller() -> Result<(), c_int> {
-    if PHASE.load(Ordering::Acquire) != 1 {
-        return Err(not_running());
-    }
-    if OWNER.load(Ordering::Relaxed) != this_thread() {
-        return Err(wrong_thread());
-    }
-    if BUSY.load(Ordering::Relaxed) {
-        return Err(errors::refuse(
-            "MPI",
-            "an MPI call made from inside another one (a callback): not supported",
-        ));
+    if GATE.load(Ordering::Acquire) != IDLE || OWNER.load(Ordering::Relaxed) != this_thread() {
+        return Err(refused());
     }
     Ok(())
 }
 
-/// Runs `f` on the state, on the initializing thread; the error code of a refusal otherwise
-/// (MPI not running, another thread, a nested call).
+/// The state, held by one call: while it lives the gate is `BUSY`, so no other reference to
+/// the state can be made (another thread is refused by the owner check, a nested call by the
+/// gate).
+pub(crate) struct Entered {
+    st: &'static mut State,
+}
+
+impl std::ops::Deref for Entered {
+    type Target = State;
+    #[inline(always)]
+    fn deref(&self) -> &State {
+        self.st
+    }
+}
+
+impl std::ops::DerefMut for Entered {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut State {
+        self.st
+    }
+}
+
+impl Drop for Entered {
+    #[inline(always)]
+    fn drop(&mut self) {
+        GATE.store(IDLE, Ordering::Release);
+    }
+}
+
+/// Enters the state for one call, on the initializing thread; the error code of a refusal
+/// otherwise (MPI not running, another thread, a nested call).
+#[inline(always)]
+pub(crate) fn enter() -> Result<Entered, c_int> {
+    check_caller()?;
+    GATE.store(BUSY, Ordering::Relaxed);
+    // SAFETY: the owner thread (the only one that touches the cell), with no other use in
+    // progress: GATE was IDLE and stays BUSY until the returned guard is dropped, and every
+    // way to the cell goes through this check, so this is the only reference while it lives.
+    match unsafe { (*STATE.0.get()).as_mut() } {
+        Some(st) => Ok(Entered { st }),
+        None => {
+            GATE.store(IDLE, Ordering::Release);
+            Err(not_running())
+        }
+    }
+}
+
+/// Runs `f` on the state (see [`enter`]).
 #[inline(always)]
 pub(crate) fn with<R>(f: impl FnOnce(&mut State) -> R) -> Result<R, c_int> {
-    check_caller()?;
-    BUSY.store(true, Ordering::Relaxed);
-    // SAFETY: the owner thread (the only one that touches the cell), with no other use in
-    // progress: this is the only reference until BUSY is cleared.
-    let st = unsafe { (*STATE.0.get()).as_mut() };
-    let out = st.map(f);
-    BUSY.store(false, Ordering::Relaxed);
-    out.ok_or_else(not_running)
+    let mut st = enter()?;
+    Ok(f(&mut st))
+}
+
+/// Why a call was refused.
+#[cold]
+#[inline(never)]
+fn refused() -> c_int {
+    match GATE.load(Ordering::Acquire) {
+        BUSY if OWNER.load(Ordering::Relaxed) == this_thread() => errors::refuse(
+            "MPI",
+            "an MPI call made from inside another one (a callback): not supported",
+        ),
+        IDLE | BUSY => wrong_thread(),
+        _ => not_running(),
+    }
 }
 
 #[cold]
