@@ -59,6 +59,10 @@ pub mod op {
     pub const LOR: Handle = 0x31;
     /// `MPI_LXOR`.
     pub const LXOR: Handle = 0x32;
+    /// `MPI_MINLOC`.
+    pub const MINLOC: Handle = 0x38;
+    /// `MPI_MAXLOC`.
+    pub const MAXLOC: Handle = 0x39;
 }
 
 /// Error classes (the standard's numbering).

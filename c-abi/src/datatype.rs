@@ -145,6 +145,66 @@ const NAMES: &[(Handle, &str)] = &[
     (0x2eb, "MPI_COMPLEX32"),
 ];
 
+/// The extent of the predefined pair types whose members have a gap between them
+/// (`MPI_DOUBLE_INT`, `MPI_LONG_INT`, `MPI_SHORT_INT`): the C struct's size, padding included.
+pub fn pair_extent(dt: Handle) -> Option<usize> {
+    match dt {
+        0x229 | 0x22a => Some(16),
+        0x22c => Some(8),
+        _ => None,
+    }
+}
+
+/// The bytes one element of `dt` spans in a reduction's buffers: its size, or for a gapped
+/// pair type its extent (the reduction reads and writes whole C structs).
+pub fn reduce_elem(dt: Handle) -> Option<usize> {
+    size_of(dt).or_else(|| pair_extent(dt))
+}
+
+/// The bytes of `count` elements of `dt` at `buf`, for a reduction's input.
+///
+/// # Safety
+/// As [`send_bytes`].
+pub unsafe fn reduce_in<'a>(buf: *const c_void, count: c_int, dt: Handle) -> ch4::Result<&'a [u8]> {
+    let len = reduce_len(count, dt)?;
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if buf.is_null() {
+        return Err(null_buffer());
+    }
+    // SAFETY: the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) })
+}
+
+/// The bytes of `count` elements of `dt` at `buf`, for a reduction's output.
+///
+/// # Safety
+/// As [`recv_bytes`].
+pub unsafe fn reduce_out<'a>(
+    buf: *mut c_void,
+    count: c_int,
+    dt: Handle,
+) -> ch4::Result<&'a mut [u8]> {
+    let len = reduce_len(count, dt)?;
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    if buf.is_null() {
+        return Err(null_buffer());
+    }
+    // SAFETY: the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) })
+}
+
+/// The length of `count` elements of `dt` in a reduction's buffers.
+pub fn reduce_len(count: c_int, dt: Handle) -> ch4::Result<usize> {
+    let e = reduce_elem(dt).ok_or_else(|| bad_type(dt))?;
+    usize::try_from(count)
+        .map(|n| n * e)
+        .map_err(|_| ch4::Error::new(ErrorKind::Count, format!("count {count} is negative")))
+}
+
 /// The bytes of `count` elements of `dt` at `buf`, for a send.
 ///
 /// # Safety
@@ -305,10 +365,17 @@ macro_rules! float_ops {
     };
 }
 
+/// A byte-level reduction the device's collectives apply (accumulator, incoming).
+pub type Fold = Box<dyn FnMut(&mut [u8], &[u8])>;
+
 /// The byte-level fold of predefined operation `op_h` over elements of `dt`, for the device's
-/// reductions; an error naming the pair when the standard does not define it (or ch4 does not
-/// support it yet: `MPI_MINLOC`, `MPI_MAXLOC`, complex and long double types).
-pub fn reduction(op_h: Handle, dt: Handle) -> ch4::Result<impl FnMut(&mut [u8], &[u8])> {
+/// reductions (`MPI_MINLOC` and `MPI_MAXLOC` over the value-and-index pair types); an error
+/// naming the pair when the standard does not define it (or ch4 does not support it yet:
+/// complex and long double types).
+pub fn reduction(op_h: Handle, dt: Handle) -> ch4::Result<Fold> {
+    if op_h == op::MINLOC || op_h == op::MAXLOC {
+        return loc_reduction(op_h == op::MINLOC, dt).map(|f| Box::new(f) as Fold);
+    }
     let kind = kind_of(dt);
     let arithmetic = matches!(op_h, op::SUM | op::PROD | op::MIN | op::MAX);
     let bitwise = matches!(op_h, op::BAND | op::BOR | op::BXOR);
@@ -340,7 +407,7 @@ pub fn reduction(op_h: Handle, dt: Handle) -> ch4::Result<impl FnMut(&mut [u8], 
             format!("{op_name} on {type_name}: not a reduction ch4 supports"),
         ));
     };
-    Ok(move |acc: &mut [u8], x: &[u8]| match kind {
+    Ok(Box::new(move |acc: &mut [u8], x: &[u8]| match kind {
         Kind::I8 => int_ops!(i8, op_h, acc, x),
         Kind::U8 => int_ops!(u8, op_h, acc, x),
         Kind::I16 => int_ops!(i16, op_h, acc, x),
@@ -352,7 +419,68 @@ pub fn reduction(op_h: Handle, dt: Handle) -> ch4::Result<impl FnMut(&mut [u8], 
         Kind::Bool => int_ops!(u8, op_h, acc, x),
         Kind::F32 => float_ops!(f32, op_h, acc, x),
         Kind::F64 => float_ops!(f64, op_h, acc, x),
-    })
+    }))
+}
+
+/// Reads a `T` at byte `at` of `b`.
+fn get<T: Copy>(b: &[u8], at: usize) -> T {
+    // SAFETY: callers pass `at + size_of::<T>() <= b.len()` (element strides from the pair
+    // type's layout); read unaligned, T a plain numeric type.
+    unsafe { b.as_ptr().add(at).cast::<T>().read_unaligned() }
+}
+
+/// Writes a `T` at byte `at` of `b`.
+fn set<T: Copy>(b: &mut [u8], at: usize, v: T) {
+    // SAFETY: as in `get`.
+    unsafe { b.as_mut_ptr().add(at).cast::<T>().write_unaligned(v) }
+}
+
+/// `MPI_MINLOC` (`min`) or `MPI_MAXLOC` over a value-and-index pair type: the better value,
+/// the smaller index on a tie.
+fn pair_fold<V: Copy + PartialOrd, I: Copy + PartialOrd>(
+    min: bool,
+    stride: usize,
+    index_at: usize,
+) -> impl Fn(&mut [u8], &[u8]) {
+    move |acc: &mut [u8], x: &[u8]| {
+        let n = acc.len().min(x.len()) / stride;
+        for e in 0..n {
+            let at = e * stride;
+            let (u, i): (V, I) = (get(acc, at), get(acc, at + index_at));
+            let (v, j): (V, I) = (get(x, at), get(x, at + index_at));
+            let take = if min { v < u } else { v > u };
+            if take || (v == u && j < i) {
+                set(acc, at, v);
+                set(acc, at + index_at, j);
+            }
+        }
+    }
+}
+
+/// A pair reduction of [`pair_fold`].
+type PairFold = dyn Fn(&mut [u8], &[u8]);
+
+fn loc_reduction(min: bool, dt: Handle) -> ch4::Result<impl FnMut(&mut [u8], &[u8])> {
+    let f: Box<PairFold> = match dt {
+        0x228 => Box::new(pair_fold::<f32, i32>(min, 8, 4)), // MPI_FLOAT_INT
+        0x229 => Box::new(pair_fold::<f64, i32>(min, 16, 8)), // MPI_DOUBLE_INT
+        0x22a => Box::new(pair_fold::<i64, i32>(min, 16, 8)), // MPI_LONG_INT
+        0x22b | 0x232 => Box::new(pair_fold::<i32, i32>(min, 8, 4)), // MPI_2INT, MPI_2INTEGER
+        0x22c => Box::new(pair_fold::<i16, i32>(min, 8, 4)), // MPI_SHORT_INT
+        0x230 => Box::new(pair_fold::<f32, f32>(min, 8, 4)), // MPI_2REAL
+        0x231 => Box::new(pair_fold::<f64, f64>(min, 16, 8)), // MPI_2DOUBLE_PRECISION
+        _ => {
+            let name = name_of(dt).map_or_else(|| format!("datatype {dt:#x}"), str::to_string);
+            return Err(ch4::Error::new(
+                ErrorKind::Arg,
+                format!(
+                    "{} on {name}: MPI_MINLOC and MPI_MAXLOC take a value-and-index pair type",
+                    if min { "MPI_MINLOC" } else { "MPI_MAXLOC" }
+                ),
+            ));
+        }
+    };
+    Ok(move |acc: &mut [u8], x: &[u8]| f(acc, x))
 }
 
 #[cfg(test)]
@@ -385,6 +513,19 @@ mod tests {
         assert_eq!(f64::from_ne_bytes(d.try_into().unwrap()), 3.75);
         assert!(reduction(op::BAND, 0x214).is_err(), "bitwise on double");
         assert!(reduction(op::SUM, 0x247).is_err(), "arithmetic on MPI_BYTE");
-        assert!(reduction(0x38, 0x209).is_err(), "MPI_MINLOC not yet");
+        assert!(reduction(0x38, 0x209).is_err(), "MPI_MINLOC on a plain int");
+        // MPI_MAXLOC on MPI_DOUBLE_INT (16-byte structs): value, then the smaller index on ties.
+        let pair = |v: f64, i: i32| {
+            [
+                v.to_ne_bytes().to_vec(),
+                i.to_ne_bytes().to_vec(),
+                vec![0; 4],
+            ]
+            .concat()
+        };
+        let mut acc = [pair(1.0, 5), pair(2.0, 1)].concat();
+        let x = [pair(3.0, 7), pair(2.0, 0)].concat();
+        reduction(0x39, 0x229).unwrap()(&mut acc, &x);
+        assert_eq!(acc, [pair(3.0, 7), pair(2.0, 0)].concat());
     }
 }

@@ -570,10 +570,10 @@ pub(crate) unsafe fn rbuf(
     match plain_len(count, dt)? {
         Some(0) => Ok(RecvBuf::owned(0)),
         Some(_) if buf.is_null() => Err(null_arg("the buffer")),
-        // SAFETY: the caller's contract: room for `len` bytes at `buf`, the request's alone.
-        Some(len) => Ok(unsafe {
-            RecvBuf::borrowed(std::slice::from_raw_parts_mut(buf.cast(), len))
-        }),
+        Some(len) => {
+            // SAFETY: the caller's contract: room for `len` bytes at `buf`, the request's alone.
+            Ok(unsafe { RecvBuf::borrowed(std::slice::from_raw_parts_mut(buf.cast(), len)) })
+        }
         // SAFETY: the caller's contract.
         None => unsafe { derived::recv_buf(st, buf.cast(), count, dt) },
     }
@@ -941,9 +941,7 @@ unsafe fn irecv_body(
     let id = st.comm(comm)?;
     // SAFETY: the caller's contract: the buffer is the request's alone until it completes.
     let rbuf = unsafe { rbuf(st, buf, count, datatype) }?;
-    let h = st
-        .device()?
-        .irecv(id, rank_in(source), tag_in(tag), rbuf)?;
+    let h = st.device()?.irecv(id, rank_in(source), tag_in(tag), rbuf)?;
     // SAFETY: checked non-null; the caller's contract.
     unsafe { request.write(request_out(h)) };
     Ok(())
@@ -1081,7 +1079,11 @@ pub unsafe extern "C" fn MPI_Wait(request: *mut Handle, status: *mut MpiStatus) 
 /// # Safety
 /// As `MPI_Wait`.
 #[inline(always)]
-unsafe fn wait_body(st: &mut State, request: *mut Handle, status: *mut MpiStatus) -> ch4::Result<()> {
+unsafe fn wait_body(
+    st: &mut State,
+    request: *mut Handle,
+    status: *mut MpiStatus,
+) -> ch4::Result<()> {
     if request.is_null() {
         return Err(null_arg("the request"));
     }
@@ -1671,6 +1673,46 @@ pub extern "C" fn MPI_Barrier(comm: Handle) -> c_int {
     })
 }
 
+/// The elements of a collective's buffers packed into bytes (for a derived datatype: the
+/// device's collectives move contiguous bytes).
+///
+/// # Safety
+/// `buf` holds `count` elements of `dt`.
+unsafe fn packed(st: &State, buf: *const c_void, count: c_int, dt: Handle) -> ch4::Result<Vec<u8>> {
+    // SAFETY: the caller's contract; the copy is made before this returns.
+    unsafe { sbuf(st, buf, count, dt) }?.to_vec()
+}
+
+/// Unpacks `data` into `count` elements of `dt` at `buf`.
+///
+/// # Safety
+/// `buf` has room for `count` elements of `dt`.
+unsafe fn unpack(
+    st: &State,
+    buf: *mut c_void,
+    count: c_int,
+    dt: Handle,
+    data: &[u8],
+) -> ch4::Result<()> {
+    // SAFETY: the caller's contract; the buffer is written before this returns.
+    let mut r = unsafe { rbuf(st, buf, count, dt) }?;
+    if r.write_at(0, data) != data.len() {
+        return Err(ch4::Error::new(
+            ErrorKind::Count,
+            "the collective's data does not fit its receive buffer",
+        ));
+    }
+    Ok(())
+}
+
+/// The packed bytes of `count` elements of `dt`.
+fn packed_len(st: &State, count: c_int, dt: Handle) -> ch4::Result<usize> {
+    let d = derived::desc(st, dt)?;
+    usize::try_from(count)
+        .map(|n| n * d.size)
+        .map_err(|_| ch4::Error::new(ErrorKind::Count, format!("count {count} is negative")))
+}
+
 /// `MPI_Bcast`.
 ///
 /// # Safety
@@ -1685,6 +1727,21 @@ pub unsafe extern "C" fn MPI_Bcast(
 ) -> c_int {
     call(comm, "MPI_Bcast", |st| {
         let id = st.comm(comm)?;
+        if !plain(datatype, count) {
+            let me = st.device()?.rank(id)?;
+            let mut data = if me == root {
+                // SAFETY: the caller's contract.
+                unsafe { packed(st, buffer, count, datatype) }?
+            } else {
+                vec![0u8; packed_len(st, count, datatype)?]
+            };
+            st.device()?.bcast(id, root, &mut data)?;
+            if me != root {
+                // SAFETY: the caller's contract.
+                unsafe { unpack(st, buffer, count, datatype, &data) }?;
+            }
+            return Ok(());
+        }
         // SAFETY: the caller's contract.
         let buf = unsafe { recv_bytes(buffer, count, datatype) }?;
         st.device()?.bcast(id, root, buf)
@@ -1706,7 +1763,7 @@ unsafe fn contribution(
         return Ok(std::borrow::Cow::Owned(recv.to_vec()));
     }
     // SAFETY: the caller's contract; the slice is used only during the call.
-    let s: &'static [u8] = unsafe { send_bytes(sendbuf, count, dt) }?;
+    let s: &'static [u8] = unsafe { datatype::reduce_in(sendbuf, count, dt) }?;
     Ok(std::borrow::Cow::Borrowed(s))
 }
 
@@ -1732,9 +1789,9 @@ pub unsafe extern "C" fn MPI_Reduce(
         let mut scratch;
         let recv: &mut [u8] = if me == root {
             // SAFETY: the caller's contract.
-            unsafe { recv_bytes(recvbuf, count, datatype) }?
+            unsafe { datatype::reduce_out(recvbuf, count, datatype) }?
         } else {
-            scratch = vec![0u8; datatype::byte_len(count, datatype)?];
+            scratch = vec![0u8; datatype::reduce_len(count, datatype)?];
             &mut scratch
         };
         // SAFETY: the caller's contract.
@@ -1761,7 +1818,7 @@ pub unsafe extern "C" fn MPI_Allreduce(
         let id = st.comm(comm)?;
         let fold = datatype::reduction(op, datatype)?;
         // SAFETY: the caller's contract.
-        let recv = unsafe { recv_bytes(recvbuf, count, datatype) }?;
+        let recv = unsafe { datatype::reduce_out(recvbuf, count, datatype) }?;
         // SAFETY: the caller's contract.
         let send = unsafe { contribution(sendbuf, recv, count, datatype) }?;
         st.device()?.allreduce(id, &send, recv, fold)
@@ -1790,6 +1847,31 @@ pub unsafe extern "C" fn MPI_Gather(
             let dev = st.device()?;
             (dev.rank(id)?, dev.size(id)?)
         };
+        if !plain(sendtype, sendcount) || !plain(recvtype, recvcount) {
+            let all = recvcount.saturating_mul(size);
+            let mut gathered = if me == root {
+                vec![0u8; packed_len(st, all, recvtype)?]
+            } else {
+                Vec::new()
+            };
+            let mine = if sendbuf as usize == abi::IN_PLACE && me == root {
+                let whole = {
+                    // SAFETY: the caller's contract: the root's receive buffer.
+                    unsafe { packed(st, recvbuf, all, recvtype) }?
+                };
+                let n = packed_len(st, recvcount, recvtype)?;
+                whole[me as usize * n..][..n].to_vec()
+            } else {
+                // SAFETY: the caller's contract.
+                unsafe { packed(st, sendbuf, sendcount, sendtype) }?
+            };
+            st.device()?.gather(id, root, &mine, &mut gathered)?;
+            if me == root {
+                // SAFETY: the caller's contract.
+                unsafe { unpack(st, recvbuf, all, recvtype, &gathered) }?;
+            }
+            return Ok(());
+        }
         let total = c_int::try_from(i64::from(recvcount) * i64::from(size))
             .map_err(|_| ch4::Error::new(ErrorKind::Count, "gathered count too large"))?;
         let mut scratch = Vec::new();
@@ -1834,6 +1916,22 @@ pub unsafe extern "C" fn MPI_Allgather(
             let dev = st.device()?;
             (dev.rank(id)?, dev.size(id)?)
         };
+        if !plain(sendtype, sendcount) || !plain(recvtype, recvcount) {
+            let all = recvcount.saturating_mul(size);
+            let mut gathered = vec![0u8; packed_len(st, all, recvtype)?];
+            let mine = if sendbuf as usize == abi::IN_PLACE {
+                // SAFETY: the caller's contract.
+                let whole = unsafe { packed(st, recvbuf, all, recvtype) }?;
+                let n = packed_len(st, recvcount, recvtype)?;
+                whole[me as usize * n..][..n].to_vec()
+            } else {
+                // SAFETY: the caller's contract.
+                unsafe { packed(st, sendbuf, sendcount, sendtype) }?
+            };
+            st.device()?.allgather(id, &mine, &mut gathered)?;
+            // SAFETY: the caller's contract.
+            return unsafe { unpack(st, recvbuf, all, recvtype, &gathered) };
+        }
         let total = c_int::try_from(i64::from(recvcount) * i64::from(size))
             .map_err(|_| ch4::Error::new(ErrorKind::Count, "gathered count too large"))?;
         // SAFETY: the caller's contract.
@@ -2030,6 +2128,36 @@ pub unsafe extern "C" fn MPI_Scatter(
     root: c_int,
     comm: Handle,
 ) -> c_int {
+    if !plain(sendtype, sendcount) || !plain(recvtype, recvcount) {
+        return call(comm, "MPI_Scatter", |st| {
+            let id = st.comm(comm)?;
+            let (me, size) = rank_size(st, id)?;
+            let block = packed_len(st, recvcount, recvtype)?;
+            let all = if me == root {
+                // SAFETY: the caller's contract: the root's send buffer.
+                unsafe {
+                    packed(
+                        st,
+                        sendbuf,
+                        sendcount.saturating_mul(size as c_int),
+                        sendtype,
+                    )
+                }?
+            } else {
+                Vec::new()
+            };
+            let counts = vec![block; size];
+            let displs: Vec<usize> = (0..size).map(|r| r * block).collect();
+            let mut mine = vec![0u8; block];
+            st.device()?
+                .scatterv(id, root, &all, &counts, &displs, &mut mine)?;
+            if recvbuf as usize == abi::IN_PLACE {
+                return Ok(());
+            }
+            // SAFETY: the caller's contract.
+            unsafe { unpack(st, recvbuf, recvcount, recvtype, &mine) }
+        });
+    }
     let n = state::with(|st| st.comm(comm).and_then(|id| rank_size(st, id)))
         .ok()
         .and_then(Result::ok)
@@ -2151,6 +2279,35 @@ pub unsafe extern "C" fn MPI_Alltoall(
     recvtype: Handle,
     comm: Handle,
 ) -> c_int {
+    if !plain(sendtype, sendcount) || !plain(recvtype, recvcount) {
+        return call(comm, "MPI_Alltoall", |st| {
+            let id = st.comm(comm)?;
+            let (_, size) = rank_size(st, id)?;
+            let all = recvcount.saturating_mul(size as c_int);
+            let out = if sendbuf as usize == abi::IN_PLACE {
+                // SAFETY: the caller's contract.
+                unsafe { packed(st, recvbuf, all, recvtype) }?
+            } else {
+                // SAFETY: the caller's contract.
+                unsafe {
+                    packed(
+                        st,
+                        sendbuf,
+                        sendcount.saturating_mul(size as c_int),
+                        sendtype,
+                    )
+                }?
+            };
+            let block = packed_len(st, recvcount, recvtype)?;
+            let counts = vec![block; size];
+            let displs: Vec<usize> = (0..size).map(|r| r * block).collect();
+            let mut back = vec![0u8; block * size];
+            st.device()?
+                .alltoallv(id, &out, &counts, &displs, &mut back, &counts, &displs)?;
+            // SAFETY: the caller's contract.
+            unsafe { unpack(st, recvbuf, all, recvtype, &back) }
+        });
+    }
     let n = state::with(|st| st.comm(comm).and_then(|id| rank_size(st, id)))
         .ok()
         .and_then(Result::ok)
@@ -2248,7 +2405,7 @@ pub unsafe extern "C" fn MPI_Reduce_scatter(
     call(comm, "MPI_Reduce_scatter", |st| {
         let id = st.comm(comm)?;
         let (me, size) = rank_size(st, id)?;
-        let es = type_size(datatype)?;
+        let es = datatype::reduce_elem(datatype).ok_or_else(|| datatype::bad_type(datatype))?;
         let fold = datatype::reduction(op, datatype)?;
         // SAFETY: the caller's contract.
         let counts = unsafe { scaled(recvcounts, size, es, "recvcounts") }?;

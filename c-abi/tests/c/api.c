@@ -130,6 +130,40 @@ int main(int argc, char **argv)
     MPI_Type_free(&st);
     CHECK(rst == MPI_DATATYPE_NULL);
 
+    /* MINLOC / MAXLOC on value-and-index pairs (MPI_DOUBLE_INT has a gap before its end). */
+    struct { double v; int i; } pin[2], pout[2];
+    pin[0].v = rank % 2;
+    pin[0].i = rank;
+    pin[1].v = -rank;
+    pin[1].i = rank;
+    MPI_Allreduce(pin, pout, 2, MPI_DOUBLE_INT, MPI_MAXLOC, MPI_COMM_WORLD);
+    CHECK(pout[0].v == 1 && pout[0].i == 1 && pout[1].v == 0 && pout[1].i == 0);
+    MPI_Reduce(pin, pout, 2, MPI_DOUBLE_INT, MPI_MINLOC, 0, MPI_COMM_WORLD);
+    if (rank == 0)
+        CHECK(pout[0].v == 0 && pout[0].i == 0 && pout[1].v == -(size - 1) && pout[1].i == size - 1);
+
+    /* Collectives over a derived datatype: a column of a 4 x 4 matrix. */
+    int m[16], col[4], all[16];
+    MPI_Datatype column0, column;
+    MPI_Type_vector(4, 1, 4, MPI_INT, &column0);
+    /* Resized to one int, so that consecutive columns start one int apart. */
+    MPI_Type_create_resized(column0, 0, sizeof(int), &column);
+    MPI_Type_commit(&column);
+    for (int k = 0; k < 16; k++)
+        m[k] = rank == 1 ? k : -1;
+    MPI_Bcast(m, 1, column, 1, MPI_COMM_WORLD); /* column 0 of rank 1's matrix */
+    for (int k = 0; k < 16; k++)
+        CHECK(m[k] == (rank == 1 || k % 4 == 0 ? (rank == 1 ? k : k) : -1));
+    for (int k = 0; k < 4; k++)
+        col[k] = 10 * rank + k;
+    MPI_Allgather(col, 4, MPI_INT, all, 1, column, MPI_COMM_WORLD);
+    /* rank r's 4 ints land in column r: all[4k + r] = 10r + k. */
+    for (int k = 0; k < 4; k++)
+        for (int q = 0; q < size && q < 4; q++)
+            CHECK(all[4 * k + q] == 10 * q + k);
+    MPI_Type_free(&column);
+    MPI_Type_free(&column0);
+
     /* Errors returned, with strings that say what happened. */
     char msg[MPI_MAX_ERROR_STRING];
     int len, cls, rc;
