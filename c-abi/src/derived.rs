@@ -652,6 +652,30 @@ pub unsafe extern "C" fn MPI_Type_size(datatype: Handle, size: *mut c_int) -> c_
     })
 }
 
+/// `MPI_Type_size_c` / `MPI_Type_size_x`: the size as an `MPI_Count`.
+///
+/// # Safety
+/// `size` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Type_size_c(datatype: Handle, size: *mut i64) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Type_size_c", |st| {
+        let d = desc(st, datatype)?;
+        // SAFETY: the caller's contract.
+        unsafe { put(size, d.size as i64) };
+        Ok(())
+    })
+}
+
+/// `MPI_Type_size_x`.
+///
+/// # Safety
+/// `size` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Type_size_x(datatype: Handle, size: *mut i64) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { MPI_Type_size_c(datatype, size) }
+}
+
 /// `MPI_Type_get_extent`.
 ///
 /// # Safety

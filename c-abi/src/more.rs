@@ -774,6 +774,44 @@ pub unsafe extern "C" fn MPI_Get_elements_x(
     })
 }
 
+/// `MPI_Get_count_c`: the count as an `MPI_Count` (`MPI_UNDEFINED` when not whole).
+///
+/// # Safety
+/// `status` readable, `count` writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Get_count_c(
+    status: *const MpiStatus,
+    datatype: Handle,
+    count: *mut i64,
+) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Get_count_c", |st| {
+        if status.is_null() {
+            return Err(null_arg("the status"));
+        }
+        // SAFETY: the caller's contract.
+        let bytes = unsafe { (*status).bytes() };
+        let n = crate::derived::count_in(st, bytes, datatype)?
+            .map_or(i64::from(abi::UNDEFINED), |n| n as i64);
+        // SAFETY: the caller's contract.
+        unsafe { put(count, n) };
+        Ok(())
+    })
+}
+
+/// `MPI_Get_elements_c`: as `MPI_Get_elements_x`.
+///
+/// # Safety
+/// `status` readable, `count` writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Get_elements_c(
+    status: *const MpiStatus,
+    datatype: Handle,
+    count: *mut i64,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { MPI_Get_elements_x(status, datatype, count) }
+}
+
 /// `MPI_Status_set_elements_x`.
 ///
 /// # Safety
