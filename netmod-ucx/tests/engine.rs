@@ -162,7 +162,7 @@ fn a_short_send_takes_no_slot_and_a_kept_one_holds_its_buffer_until_the_match() 
         d.wait(0, long).unwrap();
         assert_eq!(&b8[..8], &pattern(0, 8)[..], "{p}");
         assert_eq!(
-            (st.bytes, &buf[..len] == &pattern(1, len)[..]),
+            (st.bytes, buf[..len] == pattern(1, len)[..]),
             (len, true),
             "{p}"
         );
