@@ -16,7 +16,8 @@ fn the_c_api_checks_pass_on_four_processes() {
         common::mpicc(&lib)
             .args(["-Wall", "-Werror", "-O1", "-o"])
             .arg(&exe)
-            .arg(common::root().join("c-abi/tests/c/api.c")),
+            .arg(common::root().join("c-abi/tests/c/api.c"))
+            .arg("-lpthread"),
     );
     let out = common::run_ok(
         Command::new(common::ch4run())

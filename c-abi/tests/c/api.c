@@ -2,9 +2,19 @@
  * communicator comparison and creation, Cartesian topologies, derived datatypes built from
  * structs and resized, thread levels, error handlers and error strings, the environment.
  * Run with 4 processes; prints " No Errors" when every check passes. */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <mpi.h>
+
+/* A call from a thread other than the one that initialized MPI (MPI_THREAD_FUNNELED): it must
+ * fail, not race on the device. */
+static void *from_another_thread(void *out)
+{
+    int r;
+    *(int *)out = MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return NULL;
+}
 
 static int errs = 0;
 #define CHECK(c)                                                              \
@@ -182,6 +192,15 @@ int main(int argc, char **argv)
     MPI_Errhandler eh;
     MPI_Comm_get_errhandler(MPI_COMM_WORLD, &eh);
     CHECK(eh == MPI_ERRORS_RETURN);
+
+    /* Another thread is refused. */
+    int other_rc = MPI_SUCCESS;
+    pthread_t th;
+    pthread_create(&th, NULL, from_another_thread, &other_rc);
+    pthread_join(th, NULL);
+    CHECK(other_rc != MPI_SUCCESS);
+    MPI_Error_string(other_rc, msg, &len);
+    CHECK(strstr(msg, "thread") != NULL);
 
     /* The environment. */
     char name[MPI_MAX_PROCESSOR_NAME], lib[MPI_MAX_LIBRARY_VERSION_STRING];
