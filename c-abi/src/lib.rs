@@ -1786,13 +1786,13 @@ pub unsafe extern "C" fn MPI_Reduce(
         let id = st.comm(comm)?;
         let fold = datatype::reduction(op, datatype)?;
         let me = st.device()?.rank(id)?;
-        let mut scratch;
+        // Only the root's receive buffer is used (the device's reduction keeps its own
+        // working buffers).
         let recv: &mut [u8] = if me == root {
             // SAFETY: the caller's contract.
             unsafe { datatype::reduce_out(recvbuf, count, datatype) }?
         } else {
-            scratch = vec![0u8; datatype::reduce_len(count, datatype)?];
-            &mut scratch
+            &mut []
         };
         // SAFETY: the caller's contract.
         let send = unsafe { contribution(sendbuf, recv, count, datatype) }?;

@@ -170,26 +170,32 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             ));
         }
         let rel = (rank - root + size) % size;
-        let mut acc = send.to_vec();
-        let mut incoming = vec![0u8; send.len()];
-        let mut mask = 1;
-        while mask < size {
-            if rel & mask != 0 {
-                let parent = (rank - mask + size) % size;
-                self.csend(comm, parent, tag, &acc)?;
-                break;
+        // The working buffers are the core's, reused from one reduction to the next.
+        let [mut acc, mut incoming] = std::mem::take(&mut self.core.coll_scratch);
+        acc.clear();
+        acc.extend_from_slice(send);
+        incoming.resize(send.len(), 0);
+        let result = (|| {
+            let mut mask = 1;
+            while mask < size {
+                if rel & mask != 0 {
+                    let parent = (rank - mask + size) % size;
+                    return self.csend(comm, parent, tag, &acc);
+                }
+                if rel + mask < size {
+                    let child = (rank + mask) % size;
+                    self.crecv(comm, child, tag, &mut incoming[..send.len()])?;
+                    op(&mut acc, &incoming[..send.len()]);
+                }
+                mask <<= 1;
             }
-            if rel + mask < size {
-                let child = (rank + mask) % size;
-                self.crecv(comm, child, tag, &mut incoming)?;
-                op(&mut acc, &incoming);
+            if rank == root {
+                recv.copy_from_slice(&acc);
             }
-            mask <<= 1;
-        }
-        if rank == root {
-            recv.copy_from_slice(&acc);
-        }
-        Ok(())
+            Ok(())
+        })();
+        self.core.coll_scratch = [acc, incoming];
+        result
     }
 
     /// Combines every member's `send` with `op` into `recv` at every member.

@@ -259,6 +259,11 @@ pub struct Core {
     /// Buffers of consumed unexpected eager messages, kept for the next early arrival so that a
     /// burst of them does not cost an allocation each (bounded in count and size).
     pub spare_buffers: Vec<Vec<u8>>,
+    /// The reductions' working buffers (the partial result and the incoming contribution),
+    /// kept between collectives: allocated afresh, a large reduction's buffers are new pages
+    /// every time, and their page faults cost more than the reduction (a 1 MiB allreduce of
+    /// two processes took 0.9 ms, most of it faulting).
+    pub coll_scratch: [Vec<u8>; 2],
 }
 
 /// Spare unexpected-message buffers the core keeps at most.
@@ -314,6 +319,7 @@ impl Core {
             posted: PostedQueue::new(),
             unexpected: UnexpectedQueue::new(),
             comms,
+            coll_scratch: [Vec::new(), Vec::new()],
             contexts: ContextMask::default(),
             am: {
                 let init = config.credit_per_peer(world_size);
