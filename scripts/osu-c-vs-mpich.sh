@@ -7,7 +7,8 @@
 # medians with the spread, ratios and charts in target/osu-c-vs-mpich/. The Rust-loop comparison
 # against MPICH 4 and Open MPI is scripts/osu-vs-peers.sh.
 #
-#   ./scripts/osu-c-vs-mpich.sh [rounds] [latency bw bibw mbw_mr allreduce ...]   (default 3, all five)
+#   ./scripts/osu-c-vs-mpich.sh [rounds] [latency bw bibw mbw_mr allreduce ...]   (default 3, these five)
+#   (any OSU blocking collective works too: bcast, gather, allgather, alltoall, reduce_scatter, ...)
 #
 # OSU_ARGS_<bench> replaces a benchmark's arguments (e.g. OSU_ARGS_latency="-m 1:4096").
 set -euo pipefail
@@ -42,11 +43,14 @@ for u in osu_util osu_util_mpi osu_util_graph osu_util_validation osu_util_papi;
     objs+=("$bin/$u.o")
 done
 source_of() {
-    case "$1" in
-        allreduce) echo "$osu/mpi/collective/blocking/osu_allreduce.c" ;;
-        *) echo "$osu/mpi/pt2pt/standard/osu_$1.c" ;;
-    esac
+    if [ -e "$osu/mpi/collective/blocking/osu_$1.c" ]; then
+        echo "$osu/mpi/collective/blocking/osu_$1.c"
+    else
+        echo "$osu/mpi/pt2pt/standard/osu_$1.c"
+    fi
 }
+# Collectives report a latency.
+is_collective() { [ -e "$osu/mpi/collective/blocking/osu_$1.c" ]; }
 for b in "${benches[@]}"; do
     c-abi/bin/mpicc "${flags[@]}" -o "$bin/osu_$b" "$(source_of "$b")" "${objs[@]}" -lm -lpthread
 done
@@ -62,7 +66,7 @@ run() {
     read -r -a args <<<"${!var:-}"
     # The table's name for it: collectives are latencies.
     local name="$b"
-    [ "$b" != allreduce ] || name=allreduce_latency
+    ! is_collective "$b" || name="${b}_latency"
     case "$impl" in
         ch4) target/release/ch4run -n 2 "$bin/osu_$b" "${args[@]}" ;;
         mpich) LD_LIBRARY_PATH="$PWD/$venv/lib" "$venv/bin/mpiexec" -bind-to core -n 2 \

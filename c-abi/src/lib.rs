@@ -2430,16 +2430,25 @@ pub unsafe extern "C" fn MPI_Reduce_scatter(
                 },
             )
         }?;
-        let send: Vec<u8> = if sendbuf as usize == abi::IN_PLACE {
-            recv.to_vec()
+        let owned;
+        let send: &[u8] = if sendbuf as usize == abi::IN_PLACE {
+            owned = recv.to_vec();
+            &owned
         } else {
             // SAFETY: the caller's contract.
-            unsafe { raw(sendbuf, total) }?.to_vec()
+            unsafe { raw(sendbuf, total) }?
         };
-        let mut whole = vec![0u8; total];
-        let mut dev = st.device()?;
-        dev.reduce(id, 0, &send, &mut whole, fold)?;
-        dev.scatterv(id, 0, &whole, &counts, &offs, &mut recv[..mine])
+        // The reduced vector, at rank 0 only, in a buffer the library keeps between calls
+        // (a fresh one page-faults on every call).
+        let mut whole = std::mem::take(&mut st.scratch);
+        whole.resize(if me == 0 { total } else { 0 }, 0);
+        let result = {
+            let mut dev = st.device()?;
+            dev.reduce(id, 0, send, &mut whole, fold)
+                .and_then(|()| dev.scatterv(id, 0, &whole, &counts, &offs, &mut recv[..mine]))
+        };
+        st.scratch = whole;
+        result
     })
 }
 

@@ -79,6 +79,8 @@ pub(crate) struct State {
     pub types: Vec<Option<crate::derived::Desc>>,
     /// Groups by index (`groups::group_out`), `None` once freed.
     pub groups: Vec<Option<ch4_core::rankmap::Group>>,
+    /// A working buffer kept between collectives (`MPI_Reduce_scatter`'s reduced vector).
+    pub scratch: Vec<u8>,
 }
 
 impl State {
@@ -107,6 +109,7 @@ impl State {
             bsends: Vec::new(),
             types: Vec::new(),
             groups: Vec::new(),
+            scratch: Vec::new(),
         }
     }
 
