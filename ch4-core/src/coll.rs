@@ -243,9 +243,11 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         Ok(())
     }
 
-    /// Collects every member's `send` into `recv` at every member, in rank order.
+    /// Collects every member's `send` into `recv` at every member, in rank order (a ring:
+    /// size - 1 steps, each passing on to the right the block received from the left, so every
+    /// block crosses each link once and no member relays everything, as through a root).
     pub fn allgather(&mut self, comm: CommId, send: &[u8], recv: &mut [u8]) -> Result<()> {
-        let (_, size) = self.rank_size(comm)?;
+        let (rank, size) = self.rank_size(comm)?;
         if recv.len() != send.len() * size as usize {
             return Err(Error::new(
                 ErrorKind::Count,
@@ -256,8 +258,33 @@ impl<N: Netmod, S: Shm> Device<N, S> {
                 ),
             ));
         }
-        self.gather(comm, 0, send, recv)?;
-        self.bcast(comm, 0, recv)
+        let n = send.len();
+        let (right, left) = ((rank + 1) % size, (rank - 1 + size) % size);
+        recv[rank as usize * n..][..n].copy_from_slice(send);
+        for step in 0..size - 1 {
+            // Pass on the block received in the previous step (our own first); take the next.
+            let out = ((rank - step + size) % size) as usize;
+            let inc = ((rank - step - 1 + 2 * size) % size) as usize;
+            let (lo, hi) = recv.split_at_mut(out.max(inc) * n);
+            let (outgoing, incoming) = if out < inc {
+                (&lo[out * n..][..n], &mut hi[..n])
+            } else {
+                (&hi[..n], &mut lo[inc * n..][..n])
+            };
+            let st = self.sendrecv_on(
+                comm, outgoing, right, TAG_GATHER, incoming, left, TAG_GATHER, true,
+            )?;
+            if st.bytes != n {
+                return Err(Error::new(
+                    ErrorKind::Count,
+                    format!(
+                        "allgather: expected {n} bytes from rank {left}, got {}",
+                        st.bytes
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Collects member `r`'s `send` into `recv[displs[r]..][..counts[r]]` at `root` (lengths
