@@ -12,12 +12,14 @@ pub type Gpid = u32;
 /// Names the handler an active message is delivered to on the receiving side.
 pub type HandlerId = u8;
 
-/// Wildcard source for receives and probes (MPI_ANY_SOURCE).
+/// Wildcard source for receives and probes (MPI_ANY_SOURCE). The three sentinels have the
+/// values of the MPI standard ABI, so that the C library passes ranks and tags through as they
+/// are.
 pub const ANY_SOURCE: Rank = -1;
 /// Wildcard tag for receives and probes (MPI_ANY_TAG).
-pub const ANY_TAG: Tag = -1;
+pub const ANY_TAG: Tag = -2;
 /// The null process: a send to it or a receive from it completes at once with no data.
-pub const PROC_NULL: Rank = -2;
+pub const PROC_NULL: Rank = -3;
 /// The largest valid tag (MPI_TAG_UB). MPI requires at least 32767; we allow 2^30 - 1 so that
 /// a native netmod can fit tag, source and context into 64 match bits.
 pub const TAG_UB: Tag = (1 << 30) - 1;
