@@ -23,6 +23,10 @@ pub const COMM_SELF: Handle = 0x102;
 /// Communicators the program makes are this plus their index in the library's table.
 pub const COMM_BASE: Handle = 0x1000;
 
+/// `MPI_GROUP_NULL`.
+pub const GROUP_NULL: Handle = 0x108;
+/// `MPI_GROUP_EMPTY`.
+pub const GROUP_EMPTY: Handle = 0x109;
 /// `MPI_ERRHANDLER_NULL`.
 pub const ERRHANDLER_NULL: Handle = 0x140;
 /// `MPI_ERRORS_ARE_FATAL`.
@@ -112,6 +116,16 @@ pub const ANY_TAG: c_int = -2;
 pub const PROC_NULL: c_int = -3;
 /// `MPI_UNDEFINED`.
 pub const UNDEFINED: c_int = -32766;
+/// `MPI_IDENT`: the same communicator or group.
+pub const IDENT: c_int = 201;
+/// `MPI_CONGRUENT`: the same members in the same order, another context.
+pub const CONGRUENT: c_int = 202;
+/// `MPI_SIMILAR`: the same members in another order.
+pub const SIMILAR: c_int = 203;
+/// `MPI_UNEQUAL`.
+pub const UNEQUAL: c_int = 204;
+/// `MPI_CART`.
+pub const CART: c_int = 211;
 /// `MPI_THREAD_SINGLE`.
 pub const THREAD_SINGLE: c_int = 0;
 /// `MPI_THREAD_FUNNELED`.

@@ -166,15 +166,8 @@ pub fn reduce_elem(dt: Handle) -> Option<usize> {
 /// # Safety
 /// As [`send_bytes`].
 pub unsafe fn reduce_in<'a>(buf: *const c_void, count: c_int, dt: Handle) -> ch4::Result<&'a [u8]> {
-    let len = reduce_len(count, dt)?;
-    if len == 0 {
-        return Ok(&[]);
-    }
-    if buf.is_null() {
-        return Err(null_buffer());
-    }
     // SAFETY: the caller's contract.
-    Ok(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) })
+    unsafe { raw(buf, reduce_len(count, dt)?) }
 }
 
 /// The bytes of `count` elements of `dt` at `buf`, for a reduction's output.
@@ -186,23 +179,14 @@ pub unsafe fn reduce_out<'a>(
     count: c_int,
     dt: Handle,
 ) -> ch4::Result<&'a mut [u8]> {
-    let len = reduce_len(count, dt)?;
-    if len == 0 {
-        return Ok(&mut []);
-    }
-    if buf.is_null() {
-        return Err(null_buffer());
-    }
     // SAFETY: the caller's contract.
-    Ok(unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) })
+    unsafe { raw_mut(buf, reduce_len(count, dt)?) }
 }
 
 /// The length of `count` elements of `dt` in a reduction's buffers.
 pub fn reduce_len(count: c_int, dt: Handle) -> ch4::Result<usize> {
     let e = reduce_elem(dt).ok_or_else(|| bad_type(dt))?;
-    usize::try_from(count)
-        .map(|n| n * e)
-        .map_err(|_| ch4::Error::new(ErrorKind::Count, format!("count {count} is negative")))
+    Ok(elements(count)? * e)
 }
 
 /// The bytes of `count` elements of `dt` at `buf`, for a send.
@@ -216,15 +200,8 @@ pub unsafe fn send_bytes<'a>(
     count: c_int,
     dt: Handle,
 ) -> ch4::Result<&'a [u8]> {
-    let len = byte_len(count, dt)?;
-    if len == 0 {
-        return Ok(&[]);
-    }
-    if buf.is_null() {
-        return Err(null_buffer());
-    }
-    // SAFETY: the caller's contract; `buf` is not null and `len` bytes describe the elements.
-    Ok(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) })
+    // SAFETY: the caller's contract.
+    unsafe { raw(buf, byte_len(count, dt)?) }
 }
 
 /// The bytes of `count` elements of `dt` at `buf`, for a receive.
@@ -237,15 +214,8 @@ pub unsafe fn recv_bytes<'a>(
     count: c_int,
     dt: Handle,
 ) -> ch4::Result<&'a mut [u8]> {
-    let len = byte_len(count, dt)?;
-    if len == 0 {
-        return Ok(&mut []);
-    }
-    if buf.is_null() {
-        return Err(null_buffer());
-    }
-    // SAFETY: the caller's contract; `buf` is not null and `len` bytes describe the elements.
-    Ok(unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) })
+    // SAFETY: the caller's contract.
+    unsafe { raw_mut(buf, byte_len(count, dt)?) }
 }
 
 /// The length in bytes of `count` elements of `dt`.
@@ -259,13 +229,50 @@ pub fn byte_len(count: c_int, dt: Handle) -> ch4::Result<usize> {
         }
         return Err(bad_type(dt));
     };
-    match usize::try_from(count) {
-        Ok(n) => Ok(n * size),
-        Err(_) => Err(ch4::Error::new(
-            ErrorKind::Count,
-            format!("count {count} is negative"),
-        )),
+    Ok(elements(count)? * size)
+}
+
+/// An element count from C: an error for a negative one.
+#[inline(always)]
+pub fn elements(count: c_int) -> ch4::Result<usize> {
+    usize::try_from(count).map_err(|_| negative(count))
+}
+
+#[cold]
+fn negative(count: c_int) -> ch4::Error {
+    ch4::Error::new(ErrorKind::Count, format!("count {count} is negative"))
+}
+
+/// The `len` bytes at `p` (any pointer type; none needed when `len` is 0).
+///
+/// # Safety
+/// `p` has `len` readable bytes that stay unchanged for the slice's lifetime.
+#[inline(always)]
+pub unsafe fn raw<'a, T>(p: *const T, len: usize) -> ch4::Result<&'a [u8]> {
+    if len == 0 {
+        return Ok(&[]);
     }
+    if p.is_null() {
+        return Err(null_buffer());
+    }
+    // SAFETY: the caller's contract; `p` is not null.
+    Ok(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) })
+}
+
+/// The `len` writable bytes at `p`, as [`raw`].
+///
+/// # Safety
+/// `p` has `len` writable bytes, nobody else's for the slice's lifetime.
+#[inline(always)]
+pub unsafe fn raw_mut<'a, T>(p: *mut T, len: usize) -> ch4::Result<&'a mut [u8]> {
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    if p.is_null() {
+        return Err(null_buffer());
+    }
+    // SAFETY: the caller's contract; `p` is not null.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) })
 }
 
 #[cold]

@@ -17,7 +17,7 @@ use ch4_core::datatype::Layout;
 use ch4_core::ErrorKind;
 
 use crate::abi::{self, Handle};
-use crate::datatype;
+use crate::datatype::{self, raw, raw_mut};
 use crate::state::State;
 use crate::{call, null_arg, put, put_string};
 
@@ -87,20 +87,22 @@ impl Desc {
             && (self.size == 0 || self.blocks == [(0, self.size)])
     }
 
-    /// A type made of copies of `old` at the given byte displacements, in order.
-    fn of_copies(old: &Desc, at: impl Iterator<Item = isize>) -> ch4::Result<Desc> {
+    /// A type made of runs of copies of `old`: for each `(start, n)`, `n` copies one extent
+    /// apart from byte `start`, in order. Displacements are computed in `i128` and must fit
+    /// an address offset (an error otherwise, never a wrapped value).
+    fn of_copies(old: &Desc, runs: impl Iterator<Item = (i128, usize)>) -> ch4::Result<Desc> {
+        let fit = |v: i128| isize::try_from(v).map_err(|_| too_big());
         let mut blocks: Vec<(isize, usize)> = Vec::new();
-        let (mut lo, mut hi) = (isize::MAX, isize::MIN);
+        let (mut lo, mut hi) = (i128::MAX, i128::MIN);
         let mut copies = 0usize;
-        for d in at {
-            copies += 1;
-            lo = lo.min(d + old.lb);
-            hi = hi.max(d + old.lb + old.extent);
-            for &(o, l) in &old.blocks {
-                let o = d + o;
-                match blocks.last_mut() {
-                    Some(prev) if prev.0 + prev.1 as isize == o => prev.1 += l,
-                    _ => blocks.push((o, l)),
+        for (start, n) in runs {
+            for j in 0..n as i128 {
+                let d = start + j * old.extent as i128;
+                copies += 1;
+                lo = lo.min(d + old.lb as i128);
+                hi = hi.max(d + old.lb as i128 + old.extent as i128);
+                for &(o, l) in &old.blocks {
+                    append(&mut blocks, fit(d + o as i128)?, l);
                 }
             }
         }
@@ -110,31 +112,74 @@ impl Desc {
         Ok(Desc {
             size: old.size.checked_mul(copies).ok_or_else(too_big)?,
             blocks,
-            lb: lo,
-            extent: hi - lo,
-            elements: old.elements * copies,
+            lb: fit(lo)?,
+            extent: fit(hi - lo)?,
+            elements: old.elements.checked_mul(copies).ok_or_else(too_big)?,
             committed: false,
             name: None,
         })
     }
 
+    /// The parts one after the other in the type map (`MPI_Type_create_struct`): the bounds
+    /// span all parts that hold data.
+    fn concat(parts: &[Desc]) -> ch4::Result<Desc> {
+        let mut d = Desc {
+            blocks: Vec::new(),
+            size: 0,
+            lb: 0,
+            extent: 0,
+            elements: 0,
+            committed: false,
+            name: None,
+        };
+        let (mut lo, mut hi) = (i128::MAX, i128::MIN);
+        for p in parts.iter().filter(|p| p.elements > 0) {
+            lo = lo.min(p.lb as i128);
+            hi = hi.max(p.lb as i128 + p.extent as i128);
+            d.size = d.size.checked_add(p.size).ok_or_else(too_big)?;
+            d.elements = d.elements.checked_add(p.elements).ok_or_else(too_big)?;
+            for &(o, l) in &p.blocks {
+                append(&mut d.blocks, o, l);
+            }
+        }
+        if d.elements > 0 {
+            d.lb = isize::try_from(lo).map_err(|_| too_big())?;
+            d.extent = isize::try_from(hi - lo).map_err(|_| too_big())?;
+        }
+        Ok(d)
+    }
+
     /// The layout of `count` elements, and the byte offset (from the buffer address) where it
-    /// starts.
+    /// starts. Its block list is allocated fallibly: a count too large for memory is an error.
     fn layout(&self, count: usize) -> ch4::Result<(isize, Layout)> {
-        let mut all = Vec::with_capacity(self.blocks.len() * count);
-        for k in 0..count as isize {
-            let shift = k * self.extent;
-            all.extend(self.blocks.iter().map(|&(o, l)| (o + shift, l)));
+        let n = self.blocks.len().checked_mul(count).ok_or_else(too_big)?;
+        let mut all: Vec<(i128, usize)> = Vec::new();
+        all.try_reserve_exact(n).map_err(|_| too_big())?;
+        for k in 0..count as i128 {
+            let shift = k * self.extent as i128;
+            all.extend(self.blocks.iter().map(|&(o, l)| (o as i128 + shift, l)));
         }
         let base = all.iter().map(|b| b.0).min().unwrap_or(0);
-        let rel: Vec<(usize, usize)> = all.iter().map(|&(o, l)| ((o - base) as usize, l)).collect();
+        let mut rel: Vec<(usize, usize)> = Vec::new();
+        rel.try_reserve_exact(n).map_err(|_| too_big())?;
+        for &(o, l) in &all {
+            rel.push((usize::try_from(o - base).map_err(|_| too_big())?, l));
+        }
         let layout = Layout::indexed::<u8>(&rel).map_err(|e| {
             ch4::Error::new(
                 e.kind(),
                 format!("this datatype cannot be used here: {}", e.detail()),
             )
         })?;
-        Ok((base, layout))
+        Ok((isize::try_from(base).map_err(|_| too_big())?, layout))
+    }
+}
+
+/// Appends block `(o, l)`, merged into the last one when it continues it.
+fn append(blocks: &mut Vec<(isize, usize)>, o: isize, l: usize) {
+    match blocks.last_mut() {
+        Some(prev) if prev.0.checked_add(prev.1 as isize) == Some(o) => prev.1 += l,
+        _ => blocks.push((o, l)),
     }
 }
 
@@ -246,32 +291,6 @@ fn uncommitted() -> ch4::Error {
     )
 }
 
-/// # Safety
-/// `p` has `len` readable bytes (or `len` is 0).
-unsafe fn raw<'a>(p: *const u8, len: usize) -> ch4::Result<&'a [u8]> {
-    if len == 0 {
-        return Ok(&[]);
-    }
-    if p.is_null() {
-        return Err(null_arg("the buffer"));
-    }
-    // SAFETY: the caller's contract.
-    Ok(unsafe { std::slice::from_raw_parts(p, len) })
-}
-
-/// # Safety
-/// `p` has `len` writable bytes (or `len` is 0).
-unsafe fn raw_mut<'a>(p: *mut u8, len: usize) -> ch4::Result<&'a mut [u8]> {
-    if len == 0 {
-        return Ok(&mut []);
-    }
-    if p.is_null() {
-        return Err(null_arg("the buffer"));
-    }
-    // SAFETY: the caller's contract.
-    Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
-}
-
 /// Makes a new type with `make` from `oldtype`'s description, writing its handle.
 ///
 /// # Safety
@@ -309,7 +328,7 @@ pub unsafe extern "C" fn MPI_Type_contiguous(
     unsafe {
         construct("MPI_Type_contiguous", oldtype, newtype, |old| {
             let n = count_of(count, "count")?;
-            Desc::of_copies(old, (0..n as isize).map(|i| i * old.extent))
+            Desc::of_copies(old, std::iter::once((0, n)))
         })
     }
 }
@@ -333,11 +352,8 @@ pub unsafe extern "C" fn MPI_Type_vector(
                 count_of(count, "count")?,
                 count_of(blocklength, "blocklength")?,
             );
-            let s = stride as isize * old.extent;
-            Desc::of_copies(
-                old,
-                (0..n as isize).flat_map(|i| (0..b as isize).map(move |j| i * s + j * old.extent)),
-            )
+            let s = stride as i128 * old.extent as i128;
+            Desc::of_copies(old, (0..n as i128).map(|i| (i * s, b)))
         })
     }
 }
@@ -361,23 +377,14 @@ pub unsafe extern "C" fn MPI_Type_create_hvector(
                 count_of(count, "count")?,
                 count_of(blocklength, "blocklength")?,
             );
-            Desc::of_copies(
-                old,
-                (0..n as isize)
-                    .flat_map(|i| (0..b as isize).map(move |j| i * stride + j * old.extent)),
-            )
+            Desc::of_copies(old, (0..n as i128).map(|i| (i * stride as i128, b)))
         })
     }
 }
 
 /// Blocks of copies: `lens[i]` copies of `old` from byte displacement `disps[i]`.
-fn blocks_of(old: &Desc, lens: &[usize], disps: &[isize]) -> ch4::Result<Desc> {
-    Desc::of_copies(
-        old,
-        lens.iter()
-            .zip(disps)
-            .flat_map(|(&l, &d)| (0..l as isize).map(move |j| d + j * old.extent)),
-    )
+fn blocks_of(old: &Desc, lens: &[usize], disps: &[i128]) -> ch4::Result<Desc> {
+    Desc::of_copies(old, disps.iter().zip(lens).map(|(&d, &l)| (d, l)))
 }
 
 /// `MPI_Type_indexed` (displacements in extents of `oldtype`).
@@ -400,9 +407,9 @@ pub unsafe extern "C" fn MPI_Type_indexed(
                 .iter()
                 .map(|&l| count_of(l, "block length"))
                 .collect::<ch4::Result<Vec<_>>>()?;
-            let disps: Vec<isize> = ints(array_of_displacements, n)?
+            let disps: Vec<i128> = ints(array_of_displacements, n)?
                 .iter()
-                .map(|&d| d as isize * old.extent)
+                .map(|&d| d as i128 * old.extent as i128)
                 .collect();
             blocks_of(old, &lens, &disps)
         })
@@ -426,9 +433,9 @@ pub unsafe extern "C" fn MPI_Type_create_indexed_block(
         construct("MPI_Type_create_indexed_block", oldtype, newtype, |old| {
             let n = count_of(count, "count")?;
             let lens = vec![count_of(blocklength, "blocklength")?; n];
-            let disps: Vec<isize> = ints(array_of_displacements, n)?
+            let disps: Vec<i128> = ints(array_of_displacements, n)?
                 .iter()
-                .map(|&d| d as isize * old.extent)
+                .map(|&d| d as i128 * old.extent as i128)
                 .collect();
             blocks_of(old, &lens, &disps)
         })
@@ -458,12 +465,15 @@ pub unsafe extern "C" fn MPI_Type_create_hindexed(
             if n > 0 && array_of_displacements.is_null() {
                 return Err(null_arg("the displacements"));
             }
-            let disps = if n == 0 {
-                &[][..]
+            let disps: Vec<i128> = if n == 0 {
+                Vec::new()
             } else {
                 std::slice::from_raw_parts(array_of_displacements, n)
+                    .iter()
+                    .map(|&d| d as i128)
+                    .collect()
             };
-            blocks_of(old, &lens, disps)
+            blocks_of(old, &lens, &disps)
         })
     }
 }
@@ -501,43 +511,16 @@ pub unsafe extern "C" fn MPI_Type_create_struct(
                 )
             }
         };
-        let mut blocks: Vec<(isize, usize)> = Vec::new();
-        let (mut lo, mut hi, mut size, mut elements) = (isize::MAX, isize::MIN, 0usize, 0usize);
+        let mut parts = Vec::with_capacity(n);
         for i in 0..n {
             let old = desc(st, types[i])?;
-            let part = Desc::of_copies(
+            let len = count_of(lens[i], "block length")?;
+            parts.push(Desc::of_copies(
                 &old,
-                (0..count_of(lens[i], "block length")? as isize).map(|j| disps[i] + j * old.extent),
-            )?;
-            if part.elements == 0 {
-                continue;
-            }
-            lo = lo.min(part.lb);
-            hi = hi.max(part.lb + part.extent);
-            size += part.size;
-            elements += part.elements;
-            for (o, l) in part.blocks {
-                match blocks.last_mut() {
-                    Some(prev) if prev.0 + prev.1 as isize == o => prev.1 += l,
-                    _ => blocks.push((o, l)),
-                }
-            }
+                std::iter::once((disps[i] as i128, len)),
+            )?);
         }
-        if elements == 0 {
-            (lo, hi) = (0, 0);
-        }
-        let h = add_type(
-            st,
-            Desc {
-                blocks,
-                size,
-                lb: lo,
-                extent: hi - lo,
-                elements,
-                committed: false,
-                name: None,
-            },
-        );
+        let h = add_type(st, Desc::concat(&parts)?);
         // SAFETY: checked non-null.
         unsafe { newtype.write(h) };
         Ok(())
@@ -815,11 +798,7 @@ mod tests {
     #[test]
     fn a_vector_of_ints_is_strided_blocks_with_the_standards_extent() {
         let int = Desc::predefined(0x209).unwrap();
-        let v = Desc::of_copies(
-            &int,
-            (0..3).flat_map(|i| (0..2).map(move |j| i * 5 * 4 + j * 4)),
-        )
-        .unwrap();
+        let v = Desc::of_copies(&int, (0..3).map(|i| (i * 5 * 4, 2))).unwrap();
         assert_eq!(v.blocks, vec![(0, 8), (20, 8), (40, 8)]);
         assert_eq!((v.size, v.lb, v.extent, v.elements), (24, 0, 48, 6));
         let (base, layout) = v.layout(2).unwrap();
@@ -827,8 +806,11 @@ mod tests {
         assert_eq!(layout.packed_bytes(), 48);
         assert_eq!(layout.extent_bytes(), 48 + 48);
         assert!(!v.contiguous());
-        let c = Desc::of_copies(&int, (0..4).map(|i| i * 4)).unwrap();
+        let c = Desc::of_copies(&int, std::iter::once((0, 4))).unwrap();
         assert!(c.contiguous(), "{c:?}");
+        // A stride that does not fit an address offset is an error, not a wrapped value.
+        let e = Desc::of_copies(&int, (0..2).map(|i| (i * (i64::MAX as i128) * 4, 1)));
+        assert_eq!(e.unwrap_err().kind(), ErrorKind::Count);
     }
 
     #[test]

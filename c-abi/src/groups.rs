@@ -15,18 +15,9 @@ use crate::abi::{self, Handle};
 use crate::state::{Cart, State};
 use crate::{call, null_arg, put};
 
+use crate::abi::{CART, CONGRUENT, GROUP_EMPTY, GROUP_NULL, IDENT, SIMILAR, UNEQUAL};
+
 const GROUP_BIT: u64 = 1 << 59;
-/// `MPI_GROUP_NULL`.
-const GROUP_NULL: Handle = 0x108;
-/// `MPI_GROUP_EMPTY`.
-const GROUP_EMPTY: Handle = 0x109;
-/// `MPI_IDENT`, `MPI_CONGRUENT`, `MPI_SIMILAR`, `MPI_UNEQUAL`.
-const IDENT: c_int = 201;
-const CONGRUENT: c_int = 202;
-const SIMILAR: c_int = 203;
-const UNEQUAL: c_int = 204;
-/// `MPI_CART`.
-const CART: c_int = 211;
 
 fn group_in(st: &State, h: Handle) -> ch4::Result<Group> {
     if h == GROUP_EMPTY {

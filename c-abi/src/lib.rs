@@ -33,7 +33,7 @@ use ch4_core::buffer::{RecvBuf, SendBuf};
 use ch4_core::{ErrorKind, SendMode, Status};
 
 use abi::{class, rank_in, req_in, request_out, tag_in, Handle, MpiStatus, Req};
-use datatype::{recv_bytes, send_bytes};
+use datatype::{raw, raw_mut, recv_bytes, send_bytes};
 use state::{Persistent, Phase, State};
 
 /// Runs `f` on the state; its error goes to communicator `comm`'s handler as `func`'s.
@@ -200,7 +200,7 @@ pub unsafe extern "C" fn MPI_Query_thread(provided: *mut c_int) -> c_int {
 /// `flag` is valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Is_thread_main(flag: *mut c_int) -> c_int {
-    let main = state::with(|_| ()).is_ok();
+    let main = state::on_main_thread();
     // SAFETY: the caller's contract.
     unsafe { put(flag, c_int::from(main)) };
     class::SUCCESS
@@ -516,13 +516,7 @@ pub unsafe extern "C" fn MPI_Comm_free(comm: *mut Handle) -> c_int {
 #[inline(always)]
 fn plain_len(count: c_int, dt: Handle) -> ch4::Result<Option<usize>> {
     match datatype::size_of(dt) {
-        Some(size) => match usize::try_from(count) {
-            Ok(n) => Ok(Some(n * size)),
-            Err(_) => Err(ch4::Error::new(
-                ErrorKind::Count,
-                format!("count {count} is negative"),
-            )),
-        },
+        Some(size) => Ok(Some(datatype::elements(count)? * size)),
         None if count == 0 && dt == abi::DATATYPE_NULL => Ok(Some(0)),
         None => Ok(None),
     }
@@ -547,10 +541,9 @@ pub(crate) unsafe fn sbuf(
     dt: Handle,
 ) -> ch4::Result<SendBuf> {
     match plain_len(count, dt)? {
-        Some(0) => Ok(SendBuf::owned(Vec::new())),
-        Some(_) if buf.is_null() => Err(null_arg("the buffer")),
-        // SAFETY: the caller's contract: `len` bytes of elements at `buf`.
-        Some(len) => Ok(unsafe { SendBuf::borrowed(std::slice::from_raw_parts(buf.cast(), len)) }),
+        // SAFETY: the caller's contract: `len` bytes of elements at `buf`, unchanged while the
+        // buffer is in use.
+        Some(len) => Ok(unsafe { SendBuf::borrowed(raw(buf, len)?) }),
         // SAFETY: the caller's contract.
         None => unsafe { derived::send_buf(st, buf.cast(), count, dt) },
     }
@@ -568,12 +561,8 @@ pub(crate) unsafe fn rbuf(
     dt: Handle,
 ) -> ch4::Result<RecvBuf> {
     match plain_len(count, dt)? {
-        Some(0) => Ok(RecvBuf::owned(0)),
-        Some(_) if buf.is_null() => Err(null_arg("the buffer")),
-        Some(len) => {
-            // SAFETY: the caller's contract: room for `len` bytes at `buf`, the request's alone.
-            Ok(unsafe { RecvBuf::borrowed(std::slice::from_raw_parts_mut(buf.cast(), len)) })
-        }
+        // SAFETY: the caller's contract: room for `len` bytes at `buf`, the request's alone.
+        Some(len) => Ok(unsafe { RecvBuf::borrowed(raw_mut(buf, len)?) }),
         // SAFETY: the caller's contract.
         None => unsafe { derived::recv_buf(st, buf.cast(), count, dt) },
     }
@@ -1144,8 +1133,7 @@ unsafe fn complete_all(
     statuses: *mut MpiStatus,
     test: bool,
 ) -> ch4::Result<bool> {
-    let n = usize::try_from(count)
-        .map_err(|_| ch4::Error::new(ErrorKind::Count, format!("count {count} is negative")))?;
+    let n = datatype::elements(count)?;
     if n == 0 {
         return Ok(true);
     }
@@ -1253,8 +1241,7 @@ pub unsafe extern "C" fn MPI_Waitany(
     status: *mut MpiStatus,
 ) -> c_int {
     call(abi::COMM_WORLD, "MPI_Waitany", |st| {
-        let n = usize::try_from(count)
-            .map_err(|_| ch4::Error::new(ErrorKind::Count, format!("count {count} is negative")))?;
+        let n = datatype::elements(count)?;
         if n > 0 && array_of_requests.is_null() {
             return Err(null_arg("the array of requests"));
         }
@@ -1520,8 +1507,7 @@ pub unsafe extern "C" fn MPI_Start(request: *mut Handle) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Startall(count: c_int, array_of_requests: *mut Handle) -> c_int {
     call(abi::COMM_WORLD, "MPI_Startall", |st| {
-        let n = usize::try_from(count)
-            .map_err(|_| ch4::Error::new(ErrorKind::Count, format!("count {count} is negative")))?;
+        let n = datatype::elements(count)?;
         if n == 0 {
             return Ok(());
         }
@@ -1707,10 +1693,7 @@ unsafe fn unpack(
 
 /// The packed bytes of `count` elements of `dt`.
 fn packed_len(st: &State, count: c_int, dt: Handle) -> ch4::Result<usize> {
-    let d = derived::desc(st, dt)?;
-    usize::try_from(count)
-        .map(|n| n * d.size)
-        .map_err(|_| ch4::Error::new(ErrorKind::Count, format!("count {count} is negative")))
+    Ok(datatype::elements(count)? * derived::desc(st, dt)?.size)
 }
 
 /// `MPI_Bcast`.
@@ -1978,36 +1961,6 @@ fn span(counts: &[usize], displs: &[usize]) -> usize {
         .map(|(c, d)| c + d)
         .max()
         .unwrap_or(0)
-}
-
-/// A raw byte buffer of `len` bytes at `p`.
-///
-/// # Safety
-/// `p` has `len` bytes for the call (or `len` is 0).
-unsafe fn raw_mut<'a>(p: *mut c_void, len: usize) -> ch4::Result<&'a mut [u8]> {
-    if len == 0 {
-        return Ok(&mut []);
-    }
-    if p.is_null() {
-        return Err(null_arg("a buffer"));
-    }
-    // SAFETY: the caller's contract.
-    Ok(unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) })
-}
-
-/// A raw byte buffer of `len` bytes at `p`, read only.
-///
-/// # Safety
-/// As [`raw_mut`].
-unsafe fn raw<'a>(p: *const c_void, len: usize) -> ch4::Result<&'a [u8]> {
-    if len == 0 {
-        return Ok(&[]);
-    }
-    if p.is_null() {
-        return Err(null_arg("a buffer"));
-    }
-    // SAFETY: the caller's contract.
-    Ok(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) })
 }
 
 /// Rank and size of `id`.

@@ -505,8 +505,7 @@ pub unsafe extern "C" fn MPI_Isendrecv_replace(
 /// # Safety
 /// `reqs` has `count` handles (or is null with count 0).
 unsafe fn requests<'a>(count: c_int, reqs: *mut Handle) -> ch4::Result<&'a mut [Handle]> {
-    let n = usize::try_from(count)
-        .map_err(|_| ch4::Error::new(ErrorKind::Count, format!("count {count} is negative")))?;
+    let n = crate::datatype::elements(count)?;
     if n == 0 {
         return Ok(&mut []);
     }
@@ -761,17 +760,32 @@ pub unsafe extern "C" fn MPI_Get_elements_x(
     count: *mut i64,
 ) -> c_int {
     call(abi::COMM_WORLD, "MPI_Get_elements_x", |st| {
-        if status.is_null() {
-            return Err(null_arg("the status"));
-        }
         // SAFETY: the caller's contract.
-        let bytes = unsafe { (*status).bytes() };
-        let n = crate::derived::elements_in(st, bytes, datatype)?
-            .map_or(i64::from(abi::UNDEFINED), |n| n as i64);
-        // SAFETY: the caller's contract.
-        unsafe { put(count, n) };
-        Ok(())
+        unsafe { put_count_x(st, status, datatype, count, crate::derived::elements_in) }
     })
+}
+
+/// Writes what `of` makes of `status`'s bytes in `datatype` as an `MPI_Count`
+/// (`MPI_UNDEFINED` when not whole).
+///
+/// # Safety
+/// `status` readable, `count` writable.
+unsafe fn put_count_x(
+    st: &State,
+    status: *const MpiStatus,
+    datatype: Handle,
+    count: *mut i64,
+    of: fn(&State, u64, Handle) -> ch4::Result<Option<u64>>,
+) -> ch4::Result<()> {
+    if status.is_null() {
+        return Err(null_arg("the status"));
+    }
+    // SAFETY: the caller's contract.
+    let bytes = unsafe { (*status).bytes() };
+    let n = of(st, bytes, datatype)?.map_or(i64::from(abi::UNDEFINED), |n| n as i64);
+    // SAFETY: the caller's contract.
+    unsafe { put(count, n) };
+    Ok(())
 }
 
 /// `MPI_Get_count_c`: the count as an `MPI_Count` (`MPI_UNDEFINED` when not whole).
@@ -785,16 +799,8 @@ pub unsafe extern "C" fn MPI_Get_count_c(
     count: *mut i64,
 ) -> c_int {
     call(abi::COMM_WORLD, "MPI_Get_count_c", |st| {
-        if status.is_null() {
-            return Err(null_arg("the status"));
-        }
         // SAFETY: the caller's contract.
-        let bytes = unsafe { (*status).bytes() };
-        let n = crate::derived::count_in(st, bytes, datatype)?
-            .map_or(i64::from(abi::UNDEFINED), |n| n as i64);
-        // SAFETY: the caller's contract.
-        unsafe { put(count, n) };
-        Ok(())
+        unsafe { put_count_x(st, status, datatype, count, crate::derived::count_in) }
     })
 }
 

@@ -267,6 +267,12 @@ fn this_thread() -> usize {
     unsafe { libc::pthread_self() as usize }
 }
 
+/// Whether the caller is the thread that initialized MPI (`MPI_Is_thread_main`; false before
+/// `MPI_Init`).
+pub(crate) fn on_main_thread() -> bool {
+    phase() != Phase::Before && OWNER.load(Ordering::Relaxed) == this_thread()
+}
+
 /// Makes `st` the process's state, owned by the calling thread.
 pub(crate) fn install(st: State) {
     OWNER.store(this_thread(), Ordering::Relaxed);
