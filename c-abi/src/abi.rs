@@ -281,6 +281,14 @@ pub fn req_in(h: Handle) -> Result<Req, ()> {
     }
 }
 
+/// The device request behind C handle `h`, if it is one: the check the completion functions
+/// make first, since almost every request a program waits for is one.
+#[inline(always)]
+pub fn device_request(h: Handle) -> Option<ReqHandle> {
+    let raw = h as u64;
+    (raw & REQUEST_BIT != 0).then(|| ReqHandle::from_raw(raw & !REQUEST_BIT))
+}
+
 /// The C handle of a device request.
 #[inline(always)]
 pub fn request_out(h: ReqHandle) -> Handle {

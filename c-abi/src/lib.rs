@@ -606,17 +606,40 @@ unsafe fn send_body(
     comm: Handle,
 ) -> ch4::Result<()> {
     let id = st.comm(comm)?;
-    if !plain(dt, count) {
-        // SAFETY: the caller's contract; the send completes before this returns.
-        let b = unsafe { derived::send_buf(st, buf.cast(), count, dt) }?;
-        let mut dev = st.device()?;
-        let h = dev.isend(id, rank_in(dest), tag_in(tag), b, mode)?;
-        return dev.wait(h).map(drop);
-    }
+    let Some(size) = datatype::size_of(dt) else {
+        // SAFETY: the caller's contract.
+        return unsafe { send_other(st, id, mode, buf, count, dt, dest, tag) };
+    };
     // SAFETY: the caller's contract; the send completes before this returns.
-    let bytes = unsafe { send_bytes(buf, count, dt) }?;
+    let bytes = unsafe { raw(buf, datatype::elements(count)? * size) }?;
     st.device()?
         .send(id, rank_in(dest), tag_in(tag), bytes, mode)
+}
+
+/// A blocking send of a derived datatype, or of nothing of `MPI_DATATYPE_NULL`.
+///
+/// # Safety
+/// As [`send_in`].
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn send_other(
+    st: &mut State,
+    id: ch4_core::CommId,
+    mode: SendMode,
+    buf: *const c_void,
+    count: c_int,
+    dt: Handle,
+    dest: c_int,
+    tag: c_int,
+) -> ch4::Result<()> {
+    if count == 0 && dt == abi::DATATYPE_NULL {
+        return st.device()?.send(id, rank_in(dest), tag_in(tag), &[], mode);
+    }
+    // SAFETY: the caller's contract; the send completes before this returns.
+    let b = unsafe { derived::send_buf(st, buf.cast(), count, dt) }?;
+    let mut dev = st.device()?;
+    let h = dev.isend(id, rank_in(dest), tag_in(tag), b, mode)?;
+    dev.wait(h).map(drop)
 }
 
 /// `MPI_Send`.
@@ -718,29 +741,100 @@ pub unsafe extern "C" fn MPI_Recv(
     comm: Handle,
     status: *mut MpiStatus,
 ) -> c_int {
-    call(comm, "MPI_Recv", |st| {
-        let id = st.comm(comm)?;
-        let got = if !plain(datatype, count) {
-            // SAFETY: the caller's contract; the receive completes before this returns.
-            let b = unsafe { derived::recv_buf(st, buf.cast(), count, datatype) }?;
-            let mut dev = st.device()?;
-            let h = dev.irecv(id, rank_in(source), tag_in(tag), b)?;
-            dev.wait(h)
-        } else {
-            // SAFETY: the caller's contract; the receive completes before this returns.
-            let bytes = unsafe { recv_bytes(buf, count, datatype) }?;
-            st.device()?.recv(id, rank_in(source), tag_in(tag), bytes)
-        };
-        let s = match &got {
-            Ok(s) => Some(*s),
-            Err(e) => e.status().copied(),
-        };
-        if let Some(s) = s {
+    let mut st = match state::enter() {
+        Ok(st) => st,
+        Err(code) => return code,
+    };
+    // SAFETY: the caller's contract.
+    let r = unsafe { recv_body(&mut st, buf, count, datatype, source, tag, comm, status) };
+    finish_call(&mut st, comm, "MPI_Recv", r)
+}
+
+/// # Safety
+/// As `MPI_Recv`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn recv_body(
+    st: &mut State,
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    status: *mut MpiStatus,
+) -> ch4::Result<()> {
+    let id = st.comm(comm)?;
+    let Some(size) = datatype::size_of(datatype) else {
+        // SAFETY: the caller's contract.
+        return unsafe { recv_other(st, id, buf, count, datatype, source, tag, status) };
+    };
+    // SAFETY: the caller's contract; the receive completes before this returns.
+    let bytes = unsafe { raw_mut(buf, datatype::elements(count)? * size) }?;
+    let got = st.device()?.recv(id, rank_in(source), tag_in(tag), bytes);
+    // SAFETY: the caller's contract.
+    unsafe { recv_done(got, status) }
+}
+
+/// `MPI_Recv` of a derived datatype, or of nothing of `MPI_DATATYPE_NULL`.
+///
+/// # Safety
+/// As `MPI_Recv`.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn recv_other(
+    st: &mut State,
+    id: ch4_core::CommId,
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    source: c_int,
+    tag: c_int,
+    status: *mut MpiStatus,
+) -> ch4::Result<()> {
+    let got = if count == 0 && datatype == abi::DATATYPE_NULL {
+        st.device()?.recv(id, rank_in(source), tag_in(tag), &mut [])
+    } else {
+        // SAFETY: the caller's contract; the receive completes before this returns.
+        let b = unsafe { derived::recv_buf(st, buf.cast(), count, datatype) }?;
+        let mut dev = st.device()?;
+        let h = dev.irecv(id, rank_in(source), tag_in(tag), b)?;
+        dev.wait(h)
+    };
+    // SAFETY: the caller's contract.
+    unsafe { recv_done(got, status) }
+}
+
+/// Ends a blocking receive: the status goes out, also with an error that has one (a truncated
+/// message).
+///
+/// # Safety
+/// `status` is null or writable.
+#[inline(always)]
+unsafe fn recv_done(got: ch4::Result<Status>, status: *mut MpiStatus) -> ch4::Result<()> {
+    match got {
+        Ok(s) => {
             // SAFETY: the caller's contract.
             unsafe { MpiStatus::put(status, &s) };
+            Ok(())
         }
-        got.map(drop)
-    })
+        // SAFETY: the caller's contract.
+        Err(e) => unsafe { recv_failed(e, status) },
+    }
+}
+
+/// A failed receive: its status, if the error carries one, still goes out.
+///
+/// # Safety
+/// `status` is null or writable.
+#[cold]
+#[inline(never)]
+unsafe fn recv_failed(e: ch4::Error, status: *mut MpiStatus) -> ch4::Result<()> {
+    if let Some(s) = e.status() {
+        // SAFETY: the caller's contract.
+        unsafe { MpiStatus::put(status, s) };
+    }
+    Err(e)
 }
 
 /// A nonblocking send in `mode`.
@@ -791,7 +885,7 @@ unsafe fn isend_body(
     let sbuf = unsafe { sbuf(st, buf, count, dt) }?;
     let h = st
         .device()?
-        .isend(id, rank_in(dest), tag_in(tag), sbuf, mode)?;
+        .isend_inline(id, rank_in(dest), tag_in(tag), sbuf, mode)?;
     // SAFETY: checked non-null; the caller's contract.
     unsafe { request.write(request_out(h)) };
     Ok(())
@@ -930,7 +1024,9 @@ unsafe fn irecv_body(
     let id = st.comm(comm)?;
     // SAFETY: the caller's contract: the buffer is the request's alone until it completes.
     let rbuf = unsafe { rbuf(st, buf, count, datatype) }?;
-    let h = st.device()?.irecv(id, rank_in(source), tag_in(tag), rbuf)?;
+    let h = st
+        .device()?
+        .irecv_inline(id, rank_in(source), tag_in(tag), rbuf)?;
     // SAFETY: checked non-null; the caller's contract.
     unsafe { request.write(request_out(h)) };
     Ok(())
@@ -1037,8 +1133,27 @@ fn after(req: Req, c: Handle) -> Handle {
     }
 }
 
+/// [`status_error`] of a status given by its fields, which a hot caller passes in registers.
+#[cold]
+#[inline(never)]
+fn failed(
+    kind: ErrorKind,
+    source: ch4_core::Rank,
+    tag: ch4_core::Tag,
+    bytes: usize,
+    cancelled: bool,
+) -> ch4::Result<()> {
+    status_error(&Status {
+        source,
+        tag,
+        bytes,
+        cancelled,
+        error: Some(kind),
+    })
+}
+
 /// The error of a completed operation's status, as the function's own error.
-#[inline(always)]
+#[inline(never)]
 fn status_error(s: &Status) -> ch4::Result<()> {
     match s.error {
         None => Ok(()),
@@ -1078,6 +1193,39 @@ unsafe fn wait_body(
     }
     // SAFETY: the caller's contract.
     let c = unsafe { request.read() };
+    // A device request with nothing freed-while-active to reap first is almost every wait:
+    // straight to the device, and the handle becomes MPI_REQUEST_NULL.
+    if let Some(h) = abi::device_request(c) {
+        if st.detached.is_empty() {
+            let done = st.device()?.wait_status(h)?;
+            // SAFETY: the caller's contract.
+            unsafe {
+                request.write(abi::REQUEST_NULL);
+                MpiStatus::put(status, &done);
+            }
+            return match done.error {
+                None => Ok(()),
+                // The fields by value, so that the success path stores no copy of the status.
+                Some(kind) => failed(kind, done.source, done.tag, done.bytes, done.cancelled),
+            };
+        }
+    }
+    // SAFETY: the caller's contract.
+    unsafe { wait_other(st, request, status, c) }
+}
+
+/// `MPI_Wait` on anything but a plain device request: null, persistent, or with requests freed
+/// while active to reap first.
+///
+/// # Safety
+/// As `MPI_Wait`; `c` is the handle `request` holds.
+#[inline(never)]
+unsafe fn wait_other(
+    st: &mut State,
+    request: *mut Handle,
+    status: *mut MpiStatus,
+    c: Handle,
+) -> ch4::Result<()> {
     let req = decode(c)?;
     let done = complete(st, req, true)?.unwrap_or(Status::EMPTY);
     // SAFETY: the caller's contract.

@@ -2,14 +2,14 @@
 //! holds handles to, and whose thread may call.
 //!
 //! The library provides `MPI_THREAD_FUNNELED`: the thread that initialized MPI makes every
-//! call. That is checked on each call (`pthread_self`, a few instructions) and a call from
-//! another thread fails with an error instead of racing on the device. The state sits in a
+//! call. That is checked on each call (one load of the thread's identity and a compare), and
+//! a call from another thread fails with an error instead of racing on the device. The state sits in a
 //! static cell that only that thread touches, and a call that would re-enter it (none of the
 //! library's own code does) fails the same way.
 
 use std::cell::UnsafeCell;
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ch4::process::Universe;
 use ch4_core::{CommId, ErrorKind, ReqHandle};
@@ -61,6 +61,10 @@ pub(crate) struct Persistent {
 pub(crate) struct State {
     /// The process's place in the job.
     pub universe: Universe,
+    /// `MPI_COMM_WORLD`'s device communicator (also in `comms[0]`).
+    pub world: CommId,
+    /// `MPI_COMM_SELF`'s device communicator (also in `comms[1]`).
+    pub me: CommId,
     /// By index: 0 is `MPI_COMM_WORLD`, 1 `MPI_COMM_SELF`, the rest the program's
     /// (`abi::COMM_BASE` + index), `None` once freed.
     pub comms: Vec<Option<CommSlot>>,
@@ -90,6 +94,8 @@ impl State {
         let me = universe.context().self_comm().id();
         State {
             universe,
+            world,
+            me,
             comms: vec![
                 Some(CommSlot {
                     id: world,
@@ -128,9 +134,17 @@ impl State {
         }
     }
 
-    /// The device's communicator behind handle `h`.
+    /// The device's communicator behind handle `h`. `MPI_COMM_WORLD` and `MPI_COMM_SELF`, which
+    /// most calls name and which cannot be freed, are answered from copies without the table
+    /// lookup.
     #[inline(always)]
     pub fn comm(&mut self, h: Handle) -> ch4::Result<CommId> {
+        if h == abi::COMM_WORLD {
+            return Ok(self.world);
+        }
+        if h == abi::COMM_SELF {
+            return Ok(self.me);
+        }
         self.slot(h).map(|s| s.id)
     }
 
@@ -231,23 +245,23 @@ pub(crate) enum Phase {
     After,
 }
 
-/// Where the process stands, and whether a call is using the state: `BEFORE`, `IDLE` (MPI
-/// running, no call in progress), `BUSY` (a call in progress), `AFTER`. One byte, so the check
-/// on every call is one load and a compare. Only the owner thread moves it between `IDLE` and
-/// `BUSY`.
-static GATE: AtomicU8 = AtomicU8::new(BEFORE);
-const BEFORE: u8 = 0;
-const IDLE: u8 = 1;
-const BUSY: u8 = 2;
-const AFTER: u8 = 3;
-static OWNER: AtomicUsize = AtomicUsize::new(0);
+/// Where the process stands, who may call, and whether a call is using the state, in one word
+/// so that the check on every call is one load and one compare: `BEFORE` (0), `AFTER` (2),
+/// the owner thread's identity while MPI runs and no call is in progress, and that identity
+/// with bit 0 set while a call is in progress. A thread identity is the address of its thread
+/// control block, which is aligned, so it is never 0 or 2 and never has bit 0 set. Only the
+/// owner thread moves the word between idle and busy.
+static GATE: AtomicUsize = AtomicUsize::new(BEFORE);
+const BEFORE: usize = 0;
+const AFTER: usize = 2;
+const BUSY_BIT: usize = 1;
 
 struct Cell(UnsafeCell<Option<State>>);
 
-// SAFETY: the cell is only reached through `with`, `install` and `take`, which check that the
-// caller is the thread recorded in OWNER (the one that initialized MPI) and that no other use
-// is in progress (GATE is IDLE, and they set it BUSY while they hold the reference), so at
-// most one `&mut State` exists at a time, on one thread.
+// SAFETY: the cell is only reached through `enter`, `install` and `take`, which check that the
+// caller is the thread recorded in GATE (the one that initialized MPI) and that no other use
+// is in progress (GATE holds the bare identity; they set the busy bit while they hold the
+// reference), so at most one `&mut State` exists at a time, on one thread.
 unsafe impl Sync for Cell {}
 
 static STATE: Cell = Cell(UnsafeCell::new(None));
@@ -261,25 +275,46 @@ pub(crate) fn phase() -> Phase {
     }
 }
 
+/// The calling thread's identity: the address of its thread control block. On x86-64 the
+/// psABI's TLS rules put that address at `%fs:0` (the TCB points to itself), so reading it is
+/// one instruction instead of a call to `pthread_self` through the PLT; elsewhere it is
+/// `pthread_self`, which glibc and musl also implement as the TCB's address.
 #[inline(always)]
 fn this_thread() -> usize {
-    // SAFETY: pthread_self has no preconditions.
-    unsafe { libc::pthread_self() as usize }
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        let tcb: usize;
+        // SAFETY: on x86-64 Linux every thread's %fs base is its TLS block, whose first word
+        // is the TCB's own address (x86-64 psABI, "Thread-Local Storage"); the read has no
+        // side effects and touches no Rust-visible memory.
+        unsafe {
+            std::arch::asm!(
+                "mov {}, qword ptr fs:[0]",
+                out(reg) tcb,
+                options(nostack, readonly, preserves_flags, pure)
+            )
+        };
+        tcb
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    {
+        // SAFETY: pthread_self has no preconditions.
+        unsafe { libc::pthread_self() as usize }
+    }
 }
 
 /// Whether the caller is the thread that initialized MPI (`MPI_Is_thread_main`; false before
-/// `MPI_Init`).
+/// `MPI_Init` and after `MPI_Finalize`).
 pub(crate) fn on_main_thread() -> bool {
-    phase() != Phase::Before && OWNER.load(Ordering::Relaxed) == this_thread()
+    GATE.load(Ordering::Relaxed) & !BUSY_BIT == this_thread()
 }
 
 /// Makes `st` the process's state, owned by the calling thread.
 pub(crate) fn install(st: State) {
-    OWNER.store(this_thread(), Ordering::Relaxed);
     // SAFETY: called once, from MPI_Init while GATE is BEFORE: no call can be using the cell
-    // (`with` refuses until GATE is IDLE).
+    // (`enter` refuses until GATE holds an owner).
     unsafe { *STATE.0.get() = Some(st) };
-    GATE.store(IDLE, Ordering::Release);
+    GATE.store(this_thread(), Ordering::Release);
 }
 
 /// Takes the state out (MPI_Finalize); later calls find MPI finalized.
@@ -291,19 +326,23 @@ pub(crate) fn take() -> Result<State, c_int> {
     st.ok_or_else(|| errors::refuse("MPI_Finalize", "MPI is not initialized"))
 }
 
+/// The caller's identity if it is the owner and no call is in progress.
 #[inline(always)]
-fn check_caller() -> Result<(), c_int> {
-    if GATE.load(Ordering::Acquire) != IDLE || OWNER.load(Ordering::Relaxed) != this_thread() {
+fn check_caller() -> Result<usize, c_int> {
+    let me = this_thread();
+    if GATE.load(Ordering::Acquire) != me {
         return Err(refused());
     }
-    Ok(())
+    Ok(me)
 }
 
-/// The state, held by one call: while it lives the gate is `BUSY`, so no other reference to
+/// The state, held by one call: while it lives the gate's busy bit is set, so no other reference to
 /// the state can be made (another thread is refused by the owner check, a nested call by the
 /// gate).
 pub(crate) struct Entered {
     st: &'static mut State,
+    /// The caller's identity, which the gate gets back when the call ends.
+    me: usize,
 }
 
 impl std::ops::Deref for Entered {
@@ -324,7 +363,7 @@ impl std::ops::DerefMut for Entered {
 impl Drop for Entered {
     #[inline(always)]
     fn drop(&mut self) {
-        GATE.store(IDLE, Ordering::Release);
+        GATE.store(self.me, Ordering::Release);
     }
 }
 
@@ -332,15 +371,15 @@ impl Drop for Entered {
 /// otherwise (MPI not running, another thread, a nested call).
 #[inline(always)]
 pub(crate) fn enter() -> Result<Entered, c_int> {
-    check_caller()?;
-    GATE.store(BUSY, Ordering::Relaxed);
+    let me = check_caller()?;
+    GATE.store(me | BUSY_BIT, Ordering::Relaxed);
     // SAFETY: the owner thread (the only one that touches the cell), with no other use in
-    // progress: GATE was IDLE and stays BUSY until the returned guard is dropped, and every
+    // progress: GATE held the bare identity and keeps the busy bit until the returned guard is dropped, and every
     // way to the cell goes through this check, so this is the only reference while it lives.
     match unsafe { (*STATE.0.get()).as_mut() } {
-        Some(st) => Ok(Entered { st }),
+        Some(st) => Ok(Entered { st, me }),
         None => {
-            GATE.store(IDLE, Ordering::Release);
+            GATE.store(me, Ordering::Release);
             Err(not_running())
         }
     }
@@ -358,12 +397,12 @@ pub(crate) fn with<R>(f: impl FnOnce(&mut State) -> R) -> Result<R, c_int> {
 #[inline(never)]
 fn refused() -> c_int {
     match GATE.load(Ordering::Acquire) {
-        BUSY if OWNER.load(Ordering::Relaxed) == this_thread() => errors::refuse(
+        BEFORE | AFTER => not_running(),
+        g if g == this_thread() | BUSY_BIT => errors::refuse(
             "MPI",
             "an MPI call made from inside another one (a callback): not supported",
         ),
-        IDLE | BUSY => wrong_thread(),
-        _ => not_running(),
+        _ => wrong_thread(),
     }
 }
 
