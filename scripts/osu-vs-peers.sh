@@ -25,6 +25,12 @@
 # node go through UCX too), and Open MPI's pml ucx (--mca pml ucx --mca pml_ucx_tls any
 # --mca pml_ucx_devices any).
 #
+# Under load (shared memory only): --busy pinned runs one busy process (a spinning `yes`) on
+# the core of rank 1 for the whole of every run, --busy free the same process unpinned; --np N
+# runs N ranks (osu_multi_lat and osu_mbw_mr take any even number), unbound when N is more than
+# the cores, so that 4 ranks on 2 cores share them the way the scheduler likes. Results go to
+# target/osu-vs-peers-busy-<how>/ and target/osu-vs-peers-np<N>/.
+#
 # Writes target/osu-vs-peers/results.tsv (every run: bench, impl, size, value), prints a table
 # per bench with ch4/MPICH and ch4/Open MPI, and draws target/osu-vs-peers/<bench>.png.
 # Installs what it needs when missing and running as root on Debian: mpich, openmpi, their
@@ -33,11 +39,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 net=shm
-case "${1:-}" in
-    --tcp) net=tcp; shift ;;
-    --ofi) net=ofi; shift ;;
-    --ucx) net=ucx; shift ;;
+busy=""
+np=2
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --tcp) net=tcp; shift ;;
+        --ofi) net=ofi; shift ;;
+        --ucx) net=ucx; shift ;;
+        --busy) busy="$2"; shift 2 ;;
+        --np) np="$2"; shift 2 ;;
+        *) break ;;
+    esac
+done
+case "$busy" in
+    "" | pinned | free) ;;
+    *) echo "--busy takes pinned or free, not '$busy'" >&2; exit 2 ;;
 esac
+cores=$(nproc)
 rounds="${1:-5}"
 shift || true
 benches=("$@")
@@ -93,6 +111,24 @@ default_args() {
 
 out=target/osu-vs-peers
 [ "$net" = shm ] || out="target/osu-vs-peers-$net"
+[ -z "$busy" ] || out="target/osu-vs-peers-busy-$busy"
+[ "$np" = 2 ] || out="target/osu-vs-peers-np$np"
+# Binding: one rank per core while there are enough cores (ch4's launcher does so by itself);
+# with more ranks than cores nobody is bound.
+bind=core
+[ "$np" -le "$cores" ] || bind=none
+busy_pid=""
+start_busy() {
+    case "$busy" in
+        pinned) taskset -c 1 yes >/dev/null & busy_pid=$! ;;
+        free) yes >/dev/null & busy_pid=$! ;;
+    esac
+}
+stop_busy() {
+    [ -z "$busy_pid" ] || { kill "$busy_pid" 2>/dev/null; wait "$busy_pid" 2>/dev/null || true; }
+    busy_pid=""
+}
+trap stop_busy EXIT
 mkdir -p "$out"
 tsv="$out/results.tsv"
 printf 'bench\timpl\tsize\tvalue\n' >"$tsv"
@@ -123,13 +159,15 @@ run() {
         ompinet=(--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any --mca btl self
             -x UCX_TLS=tcp -x UCX_NET_DEVICES=lo)
     fi
+    start_busy
     case "$impl" in
-        ch4) env "${ch4env[@]}" "$ch4dir/examples/$prog" "${args[@]}" ;;
-        mpich) "$mpiexec" -bind-to core "${mpichenv[@]}" -n 2 \
+        ch4) env CH4_NP="$np" "${ch4env[@]}" "$ch4dir/examples/$prog" "${args[@]}" ;;
+        mpich) "$mpiexec" -bind-to "$bind" "${mpichenv[@]}" -n "$np" \
             "$mpichdir/release/examples/$prog" "${args[@]}" ;;
-        openmpi) mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to core "${ompinet[@]}" \
-            -n 2 target/peers-openmpi/release/examples/$prog "${args[@]}" ;;
+        openmpi) mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to "$bind" "${ompinet[@]}" \
+            -n "$np" target/peers-openmpi/release/examples/$prog "${args[@]}" ;;
     esac | awk -v b="$bench" -v i="$impl" '/^[0-9]/ { col = (b == "mbw_mr") ? $3 : $2; print b "\t" i "\t" $1 "\t" col }' >>"$tsv"
+    stop_busy
 }
 
 for r in $(seq "$rounds"); do
@@ -142,4 +180,6 @@ for r in $(seq "$rounds"); do
 done
 
 # The table (medians, spread, ratios) and one chart per bench.
-target/release/osu-plot --setup "$net, 2 processes, interleaved" "$tsv" "$out"
+setup="$net, $np processes, interleaved"
+[ -z "$busy" ] || setup="$setup, one busy process ($busy)"
+target/release/osu-plot --setup "$setup" "$tsv" "$out"

@@ -181,6 +181,7 @@ pub fn init_with(config: DeviceConfig) -> Result<Universe> {
         .iter()
         .position(|&g| g == rank)
         .ok_or_else(|| Error::new(ErrorKind::Internal, "rank missing from its node"))?;
+    crate::settings::apply_idle_policy(local.len())?;
     let cfg = ShmConfig::for_ranks(local.len())?;
     let kvs = client.get_my_kvsname().map_err(pmi_err)?.to_string();
     let seg = node_segment(&mut client, &kvs, my_node, me, local.len(), cfg)?;

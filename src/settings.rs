@@ -35,6 +35,12 @@ pub const FACADE: &[Setting] = &[
                   processes only",
     },
     Setting {
+        name: "CH4_YIELD",
+        default: "auto",
+        meaning: "when a waiting rank gives its core up: auto (after 64 idle polls when the node \
+                  has more ranks than CPUs, else after 16384), soon (64) or never",
+    },
+    Setting {
         name: "CH4_SELF_LAUNCHED",
         default: "unset",
         meaning: "set by the embedded launcher in the ranks it starts (not for users)",
@@ -85,12 +91,73 @@ pub(crate) fn check_environment() -> Result<()> {
     env::count("CH4_NODE_SIZE")?;
     env::count("CH4_NP")?;
     env::switch("CH4_DEBUG_SUMMARY")?;
+    yield_choice()?;
     if let Some(v) = env::raw(crate::log::LOG_VAR)? {
         crate::log::check_filter(&v).map_err(|why| {
             env::bad(crate::log::LOG_VAR, &v, &format!("an event filter ({why})"))
         })?;
     }
     Ok(())
+}
+
+/// `CH4_YIELD`: the idle polls before a waiting loop yields, `None` for `auto`.
+fn yield_choice() -> Result<Option<u32>> {
+    use ch4_core::device::YIELD_SOON;
+    match env::raw("CH4_YIELD")?.as_deref() {
+        None | Some("auto") => Ok(None),
+        Some("soon") => Ok(Some(YIELD_SOON)),
+        Some("never") => Ok(Some(u32::MAX)),
+        Some(v) => Err(env::bad("CH4_YIELD", v, "auto, soon or never")),
+    }
+}
+
+/// Sets after how many idle polls this process's waiting loops yield their core
+/// (`ch4_core::device::set_yield_after`): by `CH4_YIELD`, or with `auto` soon when the `ranks`
+/// that share this node's CPUs are more than the CPUs, and late otherwise.
+pub(crate) fn apply_idle_policy(ranks: usize) -> Result<()> {
+    let cpus = node_cpus();
+    let polls = yield_after(yield_choice()?, ranks, cpus);
+    ch4_core::device::set_yield_after(polls);
+    tracing::debug!(ranks, cpus, yield_after = polls, "idle policy");
+    Ok(())
+}
+
+/// The idle polls before yielding: `choice` (`CH4_YIELD`) if given, else soon when `ranks`
+/// outnumber `cpus` and late when they do not.
+fn yield_after(choice: Option<u32>, ranks: usize, cpus: usize) -> u32 {
+    use ch4_core::device::{YIELD_LATE, YIELD_SOON};
+    choice.unwrap_or(if ranks > cpus { YIELD_SOON } else { YIELD_LATE })
+}
+
+/// The CPUs this node's ranks can run on: the ones this process may use, or, when a launcher
+/// bound it to a single one (one rank per core), the node's online CPUs.
+fn node_cpus() -> usize {
+    let mine = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if mine > 1 {
+        return mine;
+    }
+    std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|list| cpu_list_len(list.trim()))
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// The number of CPUs in a kernel CPU list (`0-3,6,8-9`); `None` if it does not parse.
+fn cpu_list_len(list: &str) -> Option<usize> {
+    list.split(',').try_fold(0usize, |n, part| {
+        let count = match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
+                b.checked_sub(a)? + 1
+            }
+            None => {
+                part.parse::<usize>().ok()?;
+                1
+            }
+        };
+        n.checked_add(count)
+    })
 }
 
 /// Prints the summary to standard error when `CH4_DEBUG_SUMMARY` is on.
@@ -179,6 +246,26 @@ impl fmt::Display for Summary {
 /// drift apart.
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ranks_yield_soon_only_when_they_outnumber_the_cpus() {
+        use ch4_core::device::{YIELD_LATE, YIELD_SOON};
+        assert_eq!(super::yield_after(None, 2, 2), YIELD_LATE);
+        assert_eq!(super::yield_after(None, 4, 2), YIELD_SOON);
+        assert_eq!(super::yield_after(None, 1, 1), YIELD_LATE);
+        assert_eq!(super::yield_after(Some(u32::MAX), 4, 2), u32::MAX);
+        assert_eq!(super::yield_after(Some(YIELD_SOON), 2, 8), YIELD_SOON);
+    }
+
+    #[test]
+    fn kernel_cpu_lists_are_counted() {
+        assert_eq!(super::cpu_list_len("0-1"), Some(2));
+        assert_eq!(super::cpu_list_len("0"), Some(1));
+        assert_eq!(super::cpu_list_len("0-3,6,8-9"), Some(7));
+        assert_eq!(super::cpu_list_len("3-1"), None);
+        assert_eq!(super::cpu_list_len("a"), None);
+        assert_eq!(super::cpu_list_len(""), None);
+    }
+
     #[test]
     fn the_readme_lists_every_setting() {
         let readme = include_str!("../README.md");

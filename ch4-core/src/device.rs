@@ -1174,15 +1174,45 @@ impl<N: Netmod, S: Shm> Device<N, S> {
     }
 }
 
+/// After how many idle polls in a row a waiting loop gives up its core ([`backoff`]); see
+/// [`set_yield_after`].
+static YIELD_AFTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(YIELD_SOON);
+
+/// [`set_yield_after`] for ranks that share CPUs: 64 idle polls, not Nemesis's 1000. Measured
+/// interleaved on a 2-core host with ranks sharing cores, 1024 was no better at best and worse
+/// in the median (0.84x message rate, 0.77x 64 KiB bandwidth), since a rank that does not give
+/// up the core can starve a peer sharing it.
+pub const YIELD_SOON: u32 = 64;
+
+/// [`set_yield_after`] for ranks that each have a CPU: about half a millisecond of polling.
+/// Yielding sooner hurts when another busy program shares the node: Linux's fair scheduler
+/// (EEVDF since 6.6) pushes a yielder's deadline back, so a rank that yields during the
+/// microsecond waits of a streamed message hands its time to that program, and the message,
+/// which both ranks must copy at once, crawls. Measured on this project's 2-core host with one
+/// spinning process beside two ranks: osu_bw at 1-4 MiB read 2.8-3.4 GB/s yielding after 64
+/// polls and 10-10.6 never yielding. Yielding at all keeps a job that shares the node with
+/// other jobs (a test suite running several at once) from spinning away whole time slices.
+pub const YIELD_LATE: u32 = 1 << 14;
+
+/// Sets after how many idle polls in a row every waiting loop of this process yields its core
+/// (`u32::MAX`: never). The facade sets it at start-up ([`YIELD_SOON`] when the node has more
+/// ranks than CPUs, as MPICH and Open MPI yield only when oversubscribed, else
+/// [`YIELD_LATE`]; `CH4_YIELD` overrides).
+pub fn set_yield_after(polls: u32) {
+    YIELD_AFTER.store(polls, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// After how many idle polls waiting loops yield (see [`set_yield_after`]).
+pub fn yield_after() -> u32 {
+    YIELD_AFTER.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Gives the other ranks' threads the core now and then while waiting, without sleeping on a
-/// busy path; `idle` counts the polls in a row that found nothing. Every waiting loop of the
-/// device and of the facade uses it.
+/// busy path; `idle` counts the polls in a row that found nothing (see [`set_yield_after`]).
+/// Every waiting loop of the device and of the facade uses it.
 #[inline(always)]
 pub fn backoff(idle: u32) {
-    // 64 idle polls, not Nemesis's 1000: measured interleaved on a 2-core host, 1024 was no
-    // better at best and worse in the median (0.84x message rate, 0.77x 64 KiB bandwidth),
-    // since a rank that does not give up the core can starve a peer sharing it.
-    if idle > 64 {
+    if idle > YIELD_AFTER.load(std::sync::atomic::Ordering::Relaxed) {
         std::thread::yield_now();
     } else {
         std::hint::spin_loop();
