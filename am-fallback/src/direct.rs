@@ -7,7 +7,7 @@ use ch4_core::{Envelope, Gpid, Result, Status};
 
 use crate::deliver::{check_carried, eager_delivered, envelope, Arrival};
 use crate::dispatch::{finish_poll, Dispatch};
-use crate::wire::{self, handler};
+use crate::wire;
 
 /// The direct path of a blocking receive (see `P2p::recv_direct`): no request, no posted entry.
 ///
@@ -89,13 +89,10 @@ struct DirectSink<'a, 'b, T, P> {
 impl<T: AmTransport, P: Partner> AmSink for DirectSink<'_, '_, T, P> {
     #[inline(always)]
     fn deliver(&mut self, src: Gpid, h: HandlerId, header: &[u8], payload: &[u8]) -> Result<()> {
-        if self.done.is_none()
-            && !self.blocked
-            && matches!(h, handler::EAGER | handler::RTS | handler::RTS_GET)
-        {
-            let (hdr, _) = wire::parse_match(h, header)?;
+        if self.done.is_none() && !self.blocked && wire::is_match(h) {
+            let (hdr, _) = wire::parse_match(h, header, payload.len())?;
             if self.want.accepts(&envelope(&hdr)) {
-                if h == handler::EAGER && self.inner.core.posted.is_empty() {
+                if wire::is_eager(h) && self.inner.core.posted.is_empty() {
                     check_carried(src, hdr.total, payload.len())?;
                     let a = Arrival::new(self.inner.route, src, &hdr, payload.len(), 0);
                     let st = copy_direct(self.inner.core, &a, payload, self.buf)?;

@@ -62,8 +62,8 @@ impl<T: AmTransport, P: Partner> AmSink for Dispatch<'_, T, P> {
     #[inline]
     fn deliver(&mut self, src: Gpid, h: HandlerId, header: &[u8], payload: &[u8]) -> Result<()> {
         match h {
-            handler::EAGER | handler::RTS | handler::RTS_GET => {
-                let (hdr, addr) = wire::parse_match(h, header)?;
+            handler::EAGER | handler::EAGER_SHORT | handler::RTS | handler::RTS_GET => {
+                let (hdr, addr) = wire::parse_match(h, header, payload.len())?;
                 if T::AM_ORDERED {
                     self.on_match_packet(src, h, &hdr, addr, payload)
                 } else {
@@ -192,7 +192,7 @@ impl<'a, T: AmTransport, P: Partner> Dispatch<'a, T, P> {
             let state = &mut self.core.am[self.route.index()];
             let held = state.held.get_mut(&src).and_then(|m| m.remove(&next));
             let Some(p) = held else { break };
-            let (hdr, addr) = wire::parse_match(p.handler, &p.header)?;
+            let (hdr, addr) = wire::parse_match(p.handler, &p.header, p.payload.len())?;
             self.on_match_packet(src, p.handler, &hdr, addr, &p.payload)?;
             next = next.wrapping_add(1);
         }
@@ -211,7 +211,7 @@ impl<'a, T: AmTransport, P: Partner> Dispatch<'a, T, P> {
     ) -> Result<()> {
         let total = announced_length(hdr)?;
         let env = envelope(hdr);
-        let eager = h == handler::EAGER;
+        let eager = wire::is_eager(h);
         // An eager packet carries its whole message; a request-to-send carries nothing.
         check_carried(src, if eager { hdr.total } else { 0 }, payload.len())?;
         while let Some((_, _, req)) = self.core.posted.take_match(&env) {

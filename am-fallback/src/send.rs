@@ -9,7 +9,7 @@ use ch4_core::request::{
 use ch4_core::transport::{AmTransport, Cx, Partner, SendOp};
 use ch4_core::{Error, ErrorKind, Gpid, Result, SendMode, Status};
 
-use crate::wire::{handler, MatchHeader, ReadableRts};
+use crate::wire::{handler, EagerHeader, MatchHeader, ReadableRts};
 
 #[inline(always)]
 fn mode_flags(mode: SendMode) -> u32 {
@@ -150,7 +150,15 @@ fn send_eager<T: AmTransport>(
     buf: &ch4_core::buffer::SendBuf,
 ) -> Result<()> {
     match buf.contiguous() {
-        Some(data) => transport.am_send(dest, handler::EAGER, bytemuck::bytes_of(hdr), &[data]),
+        Some(data) => match EagerHeader::of(hdr) {
+            Some(short) if T::AM_ORDERED => transport.am_send(
+                dest,
+                handler::EAGER_SHORT,
+                bytemuck::bytes_of(&short),
+                &[data],
+            ),
+            _ => transport.am_send(dest, handler::EAGER, bytemuck::bytes_of(hdr), &[data]),
+        },
         None => send_eager_noncontiguous(transport, dest, hdr, buf),
     }
 }

@@ -3,10 +3,11 @@
 //! scenario is deterministic — and the test can inject the malformed packets a hostile or broken
 //! peer might send.
 
-use am_fallback::wire::{handler, CtsHeader, DataHeader, MatchHeader, ReadableRts};
+use am_fallback::wire::{handler, CtsHeader, DataHeader, EagerHeader, MatchHeader, ReadableRts};
 use ch4_core::buffer::{RecvBuf, SendBuf};
 use ch4_core::core::DeviceConfig;
 use ch4_core::pool::PoolConfig;
+use ch4_core::request::msg_flags;
 use ch4_core::transport::HandlerId;
 use ch4_core::{ErrorKind, SendMode};
 use testkit::{pipe_job, pipe_pair, Frame, PipeHarness, Unordered, Wire};
@@ -22,6 +23,38 @@ fn match_header(tag: i32, total: u64) -> MatchHeader {
         sreq: 0,
         total,
     }
+}
+
+/// On an ordered transport a small message that nothing answers goes with the 16-byte header
+/// and arrives whole (data, source, tag, length); a synchronous one, which the receiver must
+/// acknowledge by request id, with the full header.
+#[test]
+fn standard_eager_sends_take_the_short_header_and_synchronous_ones_the_full_one() {
+    let (wire, mut h) = pipe_pair(DeviceConfig::default()).unwrap();
+    let (wa, wb) = (h[0].world(), h[1].world());
+    let data: Vec<u8> = (0..32).collect();
+    let s = h[0]
+        .isend(wa, 1, 7, SendBuf::owned(data.clone()), SendMode::Standard)
+        .unwrap();
+    let y = h[0]
+        .isend(
+            wa,
+            1,
+            8,
+            SendBuf::owned(data.clone()),
+            SendMode::Synchronous,
+        )
+        .unwrap();
+    assert_eq!(wire.handlers(1), [handler::EAGER_SHORT, handler::EAGER]);
+    for tag in [7, 8] {
+        let mut got = [0u8; 64];
+        let r = h[1].irecv(wb, 0, tag, unsafe_free(&mut got)).unwrap();
+        let st = h.wait(1, r).unwrap();
+        assert_eq!((st.source, st.tag, st.bytes), (0, tag, 32));
+        assert_eq!(got[..32], data[..]);
+    }
+    h.wait(0, s).unwrap();
+    h.wait(0, y).unwrap();
 }
 
 /// After a protocol error the device still works: a normal message goes through.
@@ -40,8 +73,20 @@ fn malformed_packets_are_protocol_errors_not_panics() {
     let (wire, mut h) = pipe_pair(DeviceConfig::default()).unwrap();
     let hdr = match_header(1, 10);
     let cases: Vec<(HandlerId, Vec<u8>, Vec<u8>)> = vec![
-        (99, vec![], vec![]),                    // unknown handler
-        (handler::EAGER, vec![1, 2, 3], vec![]), // short header
+        (99, vec![], vec![]),                          // unknown handler
+        (handler::EAGER, vec![1, 2, 3], vec![]),       // short header
+        (handler::EAGER_SHORT, vec![1, 2, 3], vec![]), // shorter than the short header
+        (
+            handler::EAGER_SHORT,
+            bytemuck::bytes_of(&EagerHeader {
+                context: 0,
+                source: 1,
+                tag: 10,
+                flags: msg_flags::SYNC,
+            })
+            .to_vec(),
+            vec![0; 3],
+        ), // synchronous, with no request id to acknowledge
         (
             handler::EAGER,
             bytemuck::bytes_of(&hdr).to_vec(),
@@ -67,15 +112,15 @@ fn malformed_packets_are_protocol_errors_not_panics() {
             .to_vec(),
             vec![],
         ), // clear-to-send for a send that does not exist
-        (handler::SYNC_ACK, vec![0; 16], vec![]), // ack for nobody
-        (handler::CANCEL_ACK, vec![0; 5], vec![]), // short ack
+        (handler::SYNC_ACK, vec![0; 16], vec![]),      // ack for nobody
+        (handler::CANCEL_ACK, vec![0; 5], vec![]),     // short ack
         (
             handler::RTS_GET,
             bytemuck::bytes_of(&ReadableRts { m: hdr, addr: 0 }).to_vec(),
             vec![],
         ), // single-copy offer of address 0
         (handler::RTS_GET, bytemuck::bytes_of(&hdr).to_vec(), vec![]), // offer without address
-        (handler::GET_DONE, vec![0; 16], vec![]), // read-done for nobody
+        (handler::GET_DONE, vec![0; 16], vec![]),      // read-done for nobody
     ];
     for (i, (id, header, payload)) in cases.into_iter().enumerate() {
         wire.inject(0, Frame::new(1, id, &header, &payload));
@@ -278,7 +323,8 @@ fn eager_credit_bounds_what_a_receiver_holds_and_comes_back() {
         })
         .collect();
     let on_wire = wire.handlers(1);
-    assert_eq!(on_wire[..10], [handler::EAGER; 10]);
+    // A standard eager message needs no reply: the short header (the pipe is ordered).
+    assert_eq!(on_wire[..10], [handler::EAGER_SHORT; 10]);
     assert_eq!(on_wire[10..], [handler::RTS; 40]);
     let held: usize = wire.with_inbox(1, |q| q.iter().map(|f| f.payload.len()).sum());
     assert_eq!(
@@ -314,7 +360,10 @@ fn eager_credit_bounds_what_a_receiver_holds_and_comes_back() {
             .unwrap();
     }
     let on_wire = wire.handlers(1);
-    let eager = on_wire.iter().filter(|&&h| h == handler::EAGER).count();
+    let eager = on_wire
+        .iter()
+        .filter(|&&h| h == handler::EAGER_SHORT)
+        .count();
     assert!(
         eager >= 8,
         "credit came back (up to the unreturned quarter): {on_wire:?}"

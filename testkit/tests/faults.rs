@@ -318,13 +318,16 @@ fn borrowed(buf: &mut [u8]) -> RecvBuf {
 
 #[test]
 fn corrupted_lengths_are_protocol_errors_and_the_device_keeps_working() {
-    // The `total` field of every matching header rank 0 receives gets a bit flipped.
+    // The `total` field of every matching header rank 0 receives gets a bit flipped. The sends
+    // are synchronous, so that they carry the full header: a standard one goes with the short
+    // header, whose length is the packet's own.
     let config = FaultConfig::NONE.with_corrupt(100, 32..40);
     let mut h = faulty_pair::<false>(1, &[0], config);
     let ctl = h[0].netmod().control();
     for tag in 0..5 {
         let w = h[1].world();
-        h[1].send(w, 0, tag, b"hello", SendMode::Standard).unwrap();
+        let hello = SendBuf::owned(b"hello".to_vec());
+        h[1].isend(w, 0, tag, hello, SendMode::Synchronous).unwrap();
         let err = h[0].progress().unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Protocol, "{err}");
     }
