@@ -153,8 +153,7 @@ impl Threads {
             max_payload: self.max_payload.unwrap_or(defaults.max_payload),
         })?;
         let n = self.ranks;
-        // The ranks are this process's threads: they all share its CPUs.
-        crate::settings::apply_idle_policy(n as usize)?;
+        crate::settings::apply_thread_idle_policy()?;
         let device = match self.device_config {
             Some(c) => c,
             None => DeviceConfig::from_env()?,

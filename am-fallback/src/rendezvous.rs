@@ -34,9 +34,11 @@ pub(crate) fn accept_rts(core: &mut Core, req: ReqHandle, a: &Arrival) -> Result
     r.status = Status::ok(a.env.source, a.env.tag, 0);
     r.status.error = completion_error(a.flags, total, accept);
     let src = a.src;
-    // A single-copy read only for a lone message (see `run_peer_reads`): with other receives
-    // waiting, answer at once and let the data stream.
-    if a.remote_addr != 0 && accept > 0 && core.posted.is_empty() {
+    // An offered buffer: whether to read it or have it streamed is decided at the next poll
+    // (`run_peer_reads`). A receive posted ahead of a window of sends (osu_bibw posts its
+    // receives first) is matched before those sends start, and only then is it known whether
+    // large messages flow both ways.
+    if a.remote_addr != 0 && accept > 0 {
         tracing::debug!(
             src,
             total,
@@ -58,6 +60,26 @@ pub(crate) fn accept_rts(core: &mut Core, req: ReqHandle, a: &Arrival) -> Result
         core.complete_recv(req, status);
     }
     Ok(())
+}
+
+/// How long after this process last started a rendezvous send its unfinished ones still count
+/// (one that never finishes, its receiver dead, must not make it read forever).
+const SENDING_LARGE_FOR: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Whether this process is sending large messages on this route: rendezvous sends whose data
+/// has not all moved, the last started within [`SENDING_LARGE_FOR`]. Then large messages flow
+/// both ways, and reading the incoming ones copies each byte once per direction instead of
+/// twice on each side. (A ping-pong is not both ways: its send is done before the reply comes.)
+fn sending_large(route: &ch4_core::core::AmRouteState) -> bool {
+    route.rendezvous_in_flight > 0
+        && route
+            .rendezvous_sent
+            .is_some_and(|t| t.elapsed() < SENDING_LARGE_FOR)
+}
+
+/// One of this process's rendezvous sends has moved all its data (see [`sending_large`]).
+fn finished(route: &mut ch4_core::core::AmRouteState) {
+    route.rendezvous_in_flight = route.rendezvous_in_flight.saturating_sub(1);
 }
 
 /// Queues the clear-to-send that tells the sender of `sreq` to stream `accept` bytes to `req`.
@@ -85,12 +107,13 @@ fn queue_cts(
 /// sender, complete. A read the transport declines turns into an ordinary clear-to-send, so the
 /// data is streamed instead; a sender that died fails the receive.
 ///
-/// Only a lone message is read: one matched, and no other receive waiting. Otherwise the
-/// traffic is a stream (a bandwidth-bound window of receives), and the streamed mode moves it
-/// faster: the sender copies pieces into the ring while we copy earlier ones out, two cores at
-/// work instead of one (measured on this project's 2-core host: single copy 0.5-0.8x the
-/// streamed bandwidth for a window of 64 at 64 KiB-4 MiB, but 2x better latency for one message
-/// of 64-256 KiB).
+/// A message is read when the transport says a read pays ([`AmTransport::read_pays`]): for a
+/// lone message (one matched, no other receive waiting), or while this process sends large
+/// messages itself. Otherwise the traffic is a one-way stream (a bandwidth-bound window of
+/// receives), and the streamed mode moves it faster: the sender copies pieces into the ring
+/// while we copy earlier ones out, two cores at work instead of one (measured on this
+/// project's 2-core host: single copy 0.5-0.8x the streamed bandwidth for a window of 64 at
+/// 64 KiB-4 MiB, but 2x better latency for one message of 64-256 KiB).
 #[inline(never)]
 pub(crate) fn run_peer_reads<T: AmTransport>(
     core: &mut Core,
@@ -99,6 +122,7 @@ pub(crate) fn run_peer_reads<T: AmTransport>(
 ) -> Result<usize> {
     let mut done = 0;
     let lone = core.am[route.index()].reads.len() == 1 && core.posted.is_empty();
+    let both_ways = sending_large(&core.am[route.index()]);
     while let Some(job) = core.am[route.index()].reads.pop_front() {
         let Some(r) = core.requests.get_mut(job.req) else {
             continue;
@@ -107,8 +131,10 @@ pub(crate) fn run_peer_reads<T: AmTransport>(
             continue;
         };
         let accept = rs.expected;
+        let read = (lone && transport.read_pays(accept, false))
+            || (both_ways && transport.read_pays(accept, true));
         let outcome = match rs.buf.contiguous_mut() {
-            _ if !lone => Ok(PeerRead::Unavailable),
+            _ if !read => Ok(PeerRead::Unavailable),
             Some(dst) => transport.read_peer(job.src, job.addr, &mut dst[..accept]),
             None => read_peer_unpacking(
                 transport,
@@ -227,6 +253,7 @@ pub(crate) fn stream_pending<T: AmTransport>(
         s.sent = end;
         done += 1;
         if s.sent >= s.accepted {
+            finished(&mut core.am[route.index()]);
             core.send_event_done(h);
         } else {
             core.am[route.index()].streaming.push_back(h);
@@ -278,6 +305,7 @@ impl<T: AmTransport, P: Partner> Dispatch<'_, T, P> {
         s.engine = cts.rreq;
         s.accepted = cts.accept as usize;
         if s.accepted == 0 {
+            finished(&mut self.core.am[self.route.index()]);
             self.core.send_event_done(h);
         } else {
             self.core.am[self.route.index()].streaming.push_back(h);
@@ -349,6 +377,7 @@ impl<T: AmTransport, P: Partner> Dispatch<'_, T, P> {
         }
         s.accepted = a.value as usize;
         s.sent = s.accepted;
+        finished(&mut self.core.am[self.route.index()]);
         self.core.send_event_done(h);
         Ok(())
     }

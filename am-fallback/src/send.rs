@@ -116,6 +116,7 @@ pub(crate) fn isend<T: AmTransport, P: Partner>(
     };
     hdr.sreq = h.to_raw();
     hdr.seq = next_seq::<T>(cx.core, cx.route, dest);
+
     let sent = match cx.core.requests.get(h).map(|r| &r.kind) {
         Some(RequestKind::Send(s)) if eager => send_eager(cx.transport, dest, &hdr, &s.buf),
         Some(RequestKind::Send(s)) => send_rts(cx.transport, dest, &hdr, &s.buf),
@@ -126,7 +127,16 @@ pub(crate) fn isend<T: AmTransport, P: Partner>(
         None => Err(Error::new(ErrorKind::Internal, "send request vanished")),
     };
     match sent {
-        Ok(()) => Ok(h),
+        Ok(()) => {
+            if !eager {
+                // A large message leaves: the ones this process receives until its data has
+                // moved may be read (see `rendezvous::sending_large`).
+                let state = &mut cx.core.am[cx.route.index()];
+                state.rendezvous_in_flight += 1;
+                state.rendezvous_sent = Some(std::time::Instant::now());
+            }
+            Ok(h)
+        }
         Err(e) => {
             unsend_seq::<T>(cx.core, cx.route, dest);
             cx.core.requests.remove(h);

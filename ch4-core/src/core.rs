@@ -85,6 +85,15 @@ pub struct AmRouteState {
     pub scratch: Vec<u8>,
     /// Matched rendezvous receives whose data the transport will read from the sender (LMT Get).
     pub reads: VecDeque<PeerReadJob>,
+    /// Rendezvous sends of this process on this route whose data has not all moved (streamed
+    /// after a clear-to-send, or read by the receiver): while there are some, it is sending
+    /// large messages, and reading the ones it receives copies each byte once per direction
+    /// ([`crate::transport::AmTransport::read_pays`]). A send that never finishes (a receiver
+    /// that died, a cancelled send) leaves it high; `rendezvous_sent` bounds how long that
+    /// counts.
+    pub rendezvous_in_flight: usize,
+    /// When this process last started a rendezvous send on this route.
+    pub rendezvous_sent: Option<std::time::Instant>,
     /// Eager credit left towards each process (indexed by process id), in credit bytes
     /// ([`credit_cost`]): an eager message that would overdraw it goes by rendezvous instead, so
     /// a receiver never holds more than its senders' credit of unexpected eager data, and a

@@ -90,6 +90,16 @@ pub trait AmTransport: Sized {
         false
     }
 
+    /// Whether the receiver should take an offered buffer of `bytes` by a single-copy read
+    /// rather than have it streamed: for a lone message (`both_ways` false: no other receive
+    /// waiting), or while this process is itself sending large messages (`both_ways` true:
+    /// then each side reading its incoming data copies every byte once, where streaming in both
+    /// directions copies it twice on each side).
+    #[inline(always)]
+    fn read_pays(&self, _bytes: usize, _both_ways: bool) -> bool {
+        false
+    }
+
     /// Copies `into.len()` bytes at address `addr` of process `src`'s memory into `into` (the
     /// receiving half of LMT Get). `Ok(PeerRead::Unavailable)` declines — the transport cannot
     /// read that peer (not supported, forbidden by the kernel, a bad address) and the data must

@@ -20,8 +20,9 @@ pub struct CmaConfig {
     pub enabled: bool,
     /// Rendezvous messages of at least this many bytes are offered for a single-copy read.
     pub threshold: usize,
-    /// ... and of at most this many: longer ones stream faster through the rings, the sender
-    /// copying in while the receiver copies out.
+    /// ... and, for a lone message, of at most this many: longer ones stream faster through
+    /// the rings, the sender copying in while the receiver copies out (unless the receiver is
+    /// sending large messages itself: [`BOTH_WAYS_MIN`]).
     pub max: usize,
 }
 
@@ -35,6 +36,14 @@ pub const DEFAULT_THRESHOLD: usize = 0;
 /// hundred KiB the streamed pipeline wins: sender and receiver copy at the same time, while a
 /// cross-memory read is one core copying, pinning the sender's pages as it goes.
 pub const DEFAULT_MAX: usize = 256 << 10;
+
+/// From this size a message is read rather than streamed while the receiving rank is itself
+/// sending large messages (`AmTransport::read_pays` with `both_ways`). Streaming in both
+/// directions makes each side copy every byte twice (into its outgoing ring, out of its
+/// incoming one); reading, once. Measured on this project's 2-core host (osu_bibw, windows of
+/// 64, 3 interleaved rounds, GB/s streamed / read): 128 KiB 22.7-27.6 / 21.5-24.2, 256 KiB
+/// 20.3-27.0 / 22.5-23.3, 512 KiB-4 MiB 18.4-20.8 / 20.4-22.5: reading wins from 512 KiB.
+pub const BOTH_WAYS_MIN: usize = 512 << 10;
 
 impl CmaConfig {
     /// From `CH4_SHM_CMA` (on unless switched off), `CH4_SHM_CMA_THRESHOLD` and

@@ -73,6 +73,6 @@ pub const SETTINGS: &[Setting] = &[
     Setting::new(
         "CH4_SHM_CMA_MAX",
         "256K",
-        "... and of at most this many; larger ones stream (two cores copying beat one)",
+        "... and, for a lone message, of at most this many (larger ones stream: two cores copying beat one); while the receiver sends large messages itself, every one from 512K is read",
     ),
 ];

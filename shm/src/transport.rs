@@ -564,7 +564,19 @@ impl AmTransport for ShmTransport {
 
     #[inline(always)]
     fn offers_peer_read(&self, _dest: Gpid, bytes: usize) -> bool {
-        self.cma.enabled && bytes >= self.cma.threshold && bytes <= self.cma.max
+        // Every rendezvous message: the receiver chooses (`read_pays`).
+        self.cma.enabled && bytes >= self.cma.threshold
+    }
+
+    #[inline(always)]
+    fn read_pays(&self, bytes: usize, both_ways: bool) -> bool {
+        self.cma.enabled
+            && bytes >= self.cma.threshold
+            && if both_ways {
+                bytes >= cma::BOTH_WAYS_MIN
+            } else {
+                bytes <= self.cma.max
+            }
     }
 
     fn read_peer(&mut self, src: Gpid, addr: u64, into: &mut [u8]) -> Result<PeerRead> {
