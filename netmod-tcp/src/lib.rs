@@ -25,7 +25,7 @@ pub const SETTINGS: &[Setting] = &[
     ),
     Setting::new(
         "CH4_TCP_PIECE_SIZE",
-        "1M",
+        "256K",
         "rendezvous data moves in pieces this big",
     ),
     Setting::new(

@@ -190,33 +190,37 @@ fn terminate_sends_what_is_queued_then_closes_and_a_later_send_reconnects() {
     let mut t1 = ts.pop().unwrap();
     let mut t0 = ts.pop().unwrap();
     let (mut g0, mut g1) = (Collect::default(), Collect::default());
-    let big = pattern(0, 0, 1 << 20);
+    // The largest payload one message may carry (the header is one byte).
+    let big = pattern(0, 0, t0.am_max_payload() - 1);
+    // 6 MiB in all, more than a loopback socket takes at once.
+    let count = (6usize << 20).div_ceil(big.len()) as u8;
     t0.am_send(1, 2, b"first", &[]).unwrap();
     poll_both(&mut t0, &mut g0, &mut t1, &mut g1, |a, _, _, g| {
         a.is_connected(1) && g.0.len() == 1
     });
     // More than the socket takes at once, then the close: the call returns at once, with
     // the data still queued.
-    for i in 0..6u8 {
+    for i in 0..count {
         t0.am_send(1, 3, &[i], &[&big]).unwrap();
     }
     t0.vc_terminate(1).unwrap();
     assert!(t0.has_queued_output());
     // Sent after the close began: waits for the next connection.
     t0.am_send(1, 4, b"after", &[]).unwrap();
+    let all = usize::from(count) + 1;
     poll_both(&mut t0, &mut g0, &mut t1, &mut g1, |_, _, _, g| {
-        g.0.len() == 7
+        g.0.len() == all
     });
-    for (i, m) in g1.0[1..7].iter().enumerate() {
+    for (i, m) in g1.0[1..all].iter().enumerate() {
         assert_eq!((m.0, m.1, &m.2[..]), (0, 3, &[i as u8][..]));
         assert!(m.3 == big, "message {i} intact");
     }
     assert_eq!((g1.0[0].1, &g1.0[0].2[..]), (2, &b"first"[..]));
     // The last message made a new connection once the old one had closed on both sides.
     poll_both(&mut t0, &mut g0, &mut t1, &mut g1, |a, _, b, g| {
-        g.0.len() == 8 && !a.has_queued_output() && a.is_connected(1) && b.is_connected(0)
+        g.0.len() == all + 1 && !a.has_queued_output() && a.is_connected(1) && b.is_connected(0)
     });
-    assert_eq!((g1.0[7].1, &g1.0[7].2[..]), (4, &b"after"[..]));
+    assert_eq!((g1.0[all].1, &g1.0[all].2[..]), (4, &b"after"[..]));
     assert!(!t0.peer_failed(1) && !t1.peer_failed(0));
     // Both ways work on the new connection.
     t1.am_send(0, 5, b"back", &[]).unwrap();
