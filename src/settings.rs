@@ -125,10 +125,8 @@ pub(crate) fn apply_idle_policy(ranks: usize) -> Result<()> {
 
 /// [`apply_idle_policy`] for ranks that are threads: they yield soon unless `CH4_YIELD` says
 /// otherwise. They share one process's CPUs with whatever else the process runs — a test
-/// harness runs many such jobs at once — so they are oversubscribed more often than not; and
-/// under heavy oversubscription ranks that spin for long starve the thread they wait for
-/// (the thread-mode order tests then saw, in about one run in thirty, a receive failed as if
-/// its finished peer had died; none in 36 runs yielding soon).
+/// harness runs many such jobs at once — so they are oversubscribed more often than not, and
+/// ranks that spin for long then starve the thread they wait for.
 pub(crate) fn apply_thread_idle_policy() -> Result<()> {
     let polls = yield_choice()?.unwrap_or(ch4_core::device::YIELD_SOON);
     ch4_core::device::set_yield_after(polls);
