@@ -38,8 +38,7 @@ pub const FACADE: &[Setting] = &[
         name: "CH4_YIELD",
         default: "auto",
         meaning: "when a waiting rank gives its core up: auto (after 64 idle polls when the node \
-                  has more ranks than CPUs or the ranks are threads, else after 16384), soon \
-                  (64) or never",
+                  has more ranks than CPUs, else after 16384), soon (64) or never",
     },
     Setting {
         name: "CH4_SELF_LAUNCHED",
@@ -120,16 +119,6 @@ pub(crate) fn apply_idle_policy(ranks: usize) -> Result<()> {
     let polls = yield_after(yield_choice()?, ranks, cpus);
     ch4_core::device::set_yield_after(polls);
     tracing::debug!(ranks, cpus, yield_after = polls, "idle policy");
-    Ok(())
-}
-
-/// [`apply_idle_policy`] for ranks that are threads: they yield soon unless `CH4_YIELD` says
-/// otherwise. They share one process's CPUs with whatever else the process runs — a test
-/// harness runs many such jobs at once — so they are oversubscribed more often than not, and
-/// ranks that spin for long then starve the thread they wait for.
-pub(crate) fn apply_thread_idle_policy() -> Result<()> {
-    let polls = yield_choice()?.unwrap_or(ch4_core::device::YIELD_SOON);
-    ch4_core::device::set_yield_after(polls);
     Ok(())
 }
 

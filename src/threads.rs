@@ -153,7 +153,8 @@ impl Threads {
             max_payload: self.max_payload.unwrap_or(defaults.max_payload),
         })?;
         let n = self.ranks;
-        crate::settings::apply_thread_idle_policy()?;
+        // The ranks are this process's threads: they all share its CPUs.
+        crate::settings::apply_idle_policy(n as usize)?;
         let device = match self.device_config {
             Some(c) => c,
             None => DeviceConfig::from_env()?,

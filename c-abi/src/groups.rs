@@ -344,10 +344,7 @@ pub unsafe extern "C" fn MPI_Comm_create(
         let (id, fatal) = (slot.id, slot.fatal);
         let g = group_in(st, group)?;
         let new = st.device()?.comm_create(id, &g)?;
-        let h = match new {
-            Some(c) => st.add_comm(c, fatal),
-            None => abi::COMM_NULL,
-        };
+        let h = new.map_or(abi::COMM_NULL, |c| st.add_comm(c, fatal));
         // SAFETY: the caller's contract.
         unsafe { put(newcomm, h) };
         Ok(())

@@ -468,10 +468,7 @@ pub unsafe extern "C" fn MPI_Comm_split(
         let slot = st.slot(comm)?;
         let (id, fatal) = (slot.id, slot.fatal);
         let new = st.device()?.comm_split(id, color, key)?;
-        let h = match new {
-            Some(c) => st.add_comm(c, fatal),
-            None => abi::COMM_NULL,
-        };
+        let h = new.map_or(abi::COMM_NULL, |c| st.add_comm(c, fatal));
         // SAFETY: the caller's contract.
         unsafe { put(newcomm, h) };
         Ok(())

@@ -1235,11 +1235,6 @@ pub fn set_yield_after(polls: u32) {
     YIELD_AFTER.store(polls, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// After how many idle polls waiting loops yield (see [`set_yield_after`]).
-pub fn yield_after() -> u32 {
-    YIELD_AFTER.load(std::sync::atomic::Ordering::Relaxed)
-}
-
 /// Gives the other ranks' threads the core now and then while waiting, without sleeping on a
 /// busy path; `idle` counts the polls in a row that found nothing (see [`set_yield_after`]).
 /// Every waiting loop of the device and of the facade uses it.
