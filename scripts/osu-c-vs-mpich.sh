@@ -1,22 +1,32 @@
 #!/usr/bin/env bash
 # The real OSU 7.2 C programs, one binary per benchmark, run on two libraries of the MPI
 # standard ABI: ch4's libmpi_abi.so.1 (under ch4run) and MPICH 5's (PyPI's mpich 5.0.2, under
-# its Hydra). The binary is built once, with c-abi/bin/mpicc; only LD_LIBRARY_PATH changes, so
-# the loops, the buffers and the timing code are the same on both sides: the fairest comparison
-# there is. Interleaved rounds (ch4, MPICH, ch4, MPICH, ...), two processes on this host,
-# medians with the spread, ratios and charts in target/osu-c-vs-mpich/. The Rust-loop comparison
-# against MPICH 4 and Open MPI is scripts/osu-vs-peers.sh.
+# its Hydra; "mpich5" in the tables). The binary is built once, with c-abi/bin/mpicc; only
+# LD_LIBRARY_PATH changes, so the loops, the buffers and the timing code are the same on both
+# sides: the fairest comparison there is. With --debian, the same C sources are also built
+# against Debian's MPICH 4.0.2 (mpicc.mpich: "mpich") and Open MPI 4.1 (mpicc.openmpi:
+# "openmpi") and run with their launchers, bound one rank per core as ch4run binds: the real
+# OSU programs against the peers of scripts/osu-vs-peers.sh, whose Rust loops compare only with
+# Rust loops (they give every receive of a window its own buffer; OSU's share one). Interleaved
+# rounds (ch4, MPICH 5, [MPICH 4, Open MPI,] ch4, ...), two processes on this host, medians with
+# the spread, ratios and charts in target/osu-c-vs-mpich/.
 #
-#   ./scripts/osu-c-vs-mpich.sh [rounds] [latency bw bibw mbw_mr allreduce ...]   (default 3, these five)
-#   (any OSU blocking collective works too: bcast, gather, allgather, alltoall, reduce_scatter, ...)
+#   ./scripts/osu-c-vs-mpich.sh [--debian] [rounds] [latency bw bibw mbw_mr allreduce ...]
+#   (default 3 rounds, these five; any OSU blocking collective works too: bcast, gather,
+#   allgather, alltoall, reduce_scatter, ...)
+#
+# --debian installs Debian's mpich and openmpi-bin with their -dev packages when missing and
+# running as root.
 #
 # OSU_ARGS_<bench> replaces a benchmark's arguments (e.g. OSU_ARGS_latency="-m 1:4096").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=3
 benches=()
+impls=(ch4 mpich5)
 for a in "$@"; do
     case "$a" in
+        --debian) impls=(ch4 mpich5 mpich openmpi) ;;
         [0-9]*) rounds="$a" ;;
         *) benches+=("$a") ;;
     esac
@@ -30,18 +40,38 @@ if [ ! -x "$venv/bin/mpicc_abi" ]; then
     "$venv/bin/pip" install -q mpich==5.0.2
 fi
 
+if [ ${#impls[@]} -gt 2 ] && ! { command -v mpicc.mpich && command -v mpicc.openmpi; } >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mpich libmpich-dev openmpi-bin \
+            libopenmpi-dev >/dev/null
+    else
+        echo "--debian needs Debian's mpich and openmpi-bin (with their -dev packages)" >&2
+        exit 1
+    fi
+fi
+
 cargo build --release -q -p pmi --bin ch4run
 cargo build --release -q -p ch4-mpi-abi
 cargo build --release -q -p osu-plot
 osu=../shared/third_party/osu-micro-benchmarks-7.2/c
-bin=target/osu-c/bin
-mkdir -p "$bin"
+# One build directory per compiler: the standard-ABI binaries (ch4 and MPICH 5 run the same
+# ones), Debian's MPICH, Debian's Open MPI.
+bindir() {
+    case "$1" in
+        ch4 | mpich5) echo target/osu-c/bin ;;
+        mpich) echo target/osu-c/bin-mpich ;;
+        openmpi) echo target/osu-c/bin-openmpi ;;
+    esac
+}
+compiler() {
+    case "$1" in
+        ch4 | mpich5) echo c-abi/bin/mpicc ;;
+        mpich) echo mpicc.mpich ;;
+        openmpi) echo mpicc.openmpi ;;
+    esac
+}
 flags=(-O2 -DFIELD_WIDTH=18 -DFLOAT_PRECISION=4 -I "$osu/util")
-objs=()
-for u in osu_util osu_util_mpi osu_util_graph osu_util_validation osu_util_papi; do
-    c-abi/bin/mpicc "${flags[@]}" -c "$osu/util/$u.c" -o "$bin/$u.o"
-    objs+=("$bin/$u.o")
-done
 source_of() {
     if [ -e "$osu/mpi/collective/blocking/osu_$1.c" ]; then
         echo "$osu/mpi/collective/blocking/osu_$1.c"
@@ -51,8 +81,19 @@ source_of() {
 }
 # Collectives report a latency.
 is_collective() { [ -e "$osu/mpi/collective/blocking/osu_$1.c" ]; }
-for b in "${benches[@]}"; do
-    c-abi/bin/mpicc "${flags[@]}" -o "$bin/osu_$b" "$(source_of "$b")" "${objs[@]}" -lm -lpthread
+for impl in "${impls[@]}"; do
+    [ "$impl" != mpich5 ] || continue # ch4's binaries
+    bin=$(bindir "$impl")
+    cc=$(compiler "$impl")
+    mkdir -p "$bin"
+    objs=()
+    for u in osu_util osu_util_mpi osu_util_graph osu_util_validation osu_util_papi; do
+        "$cc" "${flags[@]}" -c "$osu/util/$u.c" -o "$bin/$u.o"
+        objs+=("$bin/$u.o")
+    done
+    for b in "${benches[@]}"; do
+        "$cc" "${flags[@]}" -o "$bin/osu_$b" "$(source_of "$b")" "${objs[@]}" -lm -lpthread
+    done
 done
 
 out=target/osu-c-vs-mpich
@@ -67,18 +108,23 @@ run() {
     # The table's name for it: collectives are latencies.
     local name="$b"
     ! is_collective "$b" || name="${b}_latency"
+    local bin
+    bin=$(bindir "$impl")
     case "$impl" in
         ch4) target/release/ch4run -n 2 "$bin/osu_$b" "${args[@]}" ;;
-        mpich) LD_LIBRARY_PATH="$PWD/$venv/lib" "$venv/bin/mpiexec" -bind-to core -n 2 \
+        mpich5) LD_LIBRARY_PATH="$PWD/$venv/lib" "$venv/bin/mpiexec" -bind-to core -n 2 \
+            "$bin/osu_$b" "${args[@]}" ;;
+        mpich) mpiexec.mpich -bind-to core -n 2 "$bin/osu_$b" "${args[@]}" ;;
+        openmpi) mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to core -n 2 \
             "$bin/osu_$b" "${args[@]}" ;;
     esac | awk -v b="$name" -v i="$impl" '/^[0-9]/ { col = (b == "mbw_mr") ? $3 : $2; print b "\t" i "\t" $1 "\t" col }' >>"$tsv"
 }
 for r in $(seq "$rounds"); do
     for b in "${benches[@]}"; do
         echo "round $r/$rounds: $b" >&2
-        for impl in ch4 mpich; do
+        for impl in "${impls[@]}"; do
             run "$impl" "$b"
         done
     done
 done
-target/release/osu-plot --setup "the real OSU C programs, one binary on both libraries, 2 processes, interleaved" "$tsv" "$out"
+target/release/osu-plot --setup "the real OSU C programs (one binary on ch4 and MPICH 5), 2 processes, interleaved" "$tsv" "$out"

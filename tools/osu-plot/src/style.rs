@@ -57,6 +57,7 @@ const MARKERS: [Marker; 4] = [Marker::Diamond, Marker::Ring, Marker::Cross, Mark
 pub fn display_name(name: &str) -> String {
     match name {
         "mpich" => "MPICH".to_string(),
+        "mpich5" => "MPICH 5".to_string(),
         "openmpi" => "Open MPI".to_string(),
         "intelmpi" => "Intel MPI".to_string(),
         "mvapich" | "mvapich2" => "MVAPICH".to_string(),
