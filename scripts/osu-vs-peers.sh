@@ -100,6 +100,9 @@ MPICC=mpicc.openmpi CARGO_TARGET_DIR=target/peers-openmpi \
     cargo build --release -q --features peer-mpi "${examples[@]}"
 cargo build --release -q -p osu-plot
 
+# Three decimals: at 0.1 µs OSU's two would make the ratios steps of 10%.
+export OSU_FLOAT_PRECISION="${OSU_FLOAT_PRECISION:-3}"
+
 default_args() {
     case "$1" in
         latency) echo "-m 0:4194304" ;;

@@ -35,6 +35,13 @@ use crate::sync::{AtomicU64, Ordering};
 pub const RECORD_HEADER: usize = 8;
 /// Records start on this boundary (a cache line), so a record of up to this size is one line.
 pub const RECORD_ALIGN: usize = 64;
+/// Records up to this span have their lines after the first prefetched as soon as the header
+/// word is seen. Measured on this project's 2-core host (osu_latency and osu_bw, interleaved
+/// against no prefetch, medians of 5-8 rounds): 64-512 B latency 0.86-0.90x and 1-2 KiB
+/// bandwidth 1.10-1.15x in the host's fast mode, no change in its slow one; records of 4-8 KiB
+/// lost 7% of their streaming bandwidth with it (the hardware prefetcher follows a stream by
+/// itself), so they are left alone.
+const PREFETCHED_RECORD_MAX: usize = 2048 + RECORD_ALIGN;
 const KIND_EMPTY: u64 = 0;
 const KIND_MESSAGE: u64 = 1;
 const KIND_PAD: u64 = 2;
@@ -368,6 +375,11 @@ impl Consumer {
                 return None;
             }
             let body = total - RECORD_HEADER;
+            if span > RECORD_ALIGN && span <= PREFETCHED_RECORD_MAX {
+                // The record's further lines: fetched while the sink matches the message, so
+                // that its copy, which comes after the match, does not wait for them.
+                self.data.prefetch(at + RECORD_ALIGN, span - RECORD_ALIGN);
+            }
             // SAFETY: the record [at, at + total) was published by the Acquire load of its word
             // and stays ours until we move `head`.
             let r = unsafe {
