@@ -401,13 +401,16 @@ impl<P> PostedQueue<P> {
     /// # Panics
     ///
     /// Only if the queue would exceed 2^32 - 2 live entries.
+    #[inline(always)]
     pub fn post(&mut self, want: Envelope, payload: P) -> PostedId {
         if self.slab.len == 0 {
             let id = self.slab.insert(want, payload);
             self.solo = id.index;
             return PostedId(id);
         }
-        self.spill_solo();
+        if self.solo != NIL {
+            self.spill_solo();
+        }
         let id = self.slab.insert(want, payload);
         let ends = self.bins.entry(want);
         self.slab.push_back(0, ends, id.index);
@@ -486,7 +489,10 @@ impl<P> PostedQueue<P> {
         self.unlink_release(i)
     }
 
-    /// Moves the solo receive into its bin, before a second receive joins the queue.
+    /// Moves the solo receive into its bin, before a second receive joins the queue (out of
+    /// line: a window of receives does it once, at its second post).
+    #[cold]
+    #[inline(never)]
     fn spill_solo(&mut self) {
         if self.solo != NIL {
             let index = self.solo;
@@ -592,7 +598,18 @@ impl<U> UnexpectedQueue<U> {
 
     /// Removes the earliest-arrived message that `want` accepts, as MPI's ordering rule
     /// demands when a receive is posted. Exact `want`: O(1); wildcard: see the type's docs.
+    #[inline(always)]
     pub fn take_match(&mut self, want: &Envelope) -> Option<(UnexpectedId, Envelope, U)> {
+        // Nothing waiting — the common case when receives are posted ahead — costs no call.
+        if self.slab.len == 0 {
+            return None;
+        }
+        self.take_match_queued(want)
+    }
+
+    /// [`UnexpectedQueue::take_match`] once something is queued.
+    #[inline(never)]
+    fn take_match_queued(&mut self, want: &Envelope) -> Option<(UnexpectedId, Envelope, U)> {
         let index = self.locate(want)?;
         let id = UnexpectedId(self.slab.id_of(index));
         let (env, payload) = self.unlink_release(index)?;
