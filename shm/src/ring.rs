@@ -13,10 +13,14 @@
 //! (Nemesis fastboxes get the same effect with per-pair slots). The word carries the *lap* (the
 //! position divided by the capacity, modulo 256) so that bytes left from an earlier lap can never
 //! pass for a new record, and kind 0 means "nothing here", so fresh zeroed memory is an empty
-//! ring. Because a record boundary of one lap may fall inside the body of a record of the lap
-//! before, the producer clears the header slot that follows each record before publishing it;
-//! lap boundaries themselves are always record starts (records never wrap), so the lap tag covers
-//! them.
+//! ring. Because a record boundary of one lap may fall inside the body of a record of an earlier
+//! lap (or of a padding record's unwritten body), the producer keeps one bit per line saying
+//! whether its start may hold such bytes, and clears the word after a record before publishing
+//! it when that bit is set. A word it does not clear is zero or a header of the previous lap
+//! (every lap writes a header or body bytes over every line start outside padding), which the lap
+//! tag rejects. So a stream of records of one size never clears anything — clearing after every
+//! record took, on every message, the line the consumer was polling. Lap boundaries themselves
+//! are always record starts (records never wrap), so the lap tag covers them.
 //!
 //! The only index is `head`, written by the consumer after it has read a record (`Release`) and
 //! read by the producer only when its cached copy says the ring is full (`Acquire`): space is
@@ -81,11 +85,15 @@ fn header_word(total: usize, seq: u8, handler: u8, hlen: u8, kind: u64, lap: u64
 
 use crate::sync::Bytes;
 
+/// A [`Producer::dirty`] map for a ring of `capacity` bytes, all clean (a fresh ring is zero).
+fn dirty_map(capacity: usize) -> Vec<u64> {
+    vec![0; (capacity / RECORD_ALIGN).div_ceil(64)]
+}
+
 /// Where a record goes (see `Producer::place`).
 struct Placement {
     pad: usize,
     end: u64,
-    clear_next: bool,
 }
 
 /// The sending end of a ring.
@@ -100,6 +108,10 @@ pub struct Producer {
     seq: u64,
     /// Largest record body this end accepts (at most [`max_record_body`]).
     record_max: usize,
+    /// One bit per line of the ring: set while the word at the line's start may hold bytes that
+    /// the consumer could take for a header of a later lap — body bytes of a record longer than
+    /// a line, or whatever a padding record's body left (see [`Producer::push`]).
+    dirty: Vec<u64>,
 }
 
 /// The receiving end of a ring.
@@ -149,6 +161,7 @@ impl Producer {
             head_cache: 0,
             seq: 0,
             record_max: max_record_body(capacity),
+            dirty: dirty_map(capacity),
         }
     }
 
@@ -192,23 +205,28 @@ impl Producer {
         if body > self.record_max || header.len() > u8::MAX as usize {
             return Err(PushError::TooLarge);
         }
-        let Placement {
-            pad,
-            end,
-            clear_next,
-        } = self.place(body);
-        if !self.room_for(end, clear_next) {
+        let Placement { pad, end } = self.place(body);
+        if !self.room_for(end) {
             return Err(PushError::Full);
         }
         let mut position = self.tail;
         if pad != 0 {
             let word = header_word(pad, 0, 0, 0, KIND_PAD, self.lap(position));
             let idx = (position as usize) & self.mask;
+            // The padding's body is never written: whatever words it holds stay there, and a
+            // header word of this lap among them could pass for a record 256 laps on.
+            self.mark_dirty(idx + RECORD_ALIGN, self.capacity);
+            self.mark_clean(idx);
             // SAFETY: `idx` is a record boundary (64-aligned) inside the free space checked above.
             unsafe { self.data.word(idx) }.store(word, Ordering::Release);
             position += pad as u64;
         }
         let at = (position as usize) & self.mask;
+        let span = (end - position) as usize;
+        self.mark_clean(at);
+        if span > RECORD_ALIGN {
+            self.mark_dirty(at + RECORD_ALIGN, at + span);
+        }
         // SAFETY: [at, at + need) lies in free space owned by the producer (checked above) and
         // does not wrap (padding moved it to 0 otherwise); the body goes after the header word.
         unsafe {
@@ -220,14 +238,19 @@ impl Producer {
                 off += p.len();
             }
         }
-        if clear_next {
-            // The next record's header slot may hold body bytes of an earlier lap, which could
-            // by chance look like a header of this lap. Clearing it before publishing this
-            // record means the consumer, arriving there after reading this record, sees either
-            // "empty" or the next real header. Relaxed suffices: the Release below orders it.
-            let next = (end as usize) & self.mask;
-            // SAFETY: `next` is a 64-aligned record boundary inside the free space checked above.
+        // The consumer, once it has read this record, looks at the word where the next one
+        // will start. If that word may hold bytes that pass for a header of this lap (see
+        // `dirty`), it is cleared first; Relaxed suffices, the Release below orders it. Other
+        // words there are a header of an earlier lap, which the lap tag rejects, or zero.
+        // (Clearing it after every record, as before, took that line from the consumer's cache
+        // on every message — the line it was polling: osu_mbw_mr lost a third of its rate to
+        // it in this project's 2-core host's slow mode.)
+        let next = (end as usize) & self.mask;
+        if next != 0 && self.is_dirty(next) {
+            // SAFETY: `next` is a 64-aligned record boundary inside the data area; the
+            // consumer has not reached it (it is at or after this record's end).
             unsafe { self.data.word(next) }.store(0, Ordering::Relaxed);
+            self.mark_clean(next);
         }
         let word = header_word(
             RECORD_HEADER + body,
@@ -245,20 +268,52 @@ impl Producer {
         Ok(())
     }
 
+    #[inline(always)]
+    fn is_dirty(&self, offset: usize) -> bool {
+        let line = offset / RECORD_ALIGN;
+        self.dirty
+            .get(line / 64)
+            .is_some_and(|w| w & (1 << (line % 64)) != 0)
+    }
+
+    #[inline(always)]
+    fn mark_clean(&mut self, offset: usize) {
+        let line = offset / RECORD_ALIGN;
+        if let Some(w) = self.dirty.get_mut(line / 64) {
+            *w &= !(1 << (line % 64));
+        }
+    }
+
+    /// Marks the line starts in `[from, to)` (byte offsets in the ring) dirty.
+    #[inline]
+    fn mark_dirty(&mut self, from: usize, to: usize) {
+        let (mut line, end) = (from / RECORD_ALIGN, to.div_ceil(RECORD_ALIGN));
+        while line < end {
+            let (word, bit) = (line / 64, line % 64);
+            let n = (64 - bit).min(end - line);
+            let bits = if n == 64 {
+                u64::MAX
+            } else {
+                ((1u64 << n) - 1) << bit
+            };
+            if let Some(w) = self.dirty.get_mut(word) {
+                *w |= bits;
+            }
+            line += n;
+        }
+    }
+
     /// Whether a record with `body` bytes of header + payload would fit now.
     #[inline]
     pub fn has_room(&mut self, body: usize) -> bool {
         if body > self.record_max {
             return false;
         }
-        let p = self.place(body);
-        self.room_for(p.end, p.clear_next)
+        self.room_for(self.place(body).end)
     }
 
     /// Where the next record of `body` bytes goes: padding first if it would not fit before the
-    /// end, the position after it, and whether the header slot after it
-    /// (inside the same lap) must be cleared before publishing — then those 8 bytes must be free
-    /// too.
+    /// end, and the position after it.
     #[inline(always)]
     fn place(&self, body: usize) -> Placement {
         let need = align_record(RECORD_HEADER + body);
@@ -266,26 +321,20 @@ impl Producer {
         let to_end = self.capacity - idx;
         let pad = if to_end < need { to_end } else { 0 };
         let end = self.tail + (pad + need) as u64;
-        Placement {
-            pad,
-            end,
-            // A mask, not `%`: the capacity is a power of two, and a 64-bit division on every
-            // push cost more than the rest of `place`.
-            clear_next: end & self.mask as u64 != 0,
-        }
+        Placement { pad, end }
     }
 
-    /// Whether everything up to `end` (and the header slot after it, when it will be cleared)
-    /// is free; reloads the consumer's index only when the cached one says no.
+    /// Whether everything up to `end` is free; reloads the consumer's index only when the cached
+    /// one says no.
     #[inline(always)]
-    fn room_for(&mut self, end: u64, clear_next: bool) -> bool {
-        let reach = end + if clear_next { RECORD_HEADER as u64 } else { 0 };
-        if reach - self.head_cache <= self.capacity as u64 {
+    fn room_for(&mut self, end: u64) -> bool {
+        if end - self.head_cache <= self.capacity as u64 {
             return true;
         }
-        // Acquire: the consumer's reads of the space we are about to reuse are done.
+        // Acquire: the consumer's reads of the space we are about to reuse, and its clearing of
+        // that space's line-start words (`Consumer::release`), are done.
         self.head_cache = self.indices().head.load(Ordering::Acquire);
-        reach - self.head_cache <= self.capacity as u64
+        end - self.head_cache <= self.capacity as u64
     }
 }
 
@@ -364,8 +413,7 @@ impl Consumer {
                 return Some(Err(CorruptRing));
             }
             if kind == KIND_PAD {
-                self.head += span as u64;
-                self.indices().head.store(self.head, Ordering::Release);
+                self.release(at, span);
                 continue;
             }
             if kind != KIND_MESSAGE || hlen > total - RECORD_HEADER {
@@ -388,12 +436,18 @@ impl Consumer {
                     f(handler, h, p)
                 })
             };
-            self.head += span as u64;
             self.seq += 1;
-            // Release: our reads of the record happen before the producer may reuse its space.
-            self.indices().head.store(self.head, Ordering::Release);
+            self.release(at, span);
             return Some(Ok(r));
         }
+    }
+
+    /// Gives the record (`span` bytes) at the consumer's position back to the producer.
+    #[inline(always)]
+    fn release(&mut self, _at: usize, span: usize) {
+        self.head += span as u64;
+        // Release: our reads of the record happen before the producer may reuse its space.
+        self.indices().head.store(self.head, Ordering::Release);
     }
 }
 
@@ -465,13 +519,13 @@ mod tests {
         p.push(1, &[], &[&big]).unwrap(); // [1536, 3072)
         assert_eq!(p.push(1, &[], &[&big]), Err(PushError::Full));
         assert_eq!(pop(&mut c).unwrap().2, big.to_vec());
-        // 1536 free at the front, 1024 at the end: a 1408-byte record pads to the start (a
-        // 1536-byte one would not fit: the header slot after it must be free to be cleared).
-        let smaller = [8u8; 1400];
-        assert_eq!(p.push(2, &[], &[&big]), Err(PushError::Full));
-        p.push(2, &[], &[&smaller]).unwrap();
+        // 1536 free at the front, 1024 at the end: a 1536-byte record pads to the start and
+        // fills it exactly; then nothing fits until the consumer moves on.
+        let other = [8u8; 1500];
+        p.push(2, &[], &[&other]).unwrap();
+        assert_eq!(p.push(3, &[], &[b"x"]), Err(PushError::Full));
         assert_eq!(pop(&mut c).unwrap().0, 1);
-        assert_eq!(pop(&mut c).unwrap(), (2, vec![], smaller.to_vec()));
+        assert_eq!(pop(&mut c).unwrap(), (2, vec![], other.to_vec()));
         assert!(pop(&mut c).is_none());
         // Many laps: stale records of earlier laps must never be read again.
         for round in 0..50u32 {
@@ -495,8 +549,9 @@ mod tests {
     fn body_bytes_of_an_earlier_lap_never_pass_for_a_header() {
         let (_keep, mut p, mut c) = heap_ring(4096);
         // Lap 0: a record whose body, at ring offset 64 (a record boundary in later laps),
-        // holds a perfectly formed header word for lap 1.
-        let forged = header_word(RECORD_HEADER + 4, 0, 9, 0, KIND_MESSAGE, 1).to_ne_bytes();
+        // holds a perfectly formed header word for lap 1 — numbered 3, the number the consumer
+        // will expect there after the three records below.
+        let forged = header_word(RECORD_HEADER + 4, 3, 9, 0, KIND_MESSAGE, 1).to_ne_bytes();
         let mut body = vec![0u8; 2000];
         body[56..64].copy_from_slice(&forged); // record body starts at offset 8
         p.push(1, &[], &[&body]).unwrap(); // [0, 2048)
@@ -510,6 +565,36 @@ mod tests {
             pop(&mut c).is_none(),
             "stale body bytes were read as a record"
         );
+    }
+
+    #[test]
+    fn forged_headers_in_bodies_never_pass_for_records_over_many_laps() {
+        // Records of changing sizes (so boundaries move from lap to lap, and paddings come and
+        // go) whose bodies are nothing but well-formed headers of the next lap, numbered as
+        // the records soon to come: none may ever be taken for a record.
+        let (_keep, mut p, mut c) = heap_ring(4096);
+        let mut x = 12345u32;
+        for i in 0..3000u32 {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            let n = (x >> 8) as usize % 1500;
+            let lap = p.tail / 4096;
+            let words: Vec<u8> = (0..n.div_ceil(8))
+                .flat_map(|k| {
+                    // The next lap, numbered a few records ahead: where the consumer will
+                    // look for the records written over this one's place.
+                    let seq = (i as usize + 1 + k % 8) as u8;
+                    header_word(RECORD_HEADER + 4, seq, 9, 0, KIND_MESSAGE, lap + 1).to_ne_bytes()
+                })
+                .take(n)
+                .collect();
+            p.push(1, &[], &[&words]).unwrap();
+            let (h, _, pl) = pop(&mut c).unwrap();
+            assert_eq!((h, pl.len()), (1, n), "record {i}");
+            assert!(
+                pop(&mut c).is_none(),
+                "record {i}: forged bytes read as a record"
+            );
+        }
     }
 
     #[test]
@@ -608,6 +693,7 @@ pub(crate) mod loom_support {
             head_cache: 0,
             seq: 0,
             record_max: max_record_body(capacity),
+            dirty: dirty_map(capacity),
         };
         let c = Consumer {
             indices: ip,
