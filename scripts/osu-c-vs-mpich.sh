@@ -111,7 +111,9 @@ run() {
     local bin
     bin=$(bindir "$impl")
     case "$impl" in
-        ch4) target/release/ch4run -n 2 "$bin/osu_$b" "${args[@]}" ;;
+        # Bound one rank per core, as the peers' launchers are asked to below (ch4run binds
+        # only when asked; unbound, two spinning ranks are sometimes moved and lose up to 20%).
+        ch4) target/release/ch4run --bind-to core -n 2 "$bin/osu_$b" "${args[@]}" ;;
         mpich5) LD_LIBRARY_PATH="$PWD/$venv/lib" "$venv/bin/mpiexec" -bind-to core -n 2 \
             "$bin/osu_$b" "${args[@]}" ;;
         mpich) mpiexec.mpich -bind-to core -n 2 "$bin/osu_$b" "${args[@]}" ;;
