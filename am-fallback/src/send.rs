@@ -116,7 +116,6 @@ pub(crate) fn isend<T: AmTransport, P: Partner>(
     };
     hdr.sreq = h.to_raw();
     hdr.seq = next_seq::<T>(cx.core, cx.route, dest);
-
     let sent = match cx.core.requests.get(h).map(|r| &r.kind) {
         Some(RequestKind::Send(s)) if eager => send_eager(cx.transport, dest, &hdr, &s.buf),
         Some(RequestKind::Send(s)) => send_rts(cx.transport, dest, &hdr, &s.buf),

@@ -489,19 +489,18 @@ impl<P> PostedQueue<P> {
         self.unlink_release(i)
     }
 
-    /// Moves the solo receive into its bin, before a second receive joins the queue (out of
-    /// line: a window of receives does it once, at its second post).
+    /// Moves the solo receive (there is one: `self.solo != NIL`) into its bin, before a second
+    /// receive joins the queue (out of line: a window of receives does it once, at its second
+    /// post).
     #[cold]
     #[inline(never)]
     fn spill_solo(&mut self) {
-        if self.solo != NIL {
-            let index = self.solo;
-            self.solo = NIL;
-            let env = self.slab.meta[index as usize].env;
-            let ends = self.bins.entry(env);
-            self.slab.push_back(0, ends, index);
-            self.shape_count[shape(&env)] += 1;
-        }
+        let index = self.solo;
+        self.solo = NIL;
+        let env = self.slab.meta[index as usize].env;
+        let ends = self.bins.entry(env);
+        self.slab.push_back(0, ends, index);
+        self.shape_count[shape(&env)] += 1;
     }
 
     /// The payload of a receive still waiting; `None` once it is gone.

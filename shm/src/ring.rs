@@ -385,8 +385,7 @@ impl Producer {
         if end - self.head_cache <= self.capacity as u64 {
             return true;
         }
-        // Acquire: the consumer's reads of the space we are about to reuse, and its clearing of
-        // that space's line-start words (`Consumer::release`), are done.
+        // Acquire: the consumer's reads of the space we are about to reuse are done.
         self.head_cache = self.indices().head.load(Ordering::Acquire);
         end - self.head_cache <= self.capacity as u64
     }
@@ -467,7 +466,7 @@ impl Consumer {
                 return Some(Err(CorruptRing));
             }
             if kind == KIND_PAD {
-                self.release(at, span);
+                self.release(span);
                 continue;
             }
             if kind != KIND_MESSAGE || hlen > total - RECORD_HEADER {
@@ -491,14 +490,14 @@ impl Consumer {
                 })
             };
             self.seq += 1;
-            self.release(at, span);
+            self.release(span);
             return Some(Ok(r));
         }
     }
 
     /// Gives the record (`span` bytes) at the consumer's position back to the producer.
     #[inline(always)]
-    fn release(&mut self, _at: usize, span: usize) {
+    fn release(&mut self, span: usize) {
         self.head += span as u64;
         // Release: our reads of the record happen before the producer may reuse its space.
         self.indices().head.store(self.head, Ordering::Release);

@@ -42,15 +42,15 @@ mod bytes {
         }
 
         /// Asks the CPU to start fetching the cache lines of `[off, off + len)` into its cache,
-        /// without waiting for them: a hint, which reads nothing and can fault on nothing.
-        /// (At most 32 lines, 2 KiB.)
+        /// without waiting for them: a hint, which reads nothing and can fault on nothing. The
+        /// caller keeps `len` short (the ring: records up to 2 KiB).
         #[inline(always)]
         pub(crate) fn prefetch(&self, off: usize, len: usize) {
             #[cfg(target_arch = "x86_64")]
             {
                 use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
                 let mut at = 0;
-                while at < len.min(32 * 64) {
+                while at < len {
                     // SAFETY: SSE, which `prefetcht0` needs, is part of the x86-64 baseline; a
                     // prefetch reads nothing into the program and never faults, even on an
                     // address outside the mapping (so wrapping arithmetic is all it needs).
