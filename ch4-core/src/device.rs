@@ -521,7 +521,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             status: Status::EMPTY,
             kind: RequestKind::Recv(RecvState::new(want, buf)),
         })?;
-        let started = self.start_recv(h, gpid);
+        let started = self.start_recv(h, gpid, &want);
         if let Err(e) = started {
             self.abandon(h);
             return Err(e);
@@ -531,21 +531,21 @@ impl<N: Netmod, S: Shm> Device<N, S> {
     }
 
     #[inline(always)]
-    fn start_recv(&mut self, h: ReqHandle, gpid: Option<Gpid>) -> Result<()> {
+    fn start_recv(&mut self, h: ReqHandle, gpid: Option<Gpid>, want: &Envelope) -> Result<()> {
         match gpid {
             Some(g) if self.route_of(g) == Route::Shm => {
-                on_shm!(self, |cx| ShmP2p::<S>::irecv(cx, h))
+                on_shm!(self, |cx| ShmP2p::<S>::irecv(cx, h, want))
             }
             Some(_) => {
                 if NetP2p::<N>::NATIVE_MATCHING {
-                    self.post_native(h, false)
+                    self.post_native(h, false, want)
                 } else {
-                    on_net!(self, |cx| NetP2p::<N>::irecv(cx, h))
+                    on_net!(self, |cx| NetP2p::<N>::irecv(cx, h, want))
                 }
             }
             None => {
                 // ANY_SOURCE: the core's queues first (shm, and the netmod when it is AM-only)...
-                on_core_queues!(self, irecv(h))?;
+                on_core_queues!(self, irecv(h, want))?;
                 // ...then, for a natively matching netmod, its partner half in the network —
                 // only while the core's half is still unmatched (a matched rendezvous is not
                 // complete yet, but it is taken).
@@ -554,7 +554,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
                     && self.net_in_use
                     && self.still_posted(h)
                 {
-                    self.post_native(h, true)?;
+                    self.post_native(h, true, want)?;
                 }
                 Ok(())
             }
@@ -563,11 +563,11 @@ impl<N: Netmod, S: Shm> Device<N, S> {
 
     /// Posts receive `h` to the natively matching netmod, its state [`NativeHalf::Posted`]
     /// before the engine sees it (the engine may match at once and move it on).
-    fn post_native(&mut self, h: ReqHandle, partnered: bool) -> Result<()> {
+    fn post_native(&mut self, h: ReqHandle, partnered: bool, want: &Envelope) -> Result<()> {
         if let Some(r) = self.core.requests.get_mut(h).and_then(Request::recv_mut) {
             r.native = NativeHalf::Posted { partnered };
         }
-        let posted = on_net!(self, |cx| NetP2p::<N>::irecv(cx, h));
+        let posted = on_net!(self, |cx| NetP2p::<N>::irecv(cx, h, want));
         if posted.is_err() {
             if let Some(r) = self.core.requests.get_mut(h).and_then(Request::recv_mut) {
                 r.native = NativeHalf::NotPosted;

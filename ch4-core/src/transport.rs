@@ -368,9 +368,11 @@ pub trait P2p<T: AmTransport> {
     /// send that cannot finish at once gets one (CH3's iStartMsg: most small sends create no
     /// request at all).
     fn isend<P: Partner>(cx: &mut Cx<'_, T, P>, op: SendOp) -> Result<ReqHandle>;
-    /// Starts the receive `req` (already in the pool with its [`crate::RecvState`]); may
-    /// complete it at once.
-    fn irecv<P: Partner>(cx: &mut Cx<'_, T, P>, req: ReqHandle) -> Result<()>;
+    /// Starts the receive `req` (already in the pool with its [`crate::RecvState`]), which
+    /// accepts `want` (its `RecvState::want`, handed over so that an engine need not read back
+    /// the request just written: on this project's host that read-back stalled on the stores
+    /// still in flight); may complete it at once.
+    fn irecv<P: Partner>(cx: &mut Cx<'_, T, P>, req: ReqHandle, want: &Envelope) -> Result<()>;
     /// Cancels an unmatched receive. `Ok(true)`: cancelled; `Ok(false)`: already matched.
     ///
     /// The answer is definite: a natively matching engine asks its network and answers only
@@ -488,7 +490,7 @@ impl<T: AmTransport> P2p<T> for NoEngine {
     fn isend<P: Partner>(_: &mut Cx<'_, T, P>, _: SendOp) -> Result<ReqHandle> {
         crate::bail!(Internal, "send routed to a transport that is not there")
     }
-    fn irecv<P: Partner>(_: &mut Cx<'_, T, P>, _: ReqHandle) -> Result<()> {
+    fn irecv<P: Partner>(_: &mut Cx<'_, T, P>, _: ReqHandle, _: &Envelope) -> Result<()> {
         crate::bail!(Internal, "receive routed to a transport that is not there")
     }
     fn cancel_recv<P: Partner>(_: &mut Cx<'_, T, P>, _: ReqHandle) -> Result<bool> {

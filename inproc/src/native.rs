@@ -430,7 +430,7 @@ impl P2p<Net> for NativeEngine {
         Ok(h)
     }
 
-    fn irecv<P: Partner>(cx: &mut Cx<'_, Net, P>, req: ReqHandle) -> Result<()> {
+    fn irecv<P: Partner>(cx: &mut Cx<'_, Net, P>, req: ReqHandle, want: &Envelope) -> Result<()> {
         let eng = &mut cx.transport.native;
         if eng.nic.closed {
             return Err(closed_error());
@@ -441,9 +441,8 @@ impl P2p<Net> for NativeEngine {
                 "native irecv on a non-receive",
             ));
         };
-        let want = r.want;
         let recv = recv_op(&mut eng.ops, req, r)?;
-        eng.nic.post_recv(want, recv);
+        eng.nic.post_recv(*want, recv);
         Ok(())
     }
 

@@ -105,14 +105,14 @@ impl P2p<Net> for OfiEngine {
         start_send(cx, op, bits, total, sync)
     }
 
-    fn irecv<P: Partner>(cx: &mut Cx<'_, Net, P>, req: ReqHandle) -> Result<()> {
+    fn irecv<P: Partner>(cx: &mut Cx<'_, Net, P>, req: ReqHandle, want: &Envelope) -> Result<()> {
         let Some(r) = cx.core.requests.get_mut(req).and_then(Request::recv_mut) else {
             return Err(Error::new(
                 ErrorKind::Internal,
                 "OFI irecv on a non-receive",
             ));
         };
-        let (bits, ignore) = tag::recv_tag(&r.want)?;
+        let (bits, ignore) = tag::recv_tag(want)?;
         let net = &mut *cx.transport;
         let (i, dst, cap) = recv_slot(net, req, r)?;
         let posted = net.recv_in_order(QueuedRecv {

@@ -130,14 +130,14 @@ impl P2p<Net> for UcxEngine {
         Ok(h)
     }
 
-    fn irecv<P: Partner>(cx: &mut Cx<'_, Net, P>, req: ReqHandle) -> Result<()> {
+    fn irecv<P: Partner>(cx: &mut Cx<'_, Net, P>, req: ReqHandle, want: &Envelope) -> Result<()> {
         let Some(r) = cx.core.requests.get_mut(req).and_then(Request::recv_mut) else {
             return Err(Error::new(
                 ErrorKind::Internal,
                 "UCX irecv on a non-receive",
             ));
         };
-        let (bits, mask) = tag::recv_tag(&r.want)?;
+        let (bits, mask) = tag::recv_tag(want)?;
         let net = &mut *cx.transport;
         let worker = net.worker()?.raw();
         let (i, buf, count) = recv_slot(net, req, r);
