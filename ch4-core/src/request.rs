@@ -80,8 +80,8 @@ pub struct RecvState {
     pub native: NativeHalf,
     /// The process the matched message came from, once a transport matched it (the status
     /// names only the communicator rank); [`UNKNOWN_PROCESS`] before. Engines set it when they
-    /// match. (Not an `Option`: four bytes more would push a request past 128 bytes, and the
-    /// pool would then move each one with a `memcpy` call on the hot path.)
+    /// match. (Not an `Option`: a request stays well under 128 bytes, past which the pool
+    /// would move each one with a `memcpy` call on the hot path.)
     pub source_process: Gpid,
     /// The engine's word about this receive (see [`EngineWord`]).
     pub engine: EngineWord,
