@@ -272,6 +272,10 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
     }
 
     /// Starts a send in the given mode.
+    // Inlined into the caller's loop: a call returned the request through the stack, and the
+    // caller's reads of it stalled as the buffer's did (see below). osu_mbw_mr in the host's
+    // slow mode: 8-32 B 1.03-1.09x, 64-256 B 1.42-1.53x (5 interleaved rounds).
+    #[inline(always)]
     pub fn isend_mode<'a, 's, T: Pod>(
         &self,
         scope: &'s Scope<'a, N, S>,
