@@ -243,7 +243,7 @@ impl Producer {
         unsafe {
             if body < LATE_FIRST_LINE_BODY {
                 let mut off = at + RECORD_HEADER;
-                self.data.write(off, header);
+                self.data.write_fresh(off, header);
                 off += header.len();
                 for p in payload {
                     self.data.write(off, p);
