@@ -53,18 +53,22 @@ impl<T: AmTransport> P2p<T> for Am {
     #[inline(always)]
     fn irecv<P: Partner>(cx: &mut Cx<'_, T, P>, req: ReqHandle, want: &Envelope) -> Result<()> {
         let core = &mut *cx.core;
-        if let Some((_, env, msg)) = core.unexpected.take_match(want) {
-            return match_unexpected(core, req, env, msg);
-        }
+        // The request is checked before a message leaves the unexpected queue, so that a bad
+        // one cannot lose it.
         let Some(r) = core.requests.get_mut(req).and_then(Request::recv_mut) else {
             return Err(Error::new(
                 ErrorKind::Internal,
                 "irecv on a missing or send request",
             ));
         };
-        // The queues and the pool are separate fields: post while holding the request.
-        r.posted = Some(core.posted.post(*want, req));
-        Ok(())
+        match core.unexpected.take_match(want) {
+            Some((_, env, msg)) => match_unexpected(core, req, env, msg),
+            None => {
+                // The queues and the pool are separate fields: post while holding the request.
+                r.posted = Some(core.posted.post(*want, req));
+                Ok(())
+            }
+        }
     }
 
     fn cancel_recv<P: Partner>(cx: &mut Cx<'_, T, P>, req: ReqHandle) -> Result<bool> {
