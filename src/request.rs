@@ -30,7 +30,7 @@ use std::marker::PhantomData;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::rc::Rc;
 
-use ch4_core::device::{backoff, status_result};
+use ch4_core::device::status_result;
 use ch4_core::transport::{Netmod, Shm};
 use ch4_core::{Error, ErrorKind, ReqHandle, Result, Status};
 
@@ -301,7 +301,7 @@ impl<'a, N: Netmod, S: Shm> Scope<'a, N, S> {
                         dev.fail_if_peer_gone(r.handle);
                     }
                 }
-                backoff(idle);
+                dev.pause(idle, None);
             } else {
                 idle = 0;
             }

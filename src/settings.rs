@@ -37,8 +37,9 @@ pub const FACADE: &[Setting] = &[
     Setting {
         name: "CH4_YIELD",
         default: "auto",
-        meaning: "when a waiting rank gives its core up: auto (after 64 idle polls when the node \
-                  has more ranks than CPUs, else after 16384), soon (64) or never",
+        meaning: "when a waiting rank gives its core up: auto (when the node has more ranks \
+                  than CPUs, at once while the peer it waits for shares its CPU, else after 64 \
+                  idle polls; after 16384 otherwise), soon (64) or never",
     },
     Setting {
         name: "CH4_SELF_LAUNCHED",
@@ -116,10 +117,19 @@ fn yield_choice() -> Result<Option<u32>> {
 /// that share this node's CPUs are more than the CPUs, and late otherwise.
 pub(crate) fn apply_idle_policy(ranks: usize) -> Result<()> {
     let cpus = node_cpus();
-    let polls = yield_after(yield_choice()?, ranks, cpus);
+    let choice = yield_choice()?;
+    let polls = yield_after(choice, ranks, cpus);
+    let to_cpu_mate = yield_to_cpu_mate(choice, ranks, cpus);
     ch4_core::device::set_yield_after(polls);
-    tracing::debug!(ranks, cpus, yield_after = polls, "idle policy");
+    ch4_core::device::set_yield_to_cpu_mate(to_cpu_mate);
+    tracing::debug!(ranks, cpus, yield_after = polls, to_cpu_mate, "idle policy");
     Ok(())
+}
+
+/// Whether waiting loops yield at once while their peer shares their CPU: by default when
+/// `ranks` outnumber the `cpus`; a `choice` (`CH4_YIELD=soon` or `never`) turns it off.
+fn yield_to_cpu_mate(choice: Option<u32>, ranks: usize, cpus: usize) -> bool {
+    choice.is_none() && ranks > cpus
 }
 
 /// The idle polls before yielding: `choice` (`CH4_YIELD`) if given, else soon when `ranks`
@@ -246,6 +256,14 @@ impl fmt::Display for Summary {
 /// drift apart.
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ranks_yield_to_a_cpu_mate_only_when_they_outnumber_the_cpus_and_no_choice_was_made() {
+        assert!(super::yield_to_cpu_mate(None, 4, 2));
+        assert!(!super::yield_to_cpu_mate(None, 2, 2));
+        assert!(!super::yield_to_cpu_mate(Some(64), 4, 2));
+        assert!(!super::yield_to_cpu_mate(Some(u32::MAX), 4, 2));
+    }
+
     #[test]
     fn ranks_yield_soon_only_when_they_outnumber_the_cpus() {
         use ch4_core::device::{YIELD_LATE, YIELD_SOON};

@@ -1434,7 +1434,7 @@ pub unsafe extern "C" fn MPI_Waitany(
             } else {
                 0
             };
-            ch4_core::device::backoff(idle);
+            st.device()?.pause(idle, None);
         }
     })
 }

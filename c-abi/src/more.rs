@@ -596,7 +596,7 @@ unsafe fn some(
         } else {
             0
         };
-        ch4_core::device::backoff(idle);
+        st.device()?.pause(idle, None);
     }
 }
 

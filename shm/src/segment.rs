@@ -24,7 +24,7 @@ use crate::cells::{CellQueue, CellReceiver, CellSender, CELL_HEADER, MAX_CELLS_P
 use crate::ring::{Consumer, Producer, RingIndices, MAX_CAPACITY};
 use crate::sync::{AtomicU64, Ordering};
 
-const MAGIC: u64 = 0x6368_345f_7368_6d32; // "ch4_shm2"
+const MAGIC: u64 = 0x6368_345f_7368_6d33; // "ch4_shm3"
 const HEADER: usize = 4096;
 const INDICES: usize = 256;
 const QUEUE: usize = 256;
@@ -89,9 +89,10 @@ pub struct Segment {
 // SPSC ring protocol; `MmapMut` itself is Send + Sync, and the other fields are plain values.
 unsafe impl Sync for Segment {}
 
-/// Bytes before the cell queues: header and liveness table.
+/// Bytes before the cell queues: the header, then per rank a liveness word, a process id and
+/// the CPU it last ran on, rounded to 16 ranks so that what follows stays 128-aligned.
 fn queues_base(ranks: usize) -> usize {
-    HEADER + 16 * ranks.div_ceil(8) * 8
+    HEADER + 24 * ranks.div_ceil(16) * 16
 }
 
 /// The bytes a segment for `ranks` local ranks with geometry `g` needs.
@@ -472,6 +473,34 @@ impl Segment {
 
     fn pid_word(&self, local: usize) -> &AtomicU64 {
         self.word(HEADER + 8 * self.ranks + 8 * local)
+    }
+
+    fn cpu_word(&self, local: usize) -> &AtomicU64 {
+        self.word(HEADER + 16 * self.ranks + 8 * local)
+    }
+
+    /// Records that local rank `local` runs on CPU `cpu`. Written only when it changed, so
+    /// that a rank polling this in its idle loop does not keep taking the line from readers.
+    pub(crate) fn publish_cpu(&self, local: usize, cpu: u32) {
+        if local < self.ranks {
+            let word = self.cpu_word(local);
+            let value = u64::from(cpu) + 1;
+            if word.load(Ordering::Relaxed) != value {
+                word.store(value, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// The CPU local rank `local` last said it ran on (`None`: it has not said yet). Only a
+    /// hint: the rank may have moved since.
+    pub(crate) fn cpu_of(&self, local: usize) -> Option<u32> {
+        if local >= self.ranks {
+            return None;
+        }
+        match self.cpu_word(local).load(Ordering::Relaxed) {
+            0 => None,
+            v => u32::try_from(v - 1).ok(),
+        }
     }
 
     /// Marks local rank `local` as alive, with its process id (0 for a thread).

@@ -211,6 +211,9 @@ impl ShmTransport {
         let cma = CmaConfig::from_env()?;
         let ring_record_max = ch4_core::env::bytes("CH4_SHM_RING_RECORD_MAX")?;
         seg.set_alive(me, pid, true);
+        if let Some(cpu) = current_cpu() {
+            seg.publish_cpu(me, cpu);
+        }
         let mut t = ShmTransport {
             me,
             local_of,
@@ -630,6 +633,33 @@ impl Shm for ShmTransport {
     fn is_local(&self, gpid: Gpid) -> bool {
         self.local(gpid).is_some()
     }
+
+    fn peer_shares_cpu(&mut self, peer: Option<Gpid>) -> bool {
+        let Some(cpu) = current_cpu() else {
+            return false;
+        };
+        // Said here, in the idle loop, so that a peer asking about this rank while it is
+        // descheduled reads where it waits to run.
+        self.seg.publish_cpu(self.me, cpu);
+        // `next_poll` is the ring that last delivered: polling stops on it, and an idle poll
+        // goes once round and ends where it began.
+        let other = match peer {
+            Some(gpid) => match self.local(gpid) {
+                Some(l) => l,
+                None => return false,
+            },
+            None => self.next_poll,
+        };
+        other != self.me && self.seg.cpu_of(other) == Some(cpu)
+    }
+}
+
+/// The CPU the calling thread runs on now (`None` if the kernel does not say).
+fn current_cpu() -> Option<u32> {
+    // SAFETY: sched_getcpu takes no arguments and touches no memory of ours; glibc answers it
+    // from the thread's rseq area or the vDSO, without a system call on current kernels.
+    let cpu = unsafe { libc::sched_getcpu() };
+    u32::try_from(cpu).ok()
 }
 
 impl Drop for ShmTransport {
@@ -662,6 +692,60 @@ mod tests {
         .unwrap();
         let (a, b) = h.into_pair();
         (a, b, seg)
+    }
+
+    /// Pins the calling thread to the CPU it runs on, so that `sched_getcpu` stays put; the
+    /// test process is this test's alone (nextest runs each in its own).
+    fn pin_here() -> u32 {
+        let cpu = current_cpu().expect("sched_getcpu works here");
+        // SAFETY: `set` is a zeroed cpu_set_t owned by this frame; the calls read or write only
+        // it and the calling thread's affinity.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu as usize, &mut set);
+            assert_eq!(
+                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set),
+                0
+            );
+        }
+        cpu
+    }
+
+    #[test]
+    fn a_peer_shares_the_cpu_only_where_it_last_said_it_ran() {
+        let cpu = pin_here();
+        let seg = Arc::new(Segment::anonymous(3, Geometry::with_ring(1 << 14)).unwrap());
+        let mut t0 = ShmTransport::new(seg.clone(), 0, &[0, 1, 2], 3, 1024, 0).unwrap();
+        assert_eq!(seg.cpu_of(2), None, "rank 2 has not attached");
+        assert!(!t0.peer_shares_cpu(Some(2)));
+        // A transport says where it runs when it is made.
+        let _t1 = ShmTransport::new(seg.clone(), 1, &[0, 1, 2], 3, 1024, 0).unwrap();
+        assert_eq!(seg.cpu_of(1), Some(cpu));
+        assert!(t0.peer_shares_cpu(Some(1)));
+        // Rank 1 moved away.
+        seg.publish_cpu(1, cpu + 1);
+        assert!(!t0.peer_shares_cpu(Some(1)));
+        // Never itself, never a process off the node, and `None` (the last ring that
+        // delivered) starts at rank 0's own.
+        seg.publish_cpu(1, cpu);
+        assert!(!t0.peer_shares_cpu(Some(0)));
+        assert!(!t0.peer_shares_cpu(Some(7)));
+        assert!(!t0.peer_shares_cpu(None));
+    }
+
+    #[test]
+    fn without_a_peer_named_the_last_sender_heard_from_is_asked_about() {
+        let cpu = pin_here();
+        let (mut a, mut b, seg) = pair();
+        let w = b.world();
+        a.send(a.world(), 1, 3, b"hi", SendMode::Standard).unwrap();
+        let mut got = [0u8; 2];
+        b.recv(w, 0, 3, &mut got).unwrap();
+        assert_eq!(&got, b"hi");
+        assert!(b.shm_mut().peer_shares_cpu(None));
+        seg.publish_cpu(0, cpu + 1);
+        assert!(!b.shm_mut().peer_shares_cpu(None));
+        drop(a);
     }
 
     #[test]
