@@ -37,9 +37,10 @@ pub const FACADE: &[Setting] = &[
     Setting {
         name: "CH4_YIELD",
         default: "auto",
-        meaning: "when a waiting rank gives its core up: auto (when the node has more ranks \
-                  than CPUs, at once while the peer it waits for shares its CPU, else after 64 \
-                  idle polls; after 16384 otherwise), soon (64) or never",
+        meaning: "when a waiting rank gives its core up: auto (at once while the peer it \
+                  waits for shares its CPU, checked every poll when the node has more ranks \
+                  than CPUs and every 16th otherwise; else after 64 idle polls when the node \
+                  has more ranks than CPUs, after 16384 otherwise), soon (64) or never",
     },
     Setting {
         name: "CH4_SELF_LAUNCHED",
@@ -119,17 +120,29 @@ pub(crate) fn apply_idle_policy(ranks: usize) -> Result<()> {
     let cpus = node_cpus();
     let choice = yield_choice()?;
     let polls = yield_after(choice, ranks, cpus);
-    let to_cpu_mate = yield_to_cpu_mate(choice, ranks, cpus);
+    let cpu_mate_every = cpu_mate_check(choice, ranks, cpus);
     ch4_core::device::set_yield_after(polls);
-    ch4_core::device::set_yield_to_cpu_mate(to_cpu_mate);
-    tracing::debug!(ranks, cpus, yield_after = polls, to_cpu_mate, "idle policy");
+    ch4_core::device::set_cpu_mate_check(cpu_mate_every);
+    tracing::debug!(
+        ranks,
+        cpus,
+        yield_after = polls,
+        cpu_mate_every,
+        "idle policy"
+    );
     Ok(())
 }
 
-/// Whether waiting loops yield at once while their peer shares their CPU: by default when
-/// `ranks` outnumber the `cpus`; a `choice` (`CH4_YIELD=soon` or `never`) turns it off.
-fn yield_to_cpu_mate(choice: Option<u32>, ranks: usize, cpus: usize) -> bool {
-    choice.is_none() && ranks > cpus
+/// Every how many idle polls waiting loops ask whether their peer shares their CPU (0: never):
+/// every poll when `ranks` outnumber the `cpus`, else now and then; a `choice`
+/// (`CH4_YIELD=soon` or `never`) turns it off.
+fn cpu_mate_check(choice: Option<u32>, ranks: usize, cpus: usize) -> u32 {
+    use ch4_core::device::{CPU_MATE_EVERY_POLL, CPU_MATE_SOMETIMES};
+    match choice {
+        Some(_) => 0,
+        None if ranks > cpus => CPU_MATE_EVERY_POLL,
+        None => CPU_MATE_SOMETIMES,
+    }
 }
 
 /// The idle polls before yielding: `choice` (`CH4_YIELD`) if given, else soon when `ranks`
@@ -257,11 +270,12 @@ impl fmt::Display for Summary {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn ranks_yield_to_a_cpu_mate_only_when_they_outnumber_the_cpus_and_no_choice_was_made() {
-        assert!(super::yield_to_cpu_mate(None, 4, 2));
-        assert!(!super::yield_to_cpu_mate(None, 2, 2));
-        assert!(!super::yield_to_cpu_mate(Some(64), 4, 2));
-        assert!(!super::yield_to_cpu_mate(Some(u32::MAX), 4, 2));
+    fn ranks_look_for_a_cpu_mate_at_every_poll_only_when_they_outnumber_the_cpus() {
+        use ch4_core::device::{CPU_MATE_EVERY_POLL, CPU_MATE_SOMETIMES};
+        assert_eq!(super::cpu_mate_check(None, 4, 2), CPU_MATE_EVERY_POLL);
+        assert_eq!(super::cpu_mate_check(None, 2, 2), CPU_MATE_SOMETIMES);
+        assert_eq!(super::cpu_mate_check(Some(64), 4, 2), 0);
+        assert_eq!(super::cpu_mate_check(Some(u32::MAX), 2, 2), 0);
     }
 
     #[test]

@@ -353,17 +353,19 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         }
     }
 
-    /// One idle poll's pause in a waiting loop: [`backoff`], except that when ranks share
-    /// CPUs ([`set_yield_to_cpu_mate`]) and the on-node peer waited for (`peer`, or for `None`
-    /// the one last heard from) last ran on this CPU, it yields at once: that peer cannot run
-    /// until this rank stops.
+    /// One idle poll's pause in a waiting loop (`idle` counts the idle polls in a row):
+    /// [`backoff`], except that on the polls [`set_cpu_mate_check`] names, if the on-node peer
+    /// waited for (`peer`, or for `None` the one last heard from) last ran on this CPU, it
+    /// gives way: that peer cannot run until this rank stops. Where each rank may have a CPU
+    /// ([`CPU_MATE_SOMETIMES`]) it moves to another one ([`Shm::move_off_cpu`]), else it
+    /// yields.
     #[inline(always)]
     pub fn pause(&mut self, idle: u32, peer: Option<Gpid>) {
-        if S::PRESENT
-            && YIELD_TO_CPU_MATE.load(std::sync::atomic::Ordering::Relaxed)
-            && self.shm.peer_shares_cpu(peer)
-        {
-            std::thread::yield_now();
+        let every = CPU_MATE_CHECK.load(std::sync::atomic::Ordering::Relaxed);
+        if S::PRESENT && every != 0 && idle % every == 0 && self.shm.peer_shares_cpu(peer) {
+            if every == CPU_MATE_EVERY_POLL || !self.shm.move_off_cpu() {
+                std::thread::yield_now();
+            }
         } else {
             backoff(idle);
         }
@@ -1264,20 +1266,34 @@ pub fn set_yield_after(polls: u32) {
     YIELD_AFTER.store(polls, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// Whether idle loops yield at once while the peer they wait for shares this rank's CPU
-/// ([`Device::pause`]); see [`set_yield_to_cpu_mate`].
-static YIELD_TO_CPU_MATE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Every how many idle polls a waiting loop asks whether the peer it waits for shares this
+/// rank's CPU, and yields if so (0: never); see [`set_cpu_mate_check`].
+static CPU_MATE_CHECK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
-/// Sets whether every waiting loop of this process yields at once, rather than after its idle
-/// polls, while the on-node peer it waits for last ran on this rank's CPU. The facade turns it
-/// on when the node has more ranks than CPUs (unless `CH4_YIELD` says otherwise). Two ranks
-/// that talk and share one CPU can only take turns: each poll before the yield delays the
-/// other. Measured on this project's 2-core host with 4 ranks, the two of each pair pinned to
-/// one CPU: osu_multi_lat 8 B 2.3-3.3 µs polling 64 times first, 1.3 µs yielding at once; with
-/// the two of each pair on different CPUs, yielding at once made it 1.3-1.5 µs instead of
-/// 0.15-0.65, which is why the rule asks where the peer is.
-pub fn set_yield_to_cpu_mate(on: bool) {
-    YIELD_TO_CPU_MATE.store(on, std::sync::atomic::Ordering::Relaxed);
+/// [`set_cpu_mate_check`] when ranks outnumber CPUs: every idle poll. Two ranks that talk and
+/// share one CPU can only take turns, and each poll before the yield delays the other.
+/// Measured on this project's 2-core host with 4 ranks, the two of each pair pinned to one CPU:
+/// osu_multi_lat 8 B 2.3-3.3 µs polling 64 times first, 1.3 µs yielding at once; with the two
+/// of each pair on different CPUs, yielding at once whatever the peer's CPU made it 1.3-1.5 µs
+/// instead of 0.15-0.65, which is why the rule asks where the peer is.
+pub const CPU_MATE_EVERY_POLL: u32 = 1;
+
+/// [`set_cpu_mate_check`] when each rank may have a CPU: every 16th idle poll. Ranks bound to
+/// their own cores never share one and pay a CPU lookup per 16 idle polls. Unbound ranks that
+/// the scheduler puts on one CPU (another program holding the other) would otherwise poll
+/// [`YIELD_LATE`] times before the other could run; instead the one that notices moves to
+/// another CPU. Measured on this project's 2-core host, two unbound ranks and one spinning
+/// process, 6 interleaved rounds: osu_bw at 64 KiB fell to 0.6-1.0 GB/s in half the rounds
+/// before, and yielding to the peer instead of moving kept it at 7.4-30 GB/s but made 8 B
+/// latency 0.9 µs instead of 0.6 (the two then took turns on one CPU).
+pub const CPU_MATE_SOMETIMES: u32 = 16;
+
+/// Sets every how many idle polls in a row ([`CPU_MATE_EVERY_POLL`], [`CPU_MATE_SOMETIMES`];
+/// 0: never) every waiting loop of this process asks whether the on-node peer it waits for
+/// last ran on this rank's CPU, and if so yields at once ([`Device::pause`]). The facade sets
+/// it at start-up with [`set_yield_after`]; `CH4_YIELD=soon` or `never` turn it off.
+pub fn set_cpu_mate_check(every: u32) {
+    CPU_MATE_CHECK.store(every, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Gives the other ranks' threads the core now and then while waiting, without sleeping on a

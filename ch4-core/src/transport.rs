@@ -236,6 +236,14 @@ pub trait Shm: AmTransport {
     fn peer_shares_cpu(&mut self, _peer: Option<Gpid>) -> bool {
         false
     }
+
+    /// Moves the calling thread to another CPU it may run on, one where fewer of this node's
+    /// ranks last ran, leaving its allowed CPUs as they were (so the scheduler may move it
+    /// again); at most now and then. Returns whether it moved. Called only when
+    /// [`Shm::peer_shares_cpu`] said yes and each rank may have a CPU of its own.
+    fn move_off_cpu(&mut self) -> bool {
+        false
+    }
 }
 
 /// What an engine call may borrow: the core's queues and pool, its own transport, and a way to

@@ -161,6 +161,8 @@ pub struct ShmTransport {
     ring_record_max: usize,
     /// Single-copy reads for large messages (LMT Get through CMA).
     cma: CmaConfig,
+    /// When this rank last moved off a CPU it shared with its peer (`Shm::move_off_cpu`).
+    last_move: Option<std::time::Instant>,
 }
 
 impl ShmTransport {
@@ -231,6 +233,7 @@ impl ShmTransport {
             max_payload,
             ring_record_max: usize::MAX,
             cma,
+            last_move: None,
             seg,
         };
         t.set_ring_record_max(ring_record_max.unwrap_or(usize::MAX));
@@ -652,6 +655,71 @@ impl Shm for ShmTransport {
         };
         other != self.me && self.seg.cpu_of(other) == Some(cpu)
     }
+
+    fn move_off_cpu(&mut self) -> bool {
+        let now = std::time::Instant::now();
+        if self
+            .last_move
+            .is_some_and(|t| now.duration_since(t) < MOVE_OFF_CPU_EVERY)
+        {
+            return false;
+        }
+        self.last_move = Some(now);
+        let Some(cpu) = current_cpu() else {
+            return false;
+        };
+        let Some(allowed) = affinity() else {
+            return false;
+        };
+        // The allowed CPU, other than this one, where the fewest of the others last ran.
+        let ranks_on = |c: usize| {
+            (0..self.seg.ranks())
+                .filter(|&l| l != self.me && self.seg.cpu_of(l) == Some(c as u32))
+                .count()
+        };
+        let target = (0..libc::CPU_SETSIZE as usize)
+            // SAFETY: `allowed` is an initialized cpu_set_t and `c` < CPU_SETSIZE.
+            .filter(|&c| c != cpu as usize && unsafe { libc::CPU_ISSET(c, &allowed) })
+            .min_by_key(|&c| ranks_on(c));
+        let Some(target) = target else {
+            return false;
+        };
+        // SAFETY: `only` is a zeroed cpu_set_t of this frame and `target` < CPU_SETSIZE; the
+        // calls read the sets and change only the calling thread's affinity. The kernel moves
+        // a running thread off a CPU its new set excludes before the first call returns; the
+        // second gives back the set it had, which keeps it where it now is.
+        let moved = unsafe {
+            let mut only: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(target, &mut only);
+            let size = std::mem::size_of::<libc::cpu_set_t>();
+            let moved = libc::sched_setaffinity(0, size, &only) == 0;
+            if libc::sched_setaffinity(0, size, &allowed) != 0 {
+                tracing::warn!("could not give this thread its CPUs back after moving it");
+            }
+            moved
+        };
+        if moved {
+            if let Some(now_on) = current_cpu() {
+                self.seg.publish_cpu(self.me, now_on);
+            }
+        }
+        moved
+    }
+}
+
+/// How seldom a rank moves off a CPU it shares with its peer: moving costs a migration and
+/// a cold cache, and a scheduler that keeps putting the two together should win.
+const MOVE_OFF_CPU_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// The CPUs the calling thread may run on (`None` if the kernel does not say).
+fn affinity() -> Option<libc::cpu_set_t> {
+    // SAFETY: `set` is a zeroed cpu_set_t of this frame, and sched_getaffinity writes at most
+    // the size given into it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        (libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0)
+            .then_some(set)
+    }
 }
 
 /// The CPU the calling thread runs on now (`None` if the kernel does not say).
@@ -731,6 +799,30 @@ mod tests {
         assert!(!t0.peer_shares_cpu(Some(0)));
         assert!(!t0.peer_shares_cpu(Some(7)));
         assert!(!t0.peer_shares_cpu(None));
+    }
+
+    #[test]
+    fn a_rank_moves_off_its_cpu_keeping_its_allowed_cpus_and_not_again_at_once() {
+        let before = affinity().unwrap();
+        // SAFETY: `before` is an initialized cpu_set_t.
+        let allowed = unsafe { libc::CPU_COUNT(&before) };
+        let seg = Arc::new(Segment::anonymous(2, Geometry::with_ring(1 << 14)).unwrap());
+        let mut t = ShmTransport::new(seg.clone(), 0, &[0, 1], 2, 1024, 0).unwrap();
+        let was = current_cpu().unwrap();
+        let moved = t.move_off_cpu();
+        assert_eq!(
+            moved,
+            allowed > 1,
+            "moves exactly when it may run elsewhere"
+        );
+        if moved {
+            assert_ne!(seg.cpu_of(0), Some(was), "says where it went");
+        }
+        let after = affinity().unwrap();
+        // SAFETY: both sets are initialized cpu_set_t values.
+        let same = unsafe { libc::CPU_EQUAL(&before, &after) };
+        assert!(same, "allowed CPUs unchanged");
+        assert!(!t.move_off_cpu(), "not twice within {MOVE_OFF_CPU_EVERY:?}");
     }
 
     #[test]
