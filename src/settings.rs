@@ -38,9 +38,10 @@ pub const FACADE: &[Setting] = &[
         name: "CH4_YIELD",
         default: "auto",
         meaning: "when a waiting rank gives its core up: auto (at once while the peer it \
-                  waits for shares its CPU, checked every poll when the node has more ranks \
-                  than CPUs and every 16th otherwise; else after 64 idle polls when the node \
-                  has more ranks than CPUs, after 16384 otherwise), soon (64) or never",
+                  waits for shares its CPU, moving to another CPU at most every 10 ms; \
+                  checked every poll when the node has more ranks than CPUs and every 16th \
+                  otherwise; else after 64 idle polls when the node has more ranks than CPUs, \
+                  after 16384 otherwise), soon (64) or never",
     },
     Setting {
         name: "CH4_SELF_LAUNCHED",

@@ -240,7 +240,7 @@ pub trait Shm: AmTransport {
     /// Moves the calling thread to another CPU it may run on, one where fewer of this node's
     /// ranks last ran, leaving its allowed CPUs as they were (so the scheduler may move it
     /// again); at most now and then. Returns whether it moved. Called only when
-    /// [`Shm::peer_shares_cpu`] said yes and each rank may have a CPU of its own.
+    /// [`Shm::peer_shares_cpu`] said yes.
     fn move_off_cpu(&mut self) -> bool {
         false
     }
