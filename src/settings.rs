@@ -116,7 +116,8 @@ fn yield_choice() -> Result<Option<u32>> {
 
 /// Sets after how many idle polls this process's waiting loops yield their core
 /// (`ch4_core::device::set_yield_after`): by `CH4_YIELD`, or with `auto` soon when the `ranks`
-/// that share this node's CPUs are more than the CPUs, and late otherwise.
+/// that share this node's CPUs are more than the CPUs, and late otherwise; and how often they
+/// look for a peer on their own CPU (`ch4_core::device::set_cpu_mate_check`).
 pub(crate) fn apply_idle_policy(ranks: usize) -> Result<()> {
     let cpus = node_cpus();
     let choice = yield_choice()?;

@@ -1266,7 +1266,7 @@ pub fn set_yield_after(polls: u32) {
 }
 
 /// Every how many idle polls a waiting loop asks whether the peer it waits for shares this
-/// rank's CPU, and yields if so (0: never); see [`set_cpu_mate_check`].
+/// rank's CPU, and gives way if so (0: never); see [`set_cpu_mate_check`].
 static CPU_MATE_CHECK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
 /// [`set_cpu_mate_check`] when ranks outnumber CPUs: every idle poll. Two ranks that talk and
@@ -1292,7 +1292,7 @@ pub const CPU_MATE_SOMETIMES: u32 = 16;
 
 /// Sets every how many idle polls in a row ([`CPU_MATE_EVERY_POLL`], [`CPU_MATE_SOMETIMES`];
 /// 0: never) every waiting loop of this process asks whether the on-node peer it waits for
-/// last ran on this rank's CPU, and if so yields at once ([`Device::pause`]). The facade sets
+/// last ran on this rank's CPU, and if so gives way at once ([`Device::pause`]). The facade sets
 /// it at start-up with [`set_yield_after`]; `CH4_YIELD=soon` or `never` turn it off.
 pub fn set_cpu_mate_check(every: u32) {
     CPU_MATE_CHECK.store(every, std::sync::atomic::Ordering::Relaxed);
@@ -1300,7 +1300,7 @@ pub fn set_cpu_mate_check(every: u32) {
 
 /// Gives the other ranks' threads the core now and then while waiting, without sleeping on a
 /// busy path; `idle` counts the polls in a row that found nothing (see [`set_yield_after`]).
-/// Every waiting loop of the device and of the facade uses it.
+/// Every waiting loop of the device and of the facade uses it through [`Device::pause`].
 #[inline(always)]
 pub fn backoff(idle: u32) {
     if idle > YIELD_AFTER.load(std::sync::atomic::Ordering::Relaxed) {

@@ -231,8 +231,8 @@ pub trait Shm: AmTransport {
     /// Whether the on-node process `peer` last ran on the CPU this rank runs on now; `None`
     /// asks about the on-node process this rank last received from, the likeliest one it waits
     /// for. Such a peer cannot run until this rank gives up the CPU, so polling for it only
-    /// delays it: when ranks outnumber CPUs, [`Device::pause`](crate::device::Device::pause)
-    /// then yields at once instead of after its idle polls. Called only from idle loops.
+    /// delays it: [`Device::pause`](crate::device::Device::pause) then moves off the CPU or
+    /// yields at once instead of after its idle polls. Called only from idle loops.
     fn peer_shares_cpu(&mut self, _peer: Option<Gpid>) -> bool {
         false
     }

@@ -762,8 +762,8 @@ mod tests {
         (a, b, seg)
     }
 
-    /// Pins the calling thread to the CPU it runs on, so that `sched_getcpu` stays put; the
-    /// test process is this test's alone (nextest runs each in its own).
+    /// Pins the calling thread to the CPU it runs on, so that `sched_getcpu` stays put; only
+    /// this test's thread is pinned (affinity is per thread).
     fn pin_here() -> u32 {
         let cpu = current_cpu().expect("sched_getcpu works here");
         // SAFETY: `set` is a zeroed cpu_set_t owned by this frame; the calls read or write only
