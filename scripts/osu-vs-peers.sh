@@ -36,6 +36,11 @@
 # Installs what it needs when missing and running as root on Debian: mpich, openmpi, their
 # headers, libclang (the mpi crate's bindings), DejaVu fonts (the charts).
 # OSU_ARGS_<bench> (e.g. OSU_ARGS_latency="-m 0:1024") overrides a bench's options.
+#
+# Every run is stopped after OSU_RUN_TIMEOUT seconds (default 600; 0 = never): with more ranks
+# than cores, a library can fall into a way of waiting that takes tens of minutes for one run
+# (MPICH 4.0.2 at 4 ranks on 2 cores did). The sizes a stopped run printed are kept; the run is
+# listed in <out>/stopped.tsv and named again at the end, so a missing size is never silent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 net=shm
@@ -135,6 +140,15 @@ trap stop_busy EXIT
 mkdir -p "$out"
 tsv="$out/results.tsv"
 printf 'bench\timpl\tsize\tvalue\n' >"$tsv"
+stopped="$out/stopped.tsv"
+printf 'round\tbench\timpl\tseconds\n' >"$stopped"
+run_timeout="${OSU_RUN_TIMEOUT:-600}"
+case "$run_timeout" in
+    '' | *[!0-9]*) echo "OSU_RUN_TIMEOUT takes whole seconds, not '$run_timeout'" >&2; exit 2 ;;
+esac
+# SIGTERM first: every launcher here forwards it to its ranks; SIGKILL 10 s later if not.
+limit=(timeout --kill-after=10 "$run_timeout")
+[ "$run_timeout" != 0 ] || limit=()
 # ch4's self-launch pins one rank per core by default (CH4_BIND); the peers' launchers are
 # asked to.
 run() {
@@ -163,19 +177,28 @@ run() {
             -x UCX_TLS=tcp -x UCX_NET_DEVICES=lo)
     fi
     start_busy
+    local status=0
     case "$impl" in
-        ch4) env CH4_NP="$np" "${ch4env[@]}" "$ch4dir/examples/$prog" "${args[@]}" ;;
-        mpich) "$mpiexec" -bind-to "$bind" "${mpichenv[@]}" -n "$np" \
+        ch4) env CH4_NP="$np" "${ch4env[@]}" "${limit[@]}" "$ch4dir/examples/$prog" "${args[@]}" ;;
+        mpich) "${limit[@]}" "$mpiexec" -bind-to "$bind" "${mpichenv[@]}" -n "$np" \
             "$mpichdir/release/examples/$prog" "${args[@]}" ;;
-        openmpi) mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to "$bind" "${ompinet[@]}" \
-            -n "$np" target/peers-openmpi/release/examples/$prog "${args[@]}" ;;
-    esac | awk -v b="$bench" -v i="$impl" '/^[0-9]/ { col = (b == "mbw_mr") ? $3 : $2; print b "\t" i "\t" $1 "\t" col }' >>"$tsv"
+        openmpi) "${limit[@]}" mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to "$bind" \
+            "${ompinet[@]}" -n "$np" target/peers-openmpi/release/examples/$prog "${args[@]}" ;;
+    esac | awk -v b="$bench" -v i="$impl" '/^[0-9]/ { col = (b == "mbw_mr") ? $3 : $2; print b "\t" i "\t" $1 "\t" col }' >>"$tsv" \
+        || status=$?
     stop_busy
+    # timeout(1) exits 124 when it stopped the run (137 when SIGKILL was needed).
+    if [ "$status" = 124 ] || [ "$status" = 137 ]; then
+        echo "round $round: $impl $prog stopped after ${run_timeout} s; the sizes it printed are kept" >&2
+        printf '%s\t%s\t%s\t%s\n' "$round" "$bench" "$impl" "$run_timeout" >>"$stopped"
+    elif [ "$status" != 0 ]; then
+        exit "$status"
+    fi
 }
 
-for r in $(seq "$rounds"); do
+for round in $(seq "$rounds"); do
     for b in "${benches[@]}"; do
-        echo "round $r/$rounds: $b" >&2
+        echo "round $round/$rounds: $b" >&2
         for impl in ch4 mpich openmpi; do
             run "$impl" "$b"
         done
@@ -186,3 +209,7 @@ done
 setup="$net, $np processes, interleaved"
 [ -z "$busy" ] || setup="$setup, one busy process ($busy)"
 target/release/osu-plot --setup "$setup" "$tsv" "$out"
+if [ "$(wc -l <"$stopped")" -gt 1 ]; then
+    echo "Runs stopped by OSU_RUN_TIMEOUT (their missing sizes are not in the medians):" >&2
+    column -t "$stopped" >&2
+fi

@@ -102,16 +102,21 @@ impl<N: Netmod, S: Shm> Pt2Pt for Ch4<N, S> {
 /// output at rank 0.
 pub fn launch(spec: &Spec, o: &Options) -> BenchResult<()> {
     if o.threads {
-        let rows = ch4::threads::Threads::new(spec.ranks).run(|ctx| {
+        let how = format!("ch4, {} ranks as threads", spec.ranks);
+        super::print_header(spec, o, &how, spec.ranks as usize);
+        ch4::threads::Threads::new(spec.ranks).run(|ctx| {
             let c = Ch4 {
                 world: ctx.world(),
                 ctx: ctx.clone(),
             };
-            super::measure(spec.kind, &c, o)
-                .map_err(|e| ch4::Error::new(ch4::ErrorKind::Internal, e.to_string()))
+            let first = c.rank() == 0;
+            super::measure(spec.kind, &c, o, &mut |size, values| {
+                if first {
+                    super::print_row(size, values);
+                }
+            })
+            .map_err(|e| ch4::Error::new(ch4::ErrorKind::Internal, e.to_string()))
         })?;
-        let how = format!("ch4, {} ranks as threads", spec.ranks);
-        super::print(spec, o, &how, spec.ranks as usize, &rows[0]);
         return Ok(());
     }
     let universe = ch4::process::init_or_launch(spec.ranks)?;
@@ -119,11 +124,16 @@ pub fn launch(spec: &Spec, o: &Options) -> BenchResult<()> {
         world: universe.world(),
         ctx: universe.context().clone(),
     };
-    let rows = super::measure(spec.kind, &c, o)?;
-    if c.rank() == 0 {
+    let first = c.rank() == 0;
+    if first {
         let how = format!("ch4 {}, {} processes", env!("CARGO_PKG_VERSION"), c.size());
-        super::print(spec, o, &how, c.size(), &rows);
+        super::print_header(spec, o, &how, c.size());
     }
+    super::measure(spec.kind, &c, o, &mut |size, values| {
+        if first {
+            super::print_row(size, values);
+        }
+    })?;
     drop(c);
     Ok(universe.finalize()?)
 }

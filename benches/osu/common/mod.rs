@@ -154,17 +154,22 @@ pub enum Kind {
     MessageRate,
 }
 
-/// Rows of (size, values) as the test measured them, at rank 0.
-pub type Rows = Vec<(usize, Vec<f64>)>;
-
 /// Runs test `kind` over `c`: one static dispatch, then the loop monomorphized for `C`.
-pub fn measure<C: Pt2Pt>(kind: Kind, c: &C, o: &Options) -> BenchResult<Rows> {
+/// `row` gets every size's values as soon as they are measured (meaningful at rank 0, which
+/// prints them), as OSU prints its rows: a run stopped part-way (a hung library, a time limit)
+/// still leaves the sizes it finished.
+pub fn measure<C: Pt2Pt>(
+    kind: Kind,
+    c: &C,
+    o: &Options,
+    row: &mut impl FnMut(usize, &[f64]),
+) -> BenchResult<()> {
     match kind {
-        Kind::Latency => latency(c, o),
-        Kind::MultiLatency => multi_latency(c, o),
-        Kind::Bandwidth => bandwidth(c, o),
-        Kind::Bidirectional => bidirectional(c, o),
-        Kind::MessageRate => message_rate(c, o),
+        Kind::Latency => latency(c, o, row),
+        Kind::MultiLatency => multi_latency(c, o, row),
+        Kind::Bandwidth => bandwidth(c, o, row),
+        Kind::Bidirectional => bidirectional(c, o, row),
+        Kind::MessageRate => message_rate(c, o, row),
     }
 }
 
@@ -316,8 +321,9 @@ fn counts(o: &Options, size: usize) -> (usize, usize) {
     }
 }
 
-/// Prints OSU's header lines, naming the implementation measured, then the rows.
-pub fn print(spec: &Spec, o: &Options, implementation: &str, ranks: usize, rows: &Rows) {
+/// Prints OSU's header lines, naming the implementation measured; the rows follow as they are
+/// measured ([`print_row`]).
+pub fn print_header(spec: &Spec, o: &Options, implementation: &str, ranks: usize) {
     println!("# {} ({implementation})", spec.title);
     match spec.kind {
         Kind::MessageRate => println!("# [ pairs: {} ] [ window size: {} ]", ranks / 2, o.window),
@@ -326,9 +332,6 @@ pub fn print(spec: &Spec, o: &Options, implementation: &str, ranks: usize, rows:
         Kind::Latency => {}
     }
     println!("# {}", spec.columns);
-    for (size, values) in rows {
-        print_row(*size, values);
-    }
 }
 
 /// The whole program: parses OSU's options, starts or joins the job, measures and prints at
@@ -367,11 +370,17 @@ pub fn print_row(size: usize, values: &[f64]) {
     println!("{line}");
 }
 
-/// Ping-pong with `peer` for every size, first sending if `first`; one-way µs per size.
-fn pingpong(c: &impl Pt2Pt, o: &Options, peer: usize, first: bool) -> BenchResult<Vec<f64>> {
+/// Ping-pong with `peer` for every size, first sending if `first`; hands each size's one-way
+/// µs to `done`.
+fn pingpong(
+    c: &impl Pt2Pt,
+    o: &Options,
+    peer: usize,
+    first: bool,
+    mut done: impl FnMut(usize, f64) -> BenchResult<()>,
+) -> BenchResult<()> {
     let mut sbuf = PageBuf::new(o.max, b'a');
     let mut rbuf = PageBuf::new(o.max, b'b');
-    let mut out = Vec::new();
     for size in sizes(o.min, o.max) {
         let (iters, warm) = counts(o, size);
         c.barrier()?;
@@ -388,29 +397,38 @@ fn pingpong(c: &impl Pt2Pt, o: &Options, peer: usize, first: bool) -> BenchResul
                 c.send(&sbuf[..size], peer, 1)?;
             }
         }
-        out.push(start.elapsed().as_secs_f64() * 1e6 / (2.0 * iters as f64));
+        done(
+            size,
+            start.elapsed().as_secs_f64() * 1e6 / (2.0 * iters as f64),
+        )?;
         std::mem::swap(&mut sbuf, &mut rbuf);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// osu_latency: ranks 0 and 1 ping-pong; one-way latency in µs per size.
-pub fn latency(c: &impl Pt2Pt, o: &Options) -> BenchResult<Rows> {
+pub fn latency(
+    c: &impl Pt2Pt,
+    o: &Options,
+    row: &mut impl FnMut(usize, &[f64]),
+) -> BenchResult<()> {
     if c.size() != 2 {
         return Err("osu_latency needs exactly two ranks".into());
     }
     let me = c.rank();
-    let us = pingpong(c, o, 1 - me, me == 0)?;
-    Ok(sizes(o.min, o.max)
-        .into_iter()
-        .zip(us)
-        .map(|(s, u)| (s, vec![u]))
-        .collect())
+    pingpong(c, o, 1 - me, me == 0, |size, us| {
+        row(size, &[us]);
+        Ok(())
+    })
 }
 
 /// osu_multi_lat: ranks `i` and `i + n/2` ping-pong, all pairs at once; the average one-way
 /// latency over the pairs, in µs.
-pub fn multi_latency(c: &impl Pt2Pt, o: &Options) -> BenchResult<Rows> {
+pub fn multi_latency(
+    c: &impl Pt2Pt,
+    o: &Options,
+    row: &mut impl FnMut(usize, &[f64]),
+) -> BenchResult<()> {
     let n = c.size();
     if n < 2 || n % 2 != 0 {
         return Err(format!("osu_multi_lat needs an even number of ranks, not {n}").into());
@@ -419,13 +437,11 @@ pub fn multi_latency(c: &impl Pt2Pt, o: &Options) -> BenchResult<Rows> {
     let pairs = n / 2;
     let first = me < pairs;
     let peer = if first { me + pairs } else { me - pairs };
-    let us = pingpong(c, o, peer, first)?;
-    let mut rows = Vec::new();
-    for (size, u) in sizes(o.min, o.max).into_iter().zip(us) {
-        let total = c.sum(if first { u } else { 0.0 })?;
-        rows.push((size, vec![total / pairs as f64]));
-    }
-    Ok(rows)
+    pingpong(c, o, peer, first, |size, us| {
+        let total = c.sum(if first { us } else { 0.0 })?;
+        row(size, &[total / pairs as f64]);
+        Ok(())
+    })
 }
 
 /// The sending half of a windowed test: `iters + warm` windows of sends, each followed by the
@@ -466,36 +482,42 @@ fn acked_receives(
 
 /// osu_bw: rank 0 sends windows to rank 1, which acknowledges each; MB/s (10^6 bytes/s, as
 /// OSU prints it) at rank 0.
-pub fn bandwidth(c: &impl Pt2Pt, o: &Options) -> BenchResult<Vec<(usize, Vec<f64>)>> {
+pub fn bandwidth(
+    c: &impl Pt2Pt,
+    o: &Options,
+    row: &mut impl FnMut(usize, &[f64]),
+) -> BenchResult<()> {
     if c.size() != 2 {
         return Err("osu_bw needs exactly two ranks".into());
     }
     let sbuf = PageBuf::new(o.max, b'a');
     let mut rbufs: Vec<PageBuf> = (0..o.window).map(|_| PageBuf::new(o.max, 0)).collect();
-    let mut rows = Vec::new();
     for size in sizes(o.min.max(1), o.max) {
         let n = counts(o, size);
         c.barrier()?;
         if c.rank() == 0 {
             let secs = timed_sends(c, &sbuf[..size], o.window, 1, n)?;
             let bytes = (size * o.window * n.0) as f64;
-            rows.push((size, vec![bytes / 1e6 / secs]));
+            row(size, &[bytes / 1e6 / secs]);
         } else {
             acked_receives(c, &mut rbufs, size, 0, n)?;
         }
     }
-    Ok(rows)
+    Ok(())
 }
 
 /// osu_bibw: both ranks send a window to each other at once; MB/s both ways together.
-pub fn bidirectional(c: &impl Pt2Pt, o: &Options) -> BenchResult<Vec<(usize, Vec<f64>)>> {
+pub fn bidirectional(
+    c: &impl Pt2Pt,
+    o: &Options,
+    row: &mut impl FnMut(usize, &[f64]),
+) -> BenchResult<()> {
     if c.size() != 2 {
         return Err("osu_bibw needs exactly two ranks".into());
     }
     let peer = 1 - c.rank();
     let sbuf = PageBuf::new(o.max, b'a');
     let mut rbufs: Vec<PageBuf> = (0..o.window).map(|_| PageBuf::new(o.max, 0)).collect();
-    let mut rows = Vec::new();
     for size in sizes(o.min.max(1), o.max) {
         let (iters, warm) = counts(o, size);
         c.barrier()?;
@@ -508,14 +530,18 @@ pub fn bidirectional(c: &impl Pt2Pt, o: &Options) -> BenchResult<Vec<(usize, Vec
         }
         let secs = start.elapsed().as_secs_f64();
         let bytes = (2 * size * o.window * iters) as f64;
-        rows.push((size, vec![bytes / 1e6 / secs]));
+        row(size, &[bytes / 1e6 / secs]);
     }
-    Ok(rows)
+    Ok(())
 }
 
 /// osu_mbw_mr: the first half of the ranks each stream windows to a partner in the second half;
 /// aggregate MB/s and messages per second over all pairs, at rank 0.
-pub fn message_rate(c: &impl Pt2Pt, o: &Options) -> BenchResult<Vec<(usize, Vec<f64>)>> {
+pub fn message_rate(
+    c: &impl Pt2Pt,
+    o: &Options,
+    row: &mut impl FnMut(usize, &[f64]),
+) -> BenchResult<()> {
     let n = c.size();
     if n < 2 || n % 2 != 0 {
         return Err(format!("osu_mbw_mr needs an even number of ranks, not {n}").into());
@@ -524,7 +550,6 @@ pub fn message_rate(c: &impl Pt2Pt, o: &Options) -> BenchResult<Vec<(usize, Vec<
     let pairs = n / 2;
     let sbuf = PageBuf::new(o.max, b'a');
     let mut rbufs: Vec<PageBuf> = (0..o.window).map(|_| PageBuf::new(o.max, 0)).collect();
-    let mut rows = Vec::new();
     for size in sizes(o.min.max(1), o.max) {
         let counts = counts(o, size);
         c.barrier()?;
@@ -536,9 +561,9 @@ pub fn message_rate(c: &impl Pt2Pt, o: &Options) -> BenchResult<Vec<(usize, Vec<
             0.0
         };
         let total = c.sum(rate)?;
-        rows.push((size, vec![total * size as f64 / 1e6, total]));
+        row(size, &[total * size as f64 / 1e6, total]);
     }
-    Ok(rows)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -124,8 +124,8 @@ pub fn launch(spec: &Spec, o: &Options) -> BenchResult<()> {
     let c = Mpi {
         world: universe.world(),
     };
-    let rows = super::measure(spec.kind, &c, o)?;
-    if c.rank() == 0 {
+    let first = c.rank() == 0;
+    if first {
         let version = mpi::environment::library_version().unwrap_or_default();
         let name = version
             .lines()
@@ -135,8 +135,13 @@ pub fn launch(spec: &Spec, o: &Options) -> BenchResult<()> {
             .collect::<Vec<_>>()
             .join(" ");
         let how = format!("{name} via rsmpi, {} processes", c.size());
-        super::print(spec, o, &how, c.size(), &rows);
+        super::print_header(spec, o, &how, c.size());
     }
+    super::measure(spec.kind, &c, o, &mut |size, values| {
+        if first {
+            super::print_row(size, values);
+        }
+    })?;
     Ok(())
 }
 
