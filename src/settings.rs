@@ -123,13 +123,16 @@ pub(crate) fn apply_idle_policy(ranks: usize) -> Result<()> {
     let choice = yield_choice()?;
     let polls = yield_after(choice, ranks, cpus);
     let cpu_mate_every = cpu_mate_check(choice, ranks, cpus);
+    let tight = tight_spin(ranks, cpus);
     ch4_core::device::set_yield_after(polls);
     ch4_core::device::set_cpu_mate_check(cpu_mate_every);
+    ch4_core::device::set_tight_spin(tight);
     tracing::debug!(
         ranks,
         cpus,
         yield_after = polls,
         cpu_mate_every,
+        tight_spin = tight,
         "idle policy"
     );
     Ok(())
@@ -144,6 +147,17 @@ fn cpu_mate_check(choice: Option<u32>, ranks: usize, cpus: usize) -> u32 {
         Some(_) => 0,
         None if ranks > cpus => CPU_MATE_EVERY_POLL,
         None => CPU_MATE_SOMETIMES,
+    }
+}
+
+/// The idle polls a waiting loop spins without pausing: none when `ranks` outnumber `cpus`
+/// (the rank waited for may need this core, and those loops yield after a few polls anyway),
+/// else enough to cover a latency-bound wait.
+fn tight_spin(ranks: usize, cpus: usize) -> u32 {
+    if ranks > cpus {
+        0
+    } else {
+        ch4_core::device::TIGHT_SPIN_OWN_CPU
     }
 }
 
@@ -278,6 +292,14 @@ mod tests {
         assert_eq!(super::cpu_mate_check(None, 2, 2), CPU_MATE_SOMETIMES);
         assert_eq!(super::cpu_mate_check(Some(64), 4, 2), 0);
         assert_eq!(super::cpu_mate_check(Some(u32::MAX), 2, 2), 0);
+    }
+
+    #[test]
+    fn ranks_spin_without_pausing_only_when_each_may_have_a_cpu() {
+        use ch4_core::device::TIGHT_SPIN_OWN_CPU;
+        assert_eq!(super::tight_spin(2, 2), TIGHT_SPIN_OWN_CPU);
+        assert_eq!(super::tight_spin(1, 8), TIGHT_SPIN_OWN_CPU);
+        assert_eq!(super::tight_spin(4, 2), 0);
     }
 
     #[test]
