@@ -31,8 +31,9 @@
 # the cores, so that 4 ranks on 2 cores share them the way the scheduler likes. Results go to
 # target/osu-vs-peers-busy-<how>/ and target/osu-vs-peers-np<N>/.
 #
-# Writes target/osu-vs-peers/results.tsv (every run: bench, impl, size, value), prints a table
-# per bench with ch4/MPICH and ch4/Open MPI, and draws target/osu-vs-peers/<bench>.png.
+# Writes target/osu-vs-peers/results.tsv (every run: bench, impl, size, value) and modes.tsv
+# (the host's mode around each round, see below), prints a table per bench with ch4/MPICH and
+# ch4/Open MPI, and draws target/osu-vs-peers/<bench>.png.
 # Installs what it needs when missing and running as root on Debian: mpich, openmpi, their
 # headers, libclang (the mpi crate's bindings), DejaVu fonts (the charts).
 # OSU_ARGS_<bench> (e.g. OSU_ARGS_latency="-m 0:1024") overrides a bench's options.
@@ -76,6 +77,9 @@ install_peers "${fonts[@]}"
 
 examples=()
 for b in "${benches[@]}"; do examples+=(--example "osu_$b"); done
+# ch4's osu_latency always: it probes the host's mode between runs.
+ch4_examples=("${examples[@]}")
+[[ " ${benches[*]} " == *" latency "* ]] || ch4_examples+=(--example osu_latency)
 echo "building ch4's programs and the peers' (rsmpi over MPICH, over Open MPI)..." >&2
 ch4dir=target/release
 mpichdir=target/peers-mpich
@@ -83,7 +87,7 @@ venv=target/mpich5-venv
 if [ "$net" = ofi ]; then
     ch4dir=target/ofi/release
     mpichdir=target/peers-mpich5
-    CARGO_TARGET_DIR=target/ofi cargo build --release -q --features ofi "${examples[@]}"
+    CARGO_TARGET_DIR=target/ofi cargo build --release -q --features ofi "${ch4_examples[@]}"
     if [ ! -x "$venv/bin/mpicc" ]; then
         echo "installing MPICH 5.0.2 from PyPI into $venv..." >&2
         python3 -m venv "$venv"
@@ -94,9 +98,9 @@ if [ "$net" = ofi ]; then
 else
     if [ "$net" = ucx ]; then
         ch4dir=target/ucx/release
-        CARGO_TARGET_DIR=target/ucx cargo build --release -q --features ucx "${examples[@]}"
+        CARGO_TARGET_DIR=target/ucx cargo build --release -q --features ucx "${ch4_examples[@]}"
     else
-        cargo build --release -q "${examples[@]}"
+        cargo build --release -q "${ch4_examples[@]}"
     fi
     MPICC=mpicc.mpich CARGO_TARGET_DIR=target/peers-mpich \
         cargo build --release -q --features peer-mpi "${examples[@]}"
@@ -196,12 +200,25 @@ run() {
     fi
 }
 
+# This host switches between two modes every few minutes (its two vCPUs land on cores that
+# share more or less; 8-byte latency is 0.09 µs in one and 0.29 in the other, for every
+# library). Each bench of each round is bracketed by a probe of the mode, ch4's 8-byte
+# shared-memory latency between two ranks, so that rounds can be told apart and a round that
+# changed mode half-way can be left out: <out>/modes.tsv.
+modes="$out/modes.tsv"
+printf 'round\tbench\tbefore_us\tafter_us\n' >"$modes"
+probe() {
+    CH4_NP=2 "${limit[@]}" "$ch4dir/examples/osu_latency" -m 8:8 2>/dev/null |
+        awk '/^8 / { print $2 }' || true
+}
 for round in $(seq "$rounds"); do
     for b in "${benches[@]}"; do
         echo "round $round/$rounds: $b" >&2
+        before=$(probe)
         for impl in ch4 mpich openmpi; do
             run "$impl" "$b"
         done
+        printf '%s\t%s\t%s\t%s\n' "$round" "$b" "${before:-?}" "$(probe)" >>"$modes"
     done
 done
 
@@ -209,6 +226,8 @@ done
 setup="$net, $np processes, interleaved"
 [ -z "$busy" ] || setup="$setup, one busy process ($busy)"
 target/release/osu-plot --setup "$setup" "$tsv" "$out"
+echo "The host's mode around each round's runs (ch4's 8 B latency in µs, before and after):" >&2
+column -t "$modes" >&2
 if [ "$(wc -l <"$stopped")" -gt 1 ]; then
     echo "Runs stopped by OSU_RUN_TIMEOUT (their missing sizes are not in the medians):" >&2
     column -t "$stopped" >&2
