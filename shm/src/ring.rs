@@ -46,11 +46,14 @@ pub const RECORD_ALIGN: usize = 64;
 /// lost 7% of their streaming bandwidth with it (the hardware prefetcher follows a stream by
 /// itself), so they are left alone.
 const PREFETCHED_RECORD_MAX: usize = 2048 + RECORD_ALIGN;
-/// Record bodies from this size on (records of three lines or more) are written first line
+/// Record bodies from this size on (every record of two lines or more) are written first line
 /// last (see `Producer::push`). Measured on this project's 2-core host, interleaved against
-/// writing in order, 6 rounds in its slow mode: osu_latency 128 B-2 KiB 0.78-0.94x; at 64 B
-/// (two lines) it was 1.08x, so two-line records keep the plain order.
-const LATE_FIRST_LINE_BODY: usize = 2 * RECORD_ALIGN - RECORD_HEADER + 1;
+/// writing in order, in its slow mode: osu_latency 128 B-2 KiB 0.78-0.94x (6 rounds); at 64 B
+/// (two lines) 0.77x (12 pairs, 0.49 to 0.37 µs) once waiting ranks spun without pausing,
+/// which made the consumer take the first line back sooner. In the fast mode 64 B costs 1.05x
+/// (20 pairs, 0.089 to 0.092 µs), and osu_mbw_mr and osu_bw at 32-128 B do not change in
+/// either mode (50 pairs fast, 4 slow).
+const LATE_FIRST_LINE_BODY: usize = RECORD_ALIGN - RECORD_HEADER + 1;
 const KIND_EMPTY: u64 = 0;
 const KIND_MESSAGE: u64 = 1;
 const KIND_PAD: u64 = 2;
