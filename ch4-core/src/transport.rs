@@ -244,6 +244,17 @@ pub trait Shm: AmTransport {
     fn move_off_cpu(&mut self) -> bool {
         false
     }
+
+    /// Watches for a message from the on-node process `peer` alone, for up to `loads` loads of
+    /// the line its next one will arrive in, and returns whether something may have arrived
+    /// (`true` at once when the transport cannot tell cheaply, or something waits elsewhere:
+    /// the caller then polls in full). A blocking receive from `peer` calls it between its
+    /// progress polls while it spins ([`crate::device::set_tight_spin`]), so that it sees its
+    /// message a few nanoseconds after it lands rather than up to a whole progress poll later.
+    #[inline(always)]
+    fn watch_for_arrival(&mut self, _peer: Gpid, _loads: usize) -> bool {
+        true
+    }
 }
 
 /// What an engine call may borrow: the core's queues and pool, its own transport, and a way to

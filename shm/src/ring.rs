@@ -411,6 +411,33 @@ impl Consumer {
         }
     }
 
+    /// Watches the word where the next record will be published, for up to `loads` loads,
+    /// and returns whether one was. Between loads it increments a local in memory: on this
+    /// project's 2-core host (AMD EPYC), two C processes passing one-line records through two
+    /// rings read, one-way, in its fast / slow mode: 0.062 / 0.28 µs with nothing between the
+    /// loads, 0.034 / 0.11-0.15 with two to four such increments, 0.18 (slow) with a `pause`,
+    /// 0.22-0.27 (slow) with as many `nop`s. A reader that asks for the line back as fast as
+    /// it can delays the writer that holds it; a progress poll's worth of other work between
+    /// loads (about 15 ns) spaces them too far apart (0.20-0.24 slow).
+    #[inline]
+    pub fn watch(&self, loads: usize) -> bool {
+        let at = (self.head as usize) & self.mask;
+        // SAFETY: `head` is always a record boundary (64-aligned) inside the data area.
+        let word = unsafe { self.data.word(at) };
+        let lap = (self.head >> self.capacity.trailing_zeros()) & 0xFF;
+        let mut spacer = [0u64; 2];
+        for i in 0..loads {
+            // Relaxed: only a hint; `pop_with` reads the word again with Acquire.
+            let w = word.load(Ordering::Relaxed);
+            if (w >> 48) & 0xFF != KIND_EMPTY && w >> 56 == lap {
+                return true;
+            }
+            spacer[i & 1] += 1;
+            std::hint::black_box(&mut spacer);
+        }
+        false
+    }
+
     /// Number of the pair's next message to deliver.
     #[inline]
     pub fn expected_seq(&self) -> u64 {
@@ -565,6 +592,23 @@ mod tests {
         assert_eq!(pop(&mut c), Some((3, b"hdr".to_vec(), b"payload".to_vec())));
         assert_eq!(pop(&mut c), Some((4, vec![], vec![])));
         assert!(pop(&mut c).is_none());
+    }
+
+    #[test]
+    fn a_watch_sees_a_published_record_and_only_a_record_of_this_lap() {
+        let (_keep, mut p, mut c) = heap_ring(4096);
+        assert!(!c.watch(8), "an empty ring has nothing to see");
+        p.push(1, b"h", &[b"x"]).unwrap();
+        assert!(c.watch(8));
+        assert!(pop(&mut c).is_some());
+        assert!(!c.watch(8), "the consumed record is not seen again");
+        // Around the ring once: the words the consumer watches next hold last lap's headers.
+        for _ in 0..64 {
+            p.push(1, b"", &[]).unwrap();
+            assert!(c.watch(1));
+            assert!(pop(&mut c).is_some());
+            assert!(!c.watch(4), "a header of an earlier lap is not a record");
+        }
     }
 
     #[test]

@@ -656,6 +656,19 @@ impl Shm for ShmTransport {
         other != self.me && self.seg.cpu_of(other) == Some(cpu)
     }
 
+    #[inline(always)]
+    fn watch_for_arrival(&mut self, peer: Gpid, loads: usize) -> bool {
+        match self.local(peer) {
+            // Cells carry only records too large for a ring: looked at before and after.
+            Some(l) => {
+                !self.cell_rx.looks_empty()
+                    || self.consumers[l].watch(loads)
+                    || !self.cell_rx.looks_empty()
+            }
+            None => true,
+        }
+    }
+
     fn move_off_cpu(&mut self) -> bool {
         let now = std::time::Instant::now();
         if self
