@@ -41,7 +41,9 @@ pub const FACADE: &[Setting] = &[
                   waits for shares its CPU, moving to another CPU at most every 10 ms; \
                   checked every poll when the node has more ranks than CPUs and every 16th \
                   otherwise; else after 64 idle polls when the node has more ranks than CPUs, \
-                  after 16384 otherwise), soon (64) or never",
+                  after 16384 otherwise), soon (64) or never. Ranks that each have a CPU spin \
+                  their first 1024 idle polls (at most until they yield) without a pause \
+                  instruction",
     },
     Setting {
         name: "CH4_SELF_LAUNCHED",
@@ -123,7 +125,7 @@ pub(crate) fn apply_idle_policy(ranks: usize) -> Result<()> {
     let choice = yield_choice()?;
     let polls = yield_after(choice, ranks, cpus);
     let cpu_mate_every = cpu_mate_check(choice, ranks, cpus);
-    let tight = tight_spin(ranks, cpus);
+    let tight = tight_spin(ranks, cpus, polls);
     ch4_core::device::set_yield_after(polls);
     ch4_core::device::set_cpu_mate_check(cpu_mate_every);
     ch4_core::device::set_tight_spin(tight);
@@ -152,12 +154,13 @@ fn cpu_mate_check(choice: Option<u32>, ranks: usize, cpus: usize) -> u32 {
 
 /// The idle polls a waiting loop spins without pausing: none when `ranks` outnumber `cpus`
 /// (the rank waited for may need this core, and those loops yield after a few polls anyway),
-/// else enough to cover a latency-bound wait.
-fn tight_spin(ranks: usize, cpus: usize) -> u32 {
+/// else enough to cover a latency-bound wait, but never past `yield_after`: `CH4_YIELD=soon`
+/// still yields after its 64 polls.
+fn tight_spin(ranks: usize, cpus: usize, yield_after: u32) -> u32 {
     if ranks > cpus {
         0
     } else {
-        ch4_core::device::TIGHT_SPIN_OWN_CPU
+        ch4_core::device::TIGHT_SPIN_OWN_CPU.min(yield_after)
     }
 }
 
@@ -296,10 +299,15 @@ mod tests {
 
     #[test]
     fn ranks_spin_without_pausing_only_when_each_may_have_a_cpu() {
-        use ch4_core::device::TIGHT_SPIN_OWN_CPU;
-        assert_eq!(super::tight_spin(2, 2), TIGHT_SPIN_OWN_CPU);
-        assert_eq!(super::tight_spin(1, 8), TIGHT_SPIN_OWN_CPU);
-        assert_eq!(super::tight_spin(4, 2), 0);
+        use ch4_core::device::{TIGHT_SPIN_OWN_CPU, YIELD_LATE, YIELD_SOON};
+        assert_eq!(super::tight_spin(2, 2, YIELD_LATE), TIGHT_SPIN_OWN_CPU);
+        assert_eq!(super::tight_spin(1, 8, u32::MAX), TIGHT_SPIN_OWN_CPU);
+        assert_eq!(super::tight_spin(4, 2, YIELD_SOON), 0);
+        assert_eq!(
+            super::tight_spin(2, 2, YIELD_SOON),
+            YIELD_SOON,
+            "soon still yields soon"
+        );
     }
 
     #[test]

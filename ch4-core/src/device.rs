@@ -1322,9 +1322,10 @@ static TIGHT_SPIN: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::
 pub const TIGHT_SPIN_OWN_CPU: u32 = 1024;
 
 /// Sets for how many idle polls in a row every waiting loop of this process spins without a
-/// pause instruction before it pauses at every poll (0: pause from the first). The facade sets
-/// it at start-up: [`TIGHT_SPIN_OWN_CPU`] when each rank may have a CPU, 0 when ranks
-/// outnumber CPUs, where the rank waited for may need this very core.
+/// pause instruction before it pauses at every poll (0: pause from the first); yielding
+/// ([`set_yield_after`]) comes first. The facade sets it at start-up: [`TIGHT_SPIN_OWN_CPU`]
+/// (at most the polls before yielding) when each rank may have a CPU, 0 when ranks outnumber
+/// CPUs, where the rank waited for may need this very core.
 pub fn set_tight_spin(polls: u32) {
     TIGHT_SPIN.store(polls, std::sync::atomic::Ordering::Relaxed);
 }
@@ -1336,12 +1337,9 @@ pub fn set_tight_spin(polls: u32) {
 /// [`Device::pause`].
 #[inline(always)]
 pub fn backoff(idle: u32) {
-    if idle <= TIGHT_SPIN.load(std::sync::atomic::Ordering::Relaxed) {
-        return;
-    }
     if idle > YIELD_AFTER.load(std::sync::atomic::Ordering::Relaxed) {
         std::thread::yield_now();
-    } else {
+    } else if idle > TIGHT_SPIN.load(std::sync::atomic::Ordering::Relaxed) {
         std::hint::spin_loop();
     }
 }

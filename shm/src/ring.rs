@@ -58,6 +58,12 @@ const KIND_EMPTY: u64 = 0;
 const KIND_MESSAGE: u64 = 1;
 const KIND_PAD: u64 = 2;
 
+/// Whether header word `word` publishes a record (or padding) of the lap tagged `lap`.
+#[inline(always)]
+fn is_record_of_lap(word: u64, lap: u64) -> bool {
+    (word >> 48) & 0xFF != KIND_EMPTY && word >> 56 == lap
+}
+
 /// The consumer's index of one ring, as laid out in shared memory. Zero bytes are a fresh ring.
 #[repr(C)]
 pub struct RingIndices {
@@ -421,15 +427,12 @@ impl Consumer {
     /// loads (about 15 ns) spaces them too far apart (0.20-0.24 slow).
     #[inline]
     pub fn watch(&self, loads: usize) -> bool {
-        let at = (self.head as usize) & self.mask;
-        // SAFETY: `head` is always a record boundary (64-aligned) inside the data area.
-        let word = unsafe { self.data.word(at) };
-        let lap = (self.head >> self.capacity.trailing_zeros()) & 0xFF;
+        let word = self.head_word();
+        let lap = self.head_lap();
         let mut spacer = [0u64; 2];
         for i in 0..loads {
             // Relaxed: only a hint; `pop_with` reads the word again with Acquire.
-            let w = word.load(Ordering::Relaxed);
-            if (w >> 48) & 0xFF != KIND_EMPTY && w >> 56 == lap {
+            if is_record_of_lap(word.load(Ordering::Relaxed), lap) {
                 return true;
             }
             spacer[i & 1] += 1;
@@ -459,13 +462,23 @@ impl Consumer {
     /// The header word at the consumer's position if a record for this lap is published there.
     #[inline(always)]
     fn published(&self) -> Option<u64> {
+        let word = self.head_word().load(Ordering::Acquire);
+        is_record_of_lap(word, self.head_lap()).then_some(word)
+    }
+
+    /// The header word at the consumer's position.
+    #[inline(always)]
+    fn head_word(&self) -> &AtomicU64 {
         let at = (self.head as usize) & self.mask;
         // SAFETY: `head` is always a record boundary (64-aligned) inside the data area.
-        let word = unsafe { self.data.word(at) }.load(Ordering::Acquire);
-        // A shift rather than a division: this runs on every poll of an idle ring.
-        let lap = (self.head >> self.capacity.trailing_zeros()) & 0xFF;
-        let kind = (word >> 48) & 0xFF;
-        (kind != KIND_EMPTY && word >> 56 == lap).then_some(word)
+        unsafe { self.data.word(at) }
+    }
+
+    /// The lap tag a record at the consumer's position carries (the lap modulo 256). A shift
+    /// rather than a division: this runs on every poll of an idle ring.
+    #[inline(always)]
+    fn head_lap(&self) -> u64 {
+        (self.head >> self.capacity.trailing_zeros()) & 0xFF
     }
 
     /// Whether no record is waiting (one load of the line the next record will arrive in).
