@@ -19,6 +19,10 @@
 # running as root.
 #
 # OSU_ARGS_<bench> replaces a benchmark's arguments (e.g. OSU_ARGS_latency="-m 1:4096").
+#
+# Every run is stopped after OSU_RUN_TIMEOUT seconds (default 600; 0 = never), and each bench of
+# each round is bracketed by a probe of the host's mode (the real osu_latency at 8 bytes on
+# ch4): see scripts/lib/runs.sh. <out>/modes.tsv and <out>/stopped.tsv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=3
@@ -81,6 +85,9 @@ source_of() {
 }
 # Collectives report a latency.
 is_collective() { [ -e "$osu/mpi/collective/blocking/osu_$1.c" ]; }
+# ch4's osu_latency always: it probes the host's mode between runs.
+built=("${benches[@]}")
+[[ " ${benches[*]} " == *" latency "* ]] || built+=(latency)
 for impl in "${impls[@]}"; do
     [ "$impl" != mpich5 ] || continue # ch4's binaries
     bin=$(bindir "$impl")
@@ -91,7 +98,9 @@ for impl in "${impls[@]}"; do
         "$cc" "${flags[@]}" -c "$osu/util/$u.c" -o "$bin/$u.o"
         objs+=("$bin/$u.o")
     done
-    for b in "${benches[@]}"; do
+    bins=("${benches[@]}")
+    [ "$impl" != ch4 ] || bins=("${built[@]}")
+    for b in "${bins[@]}"; do
         "$cc" "${flags[@]}" -o "$bin/osu_$b" "$(source_of "$b")" "${objs[@]}" -lm -lpthread
     done
 done
@@ -100,6 +109,9 @@ out=target/osu-c-vs-mpich
 mkdir -p "$out"
 tsv="$out/results.tsv"
 printf 'bench\timpl\tsize\tvalue\n' >"$tsv"
+# shellcheck source=lib/runs.sh
+. scripts/lib/runs.sh
+runs_init "$out"
 run() {
     local impl="$1" b="$2"
     local var="OSU_ARGS_$b"
@@ -110,23 +122,36 @@ run() {
     ! is_collective "$b" || name="${b}_latency"
     local bin
     bin=$(bindir "$impl")
+    local status=0
     case "$impl" in
         # Bound one rank per core, as the peers' launchers are asked to below (ch4run binds
         # only when asked; unbound, two spinning ranks are sometimes moved and lose up to 20%).
-        ch4) target/release/ch4run --bind-to core -n 2 "$bin/osu_$b" "${args[@]}" ;;
-        mpich5) LD_LIBRARY_PATH="$PWD/$venv/lib" "$venv/bin/mpiexec" -bind-to core -n 2 \
-            "$bin/osu_$b" "${args[@]}" ;;
-        mpich) mpiexec.mpich -bind-to core -n 2 "$bin/osu_$b" "${args[@]}" ;;
-        openmpi) mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to core -n 2 \
-            "$bin/osu_$b" "${args[@]}" ;;
-    esac | awk -v b="$name" -v i="$impl" '/^[0-9]/ { col = (b == "mbw_mr") ? $3 : $2; print b "\t" i "\t" $1 "\t" col }' >>"$tsv"
+        ch4) "${limit[@]}" target/release/ch4run --bind-to core -n 2 "$bin/osu_$b" "${args[@]}" ;;
+        mpich5) LD_LIBRARY_PATH="$PWD/$venv/lib" "${limit[@]}" "$venv/bin/mpiexec" -bind-to core \
+            -n 2 "$bin/osu_$b" "${args[@]}" ;;
+        mpich) "${limit[@]}" mpiexec.mpich -bind-to core -n 2 "$bin/osu_$b" "${args[@]}" ;;
+        openmpi) "${limit[@]}" mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to core \
+            -n 2 "$bin/osu_$b" "${args[@]}" ;;
+    esac | awk -v b="$name" -v i="$impl" '/^[0-9]/ { col = (b == "mbw_mr") ? $3 : $2; print b "\t" i "\t" $1 "\t" col }' >>"$tsv" \
+        || status=$?
+    run_ended "$status" "$round" "$b" "$impl"
 }
-for r in $(seq "$rounds"); do
+# The host's mode (scripts/lib/runs.sh): the real osu_latency on ch4 at 8 bytes.
+probe() {
+    "${limit[@]}" target/release/ch4run --bind-to core -n 2 "$(bindir ch4)/osu_latency" -m 8:8 \
+        2>/dev/null | awk '/^8 / { print $2 }' || true
+}
+for round in $(seq "$rounds"); do
     for b in "${benches[@]}"; do
-        echo "round $r/$rounds: $b" >&2
+        echo "round $round/$rounds: $b" >&2
+        before=$(probe)
         for impl in "${impls[@]}"; do
             run "$impl" "$b"
         done
+        note_mode "$round" "$b" "$before" "$(probe)"
     done
 done
-target/release/osu-plot --setup "the real OSU C programs (one binary on ch4 and MPICH 5), 2 processes, interleaved" "$tsv" "$out"
+target/release/osu-plot --setup "the real OSU C programs (one binary on ch4 and MPICH 5), 2 processes, interleaved" "$tsv" "$out" || plot_status=$?
+# The modes and the stopped runs even when nothing was left to plot.
+runs_report
+exit "${plot_status:-0}"

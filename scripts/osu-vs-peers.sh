@@ -38,10 +38,8 @@
 # headers, libclang (the mpi crate's bindings), DejaVu fonts (the charts).
 # OSU_ARGS_<bench> (e.g. OSU_ARGS_latency="-m 0:1024") overrides a bench's options.
 #
-# Every run is stopped after OSU_RUN_TIMEOUT seconds (default 600; 0 = never): with more ranks
-# than cores, a library can fall into a way of waiting that takes tens of minutes for one run
-# (MPICH 4.0.2 at 4 ranks on 2 cores did). The sizes a stopped run printed are kept; the run is
-# listed in <out>/stopped.tsv and named again at the end, so a missing size is never silent.
+# Every run is stopped after OSU_RUN_TIMEOUT seconds (default 600; 0 = never), and each bench of
+# each round is bracketed by a probe of the host's mode: see scripts/lib/runs.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 net=shm
@@ -144,15 +142,9 @@ trap stop_busy EXIT
 mkdir -p "$out"
 tsv="$out/results.tsv"
 printf 'bench\timpl\tsize\tvalue\n' >"$tsv"
-stopped="$out/stopped.tsv"
-printf 'round\tbench\timpl\tseconds\n' >"$stopped"
-run_timeout="${OSU_RUN_TIMEOUT:-600}"
-case "$run_timeout" in
-    '' | *[!0-9]*) echo "OSU_RUN_TIMEOUT takes whole seconds, not '$run_timeout'" >&2; exit 2 ;;
-esac
-# SIGTERM first: every launcher here forwards it to its ranks; SIGKILL 10 s later if not.
-limit=(timeout --kill-after=10 "$run_timeout")
-[ "$run_timeout" != 0 ] || limit=()
+# shellcheck source=lib/runs.sh
+. scripts/lib/runs.sh
+runs_init "$out"
 # ch4's self-launch pins one rank per core by default (CH4_BIND); the peers' launchers are
 # asked to.
 run() {
@@ -191,22 +183,10 @@ run() {
     esac | awk -v b="$bench" -v i="$impl" '/^[0-9]/ { col = (b == "mbw_mr") ? $3 : $2; print b "\t" i "\t" $1 "\t" col }' >>"$tsv" \
         || status=$?
     stop_busy
-    # timeout(1) exits 124 when it stopped the run (137 when SIGKILL was needed).
-    if [ "$status" = 124 ] || [ "$status" = 137 ]; then
-        echo "round $round: $impl $prog stopped after ${run_timeout} s; the sizes it printed are kept" >&2
-        printf '%s\t%s\t%s\t%s\n' "$round" "$bench" "$impl" "$run_timeout" >>"$stopped"
-    elif [ "$status" != 0 ]; then
-        exit "$status"
-    fi
+    run_ended "$status" "$round" "$bench" "$impl"
 }
 
-# This host switches between two modes every few minutes (its two vCPUs land on cores that
-# share more or less; 8-byte latency is 0.09 µs in one and 0.29 in the other, for every
-# library). Each bench of each round is bracketed by a probe of the mode, ch4's 8-byte
-# shared-memory latency between two ranks, so that rounds can be told apart and a round that
-# changed mode half-way can be left out: <out>/modes.tsv.
-modes="$out/modes.tsv"
-printf 'round\tbench\tbefore_us\tafter_us\n' >"$modes"
+# The host's mode (scripts/lib/runs.sh): ch4's 8-byte latency, two ranks.
 probe() {
     CH4_NP=2 "${limit[@]}" "$ch4dir/examples/osu_latency" -m 8:8 2>/dev/null |
         awk '/^8 / { print $2 }' || true
@@ -218,17 +198,14 @@ for round in $(seq "$rounds"); do
         for impl in ch4 mpich openmpi; do
             run "$impl" "$b"
         done
-        printf '%s\t%s\t%s\t%s\n' "$round" "$b" "${before:-?}" "$(probe)" >>"$modes"
+        note_mode "$round" "$b" "$before" "$(probe)"
     done
 done
 
 # The table (medians, spread, ratios) and one chart per bench.
 setup="$net, $np processes, interleaved"
 [ -z "$busy" ] || setup="$setup, one busy process ($busy)"
-target/release/osu-plot --setup "$setup" "$tsv" "$out"
-echo "The host's mode around each round's runs (ch4's 8 B latency in µs, before and after):" >&2
-column -t "$modes" >&2
-if [ "$(wc -l <"$stopped")" -gt 1 ]; then
-    echo "Runs stopped by OSU_RUN_TIMEOUT (their missing sizes are not in the medians):" >&2
-    column -t "$stopped" >&2
-fi
+target/release/osu-plot --setup "$setup" "$tsv" "$out" || plot_status=$?
+# The modes and the stopped runs even when nothing was left to plot.
+runs_report
+exit "${plot_status:-0}"
