@@ -287,6 +287,72 @@ fn cancels<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
 }
 on_all_routes!(cancel, 2, cancels);
 
+/// Nonblocking sends far beyond the receiver's eager credit (the routes' credit covers about a
+/// dozen), then a barrier before the receiver takes any. Each route sends the excess its own
+/// way (a request-to-send, a stub for an RMA read; UCX sends it as it is), and nothing may wait
+/// for credit: the barrier, and any later message the receiver needs first, would wait behind
+/// it for ever (an engine that held such sends back until credit came hung here). The messages
+/// arrive in order; one of them, cancelled before any was received, is either never delivered
+/// or arrives whole, as for `cancels`.
+fn beyond_credit<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
+    const COUNT: usize = 48;
+    const CANCELLED: usize = 40;
+    let w = ctx.world();
+    let msgs: Vec<[u8; 16]> = (0..COUNT).map(|i| [i as u8; 16]).collect();
+    if w.rank() == 0 {
+        let flags = ctx.scope(|s| {
+            let reqs = msgs
+                .iter()
+                .enumerate()
+                .map(|(i, m)| w.isend(s, m, 1, i as i32))
+                .collect::<Result<Vec<_>>>()?;
+            reqs[CANCELLED].cancel()?;
+            w.barrier()?;
+            reqs.into_iter()
+                .map(|r| r.wait().map(|st| u8::from(st.cancelled)))
+                .collect::<Result<Vec<u8>>>()
+        })?;
+        assert!(
+            flags
+                .iter()
+                .enumerate()
+                .all(|(i, &f)| f == 0 || i == CANCELLED),
+            "only the send asked to cancel may be cancelled"
+        );
+        w.send(&flags, 1, COUNT as i32)?;
+    } else if w.rank() == 1 {
+        w.barrier()?;
+        let mut bufs = vec![[0u8; 16]; COUNT];
+        let mut flags = [0u8; COUNT];
+        ctx.scope(|s| {
+            let receives = bufs
+                .iter_mut()
+                .enumerate()
+                .map(|(i, b)| w.irecv(s, b, 0, i as i32))
+                .collect::<Result<Vec<_>>>()?;
+            w.recv(&mut flags, 0, COUNT as i32)?;
+            for (req, &cancelled) in receives.into_iter().zip(&flags) {
+                if cancelled == 1 {
+                    req.cancel()?;
+                    assert!(req.wait()?.cancelled, "a cancelled send was delivered");
+                } else {
+                    assert_eq!(req.wait()?.bytes, 16);
+                }
+            }
+            Ok::<_, ch4::Error>(())
+        })?;
+        for (i, b) in bufs.iter().enumerate() {
+            if flags[i] == 0 {
+                assert_eq!(b, &msgs[i], "message {i}");
+            }
+        }
+    } else {
+        w.barrier()?;
+    }
+    w.barrier()
+}
+on_all_routes!(sends_beyond_credit, 2, beyond_credit);
+
 /// Self-sends, zero-byte messages and PROC_NULL.
 fn self_and_empty<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
     let w = ctx.world();

@@ -1,4 +1,6 @@
-//! A flood: every rank but 0 sends `-n` blocking messages of `-s` bytes to rank 0, which is busy
+//! A flood: every rank but 0 sends `-n` blocking messages of `-s` bytes to rank 0 (with
+//! `--window W`, nonblocking ones, `W` at a time, each from its own buffer, waited for
+//! together), which is busy
 //! for `--sleep` milliseconds before it receives them — in arrival order (ANY_SOURCE,
 //! ANY_TAG), or with `--reverse W` sender by sender, each run of `W` tags backwards. Every rank
 //! prints its resident memory when idle (after start-up and a barrier) and at its peak
@@ -9,7 +11,7 @@
 //! `scripts/flood-vs-peers.sh`), so the figures compare like with like.
 //!
 //! `cargo run --release --example flood -- [-n messages] [-s bytes] [--sleep ms]
-//! [--reverse W] [--threads]` (self-launched with 5 ranks; `CH4_NP` for more).
+//! [--reverse W] [--window W] [--threads]` (self-launched with 5 ranks; `CH4_NP` for more).
 
 mod common;
 
@@ -23,6 +25,8 @@ struct Flood {
     size: usize,
     sleep: Duration,
     reverse: Option<u64>,
+    /// Nonblocking sends this many at a time; `None`: blocking sends.
+    window: Option<u64>,
 }
 
 /// This process's resident memory now (`VmRSS`) and at its peak (`VmHWM`), in KiB.
@@ -51,6 +55,21 @@ impl Job for Flood {
         if c.rank() == 0 {
             std::thread::sleep(self.sleep);
             self.receive(c, &mut buf)?;
+        } else if let Some(w) = self.window {
+            let mut first = 0;
+            while first < self.messages {
+                let last = (first + w).min(self.messages);
+                let msgs: Vec<Vec<u8>> = (first..last)
+                    .map(|i| {
+                        let mut m = vec![0u8; size];
+                        m[..8].copy_from_slice(&i.to_le_bytes());
+                        m
+                    })
+                    .collect();
+                let tags: Vec<i32> = (first..last).map(|i| self.tag_of(i)).collect();
+                c.send_each(&msgs, 0, &tags)?;
+                first = last;
+            }
         } else {
             for i in 0..self.messages {
                 buf[..8].copy_from_slice(&i.to_le_bytes());
@@ -126,12 +145,14 @@ impl Flood {
 }
 
 fn parse() -> Result<(Flood, bool), String> {
-    let usage = "usage: flood [-n messages] [-s bytes] [--sleep ms] [--reverse W] [--threads]";
+    let usage =
+        "usage: flood [-n messages] [-s bytes] [--sleep ms] [--reverse W] [--window W] [--threads]";
     let mut f = Flood {
         messages: 1_000_000,
         size: 1024,
         sleep: Duration::from_secs(3),
         reverse: None,
+        window: None,
     };
     let mut threads = false;
     let mut args = std::env::args().skip(1);
@@ -146,6 +167,7 @@ fn parse() -> Result<(Flood, bool), String> {
             "-s" => f.size = number()? as usize,
             "--sleep" => f.sleep = Duration::from_millis(number()?),
             "--reverse" => f.reverse = Some(number()?.max(1)),
+            "--window" => f.window = Some(number()?.max(1)),
             "--threads" => threads = true,
             "-h" | "--help" => return Err(usage.into()),
             other => return Err(format!("unknown option {other}\n{usage}")),

@@ -51,6 +51,17 @@ impl<N: Netmod, S: Shm> Pt2Pt for Ch4<N, S> {
         Ok(())
     }
 
+    fn send_each(&self, msgs: &[Vec<u8>], dest: usize, tags: &[i32]) -> BenchResult<()> {
+        self.ctx.scope(|s| {
+            let mut reqs = Vec::with_capacity(msgs.len());
+            for (m, &tag) in msgs.iter().zip(tags) {
+                reqs.push(self.world.isend(s, m, dest as i32, tag)?);
+            }
+            s.wait_all(reqs).map(drop)
+        })?;
+        Ok(())
+    }
+
     fn recv_window(
         &self,
         bufs: &mut [super::PageBuf],

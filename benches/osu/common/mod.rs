@@ -58,6 +58,9 @@ pub trait Pt2Pt {
     fn recv_any(&self, buf: &mut [u8]) -> BenchResult<(usize, i32)>;
     /// OSU's send window: `count` nonblocking sends of `buf` to `dest`, then wait for all.
     fn send_window(&self, buf: &[u8], count: usize, dest: usize, tag: i32) -> BenchResult<()>;
+    /// A nonblocking send of each of `msgs` to `dest`, message `i` with tag `tags[i]`, then
+    /// wait for all.
+    fn send_each(&self, msgs: &[Vec<u8>], dest: usize, tags: &[i32]) -> BenchResult<()>;
     /// OSU's receive window: one nonblocking receive of `len` bytes into each of `bufs`, then
     /// wait for all.
     fn recv_window(

@@ -62,6 +62,18 @@ impl Pt2Pt for Mpi {
         Ok(())
     }
 
+    fn send_each(&self, msgs: &[Vec<u8>], dest: usize, tags: &[i32]) -> BenchResult<()> {
+        let peer = self.world.process_at_rank(dest as i32);
+        multiple_scope(msgs.len(), |scope, coll| {
+            for (m, &tag) in msgs.iter().zip(tags) {
+                coll.add(peer.immediate_send_with_tag(scope, &m[..], tag));
+            }
+            let mut statuses = Vec::with_capacity(msgs.len());
+            coll.wait_all(&mut statuses);
+        });
+        Ok(())
+    }
+
     fn recv_window(
         &self,
         bufs: &mut [super::PageBuf],
