@@ -7,11 +7,13 @@
 //! and bounds none of it. Every message sent through the tagged path spends [`MESSAGE_CHARGE`]
 //! of its receiver's credit (less when the credit is small); without credit a blocking send
 //! waits (`P2p::send_ready`), while a nonblocking one still goes, since UCX offers no
-//! per-message rendezvous to switch to (its data is bounded by the sender's own buffers, lent
-//! to their requests). The receiver counts every message it consumes — received, truncated, or
-//! dropped after a matched probe — and gives the credit back, a quarter at a time, as an empty
-//! message in the [`tag::CREDIT`] tag space whose tag carries the giver and the number of
-//! messages; [`CREDIT_RECEIVES`] receives for it stay posted.
+//! per-message rendezvous to switch to and holding it back could hang a correct program (its
+//! data is bounded by the sender's own buffers, lent to their requests; the receiver's growth
+//! is not bounded, and such sends are counted: `UcxNetmod::sends_without_credit`). The receiver
+//! counts every message it consumes — received, truncated, or dropped after a matched probe —
+//! and gives the credit back, a quarter at a time, as an empty message in the [`tag::CREDIT`]
+//! tag space whose tag carries the giver and the number of messages; [`CREDIT_RECEIVES`]
+//! receives for it stay posted.
 
 use std::ptr::null_mut;
 

@@ -60,8 +60,11 @@ impl P2p<Net> for UcxEngine {
         let bits = tag::send_tag(&op.env)?;
         let total = op.buf.packed_len();
         // Without credit a nonblocking send still goes (UCX has no per-message rendezvous to
-        // switch to): blocking sends wait for credit in `send_ready`.
-        message_credit::take(cx.core, cx.route, op.dest);
+        // switch to, and holding it back could hang a correct program): blocking sends wait
+        // for credit in `send_ready`.
+        if !message_credit::take(cx.core, cx.route, op.dest) {
+            went_without_credit(cx.transport, op.dest);
+        }
         if !sync {
             if let Some((ptr, len)) = op.buf.raw_parts() {
                 return send_contiguous(cx, op, bits, ptr, len, total);
@@ -341,6 +344,21 @@ impl P2p<Net> for UcxEngine {
     fn progress<P: Partner>(cx: &mut Cx<'_, Net, P>) -> Result<usize> {
         progress_own(cx)
     }
+}
+
+/// Counts a nonblocking send to `dest` that went without credit; the first one of the process
+/// is logged, since its receiver's memory is then bounded by nothing but the senders.
+#[cold]
+fn went_without_credit(net: &mut Net, dest: Gpid) {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    net.uncredited_sends += 1;
+    WARNED.call_once(|| {
+        tracing::warn!(
+            dest,
+            "nonblocking sends outrun the receiver's eager credit: over UCX they go anyway, and \
+             the receiver keeps every one it has not matched yet"
+        );
+    });
 }
 
 /// A contiguous standard send straight from the caller's buffer, posted without an operation

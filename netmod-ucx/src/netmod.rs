@@ -65,6 +65,8 @@ pub struct UcxNetmod {
     pub(crate) credit_out: Vec<(Gpid, u32)>,
     /// Peers whose endpoint reported an error.
     pub(crate) failed: Vec<Gpid>,
+    /// Nonblocking sends that went without their receiver's eager credit.
+    pub(crate) uncredited_sends: u64,
     /// The engine's list of completions being applied, kept for its capacity (see
     /// `Worker::swap_completed`).
     pub(crate) applying: Vec<ch4_core::native::OpIndex>,
@@ -99,6 +101,15 @@ impl UcxNetmod {
     /// returned credit).
     pub fn outstanding(&self) -> usize {
         self.ops.len() - self.credit_receives - self.credit_sends
+    }
+
+    /// How many nonblocking sends went without their receiver's eager credit. Over UCX flow
+    /// control cannot hold those back (UCX sends what it is given at once, and an engine that
+    /// waited for credit would hang correct programs: ARCHITECTURE.md, "The UCX engine"), so
+    /// their receiver keeps every one it has not matched yet: a program whose memory grows
+    /// under a flood of nonblocking sends sees the count here (and one warning in the log).
+    pub fn sends_without_credit(&self) -> u64 {
+        self.uncredited_sends
     }
 
     /// Whether endpoints report failed peers (every transport in use can tell).
@@ -150,6 +161,7 @@ impl UcxNetmod {
             credit_receives: 0,
             credit_sends: 0,
             credit_out: Vec::new(),
+            uncredited_sends: 0,
             failed: Vec::new(),
             applying: Vec::new(),
             applying_slotless: Vec::new(),

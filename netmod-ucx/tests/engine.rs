@@ -96,6 +96,47 @@ fn messages_of_every_size_arrive_in_order() {
     });
 }
 
+/// Flow control over UCX: nonblocking sends beyond the receiver's eager credit still go (and
+/// are counted), in order; once the receiver has taken them and given the credit back, sends go
+/// with credit again.
+#[test]
+fn nonblocking_sends_beyond_credit_go_counted_and_in_order() {
+    // 2 KiB of credit: a message's charge is a sixteenth (128 bytes) plus the core's 128 of
+    // overhead, so 8 messages fit.
+    let config = DeviceConfig {
+        eager_credit: 2048,
+        ..DeviceConfig::default()
+    };
+    each_transport(2, config, |p, d| {
+        let sends: Vec<_> = (0..20)
+            .map(|i| isend_owned(&mut d[0], 1, 4, pattern(i, 8), SendMode::Standard))
+            .collect();
+        assert_eq!(d[0].netmod().sends_without_credit(), 12, "{p}");
+        for i in 0..20 {
+            let (h, buf) = irecv_leaked(&mut d[1], 0, 4, 8);
+            let st = d.wait(1, h).unwrap();
+            assert_eq!(
+                (st.bytes, &buf[..8]),
+                (8, &pattern(i, 8)[..]),
+                "{p}: message {i}"
+            );
+        }
+        for h in sends {
+            d.wait(0, h).unwrap();
+        }
+        d.settle().unwrap();
+        let h = isend_owned(&mut d[0], 1, 5, pattern(0, 8), SendMode::Standard);
+        assert_eq!(
+            d[0].netmod().sends_without_credit(),
+            12,
+            "{p}: credit came back"
+        );
+        let (r, _) = irecv_leaked(&mut d[1], 0, 5, 8);
+        d.wait(1, r).unwrap();
+        d.wait(0, h).unwrap();
+    });
+}
+
 #[test]
 fn wildcards_and_the_source_process() {
     each_transport(3, DeviceConfig::default(), |p, d| {
