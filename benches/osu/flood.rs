@@ -1,7 +1,7 @@
 //! A flood: every rank but 0 sends `-n` blocking messages of `-s` bytes to rank 0 (with
-//! `--window W`, nonblocking ones, `W` at a time, each from its own buffer, waited for
-//! together), which is busy
-//! for `--sleep` milliseconds before it receives them — in arrival order (ANY_SOURCE,
+//! `--window W` nonblocking ones, `W` at a time, each from its own buffer, waited for
+//! together), which is busy for `--sleep` milliseconds before it receives them — in arrival
+//! order (ANY_SOURCE,
 //! ANY_TAG), or with `--reverse W` sender by sender, each run of `W` tags backwards. Every rank
 //! prints its resident memory when idle (after start-up and a barrier) and at its peak
 //! (`VmHWM`), and how long its part took; rank 0 checks that every message arrived once and,
