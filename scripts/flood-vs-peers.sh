@@ -2,12 +2,14 @@
 # The flood (benches/osu/flood.rs) on ch4 and, with the very same loop built over the system
 # MPI through rsmpi (--features peer-mpi), on MPICH and Open MPI: four senders each send
 # `-n` blocking 1 KiB messages to rank 0, which is busy for 3 s first ("sleep") or takes each
-# sender's messages in runs of 100 tags backwards ("reverse"). Every rank's growth of resident
+# sender's messages in runs of 100 tags backwards ("reverse"), or nonblocking ones, a thousand
+# at a time, to the busy rank 0 ("window"). Every rank's growth of resident
 # memory over its idle size, and the time, per implementation and configuration, one after
 # the other (A B C A B C ...) for `rounds` rounds.
 #
 #   ./scripts/flood-vs-peers.sh [--tcp] [rounds] [messages]      (default: 1 round, 1000000)
 #
+# FLOOD_MODES picks the configurations (default "sleep reverse window").
 # A run that takes longer than FLOOD_TIMEOUT seconds (default 300) is stopped and reported as
 # such (MPICH 4.0.2 scans its unexpected queue linearly: receiving in reverse runs took 13 s
 # for 10,000 messages a sender here and does not finish for a million).
@@ -49,6 +51,7 @@ run() {
     case "$mode" in
         sleep) args+=(--sleep 3000) ;;
         reverse) args+=(--sleep 0 --reverse 100) ;;
+        window) args+=(--sleep 3000 --window 1000) ;;
     esac
     local ch4env=() mpichenv=() ompinet=()
     if [ "$net" = tcp ]; then
@@ -72,7 +75,7 @@ run() {
 }
 
 for r in $(seq "$rounds"); do
-    for mode in sleep reverse; do
+    for mode in ${FLOOD_MODES:-sleep reverse window}; do
         for impl in ch4 mpich openmpi; do
             echo "round $r/$rounds: $mode $impl" >&2
             run "$impl" "$mode" || echo "$impl $mode failed" >&2
