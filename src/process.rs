@@ -181,7 +181,7 @@ pub fn init_with(config: DeviceConfig) -> Result<Universe> {
         .iter()
         .position(|&g| g == rank)
         .ok_or_else(|| Error::new(ErrorKind::Internal, "rank missing from its node"))?;
-    crate::settings::apply_idle_policy(local.len())?;
+    crate::settings::apply_idle_policy(ranks_on_host(&mut client, rank, size, &nodes)?)?;
     let cfg = ShmConfig::for_ranks(local.len())?;
     let kvs = client.get_my_kvsname().map_err(pmi_err)?.to_string();
     let seg = node_segment(&mut client, &kvs, my_node, me, local.len(), cfg)?;
@@ -359,12 +359,31 @@ pub(crate) fn random_key() -> u64 {
     u64::from_le_bytes(b)
 }
 
-/// Node id of every rank: `CH4_NODE_SIZE` if set, else the launcher's process mapping, else by
-/// comparing hostnames.
+/// Node id of every rank: `CH4_NODE_SIZE` if set, else the host it runs on ([`host_ids`]).
 fn node_ids(client: &mut pmi::Client, rank: u32, size: u32) -> Result<Vec<u32>> {
     if let Some(k) = ch4_core::env::count("CH4_NODE_SIZE")? {
         return Ok((0..size).map(|r| r / k).collect());
     }
+    host_ids(client, rank, size)
+}
+
+/// How many ranks of the job run on this process's host, node split or not: the ranks that
+/// share its CPUs. With `CH4_NODE_SIZE` the job's nodes are smaller than its hosts (every rank
+/// its own node, say, to exercise the network on one host), and counting a node's ranks would
+/// hide that five ranks share two cores: their waiting loops would then spin half a millisecond
+/// before yielding (see `settings::apply_idle_policy`).
+fn ranks_on_host(client: &mut pmi::Client, rank: u32, size: u32, nodes: &[u32]) -> Result<usize> {
+    let hosts = if std::env::var_os("CH4_NODE_SIZE").is_some() {
+        host_ids(client, rank, size)?
+    } else {
+        nodes.to_vec()
+    };
+    let mine = hosts.get(rank as usize).copied();
+    Ok(hosts.iter().filter(|&&h| Some(h) == mine).count())
+}
+
+/// Host id of every rank: the launcher's process mapping, else by comparing hostnames.
+fn host_ids(client: &mut pmi::Client, rank: u32, size: u32) -> Result<Vec<u32>> {
     if let Some(ids) = client.node_ids().map_err(pmi_err)? {
         if ids.len() == size as usize {
             return Ok(ids);

@@ -39,11 +39,12 @@ pub const FACADE: &[Setting] = &[
         default: "auto",
         meaning: "when a waiting rank gives its core up: auto (at once while the peer it \
                   waits for shares its CPU, moving to another CPU at most every 10 ms; \
-                  checked every poll when the node has more ranks than CPUs and every 16th \
-                  otherwise; else after 64 idle polls when the node has more ranks than CPUs, \
+                  checked every poll when this host has more ranks than CPUs and every 16th \
+                  otherwise; else after 64 idle polls when this host has more ranks than CPUs, \
                   after 16384 otherwise), soon (64) or never. Ranks that each have a CPU spin \
                   their first 1024 idle polls (at most until they yield) without a pause \
-                  instruction",
+                  instruction. Every rank of the host counts, however CH4_NODE_SIZE splits it; \
+                  the summary (CH4_DEBUG_SUMMARY) shows what auto chose and why",
     },
     Setting {
         name: "CH4_SELF_LAUNCHED",
@@ -124,6 +125,11 @@ pub(crate) fn apply_idle_policy(ranks: usize) -> Result<()> {
     let cpus = node_cpus();
     let choice = yield_choice()?;
     let polls = yield_after(choice, ranks, cpus);
+    *IDLE_POLICY.lock().unwrap_or_else(|p| p.into_inner()) = Some(IdlePolicy {
+        yield_after: polls,
+        ranks,
+        cpus,
+    });
     let cpu_mate_every = cpu_mate_check(choice, ranks, cpus);
     let tight = tight_spin(ranks, cpus, polls);
     ch4_core::device::set_yield_after(polls);
@@ -138,6 +144,33 @@ pub(crate) fn apply_idle_policy(ranks: usize) -> Result<()> {
         "idle policy"
     );
     Ok(())
+}
+
+/// The idle policy this process set at start-up, for the summary's `CH4_YIELD` line.
+#[derive(Debug, Clone, Copy)]
+struct IdlePolicy {
+    yield_after: u32,
+    /// The ranks that share this host's CPUs.
+    ranks: usize,
+    cpus: usize,
+}
+
+static IDLE_POLICY: std::sync::Mutex<Option<IdlePolicy>> = std::sync::Mutex::new(None);
+
+/// The summary's `CH4_YIELD` value: the choice and what it came to, and why (a job whose waiting
+/// loops spin or yield unexpectedly shows it here).
+fn yield_in_force(environment: Option<&str>) -> Option<String> {
+    let p = (*IDLE_POLICY.lock().unwrap_or_else(|p| p.into_inner()))?;
+    let after = match p.yield_after {
+        u32::MAX => "never yield".to_string(),
+        n => format!("yield after {n} idle polls"),
+    };
+    Some(format!(
+        "{}: {after} ({} ranks on this host's {} CPUs)",
+        environment.unwrap_or("auto"),
+        p.ranks,
+        p.cpus
+    ))
 }
 
 /// Every how many idle polls waiting loops ask whether their peer shares their CPU (0: never):
@@ -243,6 +276,11 @@ impl Summary {
                     .iter()
                     .find(|(name, _)| *name == s.name)
                     .map(|(_, v)| v.clone())
+                    .or_else(|| {
+                        (s.name == "CH4_YIELD")
+                            .then(|| yield_in_force(environment.as_deref()))
+                            .flatten()
+                    })
                     .or_else(|| environment.clone())
                     .unwrap_or_else(|| s.default.to_string());
                 InForce {

@@ -156,6 +156,30 @@ fn processes_honour_the_same_settings_and_print_them_on_request() {
     );
 }
 
+/// The ranks that share a host's CPUs are counted as such when `CH4_NODE_SIZE` splits the host
+/// into nodes (every rank its own node here): three ranks, not one, decide how soon a waiting
+/// loop yields, and the summary says so.
+#[cfg(any(feature = "tcp", feature = "ofi", feature = "ucx"))]
+#[test]
+fn the_idle_policy_counts_the_ranks_of_the_host_not_of_the_node() {
+    let dir = common::jobs::built();
+    let out = std::process::Command::new(dir.join("ch4run"))
+        .args(["-n", "3"])
+        .arg(dir.join("examples/ring"))
+        .env("CH4_NODE_SIZE", "1")
+        .env("CH4_DEBUG_SUMMARY", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("CH4_YIELD"))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    assert!(line.contains("auto: "), "{line}");
+    assert!(line.contains("(3 ranks on this host's"), "{line}");
+}
+
 #[cfg(all(feature = "tcp", not(any(feature = "ofi", feature = "ucx"))))]
 #[test]
 fn ch4_log_shows_events_without_code() {
