@@ -116,40 +116,50 @@ fn a_misspelt_setting_is_an_error_that_names_the_right_one() {
     );
 }
 
-#[test]
-fn processes_honour_the_same_settings_and_print_them_on_request() {
+/// Runs the `ring` example on `ranks` processes under `ch4run` with `env` added; returns
+/// whether it succeeded and its standard error.
+fn ring(ranks: &str, env: &[(&str, &str)]) -> (bool, String) {
     let dir = common::jobs::built();
     let out = std::process::Command::new(dir.join("ch4run"))
-        .args(["-n", "2"])
+        .args(["-n", ranks])
         .arg(dir.join("examples/ring"))
-        .env("CH4_SHM_EAGER_LIMIT", "1K")
-        .env("CH4_DEBUG_SUMMARY", "1")
+        .envs(env.iter().copied())
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The line of the settings summary in `stderr` that starts with `name`.
+fn summary_line<'a>(stderr: &'a str, name: &str) -> &'a str {
+    stderr
+        .lines()
+        .find(|l| l.starts_with(name))
+        .unwrap_or_else(|| panic!("{stderr}"))
+}
+
+#[test]
+fn processes_honour_the_same_settings_and_print_them_on_request() {
+    let (ok, stderr) = ring(
+        "2",
+        &[("CH4_SHM_EAGER_LIMIT", "1K"), ("CH4_DEBUG_SUMMARY", "1")],
+    );
+    assert!(ok, "{stderr}");
     assert_eq!(
         stderr.matches("# ch4 settings in force").count(),
         1,
         "rank 0 only: {stderr}"
     );
-    let line = stderr
-        .lines()
-        .find(|l| l.starts_with("CH4_SHM_EAGER_LIMIT"))
-        .unwrap_or_else(|| panic!("{stderr}"));
+    let line = summary_line(&stderr, "CH4_SHM_EAGER_LIMIT");
     assert!(
         line.contains("1024") && line.contains("environment: 1K"),
         "{line}"
     );
 
-    let out = std::process::Command::new(dir.join("ch4run"))
-        .args(["-n", "2"])
-        .arg(dir.join("examples/ring"))
-        .env("CH4_SHM_EAGER_LIMIT", "abc")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let (ok, stderr) = ring("2", &[("CH4_SHM_EAGER_LIMIT", "abc")]);
+    assert!(!ok);
     assert!(
         stderr.contains("CH4_SHM_EAGER_LIMIT=\"abc\" is not valid"),
         "{stderr}"
@@ -162,20 +172,9 @@ fn processes_honour_the_same_settings_and_print_them_on_request() {
 #[cfg(any(feature = "tcp", feature = "ofi", feature = "ucx"))]
 #[test]
 fn the_idle_policy_counts_the_ranks_of_the_host_not_of_the_node() {
-    let dir = common::jobs::built();
-    let out = std::process::Command::new(dir.join("ch4run"))
-        .args(["-n", "3"])
-        .arg(dir.join("examples/ring"))
-        .env("CH4_NODE_SIZE", "1")
-        .env("CH4_DEBUG_SUMMARY", "1")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let line = stderr
-        .lines()
-        .find(|l| l.starts_with("CH4_YIELD"))
-        .unwrap_or_else(|| panic!("{stderr}"));
+    let (ok, stderr) = ring("3", &[("CH4_NODE_SIZE", "1"), ("CH4_DEBUG_SUMMARY", "1")]);
+    assert!(ok, "{stderr}");
+    let line = summary_line(&stderr, "CH4_YIELD");
     assert!(line.contains("auto: "), "{line}");
     assert!(line.contains("(3 ranks on this host's"), "{line}");
 }
