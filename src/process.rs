@@ -373,7 +373,7 @@ fn node_ids(client: &mut pmi::Client, rank: u32, size: u32) -> Result<Vec<u32>> 
 /// hide that five ranks share two cores: their waiting loops would then spin half a millisecond
 /// before yielding (see `settings::apply_idle_policy`).
 fn ranks_on_host(client: &mut pmi::Client, rank: u32, size: u32, nodes: &[u32]) -> Result<usize> {
-    let hosts = if std::env::var_os("CH4_NODE_SIZE").is_some() {
+    let hosts = if ch4_core::env::count("CH4_NODE_SIZE")?.is_some() {
         host_ids(client, rank, size)?
     } else {
         nodes.to_vec()

@@ -157,20 +157,27 @@ struct IdlePolicy {
 
 static IDLE_POLICY: std::sync::Mutex<Option<IdlePolicy>> = std::sync::Mutex::new(None);
 
-/// The summary's `CH4_YIELD` value: the choice and what it came to, and why (a job whose waiting
-/// loops spin or yield unexpectedly shows it here).
-fn yield_in_force(environment: Option<&str>) -> Option<String> {
-    let p = (*IDLE_POLICY.lock().unwrap_or_else(|p| p.into_inner()))?;
+/// The facade's settings as this process runs with them, where the value in force says more
+/// than the variable: `CH4_YIELD`'s choice, what it came to, and why (a job whose waiting loops
+/// spin or yield unexpectedly shows it in the summary). Set at start-up; empty before.
+fn facade_in_force() -> Vec<(&'static str, String)> {
+    let Some(p) = *IDLE_POLICY.lock().unwrap_or_else(|p| p.into_inner()) else {
+        return Vec::new();
+    };
+    let choice = env::raw("CH4_YIELD").ok().flatten();
     let after = match p.yield_after {
         u32::MAX => "never yield".to_string(),
         n => format!("yield after {n} idle polls"),
     };
-    Some(format!(
-        "{}: {after} ({} ranks on this host's {} CPUs)",
-        environment.unwrap_or("auto"),
-        p.ranks,
-        p.cpus
-    ))
+    vec![(
+        "CH4_YIELD",
+        format!(
+            "{}: {after} ({} ranks on this host's {} CPUs)",
+            choice.as_deref().unwrap_or("auto"),
+            p.ranks,
+            p.cpus
+        ),
+    )]
 }
 
 /// Every how many idle polls waiting loops ask whether their peer shares their CPU (0: never):
@@ -268,7 +275,8 @@ pub struct Summary {
 
 impl Summary {
     pub(crate) fn of<N: Netmod, S: Shm>(dev: &ch4_core::Device<N, S>) -> Summary {
-        let reported = dev.settings();
+        let mut reported = dev.settings();
+        reported.extend(facade_in_force());
         let entries = all()
             .map(|s| {
                 let environment = env::raw(s.name).ok().flatten();
@@ -276,11 +284,6 @@ impl Summary {
                     .iter()
                     .find(|(name, _)| *name == s.name)
                     .map(|(_, v)| v.clone())
-                    .or_else(|| {
-                        (s.name == "CH4_YIELD")
-                            .then(|| yield_in_force(environment.as_deref()))
-                            .flatten()
-                    })
                     .or_else(|| environment.clone())
                     .unwrap_or_else(|| s.default.to_string());
                 InForce {
