@@ -56,9 +56,9 @@ const ALIAS_SLACK: usize = 96;
 /// host's slower mode, as the same with headers of 0 or 128-4096 bytes (64 bytes: in between),
 /// and `osu_latency` over ch4's TCP at 64 KiB read 21.4-22.7 µs from page-aligned buffers
 /// against 15.2-16.0 from buffers 128-2048 bytes in. So when the payload would land within
-/// [`ALIAS_CLEAR`] bytes past its source's page offset (or up to [`ALIAS_SLACK`] bytes before
-/// it, where a page not yet started over would push it into the same stretch), it is moved to
-/// [`ALIAS_CLEAR`] past: at most 224 bytes of padding, and none for most buffers.
+/// 128 bytes past its source's page offset (or up to 96 bytes before it, where a page not yet
+/// started over would push it into the same stretch), it is moved to 128 bytes past: at most
+/// 224 bytes of padding, and none for most buffers.
 #[inline]
 pub fn alignment_pad(headers: usize, payload: *const u8) -> usize {
     let lands = headers.wrapping_sub(payload as usize) & (PAGE - 1);
