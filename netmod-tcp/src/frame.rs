@@ -212,7 +212,12 @@ pub enum DecodeError {
 impl std::fmt::Display for DecodeError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            DecodeError::Reserved => write!(f, "frame header of an unknown kind"),
+            DecodeError::Reserved => {
+                write!(
+                    f,
+                    "frame header of an unknown kind, or padded where its kind is not"
+                )
+            }
             DecodeError::BadControl => write!(f, "malformed control frame"),
             DecodeError::TooLong { announced, max } => {
                 write!(
@@ -425,10 +430,7 @@ mod tests {
     type Frames = Vec<(u8, Vec<u8>, Vec<u8>)>;
 
     fn frame(handler: u8, header: &[u8], payload: &[u8]) -> Vec<u8> {
-        let mut v = encode(handler, header.len(), payload.len()).to_vec();
-        v.extend_from_slice(header);
-        v.extend_from_slice(payload);
-        v
+        padded_frame(handler, header, 0, payload)
     }
 
     /// A frame with `pad` bytes of padding (of value 0xEE, which must never show) before its
