@@ -60,9 +60,11 @@ impl Arrival {
         }
     }
 
-    /// The record this arrival leaves in the unexpected queue, with its data when eager.
-    pub fn waiting(&self, data: Option<Vec<u8>>) -> Unexpected {
+    /// The record this arrival leaves in the unexpected queue: an eager message with its data,
+    /// or a request-to-send (`rendezvous`) with the first piece it carried, if any.
+    pub fn waiting(&self, data: Option<Vec<u8>>, rendezvous: bool) -> Unexpected {
         Unexpected {
+            rendezvous,
             route: self.route,
             src: self.src,
             flags: self.flags,
@@ -152,11 +154,15 @@ pub(crate) fn match_unexpected(
     let a = Arrival::of_waiting(env, &msg);
     match msg.data {
         Some(data) => {
-            let r = deliver_eager(core, req, &a, &data);
+            let r = if msg.rendezvous {
+                accept_rts(core, req, &a, &data)
+            } else {
+                deliver_eager(core, req, &a, &data)
+            };
             core.recycle_buffer(data);
             r
         }
-        None => accept_rts(core, req, &a),
+        None => accept_rts(core, req, &a, &[]),
     }
 }
 

@@ -27,7 +27,7 @@ pub(crate) fn recv_direct<T: AmTransport, P: Partner>(
     }
     let core = &mut *cx.core;
     if let Some((_, _, waiting)) = core.unexpected.find(want) {
-        if waiting.data.is_none() {
+        if waiting.rendezvous || waiting.data.is_none() {
             return Ok(Direct::Fallback);
         }
         let Some((_, env, msg)) = core.unexpected.take_match(want) else {

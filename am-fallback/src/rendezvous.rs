@@ -8,14 +8,49 @@ use ch4_core::request::{RecvState, ReqHandle, RequestKind, Route};
 use ch4_core::transport::{AmTransport, HandlerId, Partner, PeerRead};
 use ch4_core::{Error, ErrorKind, Gpid, Result, Status};
 
-use crate::deliver::{ack, completion_error, Arrival};
+use crate::deliver::{ack, completion_error, consumed, Arrival};
 use crate::dispatch::Dispatch;
 use crate::send::GATHER_MAX;
 use crate::wire::{self, handler, AckHeader, CtsHeader, DataHeader};
 
 /// Answers a request-to-send matched by `req`: with a clear-to-send, or, when the sender offered
-/// its buffer for a single-copy read, by queueing the read.
-pub(crate) fn accept_rts(core: &mut Core, req: ReqHandle, a: &Arrival) -> Result<()> {
+/// its buffer for a single-copy read, by queueing the read. `first` is the first piece the
+/// request-to-send carried (empty when none): it goes into the buffer (what fits), its credit
+/// is consumed, and the clear-to-send asks for the rest.
+pub(crate) fn accept_rts(core: &mut Core, req: ReqHandle, a: &Arrival, first: &[u8]) -> Result<()> {
+    let Some(accept) = take_rts(core, req, a, first)? else {
+        return Ok(());
+    };
+    let received = match core.requests.get(req).map(|r| &r.kind) {
+        Some(RequestKind::Recv(rs)) => rs.received,
+        _ => 0,
+    };
+    tracing::debug!(
+        src = a.src,
+        accept,
+        received,
+        "rendezvous matched, sending CTS"
+    );
+    queue_cts(core, a.route, a.src, a.sreq, req, accept)?;
+    if received >= accept {
+        // Nothing left to stream (an empty or full buffer, or the first piece held it all).
+        let mut status = core.requests.get(req).map_or(Status::EMPTY, |r| r.status);
+        status.bytes = received;
+        core.complete_recv(req, status);
+    }
+    Ok(())
+}
+
+/// Makes `req` the receive of the request-to-send `a`: how much it accepts, its status (with a
+/// truncation or ready-mode error), and `first`, the piece the request-to-send carried, copied
+/// in with its credit consumed. Returns what the clear-to-send will accept, or `None` when the
+/// sender offered its buffer and the receive now waits for a single-copy read instead.
+pub(crate) fn take_rts(
+    core: &mut Core,
+    req: ReqHandle,
+    a: &Arrival,
+    first: &[u8],
+) -> Result<Option<usize>> {
     let r = core
         .requests
         .get_mut(req)
@@ -30,36 +65,36 @@ pub(crate) fn accept_rts(core: &mut Core, req: ReqHandle, a: &Arrival) -> Result
     let accept = total.min(rs.buf.capacity());
     rs.source_process = a.src;
     rs.expected = accept;
-    rs.received = 0;
+    rs.received = if first.is_empty() {
+        0
+    } else {
+        rs.buf.write_at(0, &first[..first.len().min(accept)])
+    };
     r.status = Status::ok(a.env.source, a.env.tag, 0);
     r.status.error = completion_error(a.flags, total, accept);
-    let src = a.src;
+    if !first.is_empty() {
+        consumed(core, a.route, a.src, first.len())?;
+    }
     // An offered buffer: whether to read it or have it streamed is decided at the next poll
     // (`run_peer_reads`). A receive posted ahead of a window of sends (osu_bibw posts its
     // receives first) is matched before those sends start, and only then is it known whether
     // large messages flow both ways.
     if a.remote_addr != 0 && accept > 0 {
         tracing::debug!(
-            src,
+            src = a.src,
             total,
             accept,
             "rendezvous matched, reading the sender's buffer"
         );
         core.am[a.route.index()].reads.push_back(PeerReadJob {
             req,
-            src,
+            src: a.src,
             addr: a.remote_addr,
             sreq: a.sreq,
         });
-        return Ok(());
+        return Ok(None);
     }
-    tracing::debug!(src, total, accept, "rendezvous matched, sending CTS");
-    let status = r.status;
-    queue_cts(core, a.route, src, a.sreq, req, accept)?;
-    if accept == 0 {
-        core.complete_recv(req, status);
-    }
-    Ok(())
+    Ok(Some(accept))
 }
 
 /// How long after this process last started a rendezvous send its unfinished ones still count
@@ -83,7 +118,7 @@ fn finished(route: &mut ch4_core::core::AmRouteState) {
 }
 
 /// Queues the clear-to-send that tells the sender of `sreq` to stream `accept` bytes to `req`.
-fn queue_cts(
+pub(crate) fn queue_cts(
     core: &mut Core,
     route: Route,
     src: Gpid,
@@ -304,7 +339,8 @@ impl<T: AmTransport, P: Partner> Dispatch<'_, T, P> {
         }
         s.engine = cts.rreq;
         s.accepted = cts.accept as usize;
-        if s.accepted == 0 {
+        // Nothing left when the receiver takes no more than the first piece held.
+        if s.sent >= s.accepted {
             finished(&mut self.core.am[self.route.index()]);
             self.core.send_event_done(h);
         } else {

@@ -94,6 +94,11 @@ pub(crate) fn isend<T: AmTransport, P: Partner>(
     // (a CTS implies a match, so a synchronous rendezvous needs no separate ack).
     let pending = u8::from(!eager || sync);
     let dest = op.dest;
+    let first = if eager {
+        0
+    } else {
+        first_piece_len(cx, dest, &op.buf, total)
+    };
     let h = cx.core.requests.insert(Request {
         complete: pending == 0,
         status: Status::EMPTY,
@@ -104,7 +109,7 @@ pub(crate) fn isend<T: AmTransport, P: Partner>(
             mode: op.mode,
             buf: op.buf,
             total,
-            sent: 0,
+            sent: first,
             accepted: 0,
             pending,
             cancel: CancelState::None,
@@ -112,13 +117,18 @@ pub(crate) fn isend<T: AmTransport, P: Partner>(
         }),
     });
     let Ok(h) = h else {
-        return Err(unsent(cx.core, cx.route, dest, eager.then_some(total), h));
+        let charged = if eager {
+            Some(total)
+        } else {
+            (first > 0).then_some(first)
+        };
+        return Err(unsent(cx.core, cx.route, dest, charged, h));
     };
     hdr.sreq = h.to_raw();
     hdr.seq = next_seq::<T>(cx.core, cx.route, dest);
     let sent = match cx.core.requests.get(h).map(|r| &r.kind) {
         Some(RequestKind::Send(s)) if eager => send_eager(cx.transport, dest, &hdr, &s.buf),
-        Some(RequestKind::Send(s)) => send_rts(cx.transport, dest, &hdr, &s.buf),
+        Some(RequestKind::Send(s)) => send_rts(cx.transport, dest, &hdr, &s.buf, first),
         Some(_) => Err(Error::new(
             ErrorKind::Internal,
             "send request is not a send",
@@ -188,16 +198,43 @@ fn send_eager_noncontiguous<T: AmTransport>(
     transport.am_send(dest, handler::EAGER, header, &[&packed])
 }
 
-/// Sends a request-to-send, offering the buffer for a single-copy read when the transport can
-/// do one and the data is contiguous.
+/// How many bytes of a rendezvous message of `total` bytes to `dest` go with its request-to-send
+/// ([`AmTransport::first_piece`]): none unless the transport wants a first piece, the data is
+/// contiguous, no single-copy read is offered, and the receiver's eager credit covers the
+/// piece (spent here; the receiver gives it back once the piece is consumed).
+#[inline(always)]
+fn first_piece_len<T: AmTransport, P: Partner>(
+    cx: &mut Cx<'_, T, P>,
+    dest: Gpid,
+    buf: &ch4_core::buffer::SendBuf,
+    total: usize,
+) -> usize {
+    let piece = cx.transport.first_piece().min(total);
+    if piece == 0
+        || buf.contiguous().is_none()
+        || cx.transport.offers_peer_read(dest, total)
+        || !cx.core.take_credit(cx.route, dest, piece)
+    {
+        return 0;
+    }
+    piece
+}
+
+/// Sends a request-to-send: with the message's first `first` bytes (see [`first_piece_len`]),
+/// or offering the buffer for a single-copy read when the transport can do one and the data is
+/// contiguous, or bare.
 #[inline]
 fn send_rts<T: AmTransport>(
     transport: &mut T,
     dest: Gpid,
     hdr: &MatchHeader,
     buf: &ch4_core::buffer::SendBuf,
+    first: usize,
 ) -> Result<()> {
     if let Some(data) = buf.contiguous() {
+        if let Some(piece) = data.get(..first).filter(|p| !p.is_empty()) {
+            return transport.am_send(dest, handler::RTS_DATA, bytemuck::bytes_of(hdr), &[piece]);
+        }
         if transport.offers_peer_read(dest, data.len()) {
             let offer = ReadableRts {
                 m: *hdr,
@@ -210,7 +247,8 @@ fn send_rts<T: AmTransport>(
 }
 
 /// The error of a send whose request could not be made: the eager credit it took (if any, for
-/// `eager` bytes) is given back, since the message never left.
+/// `eager` bytes: an eager message or a first piece) is given back, since the message never
+/// left.
 #[cold]
 #[inline(never)]
 fn unsent(

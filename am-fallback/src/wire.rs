@@ -44,6 +44,12 @@ pub mod handler {
     /// bytes of data share one 64-byte shared-memory record with its header word — one cache
     /// line for the receiver's core to fetch instead of two.
     pub const EAGER_SHORT: HandlerId = 11;
+    /// Request-to-send carrying the message's first bytes (a transport's
+    /// [`first_piece`](ch4_core::transport::AmTransport::first_piece)): [`super::MatchHeader`]
+    /// and at least one, at most `total` bytes of data from offset 0. The receiver answers
+    /// with a clear-to-send like any request-to-send; the sender streams from where the piece
+    /// ended (nothing more when it held the whole message).
+    pub const RTS_DATA: HandlerId = 12;
 }
 
 /// The header of a message that takes part in matching (eager data or request-to-send).
@@ -110,7 +116,7 @@ pub fn is_eager(h: HandlerId) -> bool {
 pub fn is_match(h: HandlerId) -> bool {
     matches!(
         h,
-        handler::EAGER | handler::EAGER_SHORT | handler::RTS | handler::RTS_GET
+        handler::EAGER | handler::EAGER_SHORT | handler::RTS | handler::RTS_GET | handler::RTS_DATA
     )
 }
 
@@ -125,7 +131,7 @@ pub struct ReadableRts {
 }
 const_assert_eq!(std::mem::size_of::<ReadableRts>(), 48);
 
-/// The matching header of an `EAGER`, `EAGER_SHORT`, `RTS` or `RTS_GET` packet carrying
+/// The matching header of an `EAGER`, `EAGER_SHORT`, `RTS`, `RTS_GET` or `RTS_DATA` packet carrying
 /// `payload` bytes of data, with the offered address (0 when none).
 #[inline(always)]
 pub fn parse_match(h: HandlerId, bytes: &[u8], payload: usize) -> Result<(MatchHeader, u64)> {
@@ -265,6 +271,11 @@ mod tests {
             parse_match(handler::RTS, bytemuck::bytes_of(&h), 0).unwrap(),
             (h, 0)
         );
+        assert_eq!(
+            parse_match(handler::RTS_DATA, bytemuck::bytes_of(&h), 4096).unwrap(),
+            (h, 0)
+        );
+        assert!(is_match(handler::RTS_DATA) && !is_eager(handler::RTS_DATA));
         let null = ReadableRts { m: h, addr: 0 };
         let err = parse_match(handler::RTS_GET, bytemuck::bytes_of(&null), 0).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::Protocol);
@@ -310,6 +321,7 @@ mod tests {
                 parse::<CancelHeader>(&bytes).map(drop),
                 parse_match(handler::RTS_GET, &bytes, 0).map(drop),
                 parse_match(handler::RTS, &bytes, 0).map(drop),
+                parse_match(handler::RTS_DATA, &bytes, 1).map(drop),
                 parse_match(handler::EAGER_SHORT, &bytes, bytes.len()).map(drop),
             ] {
                 if let Err(e) = r {

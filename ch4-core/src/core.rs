@@ -85,6 +85,11 @@ pub struct AmRouteState {
     pub scratch: Vec<u8>,
     /// Matched rendezvous receives whose data the transport will read from the sender (LMT Get).
     pub reads: VecDeque<PeerReadJob>,
+    /// Receives matched by a request-to-send whose first piece the transport is reading
+    /// straight into their buffers: what the transport's further questions about the piece
+    /// (where it goes, as more of it arrives) and its report that the piece is in place refer
+    /// to. A transport reads one frame of a peer at a time, so a process has at most one here.
+    pub placing: Vec<FirstPiece>,
     /// Rendezvous sends of this process on this route whose data has not all moved (streamed
     /// after a clear-to-send, or read by the receiver): while there are some, it is sending
     /// large messages, and reading the ones it receives copies each byte once per direction
@@ -140,6 +145,19 @@ impl AmRouteState {
             ..AmRouteState::default()
         }
     }
+}
+
+/// A receive matched by a request-to-send whose first piece is being read into its buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FirstPiece {
+    /// The sending process.
+    pub src: Gpid,
+    /// The sender's request id, from the request-to-send.
+    pub sreq: u64,
+    /// The receive.
+    pub req: ReqHandle,
+    /// What the receive accepts of the message: the clear-to-send sent once the piece is in.
+    pub accept: usize,
 }
 
 /// A matched receive waiting for its single-copy read (LMT Get).

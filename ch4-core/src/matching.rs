@@ -456,6 +456,35 @@ impl<P> PostedQueue<P> {
             self.bins.tidy(self.slab.len);
             return Some((PostedId(id), env, payload));
         }
+        let index = self.earliest_in_bins(msg)?;
+        let id = PostedId(self.slab.id_of(index));
+        let (env, payload) = self.unlink_release(index)?;
+        Some((id, env, payload))
+    }
+
+    /// The receive [`take_match`](Self::take_match) would take for `msg`, left in place: for a
+    /// transport that must know where a message's data would go before it commits to reading
+    /// it there (a request-to-send whose first piece a socket reads straight into the receive
+    /// buffer), and otherwise leaves the message to the ordinary path.
+    pub fn find(&self, msg: &Envelope) -> Option<(PostedId, &P)> {
+        let index = if self.solo != NIL {
+            let index = self.solo;
+            if !self.slab.meta.get(index as usize)?.env.accepts(msg) {
+                return None;
+            }
+            index
+        } else if self.slab.len == 0 {
+            return None;
+        } else {
+            self.earliest_in_bins(msg)?
+        };
+        let id = PostedId(self.slab.id_of(index));
+        Some((id, self.slab.payload(index as usize)?))
+    }
+
+    /// The earliest-posted binned receive that accepts `msg`: the front of each of the (up to
+    /// four) bins whose shape someone posted, the smallest sequence number winning.
+    fn earliest_in_bins(&self, msg: &Envelope) -> Option<u32> {
         let keys = [
             *msg,
             Envelope {
@@ -485,10 +514,7 @@ impl<P> PostedQueue<P> {
                 }
             }
         }
-        let (index, _) = best?;
-        let id = PostedId(self.slab.id_of(index));
-        let (env, payload) = self.unlink_release(index)?;
-        Some((id, env, payload))
+        best.map(|(index, _)| index)
     }
 
     /// Cancels a receive. `None` when it was already matched or removed, which is how a cancel
@@ -880,9 +906,13 @@ mod tests {
                 q.post(wants[k], k);
             }
             for &k in &p {
-                let (_, e, got) = q.take_match(&env(1, 2, 3)).unwrap();
-                assert_eq!((e, got), (wants[k], k), "order {p:?}");
+                // `find` names the receive `take_match` takes, and leaves it.
+                let (found, &payload) = q.find(&env(1, 2, 3)).unwrap();
+                assert_eq!(payload, k, "order {p:?}");
+                let (id, e, got) = q.take_match(&env(1, 2, 3)).unwrap();
+                assert_eq!((id, e, got), (found, wants[k], k), "order {p:?}");
             }
+            assert!(q.find(&env(1, 2, 3)).is_none());
             assert!(q.is_empty());
             assert!(q.bins.is_empty());
             assert_eq!(q.shape_count, [0; 4]);
@@ -995,6 +1025,28 @@ mod tests {
         );
         assert_eq!(q.get(a), None);
         assert_eq!(q.get(b), Some(&2));
+    }
+
+    #[test]
+    fn posted_find_leaves_the_receive_and_sees_only_what_accepts() {
+        for (want, ok) in shapes() {
+            // Alone (the solo slot) and behind another receive (the bins).
+            for others in [0, 1] {
+                let mut q = PostedQueue::new();
+                if others == 1 {
+                    q.post(env(9, 9, 9), 0u32);
+                }
+                let id = q.post(want, 7u32);
+                let found = q.find(&env(1, 2, 3)).map(|(i, &p)| (i, p));
+                assert_eq!(q.len(), 1 + others, "find removes nothing");
+                if ok {
+                    assert_eq!(found, Some((id, 7)), "want {want:?}");
+                    assert_eq!(q.take_match(&env(1, 2, 3)).map(|t| t.0), Some(id));
+                } else {
+                    assert!(found.is_none(), "want {want:?}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -273,8 +273,14 @@ pub struct Unexpected {
     pub sreq: u64,
     /// The message's length in bytes.
     pub total: usize,
-    /// The data of an eager message; `None` for a rendezvous request-to-send.
+    /// The data of an eager message, or the first piece a rendezvous request-to-send carried
+    /// ([`AmTransport::first_piece`](crate::transport::AmTransport::first_piece)); `None` for
+    /// a request-to-send without data.
     pub data: Option<Vec<u8>>,
+    /// A rendezvous request-to-send: its sender waits for a clear-to-send (or a single-copy
+    /// read) and streams what `data` does not hold. False for an eager message, which `data`
+    /// holds whole.
+    pub rendezvous: bool,
     /// Where a rendezvous sender offered its data for a single-copy read (LMT Get); 0 when it
     /// did not.
     pub remote_addr: u64,

@@ -82,6 +82,20 @@ pub trait AmTransport: Sized {
         true
     }
 
+    /// How many bytes of a rendezvous message may ride with its request-to-send (0: none).
+    ///
+    /// Open MPI's ob1 sends the first fragment with its rendezvous header for the same reason:
+    /// the receiver matches on the header and answers with the clear-to-send while the first
+    /// piece is still arriving, so on a stream transport the handshake's round trip overlaps
+    /// the data instead of preceding it. The piece is charged to the receiver's eager credit
+    /// (an unexpected request-to-send keeps it); without credit the request-to-send goes bare.
+    /// Worth it only where the data is copied through the transport anyway: a transport with a
+    /// single-copy read ([`AmTransport::offers_peer_read`]) keeps 0.
+    #[inline(always)]
+    fn first_piece(&self) -> usize {
+        0
+    }
+
     /// Whether a rendezvous message of `bytes` to `dest` should offer the receiver a single
     /// copy out of our memory (LMT Get: Linux CMA on shared memory). The offer is the send
     /// buffer's address; the receiver may still decline and ask for the data to be streamed.

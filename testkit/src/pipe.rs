@@ -46,6 +46,8 @@ impl Frame {
 #[derive(Clone, Debug, Default)]
 pub struct Wire {
     inboxes: Rc<RefCell<Vec<VecDeque<Frame>>>>,
+    /// Payloads put straight into receive buffers by placing pipes (see [`Pipe::placing`]).
+    placed: Rc<std::cell::Cell<u64>>,
 }
 
 impl Wire {
@@ -53,6 +55,7 @@ impl Wire {
     pub fn new(ranks: usize) -> Wire {
         Wire {
             inboxes: Rc::new(RefCell::new(vec![VecDeque::new(); ranks])),
+            placed: Rc::default(),
         }
     }
 
@@ -63,6 +66,8 @@ impl Wire {
             wire: self.clone(),
             eager_limit: Pipe::EAGER_LIMIT,
             max_payload: Pipe::MAX_PAYLOAD,
+            first_piece: 0,
+            places: false,
         }
     }
 
@@ -81,6 +86,12 @@ impl Wire {
     /// asserts on ("ten EAGER, then forty RTS").
     pub fn handlers(&self, dest: Gpid) -> Vec<HandlerId> {
         self.with_inbox(dest, |q| q.iter().map(|f| f.handler).collect())
+    }
+
+    /// How many payloads placing pipes have put straight into receive buffers so far: how a
+    /// test knows the engine named a place rather than taking the frame whole.
+    pub fn placed(&self) -> u64 {
+        self.placed.get()
     }
 
     /// How many frames wait for `dest`.
@@ -115,6 +126,8 @@ pub struct Pipe {
     wire: Wire,
     eager_limit: usize,
     max_payload: usize,
+    first_piece: usize,
+    places: bool,
 }
 
 impl Pipe {
@@ -128,6 +141,25 @@ impl Pipe {
         Pipe {
             eager_limit,
             max_payload,
+            ..self
+        }
+    }
+
+    /// The same pipe sending the first `bytes` of a rendezvous message with its request-to-send
+    /// ([`AmTransport::first_piece`]), as the TCP netmod does.
+    pub fn with_first_piece(self, bytes: usize) -> Pipe {
+        Pipe {
+            first_piece: bytes,
+            ..self
+        }
+    }
+
+    /// The same pipe putting payloads straight into the buffers the engine names for them
+    /// ([`AmSink::destination`], then [`AmSink::placed`]) instead of delivering them, as the
+    /// TCP netmod does with large ones.
+    pub fn placing(self) -> Pipe {
+        Pipe {
+            places: true,
             ..self
         }
     }
@@ -153,6 +185,10 @@ impl AmTransport for Pipe {
 
     fn am_max_payload(&self) -> usize {
         self.max_payload
+    }
+
+    fn first_piece(&self) -> usize {
+        self.first_piece
     }
 
     fn am_send(
@@ -188,6 +224,34 @@ impl AmTransport for Pipe {
                 break;
             };
             n += 1;
+            if self.places && !f.payload.is_empty() {
+                // In two steps, asking again for the rest as a socket's reader does when more
+                // of a payload arrives: the engine must name the same place.
+                let len = f.payload.len();
+                let half = len / 2;
+                let first = match sink.destination(f.src, f.handler, &f.header, len) {
+                    Some(dst) if dst.len() == len => {
+                        dst[..half].copy_from_slice(&f.payload[..half]);
+                        true
+                    }
+                    _ => false,
+                };
+                if first {
+                    let Some(dst) = sink
+                        .destination(f.src, f.handler, &f.header, len)
+                        .filter(|d| d.len() == len)
+                    else {
+                        return Err(Error::new(
+                            ErrorKind::Internal,
+                            "pipe: the place of a payload went away halfway",
+                        ));
+                    };
+                    dst[half..].copy_from_slice(&f.payload[half..]);
+                    sink.placed(f.src, f.handler, &f.header, len)?;
+                    self.wire.placed.set(self.wire.placed.get() + 1);
+                    continue;
+                }
+            }
             sink.deliver(f.src, f.handler, &f.header, &f.payload)?;
         }
         Ok(n)

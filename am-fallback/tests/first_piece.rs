@@ -1,0 +1,320 @@
+//! A rendezvous message's first piece riding with its request-to-send (`RTS_DATA`), driven in
+//! memory over the test kit's `Pipe`: what goes on the wire, where the piece lands (read in
+//! place at the header, or copied after), and every way a receive can take it — posted ahead,
+//! found waiting, truncated, probed, cancelled — with the eager credit the piece costs.
+
+use am_fallback::wire::{handler, CtsHeader, DataHeader, MatchHeader};
+use ch4_core::buffer::{RecvBuf, SendBuf};
+use ch4_core::core::{credit_cost, DeviceConfig};
+use ch4_core::{ErrorKind, SendMode};
+use testkit::{pipe_job, Frame, Pipe, PipeHarness, Wire};
+
+/// Eager limit 32, pieces of 40 bytes, the first of them sent with the request-to-send; with
+/// `placing`, the pipe reads payloads into the buffers the engine names, as TCP does.
+fn job(placing: bool, config: DeviceConfig) -> (Wire, PipeHarness) {
+    pipe_job(2, config, |p: Pipe| {
+        let p = p.with_first_piece(Pipe::MAX_PAYLOAD);
+        if placing {
+            p.placing()
+        } else {
+            p
+        }
+    })
+    .unwrap()
+}
+
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 7 + 3) as u8).collect()
+}
+
+/// The offsets of the DATA pieces waiting for `dest`.
+fn data_offsets(wire: &Wire, dest: u32) -> Vec<u64> {
+    wire.with_inbox(dest, |q| {
+        q.iter()
+            .filter(|f| f.handler == handler::DATA)
+            .map(|f| bytemuck::pod_read_unaligned::<DataHeader>(&f.header).offset)
+            .collect()
+    })
+}
+
+/// The `accept` of the CTS waiting for `dest`.
+fn cts_accept(wire: &Wire, dest: u32) -> Option<u64> {
+    wire.with_inbox(dest, |q| {
+        q.iter()
+            .find(|f| f.handler == handler::CTS)
+            .map(|f| bytemuck::pod_read_unaligned::<CtsHeader>(&f.header).accept)
+    })
+}
+
+/// Posted ahead: the request-to-send carries the first 40 bytes, the receiver answers at once,
+/// and the sender streams only from offset 40 — whether the piece is read in place at the
+/// header or copied once the frame is whole.
+#[test]
+fn a_posted_receive_takes_the_first_piece_and_asks_for_the_rest() {
+    for placing in [false, true] {
+        let (wire, mut h) = job(placing, DeviceConfig::default());
+        let (wa, wb) = (h[0].world(), h[1].world());
+        let data = pattern(100);
+        let mut got = vec![0u8; 128];
+        let r = h[1].irecv(wb, 0, 5, unsafe_free(&mut got)).unwrap();
+        let s = h[0]
+            .isend(wa, 1, 5, SendBuf::owned(data.clone()), SendMode::Standard)
+            .unwrap();
+        let first = wire.front(1).unwrap();
+        assert_eq!(first.handler, handler::RTS_DATA);
+        assert_eq!(first.payload, data[..40]);
+        h[1].progress().unwrap();
+        assert_eq!(cts_accept(&wire, 0), Some(100), "placing {placing}");
+        assert_eq!(wire.placed(), u64::from(placing), "the piece went in place");
+        h[0].progress().unwrap();
+        assert_eq!(data_offsets(&wire, 1), [40, 80], "placing {placing}");
+        let st = h.wait(1, r).unwrap();
+        assert_eq!((st.source, st.tag, st.bytes), (0, 5, 100));
+        assert_eq!(got[..100], data[..]);
+        assert_eq!(
+            wire.placed(),
+            3 * u64::from(placing),
+            "and the two DATA pieces"
+        );
+        h.wait(0, s).unwrap();
+        h.settle().unwrap();
+    }
+}
+
+/// Found waiting: the piece is kept with the request-to-send in the unexpected queue (a probe
+/// sees the whole length), copied when the receive comes, and only the rest is streamed.
+#[test]
+fn an_unexpected_request_to_send_keeps_its_first_piece() {
+    let (wire, mut h) = job(true, DeviceConfig::default());
+    let (wa, wb) = (h[0].world(), h[1].world());
+    let data = pattern(100);
+    let s = h[0]
+        .isend(wa, 1, 6, SendBuf::owned(data.clone()), SendMode::Standard)
+        .unwrap();
+    h[1].progress().unwrap();
+    assert_eq!(h[1].unexpected_len(), 1);
+    assert_eq!(h[1].iprobe(wb, 0, 6).unwrap().map(|st| st.bytes), Some(100));
+    assert_eq!(
+        wire.pending(0),
+        0,
+        "no clear-to-send before a receive matches"
+    );
+    let mut got = vec![0u8; 100];
+    let r = h[1].irecv(wb, 0, 6, unsafe_free(&mut got)).unwrap();
+    h.settle().unwrap();
+    assert_eq!(h.wait(1, r).unwrap().bytes, 100);
+    assert_eq!(got, data);
+    h.wait(0, s).unwrap();
+}
+
+/// A buffer smaller than the first piece gets what fits and a truncation error, and the sender
+/// completes on the clear-to-send with nothing streamed; one between the piece and the whole
+/// message gets the rest of what fits.
+#[test]
+fn truncation_within_and_beyond_the_first_piece() {
+    for placing in [false, true] {
+        for (cap, streamed) in [(20usize, vec![]), (60, vec![40u64])] {
+            let (wire, mut h) = job(placing, DeviceConfig::default());
+            let (wa, wb) = (h[0].world(), h[1].world());
+            let data = pattern(100);
+            let mut got = vec![0u8; cap];
+            let r = h[1].irecv(wb, 0, 7, unsafe_free(&mut got)).unwrap();
+            let s = h[0]
+                .isend(wa, 1, 7, SendBuf::owned(data.clone()), SendMode::Standard)
+                .unwrap();
+            h[1].progress().unwrap();
+            assert_eq!(cts_accept(&wire, 0), Some(cap as u64));
+            // A buffer too small for the piece leaves it to be copied once whole.
+            assert_eq!(wire.placed(), u64::from(placing && cap >= 40));
+            h[0].progress().unwrap();
+            assert_eq!(
+                data_offsets(&wire, 1),
+                streamed,
+                "cap {cap}, placing {placing}"
+            );
+            let st = h.wait_status(1, r).unwrap();
+            assert_eq!(st.error, Some(ErrorKind::Truncate));
+            assert_eq!(st.bytes, cap);
+            assert_eq!(got, data[..cap]);
+            h.wait(0, s).unwrap();
+            h.settle().unwrap();
+        }
+    }
+}
+
+/// A message only a little past the eager limit fits in its first piece: the request-to-send
+/// carries all of it, no data follows, and the clear-to-send still completes the sender.
+#[test]
+fn a_message_that_fits_the_first_piece_is_one_frame_and_an_answer() {
+    let (wire, mut h) = job(true, DeviceConfig::default());
+    let (wa, wb) = (h[0].world(), h[1].world());
+    let data = pattern(36);
+    let s = h[0]
+        .isend(wa, 1, 8, SendBuf::owned(data.clone()), SendMode::Standard)
+        .unwrap();
+    assert_eq!(wire.handlers(1), [handler::RTS_DATA]);
+    h.settle().unwrap();
+    assert!(
+        h[0].test(s).unwrap().is_none(),
+        "all sent, but not yet answered"
+    );
+    let mut got = vec![0u8; 64];
+    let r = h[1].irecv(wb, 0, 8, unsafe_free(&mut got)).unwrap();
+    assert_eq!(h[1].test(r).unwrap().map(|st| st.bytes), Some(36));
+    assert_eq!(got[..36], data[..]);
+    assert_eq!(wire.handlers(0), [handler::CTS]);
+    h.wait(0, s).unwrap();
+}
+
+/// A synchronous send with a first piece completes only once a receive has matched it.
+#[test]
+fn a_synchronous_send_with_a_first_piece_waits_for_its_match() {
+    let (_wire, mut h) = job(true, DeviceConfig::default());
+    let (wa, wb) = (h[0].world(), h[1].world());
+    let data = pattern(90);
+    let s = h[0]
+        .isend(
+            wa,
+            1,
+            9,
+            SendBuf::owned(data.clone()),
+            SendMode::Synchronous,
+        )
+        .unwrap();
+    h.settle().unwrap();
+    assert!(h[0].test(s).unwrap().is_none(), "no receive yet");
+    let mut got = vec![0u8; 90];
+    let r = h[1].irecv(wb, 0, 9, unsafe_free(&mut got)).unwrap();
+    h.wait(0, s).unwrap();
+    assert_eq!(h.wait(1, r).unwrap().bytes, 90);
+    assert_eq!(got, data);
+}
+
+/// A matched probe takes the request-to-send with its piece; the matched receive completes it.
+#[test]
+fn a_matched_probe_receives_a_first_piece_message() {
+    let (_wire, mut h) = job(false, DeviceConfig::default());
+    let (wa, wb) = (h[0].world(), h[1].world());
+    let data = pattern(120);
+    let s = h[0]
+        .isend(wa, 1, 10, SendBuf::owned(data.clone()), SendMode::Standard)
+        .unwrap();
+    h.settle().unwrap();
+    let (msg, st) = h[1].improbe(wb, 0, 10).unwrap().expect("waiting");
+    assert_eq!(st.bytes, 120);
+    let mut got = vec![0u8; 120];
+    let r = h[1].imrecv(msg, unsafe_free(&mut got)).unwrap();
+    assert_eq!(h.wait(1, r).unwrap().bytes, 120);
+    assert_eq!(got, data);
+    h.wait(0, s).unwrap();
+}
+
+/// The piece is paid for with eager credit: once the credit is spent, requests-to-send go bare
+/// (nothing of their data leaves the sender); a cancelled one that was never matched gives its
+/// piece's credit back, and every message still arrives whole and in order.
+#[test]
+fn first_pieces_spend_credit_and_a_cancel_gives_it_back() {
+    let piece_cost = credit_cost(Pipe::MAX_PAYLOAD) as usize;
+    let config = DeviceConfig {
+        eager_credit: 3 * piece_cost,
+        ..DeviceConfig::default()
+    };
+    let (wire, mut h) = job(true, config);
+    let (wa, wb) = (h[0].world(), h[1].world());
+    let sends: Vec<_> = (0..5)
+        .map(|i| {
+            h[0].isend(wa, 1, i, SendBuf::owned(pattern(100)), SendMode::Standard)
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        wire.handlers(1),
+        [
+            handler::RTS_DATA,
+            handler::RTS_DATA,
+            handler::RTS_DATA,
+            handler::RTS,
+            handler::RTS
+        ]
+    );
+    // The first one is cancelled before any receive: removed, its credit returned.
+    h[0].cancel(sends[0]).unwrap();
+    let st = h.wait_status(0, sends[0]).unwrap();
+    assert!(st.cancelled);
+    for i in 1..5 {
+        let mut got = vec![0u8; 100];
+        let r = h[1].irecv(wb, 0, i, unsafe_free(&mut got)).unwrap();
+        assert_eq!(h.wait(1, r).unwrap().bytes, 100);
+        assert_eq!(got, pattern(100));
+    }
+    for &s in &sends[1..] {
+        h.wait(0, s).unwrap();
+    }
+    h.settle().unwrap();
+    // All consumed or cancelled and given back (up to the unreturned quarter): pieces ride again.
+    for i in 0..2 {
+        h[0].isend(
+            wa,
+            1,
+            20 + i,
+            SendBuf::owned(pattern(100)),
+            SendMode::Standard,
+        )
+        .unwrap();
+    }
+    let again = wire
+        .handlers(1)
+        .iter()
+        .filter(|&&h| h == handler::RTS_DATA)
+        .count();
+    assert_eq!(again, 2, "credit came back: {:?}", wire.handlers(1));
+}
+
+/// A request-to-send whose piece is empty, or longer than the message it announces, is a
+/// protocol error — in place or copied — and the device still works after it.
+#[test]
+fn a_malformed_first_piece_is_a_protocol_error() {
+    for placing in [false, true] {
+        for (total, carried) in [(100u64, 0usize), (30, 31), (100, 101)] {
+            let (wire, mut h) = job(placing, DeviceConfig::default());
+            let wb = h[1].world();
+            let mut got = vec![0u8; 200];
+            let r = h[1].irecv(wb, 0, 11, unsafe_free(&mut got)).unwrap();
+            let hdr = MatchHeader {
+                context: 0,
+                source: 0,
+                tag: 11,
+                flags: 0,
+                seq: 0,
+                reserved: 0,
+                sreq: 1,
+                total,
+            };
+            wire.inject(
+                1,
+                Frame::new(
+                    0,
+                    handler::RTS_DATA,
+                    bytemuck::bytes_of(&hdr),
+                    &vec![1u8; carried],
+                ),
+            );
+            let e = h[1].progress().unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Protocol, "{total}/{carried}");
+            // The receive is still posted: a real message completes it.
+            let wa = h[0].world();
+            let s = h[0]
+                .isend(wa, 1, 11, SendBuf::owned(pattern(100)), SendMode::Standard)
+                .unwrap();
+            assert_eq!(h.wait(1, r).unwrap().bytes, 100);
+            assert_eq!(got[..100], pattern(100)[..]);
+            h.wait(0, s).unwrap();
+        }
+    }
+}
+
+/// A receive buffer over `buf` for a test that waits for its request before `buf` goes.
+fn unsafe_free(buf: &mut [u8]) -> RecvBuf {
+    // SAFETY: every caller waits for the request before the buffer's borrow ends.
+    unsafe { RecvBuf::borrowed(buf) }
+}
