@@ -29,6 +29,11 @@ pub const SETTINGS: &[Setting] = &[
         "rendezvous data moves in pieces this big",
     ),
     Setting::new(
+        "CH4_TCP_FIRST_PIECE",
+        "the piece size",
+        "bytes of a rendezvous message sent with its request-to-send, so the handshake overlaps the data (0: none)",
+    ),
+    Setting::new(
         "CH4_TCP_SCATTER_MIN",
         "4K",
         "a noncontiguous receive whose blocks average at least this many bytes is read straight into them (readv)",

@@ -159,14 +159,21 @@ const IOV_LIMIT: usize = 1024;
 /// Frames up to this many bytes go out with one plain write of a copy (see `am_send`).
 const SMALL_FRAME: usize = 256;
 
-/// Eager payloads at least this long are placed clear of 4 KiB aliasing in the kernel's copy
+/// Payloads at least this long are placed clear of 4 KiB aliasing in the kernel's copy
 /// ([`frame::alignment_pad`]). Below, the stall costs less than the padding: interleaved
 /// `osu_latency` over TCP, 14 rounds, padding from 4 KiB up against none, per-round ratios by
-/// median: 4 and 16 KiB 1.01 and 1.00, 64 KiB 0.92 (12 rounds of 14 faster). Rendezvous
-/// pieces are left as they are: a stream of them does not start over on a fresh page at every
-/// write, so the padding only moves where its pieces fall, and `osu_bw` at 2-4 MiB read 0.90-0.93x
-/// by per-round median with it (6 rounds, 2 of 6 faster), while `osu_latency` there read
-/// 0.97-0.98x.
+/// median: 4 and 16 KiB 1.01 and 1.00, 64 KiB 0.92 (12 rounds of 14 faster).
+///
+/// Rendezvous pieces are padded too. The first rides with the request-to-send
+/// ([`AmTransport::first_piece`]) and starts a write afresh like an eager message: unpadded,
+/// its payload sat 48 bytes past its source's page offset, and in the host's slower mode
+/// `osu_latency` read 94-98 µs at 512 KiB against 66-70 padded (4 interleaved rounds). The
+/// clear-to-send leaves once that piece is in, so the pieces streamed after it start on a
+/// fresh page as well: padding them read 0.97-0.99x at 1-4 MiB (10 rounds), with `osu_bw`
+/// unchanged within its spread (128 KiB-4 MiB 0.92-1.04x by per-round median, single rounds
+/// 0.77-1.56x, 10 rounds).
+/// (Before the first piece, when the pieces followed a bare request-to-send, padding them had
+/// read `osu_bw` 0.90-0.93x at 2-4 MiB in 6 rounds of wide spread.)
 const ALIGN_MIN: usize = 16 << 10;
 
 /// Where padding bytes come from.
@@ -200,6 +207,9 @@ pub struct TcpNetmod {
     placed: u64,
     eager_limit: usize,
     max_payload: usize,
+    /// Bytes of a rendezvous message sent with its request-to-send (see
+    /// [`AmTransport::first_piece`]).
+    first_piece: usize,
     /// Smallest average piece of a noncontiguous receive read straight into place.
     scatter_min: usize,
     /// Who else knows which peers are gone (see [`TcpNetmod::watch_peers`]).
@@ -232,6 +242,9 @@ impl TcpNetmod {
             .max(1);
         let eager_limit = ch4_core::env::bytes("CH4_TCP_EAGER_LIMIT")?
             .unwrap_or(DEFAULT_EAGER)
+            .min(max_payload);
+        let first_piece = ch4_core::env::bytes("CH4_TCP_FIRST_PIECE")?
+            .unwrap_or(max_payload)
             .min(max_payload);
         let scatter_min = ch4_core::env::bytes("CH4_TCP_SCATTER_MIN")?.unwrap_or(SCATTER_MIN_PIECE);
         let poll = Poll::new().map_err(|e| transport_err(format!("epoll: {e}")))?;
@@ -281,6 +294,7 @@ impl TcpNetmod {
             placed: 0,
             eager_limit,
             max_payload,
+            first_piece,
             scatter_min,
             watch: None,
         })
@@ -319,6 +333,7 @@ impl TcpNetmod {
     pub fn limit(&mut self, eager_limit: usize, max_payload: usize) {
         self.max_payload = self.max_payload.min(max_payload.max(1));
         self.eager_limit = self.eager_limit.min(eager_limit).min(self.max_payload);
+        self.first_piece = self.first_piece.min(self.max_payload);
     }
 
     /// Adds a second opinion on which peers are still in the job, for peers this rank may never
@@ -421,6 +436,14 @@ impl AmTransport for TcpNetmod {
         self.max_payload
     }
 
+    /// A whole rendezvous piece (`CH4_TCP_FIRST_PIECE`, default the piece size): the receiver
+    /// matches on the request-to-send's header, reads the piece straight into the buffer and
+    /// sends the clear-to-send while it still arrives, so the sender streams the next pieces
+    /// without waiting a round trip.
+    fn first_piece(&self) -> usize {
+        self.first_piece
+    }
+
     fn am_send(
         &mut self,
         dest: Gpid,
@@ -454,10 +477,7 @@ impl AmTransport for TcpNetmod {
         }
         let headers = FRAME_HEADER + header.len();
         let pad = match payload.first() {
-            Some(first)
-                if (ALIGN_MIN..=self.eager_limit).contains(&plen)
-                    && payload.len() < IOV_LIMIT - 2 =>
-            {
+            Some(first) if plen >= ALIGN_MIN && payload.len() < IOV_LIMIT - 2 => {
                 frame::alignment_pad(headers, first.as_ptr())
             }
             _ => 0,
@@ -642,6 +662,7 @@ impl AmTransport for TcpNetmod {
         vec![
             ("CH4_TCP_EAGER_LIMIT", self.eager_limit.to_string()),
             ("CH4_TCP_PIECE_SIZE", self.max_payload.to_string()),
+            ("CH4_TCP_FIRST_PIECE", self.first_piece.to_string()),
             ("CH4_TCP_SCATTER_MIN", self.scatter_min.to_string()),
             ("CH4_TCP_BIND", self.local_addr.to_string()),
         ]

@@ -172,3 +172,61 @@ fn a_strided_receive_with_tiny_blocks_is_copied_out_of_the_decoder() {
         }
     }
 }
+
+/// A 1 MiB message's first 256 KiB ride with its request-to-send: posted ahead, the piece and
+/// the three streamed after it go straight into the buffer; found waiting, the piece comes out
+/// of the unexpected queue and the rest streams; a buffer shorter than the piece, or between the
+/// piece and the message, gets what fits and a truncation error. The sender completes each time.
+#[test]
+fn a_first_piece_rides_with_the_request_to_send_whatever_the_receive() {
+    let msg: Vec<u8> = (0..1_048_576u32).map(|i| (i % 247) as u8).collect();
+    // (buffer, posted before the message arrives, payloads read in place: at least, at most).
+    // A piece larger than the decoder's read chunk (64 KiB) is always read in place when it
+    // has one; the 37,856 bytes after the first piece of a 300,000-byte buffer may come whole
+    // in one chunk.
+    for (cap, posted, in_place) in [
+        (msg.len(), true, 4..=4),
+        (msg.len(), false, 3..=3),
+        (100_000, true, 0..=0),
+        (300_000, true, 1..=2),
+    ] {
+        let mut h = connected_pair();
+        let before = h[1].netmod().payloads_placed();
+        let (wa, wb) = (h[0].world(), h[1].world());
+        let mut buf = vec![0xEEu8; cap];
+        // SAFETY: `msg` outlives the send, which is waited for below.
+        let send = unsafe { SendBuf::borrowed(&msg) };
+        // SAFETY: `buf` outlives the receive, which is waited for below.
+        let recv = unsafe { RecvBuf::borrowed(&mut buf) };
+        let mut recv = Some(recv);
+        let r = if posted {
+            recv.take().map(|b| h[1].irecv(wb, 0, 4, b).unwrap())
+        } else {
+            None
+        };
+        let s = h[0].isend(wa, 1, 4, send, SendMode::Standard).unwrap();
+        let r = match (r, recv) {
+            (Some(r), _) => r,
+            (None, None) => unreachable!("a receive either posted or waiting"),
+            (None, Some(recv)) => {
+                h.drive_until("the request-to-send to wait unexpected", |d| {
+                    Ok(d[1].unexpected_len() == 1)
+                })
+                .unwrap();
+                h[1].irecv(wb, 0, 4, recv).unwrap()
+            }
+        };
+        h.drive_until_done(&[(1, r), (0, s)]).unwrap();
+        let st = h[1].wait_status(r).unwrap();
+        assert_eq!(st.bytes, cap, "cap {cap}");
+        let truncated = (cap < msg.len()).then_some(ErrorKind::Truncate);
+        assert_eq!(st.error, truncated, "cap {cap}");
+        assert!(buf == msg[..cap], "cap {cap}, posted {posted}");
+        h[0].wait(s).unwrap();
+        let placed = h[1].netmod().payloads_placed() - before;
+        assert!(
+            in_place.contains(&placed),
+            "cap {cap}, posted {posted}: {placed}"
+        );
+    }
+}
