@@ -62,6 +62,9 @@ impl<T: AmTransport, P: Partner> AmSink for Dispatch<'_, T, P> {
     #[inline]
     fn deliver(&mut self, src: Gpid, h: HandlerId, header: &[u8], payload: &[u8]) -> Result<()> {
         match h {
+            handler::RTS_DATA if self.first_piece_pending(src, header) => {
+                self.first_piece_delivered(src, header, payload)
+            }
             handler::EAGER
             | handler::EAGER_SHORT
             | handler::RTS
@@ -108,7 +111,9 @@ impl<T: AmTransport, P: Partner> AmSink for Dispatch<'_, T, P> {
         len: usize,
     ) -> Option<&mut [u8]> {
         if h == handler::RTS_DATA {
-            return self.first_piece_destination(src, header, len);
+            let req = self.first_piece_receive(src, header, len)?;
+            let rs = self.core.requests.get_mut(req)?.recv_mut()?;
+            return rs.buf.contiguous_mut()?.get_mut(..len);
         }
         let (rs, offset) = self.data_receive(h, header, len)?;
         rs.buf.contiguous_mut()?.get_mut(offset..offset + len)
@@ -118,12 +123,17 @@ impl<T: AmTransport, P: Partner> AmSink for Dispatch<'_, T, P> {
     /// user's buffer it fills.
     fn scattered_destination(
         &mut self,
-        _src: Gpid,
+        src: Gpid,
         h: HandlerId,
         header: &[u8],
         len: usize,
         max_pieces: usize,
     ) -> Option<smallvec::SmallVec<[&mut [u8]; 8]>> {
+        if h == handler::RTS_DATA {
+            let req = self.first_piece_receive(src, header, len)?;
+            let rs = self.core.requests.get_mut(req)?.recv_mut()?;
+            return rs.buf.segments_mut(0, len, max_pieces);
+        }
         let (rs, offset) = self.data_receive(h, header, len)?;
         rs.buf.segments_mut(offset, len, max_pieces)
     }
@@ -310,24 +320,21 @@ impl<'a, T: AmTransport, P: Partner> Dispatch<'a, T, P> {
         self.core.unexpected.push(a.env, a.waiting(data, !eager));
     }
 
-    /// Where the first piece of a request-to-send goes when the transport can read it straight
-    /// into place: the buffer of the posted receive the request matches, if it can take the
-    /// piece whole and contiguously. Matches the receive then; anything else (no receive, a
-    /// partnered ANY_SOURCE one, a smaller or noncontiguous buffer, a malformed header) is left
-    /// to [`Dispatch::on_match_packet`] once the piece has come whole: nothing is changed here.
+    /// The receive the first piece of a request-to-send goes to when the transport can read it
+    /// straight into place ([`AmSink::destination`] or [`AmSink::scattered_destination`]): the
+    /// posted receive the request matches, if its buffer can take the whole piece. Matches it
+    /// then, and records it ([`FirstPiece`]) for the transport's further questions about the
+    /// piece and for its delivery — in place, or, if the transport then declines the place, whole
+    /// through [`AmSink::deliver`]. Anything else (no receive, a partnered ANY_SOURCE one, a
+    /// smaller buffer, a malformed header) is left to [`Dispatch::on_match_packet`] once the
+    /// piece has come whole: nothing is changed here.
     ///
-    /// The clear-to-send waits until the piece is in ([`Dispatch::first_piece_placed`]). Sent at
-    /// once, it overlapped the handshake with the piece but let the sender stream the rest
-    /// while the piece still arrived, and that lost: over TCP on this project's 2-core host
-    /// (`osu_latency`, 8 interleaved rounds, per-round ratios to no first piece, medians) the
-    /// early answer read 0.90 / 0.94 / 0.98 / 1.06 at 512 KiB / 1 / 2 / 4 MiB, the answer after
-    /// the piece 0.89 / 0.93 / 0.96 / 1.00.
-    fn first_piece_destination(
-        &mut self,
-        src: Gpid,
-        header: &[u8],
-        len: usize,
-    ) -> Option<&mut [u8]> {
+    /// The clear-to-send waits until the piece is in. Sent at once, it overlapped the handshake
+    /// with the piece but let the sender stream the rest while the piece still arrived, and that
+    /// lost: over TCP on this project's 2-core host (`osu_latency`, 8 interleaved rounds,
+    /// per-round ratios to no first piece, medians) the early answer read 0.90 / 0.94 / 0.98 /
+    /// 1.06 at 512 KiB / 1 / 2 / 4 MiB, the answer after the piece 0.89 / 0.93 / 0.96 / 1.00.
+    fn first_piece_receive(&mut self, src: Gpid, header: &[u8], len: usize) -> Option<ReqHandle> {
         if !T::AM_ORDERED {
             return None; // matching packets wait for their turn by sequence number
         }
@@ -336,20 +343,17 @@ impl<'a, T: AmTransport, P: Partner> Dispatch<'a, T, P> {
         if check_first_piece(src, total, len).is_err() {
             return None;
         }
-        // Asked again as more of the piece arrives: the same place.
+        // Asked again (as more of the piece arrives, or for another view of the buffer).
         let placing = &self.core.am[self.route.index()].placing;
         if let Some(p) = placing.iter().find(|p| p.src == src && p.sreq == hdr.sreq) {
-            let req = p.req;
-            let rs = self.core.requests.get_mut(req)?.recv_mut()?;
-            return rs.buf.contiguous_mut()?.get_mut(..len);
+            return Some(p.req);
         }
         let env = envelope(&hdr);
         let (id, &req) = self.core.posted.find(&env)?;
         let RequestKind::Recv(rs) = &mut self.core.requests.get_mut(req)?.kind else {
             return None;
         };
-        let fits = rs.buf.capacity().min(total) >= len && rs.buf.contiguous_mut().is_some();
-        if !fits || (P::NATIVE_HALVES && rs.native.partnered()) {
+        if rs.buf.capacity().min(total) < len || (P::NATIVE_HALVES && rs.native.partnered()) {
             return None;
         }
         self.core.posted.remove(id)?;
@@ -373,8 +377,32 @@ impl<'a, T: AmTransport, P: Partner> Dispatch<'a, T, P> {
             req,
             accept,
         });
-        let rs = self.core.requests.get_mut(req)?.recv_mut()?;
-        rs.buf.contiguous_mut()?.get_mut(..len)
+        Some(req)
+    }
+
+    /// Whether the request-to-send with this header already has its receive (the transport
+    /// asked where its piece goes, then delivered it whole after all).
+    fn first_piece_pending(&self, src: Gpid, header: &[u8]) -> bool {
+        let Ok((hdr, _)) = wire::parse_match(handler::RTS_DATA, header, 0) else {
+            return false;
+        };
+        self.core.am[self.route.index()]
+            .placing
+            .iter()
+            .any(|p| p.src == src && p.sreq == hdr.sreq)
+    }
+
+    /// The first piece of a request-to-send whose receive was matched when the transport asked
+    /// where it goes, delivered whole after all: copied in, then as if placed.
+    fn first_piece_delivered(&mut self, src: Gpid, header: &[u8], payload: &[u8]) -> Result<()> {
+        let (hdr, _) = wire::parse_match(handler::RTS_DATA, header, payload.len())?;
+        let placing = &self.core.am[self.route.index()].placing;
+        if let Some(p) = placing.iter().find(|p| p.src == src && p.sreq == hdr.sreq) {
+            if let Some(rs) = self.core.requests.get_mut(p.req).and_then(|r| r.recv_mut()) {
+                rs.buf.write_at(0, payload);
+            }
+        }
+        self.first_piece_placed(src, payload.len())
     }
 
     /// The first piece of a request-to-send is in its receive's buffer (see

@@ -240,7 +240,6 @@ pub(crate) fn stream_pending<T: AmTransport>(
     transport: &mut T,
     route: Route,
 ) -> Result<usize> {
-    let piece = transport.am_max_payload().max(1);
     let mut done = 0;
     let budget = core.config.stream_budget;
     while done < budget {
@@ -252,6 +251,8 @@ pub(crate) fn stream_pending<T: AmTransport>(
             core.am[route.index()].scratch = scratch;
             continue; // abandoned while streaming
         };
+        let crowded = !core.am[route.index()].streaming.is_empty();
+        let piece = transport.stream_piece(crowded).max(1);
         let end = s.accepted.min(s.sent.saturating_add(piece));
         if !transport.can_send_now(s.dest, std::mem::size_of::<DataHeader>() + (end - s.sent)) {
             // No room: wait for the receiver rather than have the transport copy the piece

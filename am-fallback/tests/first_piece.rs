@@ -9,15 +9,29 @@ use ch4_core::core::{credit_cost, DeviceConfig};
 use ch4_core::{ErrorKind, SendMode};
 use testkit::{pipe_job, Frame, Pipe, PipeHarness, Wire};
 
-/// Eager limit 32, pieces of 40 bytes, the first of them sent with the request-to-send; with
-/// `placing`, the pipe reads payloads into the buffers the engine names, as TCP does.
-fn job(placing: bool, config: DeviceConfig) -> (Wire, PipeHarness) {
+/// How the receiving pipe takes a payload in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    /// Delivered whole, the way of small frames.
+    Whole,
+    /// Read into the place the engine names, as TCP does with large payloads.
+    InPlace,
+    /// The engine asked where it goes, then given it whole after all (TCP with a noncontiguous
+    /// buffer of tiny pieces).
+    Declined,
+}
+
+const EVERY_READING: [Reading; 3] = [Reading::Whole, Reading::InPlace, Reading::Declined];
+
+/// Eager limit 32, pieces of 40 bytes, the first of them sent with the request-to-send, read
+/// the `reading` way.
+fn job(reading: Reading, config: DeviceConfig) -> (Wire, PipeHarness) {
     pipe_job(2, config, |p: Pipe| {
         let p = p.with_first_piece(Pipe::MAX_PAYLOAD);
-        if placing {
-            p.placing()
-        } else {
-            p
+        match reading {
+            Reading::Whole => p,
+            Reading::InPlace => p.placing(),
+            Reading::Declined => p.declining_places(),
         }
     })
     .unwrap()
@@ -51,8 +65,9 @@ fn cts_accept(wire: &Wire, dest: u32) -> Option<u64> {
 /// header or copied once the frame is whole.
 #[test]
 fn a_posted_receive_takes_the_first_piece_and_asks_for_the_rest() {
-    for placing in [false, true] {
-        let (wire, mut h) = job(placing, DeviceConfig::default());
+    for reading in EVERY_READING {
+        let placing = reading == Reading::InPlace;
+        let (wire, mut h) = job(reading, DeviceConfig::default());
         let (wa, wb) = (h[0].world(), h[1].world());
         let data = pattern(100);
         let mut got = vec![0u8; 128];
@@ -64,7 +79,7 @@ fn a_posted_receive_takes_the_first_piece_and_asks_for_the_rest() {
         assert_eq!(first.handler, handler::RTS_DATA);
         assert_eq!(first.payload, data[..40]);
         h[1].progress().unwrap();
-        assert_eq!(cts_accept(&wire, 0), Some(100), "placing {placing}");
+        assert_eq!(cts_accept(&wire, 0), Some(100), "{reading:?}");
         assert_eq!(wire.placed(), u64::from(placing), "the piece went in place");
         h[0].progress().unwrap();
         assert_eq!(data_offsets(&wire, 1), [40, 80], "placing {placing}");
@@ -85,7 +100,7 @@ fn a_posted_receive_takes_the_first_piece_and_asks_for_the_rest() {
 /// sees the whole length), copied when the receive comes, and only the rest is streamed.
 #[test]
 fn an_unexpected_request_to_send_keeps_its_first_piece() {
-    let (wire, mut h) = job(true, DeviceConfig::default());
+    let (wire, mut h) = job(Reading::InPlace, DeviceConfig::default());
     let (wa, wb) = (h[0].world(), h[1].world());
     let data = pattern(100);
     let s = h[0]
@@ -112,9 +127,10 @@ fn an_unexpected_request_to_send_keeps_its_first_piece() {
 /// message gets the rest of what fits.
 #[test]
 fn truncation_within_and_beyond_the_first_piece() {
-    for placing in [false, true] {
+    for reading in EVERY_READING {
+        let placing = reading == Reading::InPlace;
         for (cap, streamed) in [(20usize, vec![]), (60, vec![40u64])] {
-            let (wire, mut h) = job(placing, DeviceConfig::default());
+            let (wire, mut h) = job(reading, DeviceConfig::default());
             let (wa, wb) = (h[0].world(), h[1].world());
             let data = pattern(100);
             let mut got = vec![0u8; cap];
@@ -146,7 +162,7 @@ fn truncation_within_and_beyond_the_first_piece() {
 /// carries all of it, no data follows, and the clear-to-send still completes the sender.
 #[test]
 fn a_message_that_fits_the_first_piece_is_one_frame_and_an_answer() {
-    let (wire, mut h) = job(true, DeviceConfig::default());
+    let (wire, mut h) = job(Reading::InPlace, DeviceConfig::default());
     let (wa, wb) = (h[0].world(), h[1].world());
     let data = pattern(36);
     let s = h[0]
@@ -169,7 +185,7 @@ fn a_message_that_fits_the_first_piece_is_one_frame_and_an_answer() {
 /// A synchronous send with a first piece completes only once a receive has matched it.
 #[test]
 fn a_synchronous_send_with_a_first_piece_waits_for_its_match() {
-    let (_wire, mut h) = job(true, DeviceConfig::default());
+    let (_wire, mut h) = job(Reading::InPlace, DeviceConfig::default());
     let (wa, wb) = (h[0].world(), h[1].world());
     let data = pattern(90);
     let s = h[0]
@@ -193,7 +209,7 @@ fn a_synchronous_send_with_a_first_piece_waits_for_its_match() {
 /// A matched probe takes the request-to-send with its piece; the matched receive completes it.
 #[test]
 fn a_matched_probe_receives_a_first_piece_message() {
-    let (_wire, mut h) = job(false, DeviceConfig::default());
+    let (_wire, mut h) = job(Reading::Whole, DeviceConfig::default());
     let (wa, wb) = (h[0].world(), h[1].world());
     let data = pattern(120);
     let s = h[0]
@@ -219,7 +235,7 @@ fn first_pieces_spend_credit_and_a_cancel_gives_it_back() {
         eager_credit: 3 * piece_cost,
         ..DeviceConfig::default()
     };
-    let (wire, mut h) = job(true, config);
+    let (wire, mut h) = job(Reading::InPlace, config);
     let (wa, wb) = (h[0].world(), h[1].world());
     let sends: Vec<_> = (0..5)
         .map(|i| {
@@ -274,9 +290,9 @@ fn first_pieces_spend_credit_and_a_cancel_gives_it_back() {
 /// protocol error — in place or copied — and the device still works after it.
 #[test]
 fn a_malformed_first_piece_is_a_protocol_error() {
-    for placing in [false, true] {
+    for reading in EVERY_READING {
         for (total, carried) in [(100u64, 0usize), (30, 31), (100, 101)] {
-            let (wire, mut h) = job(placing, DeviceConfig::default());
+            let (wire, mut h) = job(reading, DeviceConfig::default());
             let wb = h[1].world();
             let mut got = vec![0u8; 200];
             let r = h[1].irecv(wb, 0, 11, unsafe_free(&mut got)).unwrap();
@@ -300,7 +316,11 @@ fn a_malformed_first_piece_is_a_protocol_error() {
                 ),
             );
             let e = h[1].progress().unwrap_err();
-            assert_eq!(e.kind(), ErrorKind::Protocol, "{total}/{carried}");
+            assert_eq!(
+                e.kind(),
+                ErrorKind::Protocol,
+                "{total}/{carried}, {reading:?}"
+            );
             // The receive is still posted: a real message completes it.
             let wa = h[0].world();
             let s = h[0]
@@ -309,6 +329,42 @@ fn a_malformed_first_piece_is_a_protocol_error() {
             assert_eq!(h.wait(1, r).unwrap().bytes, 100);
             assert_eq!(got[..100], pattern(100)[..]);
             h.wait(0, s).unwrap();
+        }
+    }
+}
+
+/// A receive with a layout (blocks of 25 bytes, 7 apart) takes the first piece in pieces of
+/// its own, read into them or copied, and the gaps stay untouched.
+#[test]
+fn a_noncontiguous_receive_takes_the_first_piece_in_its_blocks() {
+    use ch4_core::datatype::Layout;
+    for reading in EVERY_READING {
+        let (wire, mut h) = job(reading, DeviceConfig::default());
+        let (wa, wb) = (h[0].world(), h[1].world());
+        let data = pattern(100);
+        let layout = Layout::vector::<u8>(4, 25, 32).unwrap();
+        let mut buf = vec![0xEEu8; layout.extent_bytes()];
+        // SAFETY: `buf` outlives the receive, which is waited for below.
+        let recv = unsafe { RecvBuf::borrowed_with_layout(&mut buf, layout).unwrap() };
+        let r = h[1].irecv(wb, 0, 12, recv).unwrap();
+        let s = h[0]
+            .isend(wa, 1, 12, SendBuf::owned(data.clone()), SendMode::Standard)
+            .unwrap();
+        h[1].progress().unwrap();
+        // The first piece's 40 bytes span two blocks.
+        let in_place = u64::from(reading == Reading::InPlace);
+        assert_eq!(wire.placed(), in_place, "{reading:?}");
+        assert_eq!(h.wait(1, r).unwrap().bytes, 100);
+        h.wait(0, s).unwrap();
+        for k in 0..4 {
+            assert_eq!(
+                buf[k * 32..k * 32 + 25],
+                data[k * 25..(k + 1) * 25],
+                "{reading:?}"
+            );
+            if k < 3 {
+                assert!(buf[k * 32 + 25..(k + 1) * 32].iter().all(|&b| b == 0xEE));
+            }
         }
     }
 }

@@ -82,6 +82,14 @@ pub trait AmTransport: Sized {
         true
     }
 
+    /// How many bytes the next rendezvous piece streamed after a clear-to-send carries:
+    /// `crowded` when other sends on the route wait to stream too. At most
+    /// [`AmTransport::am_max_payload`], which the default answers either way.
+    #[inline(always)]
+    fn stream_piece(&self, _crowded: bool) -> usize {
+        self.am_max_payload()
+    }
+
     /// How many bytes of a rendezvous message may ride with its request-to-send (0: none).
     ///
     /// Open MPI's ob1 sends the first fragment with its rendezvous header for the same reason:

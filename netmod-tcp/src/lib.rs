@@ -25,8 +25,8 @@ pub const SETTINGS: &[Setting] = &[
     ),
     Setting::new(
         "CH4_TCP_PIECE_SIZE",
-        "256K",
-        "rendezvous data moves in pieces this big",
+        "512K",
+        "rendezvous data moves in pieces this big (half as big while several messages stream at once)",
     ),
     Setting::new(
         "CH4_TCP_FIRST_PIECE",

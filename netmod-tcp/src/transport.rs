@@ -73,14 +73,22 @@ const EPOLL_EVERY_HOT: u32 = 8;
 const INCOMING: usize = 1 << 40;
 
 /// Default eager limit and largest AM payload. CH3 TCP's eager threshold was 128 KiB; ours is
-/// 64 KiB. Rendezvous pieces are 256 KiB. On an earlier host 1 MiB pieces won (osu_bw at 4 MiB,
-/// 4 interleaved rounds: 2.16 GB/s with 256 KiB, 2.84 with 1 MiB); on this project's current
-/// AMD EPYC host smaller pieces let the receiver copy out of the kernel while the sender still
-/// copies in (5 interleaved rounds, per-round ratios to 1 MiB pieces, medians): 256 KiB pieces
-/// osu_latency 0.76-0.94 at 512 KiB-4 MiB, osu_bw 1.09-1.32; 512 KiB pieces latency
-/// 0.93-1.11, bw 1.17-1.41.
+/// 64 KiB.
+///
+/// Rendezvous pieces are 512 KiB for a message streaming alone and half that while several
+/// stream at once ([`AmTransport::stream_piece`]). On an earlier host 1 MiB pieces won (osu_bw
+/// at 4 MiB, 4 interleaved rounds: 2.16 GB/s with 256 KiB, 2.84 with 1 MiB). On this project's
+/// current AMD EPYC host, before pieces were padded clear of 4 KiB aliasing and before the first
+/// piece rode with the request-to-send, 256 KiB pieces won `osu_latency` (5 interleaved rounds,
+/// per-round ratios to 1 MiB pieces, medians: 0.76-0.94 at 512 KiB-4 MiB, 512 KiB pieces
+/// 0.93-1.11). Since then 512 KiB pieces read 0.89 / 0.88 / 0.90 / 0.92 of 256 KiB ones at
+/// 512 KiB / 1 / 2 / 4 MiB (8 rounds; 1 MiB pieces 1.0-1.1x Open MPI at 1-4 MiB, a 1 MiB
+/// message then going whole with its request-to-send), but `osu_bw` with them read 0.80-0.88x
+/// at 512 KiB-4 MiB in the host's fast mode (8 rounds), 1.05-1.22x in its slower one. With
+/// 256 KiB pieces while several sends stream, `osu_bw` read 0.98-1.11x of all-256 KiB pieces at
+/// 512 KiB-4 MiB in the fast mode (12 rounds, wide spread), latency as with 512 KiB.
 const DEFAULT_EAGER: usize = 64 << 10;
-const DEFAULT_PAYLOAD: usize = 256 << 10;
+const DEFAULT_PAYLOAD: usize = 512 << 10;
 
 /// Where a VC's connection stands.
 #[derive(Debug)]
@@ -436,10 +444,19 @@ impl AmTransport for TcpNetmod {
         self.max_payload
     }
 
+    /// The whole piece size (`CH4_TCP_PIECE_SIZE`) for a message streaming alone, half of it
+    /// while several stream at once (see `DEFAULT_PAYLOAD` for the measurements).
+    fn stream_piece(&self, crowded: bool) -> usize {
+        if crowded {
+            (self.max_payload / 2).max(1)
+        } else {
+            self.max_payload
+        }
+    }
+
     /// A whole rendezvous piece (`CH4_TCP_FIRST_PIECE`, default the piece size): the receiver
-    /// matches on the request-to-send's header, reads the piece straight into the buffer and
-    /// sends the clear-to-send while it still arrives, so the sender streams the next pieces
-    /// without waiting a round trip.
+    /// matches on the request-to-send's headers and reads the piece straight into the buffer,
+    /// so the data moves during what was the handshake's round trip.
     fn first_piece(&self) -> usize {
         self.first_piece
     }

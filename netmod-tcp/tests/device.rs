@@ -173,22 +173,23 @@ fn a_strided_receive_with_tiny_blocks_is_copied_out_of_the_decoder() {
     }
 }
 
-/// A 1 MiB message's first 256 KiB ride with its request-to-send: posted ahead, the piece and
-/// the three streamed after it go straight into the buffer; found waiting, the piece comes out
-/// of the unexpected queue and the rest streams; a buffer shorter than the piece, or between the
+/// A 1 MiB message's first 512 KiB ride with its request-to-send: posted ahead, the piece and
+/// the one streamed after it go straight into the buffer; found waiting, the piece comes out of
+/// the unexpected queue and the rest streams; a buffer shorter than the piece, or between the
 /// piece and the message, gets what fits and a truncation error. The sender completes each time.
 #[test]
 fn a_first_piece_rides_with_the_request_to_send_whatever_the_receive() {
     let msg: Vec<u8> = (0..1_048_576u32).map(|i| (i % 247) as u8).collect();
     // (buffer, posted before the message arrives, payloads read in place: at least, at most).
     // A piece larger than the decoder's read chunk (64 KiB) is always read in place when it
-    // has one; the 37,856 bytes after the first piece of a 300,000-byte buffer may come whole
+    // has one; the 12,288 bytes after the first piece of a 536,576-byte buffer may come whole
     // in one chunk.
     for (cap, posted, in_place) in [
-        (msg.len(), true, 4..=4),
-        (msg.len(), false, 3..=3),
+        (msg.len(), true, 2..=2),
+        (msg.len(), false, 1..=1),
         (100_000, true, 0..=0),
-        (300_000, true, 1..=2),
+        (600_000, true, 2..=2),
+        (536_576, true, 1..=2),
     ] {
         let mut h = connected_pair();
         let before = h[1].netmod().payloads_placed();

@@ -67,7 +67,7 @@ impl Wire {
             eager_limit: Pipe::EAGER_LIMIT,
             max_payload: Pipe::MAX_PAYLOAD,
             first_piece: 0,
-            places: false,
+            placement: Placement::Whole,
         }
     }
 
@@ -127,7 +127,18 @@ pub struct Pipe {
     eager_limit: usize,
     max_payload: usize,
     first_piece: usize,
-    places: bool,
+    placement: Placement,
+}
+
+/// What a [`Pipe`] does with a payload before delivering it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    /// Delivers it whole ([`AmSink::deliver`]).
+    Whole,
+    /// Reads it into the place the engine names, contiguous or in pieces.
+    InPlace,
+    /// Asks where it goes, then delivers it whole after all.
+    Declined,
 }
 
 impl Pipe {
@@ -155,11 +166,21 @@ impl Pipe {
     }
 
     /// The same pipe putting payloads straight into the buffers the engine names for them
-    /// ([`AmSink::destination`], then [`AmSink::placed`]) instead of delivering them, as the
-    /// TCP netmod does with large ones.
+    /// ([`AmSink::destination`], else [`AmSink::scattered_destination`], then
+    /// [`AmSink::placed`]) instead of delivering them, as the TCP netmod does with large ones.
     pub fn placing(self) -> Pipe {
         Pipe {
-            places: true,
+            placement: Placement::InPlace,
+            ..self
+        }
+    }
+
+    /// The same pipe asking where each payload goes (both ways), then delivering it whole
+    /// anyway, as the TCP netmod does when a noncontiguous place's pieces are too small to be
+    /// worth reading into.
+    pub fn declining_places(self) -> Pipe {
+        Pipe {
+            placement: Placement::Declined,
             ..self
         }
     }
@@ -224,7 +245,14 @@ impl AmTransport for Pipe {
                 break;
             };
             n += 1;
-            if self.places && !f.payload.is_empty() {
+            if self.placement == Placement::Declined && !f.payload.is_empty() {
+                let len = f.payload.len();
+                let _ = sink.destination(f.src, f.handler, &f.header, len).is_some();
+                let _ = sink
+                    .scattered_destination(f.src, f.handler, &f.header, len, 8)
+                    .is_some();
+            }
+            if self.placement == Placement::InPlace && !f.payload.is_empty() {
                 // In two steps, asking again for the rest as a socket's reader does when more
                 // of a payload arrives: the engine must name the same place.
                 let len = f.payload.len();
@@ -247,6 +275,25 @@ impl AmTransport for Pipe {
                         ));
                     };
                     dst[half..].copy_from_slice(&f.payload[half..]);
+                    sink.placed(f.src, f.handler, &f.header, len)?;
+                    self.wire.placed.set(self.wire.placed.get() + 1);
+                    continue;
+                }
+                let scattered = match sink
+                    .scattered_destination(f.src, f.handler, &f.header, len, 8)
+                {
+                    Some(mut pieces) if pieces.iter().map(|p| p.len()).sum::<usize>() == len => {
+                        let mut rest = &f.payload[..];
+                        for p in pieces.iter_mut() {
+                            let (now, later) = rest.split_at(p.len());
+                            p.copy_from_slice(now);
+                            rest = later;
+                        }
+                        true
+                    }
+                    _ => false,
+                };
+                if scattered {
                     sink.placed(f.src, f.handler, &f.header, len)?;
                     self.wire.placed.set(self.wire.placed.get() + 1);
                     continue;
