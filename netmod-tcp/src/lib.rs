@@ -31,7 +31,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting::new(
         "CH4_TCP_FIRST_PIECE",
         "the piece size",
-        "bytes of a rendezvous message sent with its request-to-send, so the handshake overlaps the data (0: none)",
+        "bytes of a rendezvous message sent with its request-to-send, read straight into the matched receive (0: none)",
     ),
     Setting::new(
         "CH4_TCP_SCATTER_MIN",
