@@ -102,7 +102,7 @@ impl<T: AmTransport, P: Partner> AmSink for Dispatch<'_, T, P> {
 
     /// Rendezvous data for a matched receive with a contiguous buffer: its place in the buffer.
     /// For the first piece of a request-to-send, the buffer of the receive it matches, if that
-    /// receive can take the piece whole (see [`Dispatch::first_piece_destination`]).
+    /// receive can take the piece whole (see [`Dispatch::first_piece_receive`]).
     fn destination(
         &mut self,
         src: Gpid,
@@ -120,7 +120,8 @@ impl<T: AmTransport, P: Partner> AmSink for Dispatch<'_, T, P> {
     }
 
     /// Rendezvous data for a matched receive with a noncontiguous layout: the pieces of the
-    /// user's buffer it fills.
+    /// user's buffer it fills. For the first piece of a request-to-send, the blocks of the
+    /// receive it matches (see [`Dispatch::first_piece_receive`]).
     fn scattered_destination(
         &mut self,
         src: Gpid,
@@ -406,7 +407,7 @@ impl<'a, T: AmTransport, P: Partner> Dispatch<'a, T, P> {
     }
 
     /// The first piece of a request-to-send is in its receive's buffer (see
-    /// [`Dispatch::first_piece_destination`]): count it and its credit, and ask for the rest.
+    /// [`Dispatch::first_piece_receive`]): count it and its credit, and ask for the rest.
     fn first_piece_placed(&mut self, src: Gpid, len: usize) -> Result<()> {
         let placing = &mut self.core.am[self.route.index()].placing;
         let Some(i) = placing.iter().position(|p| p.src == src) else {
