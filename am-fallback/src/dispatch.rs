@@ -456,9 +456,14 @@ impl<'a, T: AmTransport, P: Partner> Dispatch<'a, T, P> {
         let removed = a.value == 1;
         s.cancel = CancelState::Answered(removed);
         if removed {
+            let rendezvous = s.rendezvous;
             s.pending = 0;
             r.status.cancelled = true;
             r.complete = true;
+            if rendezvous {
+                // Its data will never move: no longer a large send in flight.
+                crate::rendezvous::finished(&mut self.core.am[self.route.index()]);
+            }
         } else {
             self.core.send_event_done(h);
         }

@@ -23,10 +23,11 @@
 //! may always decline and ask for the stream instead. *Put* (the sender writing into the
 //! receiver's buffer) belongs to RDMA networks, whose netmods match natively and bring their own
 //! engine. A transport that copies the data through itself anyway (TCP) may have the first
-//! piece ride with the request-to-send (`RTS_DATA`, [`AmTransport::first_piece`]), as Open
-//! MPI's ob1 sends its first fragment with the rendezvous header: the receiver matches on the
-//! header, reads the piece straight into the buffer, and asks for the rest once it is in, so
-//! the handshake no longer stands before the data. The piece is paid for with eager credit, and
+//! piece of a message sent alone ride with the request-to-send (`RTS_DATA`,
+//! [`AmTransport::first_piece`]), as Open MPI's ob1 sends its first fragment with the
+//! rendezvous header: the receiver matches on the header, reads the piece straight into the
+//! buffer, and asks for the rest once it is in, so the handshake no longer stands before the
+//! data. The piece is paid for with eager credit, and
 //! an unexpected request-to-send keeps it until a receive comes.
 #![deny(unsafe_code)]
 

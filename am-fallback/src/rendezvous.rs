@@ -105,7 +105,7 @@ const SENDING_LARGE_FOR: std::time::Duration = std::time::Duration::from_millis(
 /// has not all moved, the last started within [`SENDING_LARGE_FOR`]. Then large messages flow
 /// both ways, and reading the incoming ones copies each byte once per direction instead of
 /// twice on each side. (A ping-pong is not both ways: its send is done before the reply comes.)
-fn sending_large(route: &ch4_core::core::AmRouteState) -> bool {
+pub(crate) fn sending_large(route: &ch4_core::core::AmRouteState) -> bool {
     route.rendezvous_in_flight > 0
         && route
             .rendezvous_sent
@@ -113,7 +113,7 @@ fn sending_large(route: &ch4_core::core::AmRouteState) -> bool {
 }
 
 /// One of this process's rendezvous sends has moved all its data (see [`sending_large`]).
-fn finished(route: &mut ch4_core::core::AmRouteState) {
+pub(crate) fn finished(route: &mut ch4_core::core::AmRouteState) {
     route.rendezvous_in_flight = route.rendezvous_in_flight.saturating_sub(1);
 }
 

@@ -66,6 +66,9 @@ pub struct SendState {
     pub pending: u8,
     /// Whether a cancel was asked for and what came of it.
     pub cancel: CancelState,
+    /// The message went by rendezvous: the active-message engine counts it as sending large
+    /// data (`AmRouteState::rendezvous_in_flight`) until its data has moved or it is cancelled.
+    pub rendezvous: bool,
 }
 
 /// A receive in flight.
@@ -227,6 +230,7 @@ impl Request {
                 pending,
                 cancel: CancelState::None,
                 engine: 0,
+                rendezvous: false,
             }),
         }
     }

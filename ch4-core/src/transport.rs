@@ -90,7 +90,8 @@ pub trait AmTransport: Sized {
         self.am_max_payload()
     }
 
-    /// How many bytes of a rendezvous message may ride with its request-to-send (0: none).
+    /// How many bytes of a rendezvous message sent alone may ride with its request-to-send
+    /// (0: none).
     ///
     /// Open MPI's ob1 sends the first fragment with its rendezvous header for the same reason:
     /// the receiver matches on the header and answers with the clear-to-send while the first
