@@ -399,6 +399,62 @@ fn a_noncontiguous_receive_takes_the_first_piece_in_its_blocks() {
     }
 }
 
+/// Rendezvous data streams in the transport's crowded piece size while several sends stream,
+/// and in whole pieces once one streams alone; every message still arrives whole.
+#[test]
+fn several_sends_streaming_take_the_crowded_piece_size() {
+    let (wire, mut h) = pipe_job(2, DeviceConfig::default(), |p: Pipe| {
+        p.with_crowded_piece(10)
+    })
+    .unwrap();
+    let (wa, wb) = (h[0].world(), h[1].world());
+    let mut bufs = [vec![0u8; 120], vec![0u8; 60]];
+    let recvs: Vec<_> = bufs
+        .iter_mut()
+        .enumerate()
+        .map(|(i, b)| h[1].irecv(wb, 0, i as i32, unsafe_free(b)).unwrap())
+        .collect();
+    let sends: Vec<_> = [120usize, 60]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| {
+            h[0].isend(
+                wa,
+                1,
+                i as i32,
+                SendBuf::owned(pattern(n)),
+                SendMode::Standard,
+            )
+            .unwrap()
+        })
+        .collect();
+    h[1].progress().unwrap(); // both requests-to-send: two clear-to-sends
+                              // Both stream, a piece at a time each (a bounded number per progress call).
+    for _ in 0..8 {
+        h[0].progress().unwrap();
+    }
+    let lengths: Vec<usize> = wire.with_inbox(1, |q| {
+        q.iter()
+            .filter(|f| f.handler == handler::DATA)
+            .map(|f| f.payload.len())
+            .collect()
+    });
+    // Crowded while both stream (the 60-byte message's six pieces and as many of the other's),
+    // then whole 40-byte pieces for the rest of the 120-byte one alone.
+    assert_eq!(
+        lengths,
+        [10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 10, 40, 20]
+    );
+    for r in recvs {
+        h.wait(1, r).unwrap();
+    }
+    for s in sends {
+        h.wait(0, s).unwrap();
+    }
+    assert_eq!(bufs[0], pattern(120));
+    assert_eq!(bufs[1], pattern(60));
+}
+
 /// A receive buffer over `buf` for a test that waits for its request before `buf` goes.
 fn unsafe_free(buf: &mut [u8]) -> RecvBuf {
     // SAFETY: every caller waits for the request before the buffer's borrow ends.

@@ -67,6 +67,7 @@ impl Wire {
             eager_limit: Pipe::EAGER_LIMIT,
             max_payload: Pipe::MAX_PAYLOAD,
             first_piece: 0,
+            crowded_piece: None,
             placement: Placement::Whole,
         }
     }
@@ -127,6 +128,7 @@ pub struct Pipe {
     eager_limit: usize,
     max_payload: usize,
     first_piece: usize,
+    crowded_piece: Option<usize>,
     placement: Placement,
 }
 
@@ -161,6 +163,15 @@ impl Pipe {
     pub fn with_first_piece(self, bytes: usize) -> Pipe {
         Pipe {
             first_piece: bytes,
+            ..self
+        }
+    }
+
+    /// The same pipe streaming rendezvous data in pieces of `bytes` while several sends stream
+    /// at once ([`AmTransport::stream_piece`]), as the TCP netmod does with half its pieces.
+    pub fn with_crowded_piece(self, bytes: usize) -> Pipe {
+        Pipe {
+            crowded_piece: Some(bytes),
             ..self
         }
     }
@@ -210,6 +221,13 @@ impl AmTransport for Pipe {
 
     fn first_piece(&self) -> usize {
         self.first_piece
+    }
+
+    fn stream_piece(&self, crowded: bool) -> usize {
+        match self.crowded_piece {
+            Some(bytes) if crowded => bytes.min(self.max_payload),
+            _ => self.max_payload,
+        }
     }
 
     fn am_send(
