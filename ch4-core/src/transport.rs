@@ -94,10 +94,11 @@ pub trait AmTransport: Sized {
     /// (0: none).
     ///
     /// Open MPI's ob1 sends the first fragment with its rendezvous header for the same reason:
-    /// the receiver matches on the header and answers with the clear-to-send while the first
-    /// piece is still arriving, so on a stream transport the handshake's round trip overlaps
-    /// the data instead of preceding it. The piece is charged to the receiver's eager credit
-    /// (an unexpected request-to-send keeps it); without credit the request-to-send goes bare.
+    /// the data moves during what would be the handshake's round trip. The receiver matches on
+    /// the header, reads the piece straight into the buffer where the transport can place it,
+    /// and answers with the clear-to-send for the rest once the piece is in. The piece is
+    /// charged to the receiver's eager credit (an unexpected request-to-send keeps it); without
+    /// credit the request-to-send goes bare.
     /// Worth it only where the data is copied through the transport anyway: a transport with a
     /// single-copy read ([`AmTransport::offers_peer_read`]) keeps 0.
     #[inline(always)]
