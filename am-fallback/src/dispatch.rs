@@ -361,7 +361,7 @@ impl<'a, T: AmTransport, P: Partner> Dispatch<'a, T, P> {
         rs.posted = None;
         let a = Arrival::new(self.route, src, &hdr, total, 0);
         let accept = match take_rts(self.core, req, &a, &[]) {
-            Ok(Some(accept)) => accept,
+            Ok(Some((accept, _))) => accept,
             // No offered buffer (address 0), so no single-copy read: cannot happen.
             Ok(None) => return None,
             Err(e) => {
@@ -384,42 +384,56 @@ impl<'a, T: AmTransport, P: Partner> Dispatch<'a, T, P> {
     /// Whether the request-to-send with this header already has its receive (the transport
     /// asked where its piece goes, then delivered it whole after all).
     fn first_piece_pending(&self, src: Gpid, header: &[u8]) -> bool {
+        let placing = &self.core.am[self.route.index()].placing;
+        if placing.is_empty() {
+            return false;
+        }
         let Ok((hdr, _)) = wire::parse_match(handler::RTS_DATA, header, 0) else {
             return false;
         };
-        self.core.am[self.route.index()]
-            .placing
-            .iter()
-            .any(|p| p.src == src && p.sreq == hdr.sreq)
+        placing.iter().any(|p| p.src == src && p.sreq == hdr.sreq)
     }
 
     /// The first piece of a request-to-send whose receive was matched when the transport asked
     /// where it goes, delivered whole after all: copied in, then as if placed.
     fn first_piece_delivered(&mut self, src: Gpid, header: &[u8], payload: &[u8]) -> Result<()> {
         let (hdr, _) = wire::parse_match(handler::RTS_DATA, header, payload.len())?;
-        let placing = &self.core.am[self.route.index()].placing;
-        if let Some(p) = placing.iter().find(|p| p.src == src && p.sreq == hdr.sreq) {
-            if let Some(rs) = self.core.requests.get_mut(p.req).and_then(|r| r.recv_mut()) {
-                rs.buf.write_at(0, payload);
-            }
+        let p = self.take_first_piece(src, |p| p.sreq == hdr.sreq)?;
+        if let Some(rs) = self.core.requests.get_mut(p.req).and_then(|r| r.recv_mut()) {
+            rs.buf.write_at(0, payload);
         }
-        self.first_piece_placed(src, payload.len())
+        self.first_piece_in(p, payload.len())
     }
 
     /// The first piece of a request-to-send is in its receive's buffer (see
-    /// [`Dispatch::first_piece_receive`]): count it and its credit, and ask for the rest.
+    /// [`Dispatch::first_piece_receive`]).
     fn first_piece_placed(&mut self, src: Gpid, len: usize) -> Result<()> {
+        let p = self.take_first_piece(src, |_| true)?;
+        self.first_piece_in(p, len)
+    }
+
+    /// Removes the record of the first piece from `src` that `which` picks.
+    fn take_first_piece(
+        &mut self,
+        src: Gpid,
+        which: impl Fn(&FirstPiece) -> bool,
+    ) -> Result<FirstPiece> {
         let placing = &mut self.core.am[self.route.index()].placing;
-        let Some(i) = placing.iter().position(|p| p.src == src) else {
-            return Err(Error::new(
+        match placing.iter().position(|p| p.src == src && which(p)) {
+            Some(i) => Ok(placing.swap_remove(i)),
+            None => Err(Error::new(
                 ErrorKind::Internal,
-                format!("a first piece from process {src} was placed, but none was expected"),
-            ));
-        };
-        let p = placing.swap_remove(i);
-        consumed(self.core, self.route, src, len)?;
+                format!("a first piece from process {src} came in, but none was expected"),
+            )),
+        }
+    }
+
+    /// A first piece of `len` bytes is in its receive's buffer: count it and its credit, and
+    /// ask for the rest.
+    fn first_piece_in(&mut self, p: FirstPiece, len: usize) -> Result<()> {
+        consumed(self.core, self.route, p.src, len)?;
         self.account_data(p.req, len);
-        queue_cts(self.core, self.route, src, p.sreq, p.req, p.accept)
+        queue_cts(self.core, self.route, p.src, p.sreq, p.req, p.accept)
     }
 
     pub(crate) fn on_cancel_req(&mut self, src: Gpid, c: CancelHeader) -> Result<()> {

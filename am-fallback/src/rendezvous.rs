@@ -18,12 +18,8 @@ use crate::wire::{self, handler, AckHeader, CtsHeader, DataHeader};
 /// request-to-send carried (empty when none): it goes into the buffer (what fits), its credit
 /// is consumed, and the clear-to-send asks for the rest.
 pub(crate) fn accept_rts(core: &mut Core, req: ReqHandle, a: &Arrival, first: &[u8]) -> Result<()> {
-    let Some(accept) = take_rts(core, req, a, first)? else {
+    let Some((accept, received)) = take_rts(core, req, a, first)? else {
         return Ok(());
-    };
-    let received = match core.requests.get(req).map(|r| &r.kind) {
-        Some(RequestKind::Recv(rs)) => rs.received,
-        _ => 0,
     };
     tracing::debug!(
         src = a.src,
@@ -43,14 +39,15 @@ pub(crate) fn accept_rts(core: &mut Core, req: ReqHandle, a: &Arrival, first: &[
 
 /// Makes `req` the receive of the request-to-send `a`: how much it accepts, its status (with a
 /// truncation or ready-mode error), and `first`, the piece the request-to-send carried, copied
-/// in with its credit consumed. Returns what the clear-to-send will accept, or `None` when the
-/// sender offered its buffer and the receive now waits for a single-copy read instead.
+/// in with its credit consumed. Returns what the clear-to-send will accept and how much of it
+/// the piece already delivered, or `None` when the sender offered its buffer and the receive
+/// now waits for a single-copy read instead.
 pub(crate) fn take_rts(
     core: &mut Core,
     req: ReqHandle,
     a: &Arrival,
     first: &[u8],
-) -> Result<Option<usize>> {
+) -> Result<Option<(usize, usize)>> {
     let r = core
         .requests
         .get_mut(req)
@@ -65,11 +62,12 @@ pub(crate) fn take_rts(
     let accept = total.min(rs.buf.capacity());
     rs.source_process = a.src;
     rs.expected = accept;
-    rs.received = if first.is_empty() {
+    let received = if first.is_empty() {
         0
     } else {
         rs.buf.write_at(0, &first[..first.len().min(accept)])
     };
+    rs.received = received;
     r.status = Status::ok(a.env.source, a.env.tag, 0);
     r.status.error = completion_error(a.flags, total, accept);
     if !first.is_empty() {
@@ -94,7 +92,7 @@ pub(crate) fn take_rts(
         });
         return Ok(None);
     }
-    Ok(Some(accept))
+    Ok(Some((accept, received)))
 }
 
 /// How long after this process last started a rendezvous send its unfinished ones still count
@@ -104,7 +102,9 @@ const SENDING_LARGE_FOR: std::time::Duration = std::time::Duration::from_millis(
 /// Whether this process is sending large messages on this route: rendezvous sends whose data
 /// has not all moved, the last started within [`SENDING_LARGE_FOR`]. Then large messages flow
 /// both ways, and reading the incoming ones copies each byte once per direction instead of
-/// twice on each side. (A ping-pong is not both ways: its send is done before the reply comes.)
+/// twice on each side; and a further rendezvous send is part of a window, so it takes no first
+/// piece (`send::first_piece_len`). (A ping-pong is neither: its send is done before the reply
+/// comes.)
 pub(crate) fn sending_large(route: &ch4_core::core::AmRouteState) -> bool {
     route.rendezvous_in_flight > 0
         && route
