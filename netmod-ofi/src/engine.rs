@@ -69,11 +69,12 @@ impl P2p<Net> for OfiEngine {
         let sync = op.mode == SendMode::Synchronous;
         let bits = tag::send_tag(&op.env)?;
         let total = op.buf.packed_len();
-        if total > cx.transport.max_msg
+        if total > cx.transport.read_above
             || (!message_credit::take(cx.core, cx.route, op.dest) && large::usable(cx.transport))
         {
-            // Longer than the provider takes, or beyond the receiver's credit: the receiver
-            // reads it from the user's buffer once it has matched it.
+            // Longer than the provider takes (or than rxm's eager limit: see
+            // `netmod::read_above`), or beyond the receiver's credit: the receiver reads it
+            // from the user's buffer once it has matched it.
             return large::start_send(cx, op, bits, total);
         }
         let net = &mut *cx.transport;
@@ -163,7 +164,7 @@ impl P2p<Net> for OfiEngine {
     /// goes by RMA read anyway.
     #[inline(always)]
     fn send_ready<P: Partner>(cx: &mut Cx<'_, Net, P>, dest: ch4_core::Gpid, total: usize) -> bool {
-        total > cx.transport.max_msg || message_credit::available(cx.core, cx.route, dest)
+        total > cx.transport.read_above || message_credit::available(cx.core, cx.route, dest)
     }
 
     fn cancel_send<P: Partner>(_cx: &mut Cx<'_, Net, P>, _req: ReqHandle) -> Result<()> {
@@ -294,6 +295,11 @@ impl P2p<Net> for OfiEngine {
         let Some(i) = op.filter(|&i| net.ops.get(i).is_some_and(|o| o.req == req)) else {
             return Ok(());
         };
+        // A large receive waiting only for refused reads holds nothing in the provider.
+        if large::end_if_idle(cx, i)? {
+            return Ok(());
+        }
+        let net = &mut *cx.transport;
         // A send the provider refused is still queued here: take it back.
         let queued = net.sends.len();
         net.sends.retain(|q| q.payload.op() != Some(i));

@@ -1,5 +1,7 @@
-//! Messages longer than the provider's largest (`max_msg_size`, or `CH4_OFI_MAX_MSG_SIZE`):
-//! sent by RMA read, the "LMT get" of MPICH's Nemesis and the "huge" protocol of its ch4:ofi.
+//! Messages longer than the provider's largest (`max_msg_size`, or `CH4_OFI_MAX_MSG_SIZE`),
+//! longer than rxm's eager limit over `ofi_rxm` (whose own protocols for them crash when the
+//! sender dies: see `netmod::read_above`), or beyond the receiver's eager credit: sent by RMA
+//! read, the "LMT get" of MPICH's Nemesis and the "huge" protocol of its ch4:ofi.
 //!
 //! The sender registers the message's buffer for remote reads and sends, in order, two small
 //! injected messages to the receiver:
@@ -24,7 +26,7 @@
 use ch4_core::native::{self, word_of, OpIndex};
 use ch4_core::request::{NativeHalf, Request, RequestKind};
 use ch4_core::transport::{Cx, Partner, SendOp};
-use ch4_core::{Error, ErrorKind, Gpid, ReqHandle, Result, Status};
+use ch4_core::{AmTransport, Error, ErrorKind, Gpid, PeerState, ReqHandle, Result, Status};
 
 use crate::engine::{acknowledge, close_and_fail, finish_recv, progress_own};
 use crate::netmod::{
@@ -510,6 +512,44 @@ pub(crate) fn fail<P: Partner>(cx: &mut Cx<'_, Net, P>, h: OpIndex, kind: ErrorK
         });
     }
     pump(cx, h)
+}
+
+/// Ends large receive `h` at once when the provider holds nothing of it — its descriptor is in
+/// and none of its reads is outstanding (each was refused, or none was posted yet) — for
+/// [`P2p::quiesce`](ch4_core::transport::P2p::quiesce), whose caller then fails or drops the
+/// request. A live sender is released; a dead one is not written to (rxm would refuse the
+/// acknowledgement for ever, and it would hold up every send queued behind it). Returns
+/// whether it ended the receive; otherwise the caller waits for its reads as for any operation.
+///
+/// Without this, a receive whose sender died after its descriptor came waits out the cancel
+/// limit and then closes the endpoint: the reads to a dead process are refused for ever
+/// (rxm reconnects on every attempt), so the operation never ends by itself.
+pub(crate) fn end_if_idle<P: Partner>(cx: &mut Cx<'_, Net, P>, h: OpIndex) -> Result<bool> {
+    let net = &mut *cx.transport;
+    let idle = matches!(
+        net.ops.get(h),
+        Some(Op { kind: OpKind::LargeRecv(l), .. }) if l.desc.is_some() && l.out == 0
+    );
+    if !idle {
+        return Ok(false);
+    }
+    net.reading.retain(|&x| x != h);
+    let Some(Op {
+        req,
+        kind: OpKind::LargeRecv(l),
+        ..
+    }) = net.ops.remove(h)
+    else {
+        return Ok(false);
+    };
+    let (src, _) = tag::from_cq_data(l.data);
+    if net.peer_state(src) == PeerState::Alive {
+        acknowledge(net, l.data)?;
+    }
+    if let Some(r) = cx.core.requests.get_mut(req).and_then(Request::recv_mut) {
+        native::released(r);
+    }
+    Ok(true)
 }
 
 /// Every read of large receive `h` is in: acknowledge the sender and complete the receive.

@@ -182,6 +182,10 @@ pub struct OfiNetmod {
     /// The longest message handed to the provider in one operation: its `max_msg_size`, or
     /// less where [`Hints::max_msg_size`] says so. Longer ones go by RMA read.
     pub(crate) max_msg: usize,
+    /// Messages longer than this go by RMA read ([`crate::large`]) even when the provider
+    /// would take them whole: over rxm, its eager limit (see [`read_above`]); elsewhere
+    /// `max_msg`.
+    pub(crate) read_above: usize,
     /// Large messages' descriptors received for a probe and not yet used by a receive, by
     /// sender and acknowledgement name.
     pub(crate) descriptors: HashMap<(Gpid, u32), Descriptor>,
@@ -254,6 +258,12 @@ impl OfiNetmod {
     /// read.
     pub fn max_message(&self) -> usize {
         self.max_msg
+    }
+
+    /// The longest message sent whole through the provider; longer ones go by this netmod's
+    /// RMA read (the protocol of the crate's `large` module).
+    pub fn read_above(&self) -> usize {
+        self.read_above
     }
 
     /// Closes the endpoint, which ends every operation on it: nothing is written into a
@@ -434,9 +444,10 @@ impl AmTransport for OfiNetmod {
             Some(ep) => {
                 let (major, minor) = crate::provider::linked_version();
                 format!(
-                    "{} (libfabric {major}.{minor}, inject {} B)",
+                    "{} (libfabric {major}.{minor}, inject {} B, read by RMA above {} B)",
                     ep.info().provider(),
-                    ep.info().inject_size()
+                    ep.info().inject_size(),
+                    self.read_above
                 )
             }
             None => "(not opened: one node)".to_string(),
@@ -540,6 +551,7 @@ impl OfiNetmod {
             size,
             inject: 0,
             max_msg: usize::MAX,
+            read_above: usize::MAX,
             descriptors: HashMap::new(),
             reading: Vec::new(),
             credit_receives: 0,
@@ -592,6 +604,29 @@ impl OfiNetmod {
             None => info.max_msg_size(),
         };
         net.ep = Some(Endpoint::open(info, size as usize)?);
+        net.read_above = read_above(&net);
         Ok(net)
+    }
+}
+
+/// Where this netmod's own RMA-read protocol takes over from the provider's: above rxm's eager
+/// limit over `ofi_rxm` (when the protocol is usable), above the largest message elsewhere.
+///
+/// rxm's own protocols for longer messages (segmentation and rendezvous) keep a pointer to the
+/// connection in an unexpected message, and when the peer dies rxm frees that connection
+/// without removing its messages (`rxm_process_shutdown` → `rxm_close_conn`, `rxm_free_conn`,
+/// in every release up to 1.22 at least): a receive that later matches the rendezvous header
+/// reads through the freed connection (`rxm_handle_rndv` → `conn->msg_ep`, null) and the
+/// process dies of a segmentation fault. Its eager messages are copied from a shared receive
+/// buffer and never touch the connection again. So a message longer than the eager limit
+/// goes by [`crate::large`]: its stub and descriptor are eager, and its read, addressed to the
+/// peer's address instead of to a stored connection, fails or waits until the peer watch
+/// fails the receive.
+fn read_above(net: &OfiNetmod) -> usize {
+    match &net.ep {
+        Some(ep) if ep.info().provider().contains("ofi_rxm") && crate::large::usable(net) => {
+            crate::provider::rxm_eager_limit().min(net.max_msg)
+        }
+        _ => net.max_msg,
     }
 }

@@ -7,9 +7,11 @@
 use ch4_core::bootstrap::Bootstrap;
 use ch4_core::buffer::{RecvBuf, SendBuf};
 use ch4_core::core::DeviceConfig;
-use ch4_core::{Device, ErrorKind, NoShm, ReqHandle, SendMode, ANY_SOURCE, ANY_TAG};
+use ch4_core::{Device, ErrorKind, NoShm, PeerState, ReqHandle, SendMode, ANY_SOURCE, ANY_TAG};
 use netmod_ofi::provider::Hints;
 use netmod_ofi::{tag, OfiNetmod};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 use testkit::{irecv_leaked, isend_owned, Harness};
 
 type Dev = Device<OfiNetmod, NoShm>;
@@ -543,4 +545,79 @@ fn beyond_its_credit_a_sender_leaves_the_data_with_itself() {
         assert_eq!(d[0].netmod().outstanding(), 0, "{p}");
         assert_eq!(d[1].netmod().outstanding(), 0, "{p}");
     });
+}
+
+/// A message whose sender's endpoint closed (the process died) while the message waited
+/// unexpected: its receive fails with `PeerFailed` at once, and the rank goes on with its other
+/// peers. libfabric's rxm frees a connection when its peer shuts it down but keeps the
+/// request-to-send of the peer's rendezvous messages in its unexpected queue; a receive matching
+/// one then reads through the freed connection and the process dies of a segmentation fault
+/// (`rxm_process_shutdown`, `rxm_handle_rndv`). So the engine must not leave messages longer
+/// than rxm's eager buffers to rxm's rendezvous, and the failed receive must not wait for
+/// reads the dead peer will never answer.
+#[test]
+fn a_message_whose_sender_died_unexpected_fails_its_receive() {
+    for p in PROVIDERS {
+        let Some(h) = job(p, 3, DeviceConfig::default()) else {
+            continue;
+        };
+        let mut devs = h.into_devices();
+        // Above rxm's eager buffers (16 KiB), within the eager credit.
+        let n = 64 << 10;
+        isend_owned(&mut devs[0], 1, 7, pattern(7, n), SendMode::Standard);
+        isend_owned(&mut devs[0], 1, 8, b"last".to_vec(), SendMode::Standard);
+        // The small message follows the large one's header on the ordered endpoint: once it is
+        // there, so is the header.
+        let w = devs[1].world();
+        let start = Instant::now();
+        while devs[1].iprobe(w, 0, 8).unwrap().is_none() {
+            devs[0].progress().unwrap();
+            assert!(
+                start.elapsed().as_secs() < 20,
+                "{p}: the messages never came"
+            );
+        }
+        drop(devs.remove(0)); // closes its endpoint, as a process's death does
+        let mut d = Harness::new(devs);
+        // Let the provider see the connection shut down.
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(300) {
+            d.step().unwrap();
+        }
+        d[0].netmod_mut().watch_peers(Arc::new(|g| match g {
+            0 => PeerState::Failed,
+            _ => PeerState::Alive,
+        }));
+        // The small message it sent last is still delivered.
+        let (r, buf) = irecv_leaked(&mut d[0], 0, 8, 4);
+        assert_eq!(d.wait(0, r).unwrap().bytes, 4, "{p}");
+        assert_eq!(buf, b"last", "{p}");
+        let (r, _) = irecv_leaked(&mut d[0], 0, 7, n);
+        let start = Instant::now();
+        let st = loop {
+            if let Some(st) = d[0].test_status(r).unwrap() {
+                break st;
+            }
+            assert!(start.elapsed().as_secs() < 20, "{p}: the receive hung");
+        };
+        assert_eq!(st.error, Some(ErrorKind::PeerFailed), "{p}: {st:?}");
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{p}: the receive failed only after {:?}",
+            start.elapsed()
+        );
+        assert_eq!(d[0].netmod().outstanding(), 0, "{p}");
+        // The endpoint still carries the other peers' messages, short and long.
+        for len in [8, n, 1 << 20] {
+            let (r, buf) = irecv_leaked(&mut d[0], 2, 9, len);
+            let s = isend_owned(&mut d[1], 1, 9, pattern(9, len), SendMode::Standard);
+            d.wait(0, r).unwrap();
+            d.wait(1, s).unwrap();
+            assert_eq!(
+                &buf[..],
+                &pattern(9, len)[..],
+                "{p}: {len} bytes from rank 2"
+            );
+        }
+    }
 }

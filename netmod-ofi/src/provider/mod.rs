@@ -58,7 +58,7 @@ mod workarounds;
 pub use endpoint::{Completions, CqError, Endpoint, Posted, Region};
 pub use error::fi_error;
 pub use info::{select, Hints, Info, MAX_MSG_SIZE_VAR, MIN_MAX_MSG_SIZE};
-pub use workarounds::{linked_version, rxm_truncation_breaks_endpoint};
+pub use workarounds::{linked_version, rxm_eager_limit, rxm_truncation_breaks_endpoint};
 
 /// The libfabric types and flags of the provider layer's signatures, re-exported so that its
 /// users need not name `libfabric-sys` for them.

@@ -27,6 +27,9 @@
 //! protocol off: those messages go by rxm's rendezvous (an RMA read), whose truncation works.
 //! The price, measured with ch4's `osu_latency` over loopback: 32 KiB messages take about
 //! twice as long (rendezvous costs a round trip more), 128 KiB ones are as fast or faster.
+//! (The OFI netmod now sends every message longer than rxm's eager limit by its own RMA read,
+//! so neither rxm protocol carries its messages; the setting stays for programs that use this
+//! crate's provider layer directly.)
 
 use std::sync::Once;
 
@@ -71,6 +74,40 @@ pub(crate) fn apply() {
     });
 }
 
+/// The parameter naming rxm's buffer size, which is its eager limit (`rxm_init.c`: the
+/// historical name of the eager message size).
+const RXM_BUFFER_SIZE: &str = "FI_OFI_RXM_BUFFER_SIZE";
+
+/// rxm's buffer size when `FI_OFI_RXM_BUFFER_SIZE` is not set.
+const RXM_DEFAULT_BUFFER_SIZE: usize = 16384;
+
+/// The longest message `tcp;ofi_rxm` sends eagerly, whose receiver copies it out of a buffer
+/// of its own: rxm's buffer size, `FI_OFI_RXM_BUFFER_SIZE` read as libfabric reads it
+/// (`strtol` with base 0: decimal, `0x` hexadecimal, `0` octal), else 16 KiB. Longer messages
+/// go by rxm's segmentation or rendezvous protocols. (With dynamic receive buffers, 1.18 and
+/// later may send more eagerly than this; the buffer size is the bound that holds for every
+/// version.) The provider's reported inject size says nothing of it: 64 bytes here.
+pub fn rxm_eager_limit() -> usize {
+    std::env::var(RXM_BUFFER_SIZE)
+        .ok()
+        .and_then(|v| parse_c_size(&v))
+        .unwrap_or(RXM_DEFAULT_BUFFER_SIZE)
+}
+
+/// A size as C's `strtol(s, NULL, 0)` reads it, but `None` for what it would read as 0 or
+/// negative, or for trailing junk.
+fn parse_c_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (digits, radix) = if let Some(h) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        (h, 16)
+    } else if s.len() > 1 && s.starts_with('0') {
+        (&s[1..], 8)
+    } else {
+        (s, 10)
+    };
+    usize::from_str_radix(digits, radix).ok().filter(|&n| n > 0)
+}
+
 /// The version of the libfabric library linked at run time (major, minor).
 pub fn linked_version() -> (u32, u32) {
     // SAFETY: fi_version takes no arguments, touches no state and only returns a number.
@@ -107,5 +144,16 @@ mod tests {
             );
         }
         assert!(!rxm_truncation_breaks_endpoint());
+    }
+
+    #[test]
+    fn sizes_read_as_libfabric_reads_them() {
+        assert_eq!(parse_c_size("16384"), Some(16384));
+        assert_eq!(parse_c_size(" 0x4000 "), Some(16384));
+        assert_eq!(parse_c_size("040000"), Some(16384));
+        assert_eq!(parse_c_size("0"), None);
+        assert_eq!(parse_c_size("-5"), None);
+        assert_eq!(parse_c_size("16k"), None);
+        assert_eq!(parse_c_size(""), None);
     }
 }
