@@ -359,6 +359,12 @@ fn kill_9_of_a_rank_over_tcp_ends_the_job() {
             }
         }
     }
+    let mut stderr = child.stderr.take().unwrap();
+    let errors = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
+        text
+    });
     std::thread::sleep(Duration::from_millis(300));
     // SAFETY: kill(2) on a pid of our own job's rank.
     unsafe { libc::kill(pids[1], libc::SIGKILL) };
@@ -371,6 +377,13 @@ fn kill_9_of_a_rank_over_tcp_ends_the_job() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(!status.success());
+    // The survivors end with an error or by the launcher's signal, never by a crash of their
+    // own (libfabric's rxm crashed on a dead peer's rendezvous messages; libpsm2, loaded by
+    // libfabric, then prints the signal).
+    let errors = errors.join().unwrap();
+    for crash in ["signal 11", "SIGSEGV", "signal 6", "SIGABRT", "panicked"] {
+        assert!(!errors.contains(crash), "a survivor crashed:\n{errors}");
+    }
 }
 
 /// A connection storm: eight processes, every one its own node, connecting to their ring
