@@ -269,6 +269,18 @@ impl P2p<Net> for OfiEngine {
             return Ok(());
         };
         let p = *p;
+        if tag::is_inline(p.data) {
+            // A large message's stub that carries its acknowledgement name: receive it to
+            // learn the name, then let the sender go unread (on its completion).
+            let mut b = vec![0u8; tag::INLINE_STUB_BYTES];
+            let one = [iov_of(b.as_mut_ptr(), b.len())];
+            if let Some(o) = net.ops.get_mut(i) {
+                o.kind = OpKind::Discarding;
+                // The vector's heap block does not move with it: `one` still points into it.
+                o.bounce = Some(b);
+            }
+            return claim(net, i, &p, Some(&one), FI_CLAIM);
+        }
         // The message matched (the probe took it): a synchronous sender is acknowledged, and
         // a large message's sender let go unread.
         acknowledge(net, p.data)?;
@@ -467,12 +479,20 @@ fn recv_slot(
 /// Where a receive lands: the user's buffer through its raw parts; for a buffer with a
 /// layout, its pieces as a scatter list when there are at most `rx_limit` of them, else a
 /// bounce buffer of its capacity (the pointer is then the bounce buffer's, fixed once the
-/// buffer is in its slot).
+/// buffer is in its slot). A receive shorter than a large message's stub
+/// ([`tag::INLINE_STUB_BYTES`]) lands in a bounce buffer of the stub's size, so that a stub
+/// it matches arrives whole.
 fn landing(r: &mut RecvState, rx_limit: usize) -> (*mut u8, usize, Staging) {
+    let cap = r.buf.capacity();
+    if cap < tag::INLINE_STUB_BYTES {
+        // Room for a large message's stub, which carries what the read needs: a shorter
+        // message is copied out (and a longer one reported truncated) by `finish_recv`.
+        let room = tag::INLINE_STUB_BYTES;
+        return (std::ptr::null_mut(), room, (Some(vec![0u8; room]), None));
+    }
     if let Some((p, n)) = r.buf.raw_parts() {
         return (p, n, (None, None));
     }
-    let cap = r.buf.capacity();
     if let Some(pieces) = r.buf.segments_mut(0, cap, rx_limit) {
         let iov = pieces.iter().map(|s| iov_of(s.as_ptr(), s.len())).collect();
         return (std::ptr::null_mut(), cap, (None, Some(iov)));
@@ -598,6 +618,12 @@ fn probe_status(p: &Peeked) -> Status {
 /// Answers a synchronous sender whose message (its CQ `data` names an acknowledgement)
 /// matched here.
 pub(crate) fn acknowledge(net: &mut Net, data: u64) -> Result<()> {
+    if tag::is_inline(data) {
+        // Its low bits are a length, not a name: the name is in the stub's payload (see
+        // `large::inline_data`). Only a malformed message gets here.
+        tracing::error!(data, "no acknowledgement for a stub's raw CQ data");
+        return Ok(());
+    }
     let (src, ack) = tag::from_cq_data(data);
     if ack == 0 {
         return Ok(());
@@ -684,7 +710,7 @@ fn completed<P: Partner>(cx: &mut Cx<'_, Net, P>, e: &fi_cq_tagged_entry) -> Res
                 cx.core.send_event_done(op.req);
             }
         }
-        OpKind::Recv if tag::is_large(e.data) => large::stub_matched(cx, op, e.tag, e.data)?,
+        OpKind::Recv if tag::is_large(e.data) => large::stub_matched(cx, op, e.tag, e.data, e.len)?,
         OpKind::Recv => finish_recv(cx, op, e.tag, e.data, e.len, false)?,
         OpKind::LargeAck(region) => large::acknowledged(cx, op.req, region, None),
         OpKind::Control { .. } => large::descriptor_in(cx, op, e.tag, e.len)?,
@@ -692,6 +718,13 @@ fn completed<P: Partner>(cx: &mut Cx<'_, Net, P>, e: &fi_cq_tagged_entry) -> Res
         OpKind::CreditRecv => {
             cx.transport.credit_receives -= 1;
             credit::returned(cx, e.data)?;
+        }
+        OpKind::Discarding if tag::is_inline(e.data) => {
+            let stub = op.bounce.as_deref().and_then(|b| b.get(..e.len));
+            match stub.and_then(large::parse_inline_stub) {
+                Some((ack, _)) => acknowledge(cx.transport, large::inline_data(e.data, ack))?,
+                None => tracing::error!("a discarded large message's stub was malformed"),
+            }
         }
         OpKind::Discarding | OpKind::Claimed(_) | OpKind::Peek { .. } | OpKind::LargeRecv(_) => {}
     }
@@ -722,7 +755,8 @@ pub(crate) fn finish_recv<P: Partner>(
         None => len.min(r.buf.capacity()),
     };
     let mut st = Status::ok(source, tag, written);
-    if truncated {
+    // A bounce buffer may hold more than the receive's capacity (see `landing`).
+    if truncated || len > r.buf.capacity() {
         st.error = Some(ErrorKind::Truncate);
     }
     cx.core.complete_recv(op.req, st);

@@ -186,6 +186,9 @@ pub struct OfiNetmod {
     /// would take them whole: over rxm, its eager limit (see [`read_above`]); elsewhere
     /// `max_msg`.
     pub(crate) read_above: usize,
+    /// The longest message sent by RMA read whose stub carries its descriptor
+    /// ([`tag::INLINE`]); longer ones send it separately.
+    pub(crate) inline_max: usize,
     /// Large messages' descriptors received for a probe and not yet used by a receive, by
     /// sender and acknowledgement name.
     pub(crate) descriptors: HashMap<(Gpid, u32), Descriptor>,
@@ -552,6 +555,11 @@ impl OfiNetmod {
             inject: 0,
             max_msg: usize::MAX,
             read_above: usize::MAX,
+            inline_max: if hints.separate_descriptors {
+                0
+            } else {
+                tag::INLINE_MAX_LEN
+            },
             descriptors: HashMap::new(),
             reading: Vec::new(),
             credit_receives: 0,

@@ -17,13 +17,16 @@
 //! process number in its high half, so every receive learns the process its message came from,
 //! and in its low half, for a synchronous send, the name of the acknowledgement receive (0 for
 //! any other send). Its top bit, [`LARGE`], marks the stub of a message sent by RMA read
-//! (longer than the provider's largest message): the stub carries no data, and the name is
-//! the sender's acknowledgement receive, which the receiver answers once it has read the
-//! message.
+//! (see `crate::large`). With [`INLINE`] as well, the stub's 32-byte payload is the
+//! sender's acknowledgement name and the descriptor (the message's length and the region to
+//! read it from), and the low half's other 30 bits are the message's length, which a probe
+//! reports without receiving the stub. Without it (messages of 1 GiB and more) the stub
+//! carries no data, the low half names the sender's acknowledgement receive, which the
+//! receiver answers once it has read the message, and the descriptor travels apart:
 //!
-//! - `CONTROL` (bit 60): the descriptor of such a message (its length and the region to read
-//!   it from), sent just before the stub to the same receiver, in a tag space of its own named
-//!   by the sender's process and the stub's acknowledgement name:
+//! - `CONTROL` (bit 60): the descriptor of such a message, sent just before the stub to the
+//!   same receiver, in a tag space of its own named by the sender's process and the stub's
+//!   acknowledgement name:
 //!
 //! ```text
 //!  63    61  60  59       52 51                  32 31                                   0
@@ -50,6 +53,15 @@ pub const CONTROL: u64 = 1 << 60;
 pub const CREDIT: u64 = ACK | CONTROL;
 /// The flag in the low half of remote CQ data that marks a large message's stub.
 pub const LARGE: u32 = 1 << 31;
+/// With [`LARGE`]: the stub carries its descriptor and acknowledgement name as its payload
+/// ([`INLINE_STUB_BYTES`]), and the low half's other 30 bits are the message's length (for a
+/// probe, which sees no payload) instead of the acknowledgement name.
+pub const INLINE: u32 = 1 << 30;
+/// The longest message whose stub carries its descriptor.
+pub const INLINE_MAX_LEN: usize = (INLINE - 1) as usize;
+/// The payload of a stub that carries its descriptor: the acknowledgement name and the
+/// descriptor, four little-endian words.
+pub const INLINE_STUB_BYTES: usize = 32;
 
 /// The match bits of a message from communicator rank `env.source` with `env.tag` in
 /// `env.context` ([`match_bits::pack`]).
@@ -84,7 +96,8 @@ pub fn cq_data(sender: Gpid, ack: u32) -> u64 {
 }
 
 /// The sender's process and acknowledgement name from remote CQ data (without the
-/// [`LARGE`] flag).
+/// [`LARGE`] flag). Not for a stub that carries its descriptor ([`is_inline`]), whose low bits
+/// are a length.
 #[inline(always)]
 pub fn from_cq_data(data: u64) -> (Gpid, u32) {
     ((data >> 32) as Gpid, data as u32 & !LARGE)
@@ -94,6 +107,19 @@ pub fn from_cq_data(data: u64) -> (Gpid, u32) {
 #[inline(always)]
 pub fn is_large(data: u64) -> bool {
     data as u32 & LARGE != 0
+}
+
+/// Whether remote CQ data marks the stub of a large message that carries its descriptor
+/// (and its low bits are then the message's length, not an acknowledgement name).
+#[inline(always)]
+pub fn is_inline(data: u64) -> bool {
+    data as u32 & (LARGE | INLINE) == LARGE | INLINE
+}
+
+/// The message's length in the remote CQ data of a stub that carries its descriptor.
+#[inline(always)]
+pub fn inline_len(data: u64) -> usize {
+    (data as u32 & (INLINE - 1)) as usize
 }
 
 /// The match bits of the descriptor of large message `ack` from process `sender`.
@@ -195,5 +221,18 @@ mod tests {
         assert!(send_tag(&env(0, 1 << RANK_BITS, 0)).is_err());
         assert!(recv_tag(&env(0, 1 << RANK_BITS, 0)).is_err());
         assert_eq!(from_cq_data(cq_data(123_456, 789)), (123_456, 789));
+    }
+
+    #[test]
+    fn a_stub_that_carries_its_descriptor_is_told_apart() {
+        let stub = cq_data(77, INLINE_MAX_LEN as u32 | LARGE | INLINE);
+        assert!(is_large(stub) && is_inline(stub));
+        assert_eq!((stub >> 32, inline_len(stub)), (77, INLINE_MAX_LEN));
+        let named = cq_data(77, (INLINE - 1) | LARGE);
+        assert!(is_large(named) && !is_inline(named), "a name below INLINE");
+        assert!(
+            !is_inline(cq_data(77, INLINE)),
+            "not large: a plain message's name"
+        );
     }
 }

@@ -297,9 +297,11 @@ const FORCED_MAX: usize = 64 * 1024;
 
 /// [`each_provider`] with the provider's largest message forced down to [`FORCED_MAX`].
 fn each_provider_limited(ranks: u32, mut body: impl FnMut(&str, &mut Harness<OfiNetmod, NoShm>)) {
-    for p in PROVIDERS {
+    // Each descriptor in its stub, and each in a message of its own.
+    for (p, separate_descriptors) in PROVIDERS.iter().flat_map(|p| [(*p, false), (*p, true)]) {
         let hints = Hints {
             max_msg_size: Some(FORCED_MAX),
+            separate_descriptors,
             ..Hints::for_provider(p)
         };
         if let Some(mut h) = job_with(&hints, ranks, DeviceConfig::default()) {
@@ -620,4 +622,38 @@ fn a_message_whose_sender_died_unexpected_fails_its_receive() {
             );
         }
     }
+}
+
+/// A receive shorter than a large message's stub lands in a bounce buffer of the stub's size
+/// (the stub carries what its read needs): a message that fits the bounce buffer but not the
+/// receive is reported truncated with the receive's worth delivered, as the provider would.
+#[test]
+fn receives_shorter_than_a_stub_still_truncate() {
+    each_provider(2, DeviceConfig::default(), |p, d| {
+        for (cap, len) in [
+            (0, 0),
+            (0, 1),
+            (10, 20),
+            (10, 31),
+            (31, 32),
+            (16, 16),
+            (31, 31),
+            (10, 40),
+        ] {
+            let (r, buf) = irecv_leaked(&mut d[1], 0, 4, cap);
+            let s = isend_owned(&mut d[0], 1, 4, pattern(4, len), SendMode::Standard);
+            let st = d.wait_status(1, r).unwrap();
+            let what = format!("{p}: {len} bytes into {cap}");
+            if len > cap {
+                assert_eq!(st.error, Some(ErrorKind::Truncate), "{what}");
+            } else {
+                assert_eq!((st.error, st.bytes), (None, len), "{what}");
+            }
+            if len <= 32 {
+                assert_eq!(st.bytes, len.min(cap), "{what}");
+            }
+            assert_eq!(&buf[..st.bytes], &pattern(4, len)[..st.bytes], "{what}");
+            d.wait(0, s).unwrap();
+        }
+    });
 }

@@ -45,6 +45,10 @@ pub struct Hints {
     /// provider whose advertised limit is wrong. [`Hints::from_env`] reads it from
     /// `CH4_OFI_MAX_MSG_SIZE`.
     pub max_msg_size: Option<usize>,
+    /// Whether a message sent by RMA read sends its descriptor in a message of its own ahead
+    /// of its stub, as one longer than a stub can describe (1 GiB) must, instead of in the
+    /// stub. Not a libfabric hint: for testing that path. Off by default.
+    pub separate_descriptors: bool,
 }
 
 /// The variable that sets [`Hints::max_msg_size`].
@@ -63,6 +67,7 @@ impl Default for Hints {
             ep_type: FI_EP_RDM,
             msg_order: FI_ORDER_SAS,
             max_msg_size: None,
+            separate_descriptors: false,
         }
     }
 }
