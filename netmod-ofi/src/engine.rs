@@ -23,7 +23,7 @@ use std::time::Instant;
 use ch4_core::native::{self, message_credit, word_of, CancelStep, Holding, OpIndex};
 use ch4_core::request::{Message, RecvState, ReqHandle, Request, RequestKind};
 use ch4_core::transport::{Caps, Cx, P2p, Partner, SendOp};
-use ch4_core::{Envelope, Error, ErrorKind, Result, SendMode, Status};
+use ch4_core::{AmTransport, Envelope, Error, ErrorKind, PeerState, Result, SendMode, Status};
 use libfabric_sys::{
     fi_cq_tagged_entry, fi_msg_tagged, iovec, FI_ADDR_UNSPEC, FI_CLAIM, FI_DISCARD, FI_ENOMSG,
     FI_PEEK,
@@ -317,6 +317,14 @@ impl P2p<Net> for OfiEngine {
         net.sends.retain(|q| q.payload.op() != Some(i));
         if net.sends.len() < queued {
             net.ops.remove(i);
+            if let Some(s) = cx.core.requests.get_mut(req).and_then(Request::send_mut) {
+                s.engine = 0;
+            }
+            return Ok(());
+        }
+        // A large send waits for its receiver's acknowledgement, which may never come: stop
+        // waiting (the region closes with it).
+        if large::stop_waiting_for_ack(net, i)? {
             if let Some(s) = cx.core.requests.get_mut(req).and_then(Request::send_mut) {
                 s.engine = 0;
             }
@@ -643,11 +651,17 @@ pub(crate) fn progress_own<P: Partner>(cx: &mut Cx<'_, Net, P>) -> Result<usize>
         return Ok(0);
     }
     let mut n = cx.transport.retry_queued()?;
+    if n == 0 && !cx.transport.sends.is_empty() {
+        drop_sends_to_a_gone_peer(cx);
+    }
     if !cx.transport.credit_out.is_empty() {
         credit::retry_refused(cx.transport);
     }
     if !cx.transport.reading.is_empty() {
         large::post_refused_reads(cx)?;
+    }
+    if !cx.transport.suspects.is_empty() {
+        large::recheck_suspects(cx)?;
     }
     let mut entries = [fi_cq_tagged_entry::default(); CQ_BATCH];
     // A completion may close the endpoint (see `close_and_fail`): then the loop ends.
@@ -670,6 +684,43 @@ pub(crate) fn progress_own<P: Partner>(cx: &mut Cx<'_, Net, P>) -> Result<usize>
         }
     }
     Ok(n)
+}
+
+/// The queue's first send was refused again: if its receiver is gone (rxm refuses a dead
+/// peer's sends for ever, trying to reconnect), drop every queued send to it, so that the
+/// sends to live peers behind them go. A send with a request fails it with `PeerFailed`;
+/// copies (small messages the program already counts as sent, acknowledgements, credit)
+/// just go. Order holds: only that receiver's sends leave the queue.
+#[cold]
+fn drop_sends_to_a_gone_peer<P: Partner>(cx: &mut Cx<'_, Net, P>) {
+    let net = &mut *cx.transport;
+    let Some(dest) = net.sends.front().map(|q| q.dest) else {
+        return;
+    };
+    if net.peer_state(dest) == PeerState::Alive {
+        return;
+    }
+    let mut failed = Vec::new();
+    net.sends.retain(|q| {
+        if q.dest != dest {
+            return true;
+        }
+        failed.extend(q.payload.op());
+        false
+    });
+    tracing::warn!(dest, "dropping queued sends to a process that is gone");
+    for i in failed {
+        let Some(op) = net.ops.remove(i) else {
+            continue;
+        };
+        if let Some(req) = cx.core.requests.get_mut(op.req) {
+            if let RequestKind::Send(s) = &mut req.kind {
+                s.engine = 0;
+            }
+            req.status.error = Some(ErrorKind::PeerFailed);
+            req.complete = true;
+        }
+    }
 }
 
 /// A successful completion.

@@ -250,6 +250,31 @@ pub(crate) fn inline_data(data: u64, ack: u32) -> u64 {
     tag::cq_data((data >> 32) as Gpid, ack | tag::LARGE)
 }
 
+/// For [`P2p::quiesce`](ch4_core::transport::P2p::quiesce) of a large send: makes operation
+/// `a`, if it is the send's receive for its acknowledgement, end. One the provider refused is
+/// taken back at once (`true`: nothing is left); a posted one is cancelled (`false`: its
+/// cancelled completion, which the caller waits for, closes the region). Without this a send
+/// whose receiver died waits out the cancel limit, which then closes the endpoint.
+///
+/// If the receiver is alive and reading, its read fails once the region is closed: the send
+/// is being abandoned, so it gets no data it could mistake for whole.
+pub(crate) fn stop_waiting_for_ack(net: &mut Net, a: OpIndex) -> Result<bool> {
+    if !matches!(net.ops.get(a).map(|o| &o.kind), Some(OpKind::LargeAck(_))) {
+        return Ok(false);
+    }
+    let queued = net.recvs.len();
+    net.recvs.retain(|q| q.op != a);
+    if net.recvs.len() < queued {
+        take_back(net, a);
+        return Ok(true);
+    }
+    if let Some(ctx) = net.ops.context_ptr(a) {
+        // SAFETY: `ctx` is the context of this endpoint's outstanding receive `a`.
+        unsafe { net.ep()?.cancel(ctx)? };
+    }
+    Ok(false)
+}
+
 /// Forgets acknowledgement operation `a`, which the provider does not hold, closing its region.
 fn take_back(net: &mut Net, a: OpIndex) {
     if let Some(Op {
@@ -345,6 +370,7 @@ pub(crate) fn stub_matched<P: Partner>(
             out: 0,
             truncated: false,
             error: None,
+            failed_at: None,
         }),
         bounce: None,
         pieces: None,
@@ -526,7 +552,11 @@ fn pump<P: Partner>(cx: &mut Cx<'_, Net, P>, h: OpIndex) -> Result<()> {
         };
         if l.error.is_some() || l.next >= l.len || l.out >= READ_WINDOW {
             if l.out == 0 {
-                return finish(cx, h);
+                return if l.error.is_some() {
+                    settle_failed(cx, h)
+                } else {
+                    finish(cx, h)
+                };
             }
             if l.error.is_some() || l.next >= l.len {
                 net.reading.retain(|&x| x != h);
@@ -583,6 +613,56 @@ fn pump<P: Partner>(cx: &mut Cx<'_, Net, P>, h: OpIndex) -> Result<()> {
             }
         }
     }
+}
+
+/// How long a large receive whose read failed waits for the peer watch to say whether its
+/// sender died, before it fails with the read's own error. A dead sender's reads fail at
+/// once (rxm cancels them with the connection), and the watch learns of the death a little
+/// later (from the launcher, after a grace for the dead rank's last messages): waiting lets
+/// the receive fail with `PeerFailed`, as it does over the other netmods, not `Transport`.
+const WATCH_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Large receive `h` has all its reads in and one failed: fails it with `PeerFailed` if its
+/// sender is gone, with the read's error once [`WATCH_WAIT`] has passed, and otherwise leaves
+/// it pending, rechecked from progress ([`recheck_suspects`]) — or ended by the device's own
+/// check of its peer (`end_if_idle`).
+fn settle_failed<P: Partner>(cx: &mut Cx<'_, Net, P>, h: OpIndex) -> Result<()> {
+    let net = &mut *cx.transport;
+    let Some(Op {
+        kind: OpKind::LargeRecv(l),
+        ..
+    }) = net.ops.get(h)
+    else {
+        return Ok(());
+    };
+    let src = tag::from_cq_data(l.data).0;
+    let gone = net.peer_state(src) != PeerState::Alive;
+    let Some(Op {
+        kind: OpKind::LargeRecv(l),
+        ..
+    }) = net.ops.get_mut(h)
+    else {
+        return Ok(());
+    };
+    if gone {
+        l.error = Some(ErrorKind::PeerFailed);
+    }
+    let since = *l.failed_at.get_or_insert_with(std::time::Instant::now);
+    if gone || l.error == Some(ErrorKind::PeerFailed) || since.elapsed() >= WATCH_WAIT {
+        return finish(cx, h);
+    }
+    if !net.suspects.contains(&h) {
+        net.suspects.push(h);
+    }
+    Ok(())
+}
+
+/// Rechecks the large receives waiting in [`settle_failed`], from progress.
+pub(crate) fn recheck_suspects<P: Partner>(cx: &mut Cx<'_, Net, P>) -> Result<()> {
+    for h in std::mem::take(&mut cx.transport.suspects) {
+        settle_failed(cx, h)?;
+    }
+    Ok(())
 }
 
 /// Retries the reads the provider refused, from progress.
@@ -650,6 +730,7 @@ pub(crate) fn end_if_idle<P: Partner>(cx: &mut Cx<'_, Net, P>, h: OpIndex) -> Re
         return Ok(false);
     }
     net.reading.retain(|&x| x != h);
+    net.suspects.retain(|&x| x != h);
     let Some(Op {
         req,
         kind: OpKind::LargeRecv(l),
@@ -672,6 +753,7 @@ pub(crate) fn end_if_idle<P: Partner>(cx: &mut Cx<'_, Net, P>, h: OpIndex) -> Re
 fn finish<P: Partner>(cx: &mut Cx<'_, Net, P>, h: OpIndex) -> Result<()> {
     let net = &mut *cx.transport;
     net.reading.retain(|&x| x != h);
+    net.suspects.retain(|&x| x != h);
     let Some(op) = net.ops.remove(h) else {
         return Ok(());
     };
@@ -687,8 +769,10 @@ fn finish<P: Partner>(cx: &mut Cx<'_, Net, P>, h: OpIndex) -> Result<()> {
         };
         return finish_recv(cx, recv, l.bits, l.data, l.len, l.truncated);
     };
-    // The sender is let go even so (if it is there to hear it).
-    acknowledge(net, l.data)?;
+    // The sender is let go even so, unless it is gone.
+    if kind != ErrorKind::PeerFailed {
+        acknowledge(net, l.data)?;
+    }
     if let Some(req) = cx.core.requests.get_mut(op.req) {
         if let RequestKind::Recv(r) = &mut req.kind {
             native::released(r);

@@ -114,6 +114,9 @@ pub(crate) struct LargeRecv {
     pub truncated: bool,
     /// The first failure of a read: the receive fails once the others are in.
     pub error: Option<ErrorKind>,
+    /// When the receive, its reads all in and one failed, began to wait for the peer watch to
+    /// say whether its sender died (see `large::settle_failed`).
+    pub failed_at: Option<std::time::Instant>,
 }
 
 /// What a peek learned of a message (`None` inside [`OpKind::Peek`]'s `found`: no message).
@@ -194,6 +197,8 @@ pub struct OfiNetmod {
     pub(crate) descriptors: HashMap<(Gpid, u32), Descriptor>,
     /// Large receives with reads still to post (the provider refused one for now).
     pub(crate) reading: Vec<OpIndex>,
+    /// Large receives whose read failed, waiting for the peer watch (`large::settle_failed`).
+    pub(crate) suspects: Vec<OpIndex>,
     /// Receives for returned eager credit among `ops` (always posted while the endpoint is
     /// open; not counted as outstanding).
     pub(crate) credit_receives: usize,
@@ -562,6 +567,7 @@ impl OfiNetmod {
             },
             descriptors: HashMap::new(),
             reading: Vec::new(),
+            suspects: Vec::new(),
             credit_receives: 0,
             credit_out: Vec::new(),
             closed: None,

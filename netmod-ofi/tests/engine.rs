@@ -657,3 +657,131 @@ fn receives_shorter_than_a_stub_still_truncate() {
         }
     });
 }
+
+/// A large send whose receiver died before reading it fails with `PeerFailed` at once, and the
+/// rank goes on with its other peers: the acknowledgement it waits for will never come, so its
+/// receive for it is cancelled rather than waited for until the cancel limit closes the
+/// endpoint.
+#[test]
+fn a_large_send_to_a_receiver_that_died_fails() {
+    for p in PROVIDERS {
+        let Some(h) = job(p, 3, DeviceConfig::default()) else {
+            continue;
+        };
+        let mut devs = h.into_devices();
+        let n = 64 << 10;
+        let s = isend_owned(&mut devs[0], 1, 7, pattern(7, n), SendMode::Standard);
+        let w = devs[1].world();
+        let start = Instant::now();
+        while devs[1].iprobe(w, 0, 7).unwrap().is_none() {
+            devs[0].progress().unwrap();
+            assert!(start.elapsed().as_secs() < 20, "{p}: the stub never came");
+        }
+        drop(devs.remove(1)); // the receiver dies with the stub unread
+        let mut d = Harness::new(devs);
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(300) {
+            d.step().unwrap();
+        }
+        d[0].netmod_mut().watch_peers(Arc::new(|g| match g {
+            1 => PeerState::Failed,
+            _ => PeerState::Alive,
+        }));
+        let start = Instant::now();
+        let st = loop {
+            if let Some(st) = d[0].test_status(s).unwrap() {
+                break st;
+            }
+            assert!(start.elapsed().as_secs() < 20, "{p}: the send hung");
+        };
+        assert_eq!(st.error, Some(ErrorKind::PeerFailed), "{p}: {st:?}");
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{p}: the send failed only after {:?}",
+            start.elapsed()
+        );
+        assert!(d[0].netmod().provider().is_some(), "{p}: endpoint closed");
+        // A small send to the dead rank (rxm keeps trying to connect, so it waits in the
+        // netmod's queue) holds up nothing behind it: rank 0 still reaches rank 2, with small
+        // and large messages alike.
+        let w = d[0].world();
+        let _ = d[0].isend(
+            w,
+            1,
+            10,
+            SendBuf::owned(b"lost".to_vec()),
+            SendMode::Standard,
+        );
+        for len in [8, n] {
+            let (r, buf) = irecv_leaked(&mut d[1], 0, 9, len);
+            let s = isend_owned(&mut d[0], 2, 9, pattern(9, len), SendMode::Standard);
+            d.wait(1, r).unwrap();
+            d.wait(0, s).unwrap();
+            assert_eq!(&buf[..], &pattern(9, len)[..], "{p}: {len} bytes to rank 2");
+        }
+    }
+}
+
+/// A large receive whose read fails because its sender died waits for the peer watch and
+/// fails with `PeerFailed`, as over the other netmods; if the watch never says so, it fails
+/// with the read's own error after a bounded wait.
+#[test]
+fn a_read_cut_off_by_its_senders_death_fails_with_peer_failed() {
+    for p in PROVIDERS {
+        for watch_tells in [true, false] {
+            let Some(h) = job(p, 2, DeviceConfig::default()) else {
+                continue;
+            };
+            let mut devs = h.into_devices();
+            let n = 4 << 20;
+            isend_owned(&mut devs[0], 1, 7, pattern(7, n), SendMode::Standard);
+            let (r, _) = irecv_leaked(&mut devs[1], 0, 7, n);
+            // Only the receiver steps: its read goes out, and the sender, never stepping
+            // again, does not answer it.
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_millis(200) {
+                devs[0].progress().unwrap_or(0);
+                devs[1].progress().unwrap();
+                if devs[1].netmod().outstanding() > 1 {
+                    break; // the stub matched: a read is posted
+                }
+            }
+            drop(devs.remove(0));
+            let mut d = devs.remove(0);
+            let dead = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let seen = dead.clone();
+            d.netmod_mut().watch_peers(Arc::new(move |g| {
+                if g == 0 && seen.load(std::sync::atomic::Ordering::Relaxed) {
+                    PeerState::Failed
+                } else {
+                    PeerState::Alive
+                }
+            }));
+            let start = Instant::now();
+            let st = loop {
+                if watch_tells && start.elapsed() > Duration::from_millis(100) {
+                    dead.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                if let Some(st) = d.test_status(r).unwrap() {
+                    break st;
+                }
+                assert!(start.elapsed().as_secs() < 20, "{p}: the receive hung");
+            };
+            let took = start.elapsed();
+            if watch_tells {
+                assert_eq!(st.error, Some(ErrorKind::PeerFailed), "{p}: {st:?}");
+                assert!(
+                    took >= Duration::from_millis(100),
+                    "{p}: failed before the watch said so"
+                );
+            } else {
+                assert!(
+                    st.error.is_some() && st.error != Some(ErrorKind::PeerFailed),
+                    "{p}: {st:?}"
+                );
+                assert!(took < Duration::from_secs(5), "{p}: took {took:?}");
+            }
+            assert!(d.netmod().provider().is_some(), "{p}: endpoint closed");
+        }
+    }
+}
