@@ -549,6 +549,30 @@ fn beyond_its_credit_a_sender_leaves_the_data_with_itself() {
     });
 }
 
+/// Tells `d` that process `dead` failed, as the launcher's watch would, and tests `h` until
+/// it completes: its status, and how long that took.
+fn fail_peer_and_test(
+    d: &mut Dev,
+    dead: u32,
+    h: ReqHandle,
+    what: &str,
+) -> (ch4_core::Status, Duration) {
+    d.netmod_mut().watch_peers(Arc::new(move |g| {
+        if g == dead {
+            PeerState::Failed
+        } else {
+            PeerState::Alive
+        }
+    }));
+    let start = Instant::now();
+    loop {
+        if let Some(st) = d.test_status(h).unwrap() {
+            return (st, start.elapsed());
+        }
+        assert!(start.elapsed().as_secs() < 20, "{what} hung");
+    }
+}
+
 /// A message whose sender's endpoint closed (the process died) while the message waited
 /// unexpected: its receive fails with `PeerFailed` at once, and the rank goes on with its other
 /// peers. libfabric's rxm frees a connection when its peer shuts it down but keeps the
@@ -586,27 +610,16 @@ fn a_message_whose_sender_died_unexpected_fails_its_receive() {
         while start.elapsed() < Duration::from_millis(300) {
             d.step().unwrap();
         }
-        d[0].netmod_mut().watch_peers(Arc::new(|g| match g {
-            0 => PeerState::Failed,
-            _ => PeerState::Alive,
-        }));
         // The small message it sent last is still delivered.
         let (r, buf) = irecv_leaked(&mut d[0], 0, 8, 4);
         assert_eq!(d.wait(0, r).unwrap().bytes, 4, "{p}");
         assert_eq!(buf, b"last", "{p}");
         let (r, _) = irecv_leaked(&mut d[0], 0, 7, n);
-        let start = Instant::now();
-        let st = loop {
-            if let Some(st) = d[0].test_status(r).unwrap() {
-                break st;
-            }
-            assert!(start.elapsed().as_secs() < 20, "{p}: the receive hung");
-        };
+        let (st, took) = fail_peer_and_test(&mut d[0], 0, r, "the receive");
         assert_eq!(st.error, Some(ErrorKind::PeerFailed), "{p}: {st:?}");
         assert!(
-            start.elapsed() < Duration::from_secs(2),
-            "{p}: the receive failed only after {:?}",
-            start.elapsed()
+            took < Duration::from_secs(2),
+            "{p}: the receive failed only after {took:?}"
         );
         assert_eq!(d[0].netmod().outstanding(), 0, "{p}");
         // The endpoint still carries the other peers' messages, short and long.
@@ -683,22 +696,11 @@ fn a_large_send_to_a_receiver_that_died_fails() {
         while start.elapsed() < Duration::from_millis(300) {
             d.step().unwrap();
         }
-        d[0].netmod_mut().watch_peers(Arc::new(|g| match g {
-            1 => PeerState::Failed,
-            _ => PeerState::Alive,
-        }));
-        let start = Instant::now();
-        let st = loop {
-            if let Some(st) = d[0].test_status(s).unwrap() {
-                break st;
-            }
-            assert!(start.elapsed().as_secs() < 20, "{p}: the send hung");
-        };
+        let (st, took) = fail_peer_and_test(&mut d[0], 1, s, "the send");
         assert_eq!(st.error, Some(ErrorKind::PeerFailed), "{p}: {st:?}");
         assert!(
-            start.elapsed() < Duration::from_secs(2),
-            "{p}: the send failed only after {:?}",
-            start.elapsed()
+            took < Duration::from_secs(2),
+            "{p}: the send failed only after {took:?}"
         );
         assert!(d[0].netmod().provider().is_some(), "{p}: endpoint closed");
         // A small send to the dead rank (rxm keeps trying to connect, so it waits in the
