@@ -282,7 +282,7 @@ impl ThreadJob {
 }
 
 /// The TCP netmod for ranks as threads: every rank listens on loopback, and the ranks of one
-/// job swap business cards in memory ([`exchange_cards_in_memory`]) — unless the job is one
+/// job swap business cards in memory (`exchange_cards_in_memory`) — unless the job is one
 /// node, where the netmod carries nothing and the exchange is skipped (as process mode does).
 /// The job's own record of failed and finished ranks backs the connections' view, so a rank
 /// that fails before it ever connected is seen to fail.
@@ -408,7 +408,7 @@ const WATCH_GRACE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The libfabric netmod for ranks as threads: every rank opens its own endpoint (the provider
 /// that `FI_PROVIDER` names, else the best one), and the ranks swap their addresses in memory
-/// ([`exchange_cards_in_memory`]) — unless the job is one node, where nothing is opened. The
+/// (`exchange_cards_in_memory`) — unless the job is one node, where nothing is opened. The
 /// job's record of failed and finished ranks is the netmod's view of its peers.
 #[cfg(feature = "ofi")]
 impl FromFabric for netmod_ofi::OfiNetmod {
@@ -429,7 +429,7 @@ impl FromFabric for netmod_ofi::OfiNetmod {
 
 /// The UCX netmod for ranks as threads: every rank opens its own worker (configured by the
 /// `UCX_*` environment, as UCX programs are), and the ranks swap their worker addresses in
-/// memory ([`exchange_cards_in_memory`]) — unless the job is one node, where nothing is opened.
+/// memory (`exchange_cards_in_memory`) — unless the job is one node, where nothing is opened.
 /// The job's record of failed and finished ranks adds to what UCX's endpoints report.
 #[cfg(feature = "ucx")]
 impl FromFabric for netmod_ucx::UcxNetmod {

@@ -1,7 +1,7 @@
 //! A netmod engine that matches "in the network", as libfabric's tagged API or UCX's tag API
 //! do, over a simulated NIC that behaves like a real one where the core's contracts are at stake.
 //!
-//! The [`Nic`] keeps its own posted and unexpected tables and knows operations only by their
+//! The `Nic` keeps its own posted and unexpected tables and knows operations only by their
 //! context pointers, which the engine keeps in [`OpContexts`] (fixed addresses while the request
 //! pool grows). Like a real NIC it is asynchronous:
 //!

@@ -334,7 +334,7 @@ impl P2p<Net> for UcxEngine {
         drive_until_released(cx, i, req)
     }
 
-    /// A blocking send waits for its receiver's credit (see [`crate::credit`]).
+    /// A blocking send waits for its receiver's credit (see the crate's `credit` module).
     #[inline(always)]
     fn send_ready<P: Partner>(cx: &mut Cx<'_, Net, P>, dest: Gpid, _total: usize) -> bool {
         message_credit::available(cx.core, cx.route, dest)
