@@ -360,10 +360,11 @@ fn kill_9_of_a_rank_over_tcp_ends_the_job() {
         }
     }
     let mut stderr = child.stderr.take().unwrap();
-    let errors = std::thread::spawn(move || {
+    let (errors_tx, errors) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
         let mut text = String::new();
         let _ = std::io::Read::read_to_string(&mut stderr, &mut text);
-        text
+        let _ = errors_tx.send(text);
     });
     std::thread::sleep(Duration::from_millis(300));
     // SAFETY: kill(2) on a pid of our own job's rank.
@@ -380,7 +381,9 @@ fn kill_9_of_a_rank_over_tcp_ends_the_job() {
     // The survivors end with an error or by the launcher's signal, never by a crash of their
     // own (libfabric's rxm crashed on a dead peer's rendezvous messages; libpsm2, loaded by
     // libfabric, then prints the signal).
-    let errors = errors.join().unwrap();
+    let errors = errors
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the ranks' stderr still open 10 s after the job ended: a rank outlived it");
     for crash in ["signal 11", "SIGSEGV", "signal 6", "SIGABRT", "panicked"] {
         assert!(!errors.contains(crash), "a survivor crashed:\n{errors}");
     }
