@@ -319,45 +319,49 @@ pub mod message_credit {
     use crate::request::Route;
     use crate::Gpid;
 
-    /// Credit bytes one message costs at most (before the core's per-message overhead).
+    /// Credit bytes one message costs at most (before the core's per-message overhead), for a
+    /// network that holds an unexpected message in 16 KiB: UCX's default, libfabric rxm's
+    /// default buffer. An engine whose network holds more per message passes its own price.
     pub const MESSAGE_CHARGE: usize = 16 * 1024;
 
-    /// The charge of one message on `route`: [`MESSAGE_CHARGE`], or a sixteenth of a pair's
-    /// credit where that is smaller (a small `CH4_EAGER_CREDIT`), so that a pair always has
-    /// room for several messages — a charge larger than the whole credit would leave a
-    /// blocking send waiting for ever.
+    /// The charge of one message on `route` for a network that holds `price` bytes per
+    /// unexpected message: `price`, or a sixteenth of a pair's credit where that is smaller (a
+    /// small `CH4_EAGER_CREDIT`), so that a pair always has room for several messages — a
+    /// charge larger than the whole credit would leave a blocking send waiting for ever.
     #[inline(always)]
-    pub fn charge(core: &Core, route: Route) -> usize {
+    pub fn charge(core: &Core, route: Route, price: usize) -> usize {
         let init = core.am[route.index()].credit_init;
-        MESSAGE_CHARGE.min((init / 16) as usize)
+        price.min((init / 16) as usize)
     }
 
-    /// Spends the credit of one message to `dest`; `false` (nothing spent) when there is none.
+    /// Spends the credit of one message of `price` (see [`charge`]) to `dest`; `false`
+    /// (nothing spent) when there is none.
     #[inline(always)]
-    pub fn take(core: &mut Core, route: Route, dest: Gpid) -> bool {
-        let charge = charge(core, route);
+    pub fn take(core: &mut Core, route: Route, dest: Gpid, price: usize) -> bool {
+        let charge = charge(core, route, price);
         core.take_credit(route, dest, charge)
     }
 
-    /// Whether a blocking send to `dest` has the credit of one message.
+    /// Whether a blocking send to `dest` has the credit of one message of `price`.
     #[inline(always)]
-    pub fn available(core: &Core, route: Route, dest: Gpid) -> bool {
-        core.has_credit(route, dest, charge(core, route))
+    pub fn available(core: &Core, route: Route, dest: Gpid, price: usize) -> bool {
+        core.has_credit(route, dest, charge(core, route, price))
     }
 
-    /// A message from `src` was consumed here (received, truncated, or dropped after a matched
-    /// probe); returns how many messages to give back to `src` once a quarter of its credit has
-    /// added up.
+    /// A message of `price` from `src` was consumed here (received, truncated, or dropped
+    /// after a matched probe); returns how many messages to give back to `src` once a quarter
+    /// of its credit has added up.
     #[inline]
-    pub fn consumed(core: &mut Core, route: Route, src: Gpid) -> Option<u32> {
-        let (charge, per_message) = (charge(core, route), credit_cost(charge(core, route)));
+    pub fn consumed(core: &mut Core, route: Route, src: Gpid, price: usize) -> Option<u32> {
+        let charge = charge(core, route, price);
+        let per_message = credit_cost(charge);
         let amount = core.consume_credit(route, src, charge)?;
         Some((amount / per_message).min(u64::from(u32::MAX >> 1)) as u32)
     }
 
-    /// `giver` gave back the credit of `messages` messages.
-    pub fn returned(core: &mut Core, route: Route, giver: Gpid, messages: u32) {
-        let amount = u64::from(messages).saturating_mul(credit_cost(charge(core, route)));
+    /// `giver` gave back the credit of `messages` messages of `price`.
+    pub fn returned(core: &mut Core, route: Route, giver: Gpid, messages: u32, price: usize) {
+        let amount = u64::from(messages).saturating_mul(credit_cost(charge(core, route, price)));
         core.credit_returned(route, giver, amount);
     }
 }

@@ -49,7 +49,9 @@ pub const CREDIT_RECEIVES: usize = 4;
 /// to send it is only logged.
 pub(crate) fn consumed<P: Partner>(cx: &mut Cx<'_, Net, P>, data: u64) {
     let (src, _) = tag::from_cq_data(data);
-    if let Some(messages) = message_credit::consumed(cx.core, cx.route, src) {
+    if let Some(messages) =
+        message_credit::consumed(cx.core, cx.route, src, cx.transport.message_price)
+    {
         give_back(cx.transport, src, messages);
     }
 }
@@ -89,7 +91,13 @@ pub(crate) fn retry_refused(net: &mut Net) {
 /// credit is added, and the receive posted again.
 pub(crate) fn returned<P: Partner>(cx: &mut Cx<'_, Net, P>, data: u64) -> Result<()> {
     let (giver, messages) = tag::from_cq_data(data);
-    message_credit::returned(cx.core, cx.route, giver, messages);
+    message_credit::returned(
+        cx.core,
+        cx.route,
+        giver,
+        messages,
+        cx.transport.message_price,
+    );
     post_receive(cx.transport)
 }
 

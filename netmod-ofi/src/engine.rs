@@ -70,7 +70,8 @@ impl P2p<Net> for OfiEngine {
         let bits = tag::send_tag(&op.env)?;
         let total = op.buf.packed_len();
         if total > cx.transport.read_above
-            || (!message_credit::take(cx.core, cx.route, op.dest) && large::usable(cx.transport))
+            || (!message_credit::take(cx.core, cx.route, op.dest, cx.transport.message_price)
+                && large::usable(cx.transport))
         {
             // Longer than the provider takes (or than rxm's eager limit: see
             // `netmod::read_above`), or beyond the receiver's credit: the receiver reads it
@@ -164,7 +165,8 @@ impl P2p<Net> for OfiEngine {
     /// goes by RMA read anyway.
     #[inline(always)]
     fn send_ready<P: Partner>(cx: &mut Cx<'_, Net, P>, dest: ch4_core::Gpid, total: usize) -> bool {
-        total > cx.transport.read_above || message_credit::available(cx.core, cx.route, dest)
+        total > cx.transport.read_above
+            || message_credit::available(cx.core, cx.route, dest, cx.transport.message_price)
     }
 
     fn cancel_send<P: Partner>(_cx: &mut Cx<'_, Net, P>, _req: ReqHandle) -> Result<()> {

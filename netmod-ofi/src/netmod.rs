@@ -189,6 +189,10 @@ pub struct OfiNetmod {
     /// would take them whole: over rxm, its eager limit (see [`read_above`]); elsewhere
     /// `max_msg`.
     pub(crate) read_above: usize,
+    /// What the provider holds for one unexpected message, the eager credit's price of a
+    /// message (`crate::credit`): rxm's buffer size over `ofi_rxm`, else
+    /// [`MESSAGE_CHARGE`](crate::credit::MESSAGE_CHARGE).
+    pub(crate) message_price: usize,
     /// The longest message sent by RMA read whose stub carries its descriptor
     /// ([`tag::INLINE`]); longer ones send it separately.
     pub(crate) inline_max: usize,
@@ -468,6 +472,7 @@ impl AmTransport for OfiNetmod {
                 rxm("FI_OFI_RXM_ENABLE_DYN_RBUF"),
             ),
             ("FI_OFI_RXM_SAR_LIMIT", rxm("FI_OFI_RXM_SAR_LIMIT")),
+            ("FI_OFI_RXM_BUFFER_SIZE", rxm("FI_OFI_RXM_BUFFER_SIZE")),
         ]
     }
 
@@ -560,6 +565,7 @@ impl OfiNetmod {
             inject: 0,
             max_msg: usize::MAX,
             read_above: usize::MAX,
+            message_price: crate::credit::MESSAGE_CHARGE,
             inline_max: if hints.separate_descriptors {
                 0
             } else {
@@ -619,6 +625,13 @@ impl OfiNetmod {
         };
         net.ep = Some(Endpoint::open(info, size as usize)?);
         net.read_above = read_above(&net);
+        if net
+            .ep
+            .as_ref()
+            .is_some_and(|ep| ep.info().provider().contains("ofi_rxm"))
+        {
+            net.message_price = crate::provider::rxm_eager_limit();
+        }
         Ok(net)
     }
 }

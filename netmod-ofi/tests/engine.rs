@@ -588,8 +588,8 @@ fn a_message_whose_sender_died_unexpected_fails_its_receive() {
             continue;
         };
         let mut devs = h.into_devices();
-        // Above rxm's eager buffers (16 KiB), within the eager credit.
-        let n = 64 << 10;
+        // Above rxm's eager limit (its buffer size), within the eager credit.
+        let n = 4 * netmod_ofi::provider::rxm_eager_limit();
         isend_owned(&mut devs[0], 1, 7, pattern(7, n), SendMode::Standard);
         isend_owned(&mut devs[0], 1, 8, b"last".to_vec(), SendMode::Standard);
         // The small message follows the large one's header on the ordered endpoint: once it is
@@ -682,7 +682,7 @@ fn a_large_send_to_a_receiver_that_died_fails() {
             continue;
         };
         let mut devs = h.into_devices();
-        let n = 64 << 10;
+        let n = 4 * netmod_ofi::provider::rxm_eager_limit();
         let s = isend_owned(&mut devs[0], 1, 7, pattern(7, n), SendMode::Standard);
         let w = devs[1].world();
         let start = Instant::now();

@@ -47,7 +47,7 @@ pub(crate) fn consumed<P: Partner>(cx: &mut Cx<'_, Net, P>, bits: u64) {
 /// [`consumed`] of a message whose sender's process is known.
 #[inline]
 pub(crate) fn consumed_from<P: Partner>(cx: &mut Cx<'_, Net, P>, src: Gpid) {
-    if let Some(messages) = message_credit::consumed(cx.core, cx.route, src) {
+    if let Some(messages) = message_credit::consumed(cx.core, cx.route, src, MESSAGE_CHARGE) {
         give_back(cx.transport, src, messages);
     }
 }
@@ -125,7 +125,7 @@ pub(crate) fn retry_refused(net: &mut Net) {
 /// is added, and the receive posted again.
 pub(crate) fn returned<P: Partner>(cx: &mut Cx<'_, Net, P>, bits: u64) -> Result<()> {
     let (giver, messages) = tag::from_credit_tag(bits);
-    message_credit::returned(cx.core, cx.route, giver, messages);
+    message_credit::returned(cx.core, cx.route, giver, messages, MESSAGE_CHARGE);
     post_receive(cx.transport)
 }
 

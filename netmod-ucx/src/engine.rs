@@ -62,7 +62,7 @@ impl P2p<Net> for UcxEngine {
         // Without credit a nonblocking send still goes (UCX has no per-message rendezvous to
         // switch to, and holding it back could hang a correct program): blocking sends wait
         // for credit in `send_ready`.
-        if !message_credit::take(cx.core, cx.route, op.dest) {
+        if !message_credit::take(cx.core, cx.route, op.dest, credit::MESSAGE_CHARGE) {
             went_without_credit(cx.transport, op.dest);
         }
         if !sync {
@@ -337,7 +337,7 @@ impl P2p<Net> for UcxEngine {
     /// A blocking send waits for its receiver's credit (see the crate's `credit` module).
     #[inline(always)]
     fn send_ready<P: Partner>(cx: &mut Cx<'_, Net, P>, dest: Gpid, _total: usize) -> bool {
-        message_credit::available(cx.core, cx.route, dest)
+        message_credit::available(cx.core, cx.route, dest, credit::MESSAGE_CHARGE)
     }
 
     #[inline]

@@ -31,6 +31,20 @@
 //! so neither rxm protocol carries its messages; the setting stays for programs that use this
 //! crate's provider layer directly.)
 
+//! # Larger eager buffers in `tcp;ofi_rxm`: a choice left to the user
+//!
+//! rxm sends a message eagerly up to its buffer size (`FI_OFI_RXM_BUFFER_SIZE`, 16 KiB by
+//! default); anything longer costs a round trip (the OFI netmod's own read: see
+//! `netmod::read_above`, which follows the buffer size). With 64 KiB buffers, measured with
+//! ch4's `osu_latency` and `osu_bw` over loopback (5 interleaved rounds): 32 KiB messages take
+//! 0.37x the time and stream 2.3x faster, 64 KiB ones 0.57x and 1.6x, other sizes within the
+//! noise. It is not the default: rxm keeps 4,096 buffers posted, so the benchmark's process grew from
+//! 119 to 399 MiB (peak resident); with 512 posted (`FI_OFI_RXM_MSG_RX_SIZE=512`) only to 148 MiB, but then a
+//! flood of unexpected messages from four senders (the `flood` test with `--reverse`) took up
+//! every posted buffer and crawled for minutes instead of finishing in seconds. The eager
+//! credit prices each message at the buffer size, whatever the user chooses
+//! (`OfiNetmod::message_price`), so a larger buffer keeps a receiver within its credit.
+
 use std::sync::Once;
 
 use libfabric_sys::{fi_version, FI_MAJOR, FI_MINOR};
@@ -41,10 +55,6 @@ const RXM_DYN_RBUF: &str = "FI_OFI_RXM_ENABLE_DYN_RBUF";
 /// The rxm parameter bounding segmentation and reassembly; at most the eager limit turns it
 /// off.
 const RXM_SAR_LIMIT: &str = "FI_OFI_RXM_SAR_LIMIT";
-
-/// rxm's eager limit when the user has not set `FI_OFI_RXM_EAGER_LIMIT` (its documented
-/// default).
-const RXM_DEFAULT_EAGER_LIMIT: &str = "16384";
 
 static APPLY: Once = Once::new();
 
@@ -65,11 +75,9 @@ pub(crate) fn apply() {
             std::env::set_var(RXM_DYN_RBUF, "0");
         }
         if std::env::var_os(RXM_SAR_LIMIT).is_none() {
-            let eager = std::env::var("FI_OFI_RXM_EAGER_LIMIT");
-            std::env::set_var(
-                RXM_SAR_LIMIT,
-                eager.as_deref().unwrap_or(RXM_DEFAULT_EAGER_LIMIT),
-            );
+            // At most the eager limit (whatever buffer size the user chose): rxm then takes
+            // the eager limit, turning SAR off.
+            std::env::set_var(RXM_SAR_LIMIT, "0");
         }
     });
 }
@@ -138,10 +146,8 @@ mod tests {
         if linked_version() < (1, 18) {
             // Nothing in this test binary sets the variables, so apply() did.
             assert_eq!(std::env::var(RXM_DYN_RBUF).as_deref(), Ok("0"));
-            assert_eq!(
-                std::env::var(RXM_SAR_LIMIT).as_deref(),
-                Ok(RXM_DEFAULT_EAGER_LIMIT)
-            );
+            assert_eq!(std::env::var(RXM_SAR_LIMIT).as_deref(), Ok("0"));
+            assert_eq!(rxm_eager_limit(), 16384);
         }
         assert!(!rxm_truncation_breaks_endpoint());
     }
