@@ -230,7 +230,7 @@ impl P2p<Net> for OfiEngine {
             ));
         };
         let rx_limit = net.ep()?.info().rx_iov_limit();
-        let (dst, cap, (bounce, pieces)) = landing(r, rx_limit);
+        let (dst, cap, (bounce, pieces)) = landing(r, rx_limit, &mut net.stub_rooms);
         if let Some(o) = net.ops.get_mut(i) {
             *o = Op {
                 req,
@@ -471,7 +471,7 @@ fn recv_slot(
     r: &mut RecvState,
 ) -> Result<(OpIndex, *mut u8, usize)> {
     let rx_limit = net.ep()?.info().rx_iov_limit();
-    let (dst, cap, (bounce, pieces)) = landing(r, rx_limit);
+    let (dst, cap, (bounce, pieces)) = landing(r, rx_limit, &mut net.stub_rooms);
     let i = net.ops.insert(Op {
         req,
         kind: OpKind::Recv,
@@ -491,14 +491,21 @@ fn recv_slot(
 /// bounce buffer of its capacity (the pointer is then the bounce buffer's, fixed once the
 /// buffer is in its slot). A receive shorter than a large message's stub
 /// ([`tag::INLINE_STUB_BYTES`]) lands in a bounce buffer of the stub's size, so that a stub
-/// it matches arrives whole.
-fn landing(r: &mut RecvState, rx_limit: usize) -> (*mut u8, usize, Staging) {
+/// it matches arrives whole; one of `spare` if there is one (small receives are the common
+/// ones: no allocation for each).
+fn landing(
+    r: &mut RecvState,
+    rx_limit: usize,
+    spare: &mut Vec<Vec<u8>>,
+) -> (*mut u8, usize, Staging) {
     let cap = r.buf.capacity();
     if cap < tag::INLINE_STUB_BYTES {
         // Room for a large message's stub, which carries what the read needs: a shorter
         // message is copied out (and a longer one reported truncated) by `finish_recv`.
-        let room = tag::INLINE_STUB_BYTES;
-        return (std::ptr::null_mut(), room, (Some(vec![0u8; room]), None));
+        let room = spare
+            .pop()
+            .unwrap_or_else(|| vec![0u8; tag::INLINE_STUB_BYTES]);
+        return (std::ptr::null_mut(), room.len(), (Some(room), None));
     }
     if let Some((p, n)) = r.buf.raw_parts() {
         return (p, n, (None, None));
@@ -813,6 +820,7 @@ pub(crate) fn finish_recv<P: Partner>(
         st.error = Some(ErrorKind::Truncate);
     }
     cx.core.complete_recv(op.req, st);
+    cx.transport.keep_stub_room(op.bounce);
     Ok(())
 }
 

@@ -203,6 +203,9 @@ pub struct OfiNetmod {
     pub(crate) reading: Vec<OpIndex>,
     /// Large receives whose read failed, waiting for the peer watch (`large::settle_failed`).
     pub(crate) suspects: Vec<OpIndex>,
+    /// Spare landing buffers of a stub's size for receives shorter than a stub (the engine's
+    /// `landing`), kept so that small receives do not allocate one each.
+    pub(crate) stub_rooms: Vec<Vec<u8>>,
     /// Receives for returned eager credit among `ops` (always posted while the endpoint is
     /// open; not counted as outstanding).
     pub(crate) credit_receives: usize,
@@ -216,6 +219,10 @@ pub struct OfiNetmod {
 }
 
 pub use ch4_core::bootstrap::PeerWatch;
+
+/// Spare landing buffers of a stub's size a netmod keeps ([`OfiNetmod::keep_stub_room`]):
+/// enough for a window of short receives.
+const STUB_ROOMS_KEPT: usize = 64;
 
 // SAFETY: the endpoint is `Send` (see `Endpoint`); the other raw pointers (operation contexts,
 // queued buffers) point into this netmod's own table or into buffers lent to requests of the one
@@ -270,6 +277,17 @@ impl OfiNetmod {
     /// read.
     pub fn max_message(&self) -> usize {
         self.max_msg
+    }
+
+    /// Keeps a finished receive's bounce buffer for the next short receive if it is a stub's
+    /// size, up to [`STUB_ROOMS_KEPT`] of them.
+    #[inline]
+    pub(crate) fn keep_stub_room(&mut self, bounce: Option<Vec<u8>>) {
+        if let Some(b) = bounce {
+            if b.len() == tag::INLINE_STUB_BYTES && self.stub_rooms.len() < STUB_ROOMS_KEPT {
+                self.stub_rooms.push(b);
+            }
+        }
     }
 
     /// The longest message sent whole through the provider; longer ones go by this netmod's
@@ -574,6 +592,7 @@ impl OfiNetmod {
             descriptors: HashMap::new(),
             reading: Vec::new(),
             suspects: Vec::new(),
+            stub_rooms: Vec::new(),
             credit_receives: 0,
             credit_out: Vec::new(),
             closed: None,
