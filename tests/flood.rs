@@ -3,7 +3,7 @@
 //! rank that is busy first, or that takes each sender's messages in runs of 100 tags
 //! backwards — over shared memory, over the network (every rank its own node: TCP, or
 //! libfabric or UCX when the `ofi` or `ucx` feature is built; nonblocking floods over TCP
-//! only) and on nodes of two (both at once). The `flood` example checks that every
+//! and UCX) and on nodes of two (both at once). The `flood` example checks that every
 //! message arrived once and in order; here every rank's peak resident memory must stay within
 //! 64 MiB of its idle size (without flow control the senders' queues alone grew by 250 MiB and
 //! a TCP receiver by three times that). The million-message figures are the bench's
@@ -65,12 +65,13 @@ fn a_nonblocking_flood_to_a_busy_receiver_stays_bounded_over_shared_memory() {
     flood("5", WINDOW);
 }
 
-/// Over TCP only. Over libfabric a send without credit leaves a stub for an RMA read, which
-/// `tcp;ofi_rxm` holds in a 16 KiB buffer like any unexpected message, so the receiver grows
-/// with the senders' outstanding sends (+127 MiB for these 4,000, and 116 s for the reads); over
-/// UCX the engine has no protocol to switch such a send to, and UCX keeps every unmatched
-/// message (4.8 GiB). See ARCHITECTURE.md, "The UCX engine".
-#[cfg(all(feature = "tcp", not(any(feature = "ofi", feature = "ucx"))))]
+/// Over TCP and UCX. Over UCX a send without credit goes as a synchronous send, so a sender's
+/// window waits for its receiver (4.8 GiB at the receiver before it did: UCX keeps every
+/// unmatched message). Not over libfabric: a send without credit leaves a stub for an RMA
+/// read, which `tcp;ofi_rxm` holds in a 16 KiB buffer like any unexpected message, so the
+/// receiver grows with the senders' outstanding sends (+127 MiB for these 4,000, and 116 s for
+/// the reads). See ARCHITECTURE.md, "Flow control of eager messages".
+#[cfg(all(any(feature = "tcp", feature = "ucx"), not(feature = "ofi")))]
 #[test]
 fn a_nonblocking_flood_to_a_busy_receiver_stays_bounded_over_the_network() {
     flood("1", WINDOW);

@@ -289,7 +289,7 @@ on_all_routes!(cancel, 2, cancels);
 
 /// Nonblocking sends far beyond the receiver's eager credit (the routes' credit covers about a
 /// dozen), all with one tag, then a barrier before the receiver takes any. Each route sends the
-/// excess its own way (a request-to-send, a stub for an RMA read; UCX sends it as it is), and
+/// excess its own way (a request-to-send, a stub for an RMA read, a UCX synchronous send), and
 /// nothing may wait for credit: the barrier, and any later message the receiver needs first,
 /// would wait behind it for ever (an engine that held such sends back until credit came hung
 /// here). The messages arrive in order; one of them, cancelled before any was received, is

@@ -6,14 +6,15 @@
 //! UCX keeps an unexpected eager message in a descriptor of its own until a receive matches it,
 //! and bounds none of it. Every message sent through the tagged path spends [`MESSAGE_CHARGE`]
 //! of its receiver's credit (less when the credit is small); without credit a blocking send
-//! waits (`P2p::send_ready`), while a nonblocking one still goes, since UCX offers no
-//! per-message rendezvous to switch to and holding it back could hang a correct program (its
-//! data is bounded by the sender's own buffers, lent to their requests; the receiver's growth
-//! is not bounded, and such sends are counted: `UcxNetmod::sends_without_credit`). The receiver
-//! counts every message it consumes — received, truncated, or dropped after a matched probe —
-//! and gives the credit back, a quarter at a time, as an empty message in the [`tag::CREDIT`]
-//! tag space whose tag carries the giver and the number of messages; [`CREDIT_RECEIVES`]
-//! receives for it stay posted.
+//! waits (`P2p::send_ready`), while a nonblocking one goes as a synchronous send, its tag
+//! marked [`tag::UNCREDITED`]: UCX has no per-message rendezvous to switch to, and holding the
+//! send back could hang a correct program, but a synchronous send completes only once a
+//! receive has matched it, so the receiver holds no more such messages than its senders have
+//! requests outstanding (such sends are counted: `UcxNetmod::sends_without_credit`). The
+//! receiver counts every credited message it consumes — received, truncated, or dropped after
+//! a matched probe — and gives the credit back, a quarter at a time, as an empty message in the
+//! [`tag::CREDIT`] tag space whose tag carries the giver and the number of messages;
+//! [`CREDIT_RECEIVES`] receives for it stay posted.
 
 use std::ptr::null_mut;
 
@@ -36,8 +37,12 @@ pub use ch4_core::native::message_credit::MESSAGE_CHARGE;
 pub const CREDIT_RECEIVES: usize = 4;
 
 /// A message with tag `bits` was consumed here: counts it against its sender (the member of
-/// its communicator at its rank), and gives credit back once a quarter has added up.
+/// its communicator at its rank), and gives credit back once a quarter has added up. A
+/// message sent without credit ([`tag::UNCREDITED`]) took none and gives none back.
 pub(crate) fn consumed<P: Partner>(cx: &mut Cx<'_, Net, P>, bits: u64) {
+    if bits & tag::UNCREDITED != 0 {
+        return;
+    }
     let (context, source, _) = tag::fields(bits);
     if let Some(src) = cx.core.process_of(context, source) {
         consumed_from(cx, src);

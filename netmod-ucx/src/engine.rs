@@ -56,14 +56,18 @@ impl P2p<Net> for UcxEngine {
 
     #[inline]
     fn isend<P: Partner>(cx: &mut Cx<'_, Net, P>, op: SendOp) -> Result<ReqHandle> {
-        let sync = op.mode == SendMode::Synchronous;
-        let bits = tag::send_tag(&op.env)?;
+        let mut sync = op.mode == SendMode::Synchronous;
+        let mut bits = tag::send_tag(&op.env)?;
         let total = op.buf.packed_len();
-        // Without credit a nonblocking send still goes (UCX has no per-message rendezvous to
-        // switch to, and holding it back could hang a correct program): blocking sends wait
-        // for credit in `send_ready`.
+        // Without credit a nonblocking send goes as a synchronous one, marked so that its
+        // receiver counts no credit for it: it completes only once a receive has matched it,
+        // so what the receiver holds of such messages is bounded by the senders' outstanding
+        // requests (MPI lets a standard send wait for its match). Holding it back instead
+        // could hang a correct program; blocking sends wait for credit in `send_ready`.
         if !message_credit::take(cx.core, cx.route, op.dest, credit::MESSAGE_CHARGE) {
-            went_without_credit(cx.transport, op.dest);
+            went_without_credit(cx.transport);
+            bits |= tag::UNCREDITED;
+            sync = true;
         }
         if !sync {
             if let Some((ptr, len)) = op.buf.raw_parts() {
@@ -346,19 +350,11 @@ impl P2p<Net> for UcxEngine {
     }
 }
 
-/// Counts a nonblocking send to `dest` that went without credit; the first one of the process
-/// is logged, since its receiver's memory is then bounded by nothing but the senders.
+/// Counts a nonblocking send that went without its receiver's credit (and so as a synchronous
+/// send: see `isend`).
 #[cold]
-fn went_without_credit(net: &mut Net, dest: Gpid) {
-    static WARNED: std::sync::Once = std::sync::Once::new();
+fn went_without_credit(net: &mut Net) {
     net.uncredited_sends += 1;
-    WARNED.call_once(|| {
-        tracing::warn!(
-            dest,
-            "nonblocking sends outrun the receiver's eager credit: over UCX they go anyway, and \
-             the receiver keeps every one it has not matched yet"
-        );
-    });
 }
 
 /// A contiguous standard send straight from the caller's buffer, posted without an operation
@@ -801,7 +797,7 @@ fn finish_recv<P: Partner>(
     } else {
         UNKNOWN_PROCESS
     };
-    if matched && process != UNKNOWN_PROCESS {
+    if matched && process != UNKNOWN_PROCESS && bits & tag::UNCREDITED == 0 {
         credit::consumed_from(cx, process);
     }
     let Some(req) = cx.core.requests.get_mut(op.req) else {

@@ -103,11 +103,11 @@ impl UcxNetmod {
         self.ops.len() - self.credit_receives - self.credit_sends
     }
 
-    /// How many nonblocking sends went without their receiver's eager credit. Over UCX flow
-    /// control cannot hold those back (UCX sends what it is given at once, and an engine that
-    /// waited for credit would hang correct programs: ARCHITECTURE.md, "The UCX engine"), so
-    /// their receiver keeps every one it has not matched yet: a program whose memory grows
-    /// under a flood of nonblocking sends sees the count here (and one warning in the log).
+    /// How many nonblocking sends went without their receiver's eager credit. UCX sends what
+    /// it is given at once, and an engine that held such sends back would hang correct
+    /// programs (ARCHITECTURE.md, "The UCX engine"), so they go as synchronous sends: each
+    /// completes only once its receiver has matched it, which bounds what a flood leaves at the
+    /// receiver by the senders' outstanding requests, at the cost of an acknowledgement each.
     pub fn sends_without_credit(&self) -> u64 {
         self.uncredited_sends
     }

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!  63  62  61 60 59            44 43                    24 23                     0
-//! [ 0 | 0 |CR| 0][ context id 16 ][ source rank 20       ][ tag 24               ]
+//! [ 0 | 0 |CR|UC][ context id 16 ][ source rank 20       ][ tag 24               ]
 //! ```
 //!
 //! - The context id separates communicators (and their collectives); the source is the sender's
@@ -13,6 +13,9 @@
 //! - `CR` (bit 61): eager credit given back (see `crate::credit`), in a tag space of its own
 //!   that no user receive matches (they never mask the bit): the giver's process in bits 32-51,
 //!   the number of messages in bits 0-31.
+//! - `UC` (bit 60): a message sent without its receiver's eager credit, as a synchronous send
+//!   (see `crate::credit`). Every receive and probe leaves the bit free, so it changes nothing
+//!   of matching; the receiver only learns from it that no credit is owed back.
 //!
 //! Synchronous sends need no bit: UCX acknowledges them itself (`ucp_tag_send_sync_nbx`), and
 //! long messages go by UCX's own rendezvous.
@@ -24,8 +27,10 @@ pub use ch4_core::match_bits::{CONTEXT_BITS, MAX_PROCESSES, RANK_BITS, TAG_BITS,
 
 /// The credit bit.
 pub const CREDIT: u64 = 1 << 61;
-/// The mask of a receive that takes exactly one tag.
-pub const EXACT: u64 = u64::MAX;
+/// The bit of a message sent without credit.
+pub const UNCREDITED: u64 = 1 << 60;
+/// The mask of a receive that takes exactly one tag (either way of the [`UNCREDITED`] bit).
+pub const EXACT: u64 = !UNCREDITED;
 /// The mask of the receives for credit: the credit bit, any giver, any amount.
 pub const CREDIT_MASK: u64 = !((1 << 52) - 1);
 
@@ -41,7 +46,7 @@ pub fn send_tag(env: &Envelope) -> Result<u64> {
 #[inline(always)]
 pub fn recv_tag(want: &Envelope) -> Result<(u64, u64)> {
     let (bits, free) = match_bits::wanted(want, "UCX")?;
-    Ok((bits, !free))
+    Ok((bits, !(free | UNCREDITED)))
 }
 
 /// The context id, source rank and tag a message's tag carries.
@@ -86,8 +91,28 @@ mod tests {
         assert!(matches(s, recv_tag(&env(6, ANY_SOURCE, ANY_TAG)).unwrap()));
         assert!(!matches(s, recv_tag(&env(6, 4, ANY_TAG)).unwrap()));
         let (_, mask) = recv_tag(&env(6, 3, 77)).unwrap();
-        assert_eq!(mask, EXACT, "a receive without wildcards matches every bit");
+        assert_eq!(
+            mask, EXACT,
+            "a receive without wildcards matches every bit but one"
+        );
         assert_eq!(fields(s), (6, 3, 77));
+    }
+
+    #[test]
+    fn a_message_sent_without_credit_matches_as_any_other() {
+        let s = send_tag(&env(6, 3, 77)).unwrap();
+        let u = s | UNCREDITED;
+        for want in [env(6, 3, 77), env(6, ANY_SOURCE, 77), env(6, 3, ANY_TAG)] {
+            let r = recv_tag(&want).unwrap();
+            assert!(matches(s, r) && matches(u, r), "{want:?}");
+        }
+        assert!(!matches(u, recv_tag(&env(6, 3, 78)).unwrap()));
+        assert!(!matches(u, recv_tag(&env(7, 3, 77)).unwrap()));
+        assert!(
+            !matches(u, (CREDIT, CREDIT_MASK)),
+            "no credit receive takes it"
+        );
+        assert_eq!(fields(u), (6, 3, 77), "the bit is no field's");
     }
 
     #[test]

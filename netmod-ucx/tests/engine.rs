@@ -96,11 +96,13 @@ fn messages_of_every_size_arrive_in_order() {
     });
 }
 
-/// Flow control over UCX: nonblocking sends beyond the receiver's eager credit still go (and
-/// are counted), in order; once the receiver has taken them and given the credit back, sends go
-/// with credit again.
+/// Flow control over UCX: nonblocking sends beyond the receiver's eager credit go as
+/// synchronous sends (and are counted), in order. They stay incomplete until a receive has
+/// taken them, so a sender's window cannot run ahead of its receiver; the receiver gives back
+/// credit for the credited ones only, so afterwards exactly the credit's worth goes credited
+/// again.
 #[test]
-fn nonblocking_sends_beyond_credit_go_counted_and_in_order() {
+fn nonblocking_sends_beyond_credit_go_synchronous_counted_and_in_order() {
     // 2 KiB of credit: a message's charge is a sixteenth (128 bytes) plus the core's 128 of
     // overhead, so 8 messages fit.
     let config = DeviceConfig {
@@ -108,10 +110,24 @@ fn nonblocking_sends_beyond_credit_go_counted_and_in_order() {
         ..DeviceConfig::default()
     };
     each_transport(2, config, |p, d| {
-        let sends: Vec<_> = (0..20)
+        let mut sends: Vec<_> = (0..20)
             .map(|i| isend_owned(&mut d[0], 1, 4, pattern(i, 8), SendMode::Standard))
             .collect();
         assert_eq!(d[0].netmod().sends_without_credit(), 12, "{p}");
+        // Nothing is received yet: the credited sends may complete, the others may not.
+        for _ in 0..200 {
+            d.step().unwrap();
+        }
+        for (i, h) in sends.iter_mut().enumerate() {
+            let done = d[0].test(*h).unwrap().is_some();
+            if done {
+                *h = ch4_core::ReqHandle::DONE;
+            }
+            assert!(
+                i < 8 || !done,
+                "{p}: send {i}, without credit, completed before any receive"
+            );
+        }
         for i in 0..20 {
             let (h, buf) = irecv_leaked(&mut d[1], 0, 4, 8);
             let st = d.wait(1, h).unwrap();
@@ -121,19 +137,30 @@ fn nonblocking_sends_beyond_credit_go_counted_and_in_order() {
                 "{p}: message {i}"
             );
         }
-        for h in sends {
+        for h in sends
+            .into_iter()
+            .filter(|h| *h != ch4_core::ReqHandle::DONE)
+        {
             d.wait(0, h).unwrap();
         }
         d.settle().unwrap();
-        let h = isend_owned(&mut d[0], 1, 5, pattern(0, 8), SendMode::Standard);
+        // The 8 credited messages gave back 8 messages' credit, and the 12 others none.
+        let more: Vec<_> = (0..9)
+            .map(|i| isend_owned(&mut d[0], 1, 5, pattern(i, 8), SendMode::Standard))
+            .collect();
         assert_eq!(
             d[0].netmod().sends_without_credit(),
-            12,
-            "{p}: credit came back"
+            13,
+            "{p}: the credit came back, exactly"
         );
-        let (r, _) = irecv_leaked(&mut d[1], 0, 5, 8);
-        d.wait(1, r).unwrap();
-        d.wait(0, h).unwrap();
+        for i in 0..9 {
+            let (r, buf) = irecv_leaked(&mut d[1], 0, 5, 8);
+            d.wait(1, r).unwrap();
+            assert_eq!(&buf[..8], &pattern(i, 8)[..], "{p}: message {i} after");
+        }
+        for h in more {
+            d.wait(0, h).unwrap();
+        }
     });
 }
 
