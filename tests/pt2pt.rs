@@ -289,10 +289,10 @@ on_all_routes!(cancel, 2, cancels);
 
 /// Nonblocking sends far beyond the receiver's eager credit (the routes' credit covers about a
 /// dozen), all with one tag, then a barrier before the receiver takes any. Each route sends the
-/// excess its own way (a request-to-send, a stub for an RMA read, a UCX synchronous send), and
-/// nothing may wait for credit: the barrier, and any later message the receiver needs first,
-/// would wait behind it for ever (an engine that held such sends back until credit came hung
-/// here). The messages arrive in order; one of them, cancelled before any was received, is
+/// excess its own way (a request-to-send over TCP, a synchronous send over libfabric and
+/// UCX), and nothing may wait for credit: the barrier, and any later message the receiver
+/// needs first, would wait behind it for ever (an engine that held such sends back until
+/// credit came hung here). The messages arrive in order; one of them, cancelled before any was received, is
 /// either never delivered or arrives whole, as for `cancels`.
 fn beyond_credit<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
     const COUNT: usize = 48;

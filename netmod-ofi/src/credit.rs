@@ -13,9 +13,13 @@
 //!
 //! - Every message sent through the provider's tagged path (injected or not, synchronous or
 //!   not) spends [`MESSAGE_CHARGE`] of its receiver's credit (less when the credit is small). Without credit, a blocking send
-//!   waits for it (`P2p::send_ready`); a nonblocking one goes by RMA read (`crate::large`),
-//!   whose data stays in the user's buffer, or, on a provider without usable RMA, is sent
-//!   anyway (bounded then only by the provider).
+//!   waits for it (`P2p::send_ready`). A nonblocking one no longer than what the provider
+//!   holds for any unexpected message (the engine's price of a message, rxm's buffer) goes
+//!   whole as a synchronous send marked [`tag::UNCREDITED`]: its stub would cost the receiver
+//!   as much, and it completes only once matched, so the receiver holds no more such
+//!   messages than its senders have requests outstanding, with no read to wait for. A longer
+//!   one goes by RMA read (`crate::large`), whose data stays in the user's buffer, or, on a
+//!   provider without usable RMA, synchronous as well.
 //! - The receiver counts every such message once it is consumed — delivered into a receive
 //!   (truncated or not) or discarded after a matched probe — and gives the credit back in an
 //!   empty message in the [`tag::CREDIT`] tag space once a quarter of it has added up, the
@@ -48,6 +52,9 @@ pub const CREDIT_RECEIVES: usize = 4;
 /// Best effort, like the AM fallback's: a sender that has left needs no credit, so a failure
 /// to send it is only logged.
 pub(crate) fn consumed<P: Partner>(cx: &mut Cx<'_, Net, P>, data: u64) {
+    if tag::is_uncredited(data) {
+        return;
+    }
     let (src, _) = tag::from_cq_data(data);
     if let Some(messages) =
         message_credit::consumed(cx.core, cx.route, src, cx.transport.message_price)

@@ -66,17 +66,26 @@ impl P2p<Net> for OfiEngine {
 
     #[inline]
     fn isend<P: Partner>(cx: &mut Cx<'_, Net, P>, op: SendOp) -> Result<ReqHandle> {
-        let sync = op.mode == SendMode::Synchronous;
+        let mut sync = op.mode == SendMode::Synchronous;
         let bits = tag::send_tag(&op.env)?;
         let total = op.buf.packed_len();
-        if total > cx.transport.read_above
-            || (!message_credit::take(cx.core, cx.route, op.dest, cx.transport.message_price)
-                && large::usable(cx.transport))
-        {
+        if total > cx.transport.read_above {
             // Longer than the provider takes (or than rxm's eager limit: see
-            // `netmod::read_above`), or beyond the receiver's credit: the receiver reads it
-            // from the user's buffer once it has matched it.
+            // `netmod::read_above`): the receiver reads it from the user's buffer once it has
+            // matched it.
             return large::start_send(cx, op, bits, total);
+        }
+        let mut uncredited = 0;
+        if !message_credit::take(cx.core, cx.route, op.dest, cx.transport.message_price) {
+            // Beyond the receiver's credit (see `crate::credit`): a message no longer than
+            // what the provider holds for a stub goes whole, as a synchronous send that owes
+            // no credit; a longer one is read by the receiver once it has matched it.
+            if total > cx.transport.message_price && large::usable(cx.transport) {
+                return large::start_send(cx, op, bits, total);
+            }
+            went_without_credit(cx.transport);
+            uncredited = tag::UNCREDITED;
+            sync = true;
         }
         let net = &mut *cx.transport;
         if !sync && total <= net.inject {
@@ -104,7 +113,7 @@ impl P2p<Net> for OfiEngine {
                 return Ok(ReqHandle::DONE);
             }
         }
-        start_send(cx, op, bits, total, sync)
+        start_send(cx, op, bits, total, sync, uncredited)
     }
 
     fn irecv<P: Partner>(cx: &mut Cx<'_, Net, P>, req: ReqHandle, want: &Envelope) -> Result<()> {
@@ -341,6 +350,13 @@ impl P2p<Net> for OfiEngine {
     }
 }
 
+/// Counts a nonblocking send short enough to go whole that went without its receiver's
+/// credit (and so as a synchronous send: see `isend`).
+#[cold]
+fn went_without_credit(net: &mut Net) {
+    net.uncredited_sends += 1;
+}
+
 /// The send path past the inject case: a request, an operation slot, and the message posted
 /// from the user's buffer (or queued behind earlier refused ones).
 fn start_send<P: Partner>(
@@ -349,6 +365,7 @@ fn start_send<P: Partner>(
     bits: u64,
     total: usize,
     sync: bool,
+    uncredited: u32,
 ) -> Result<ReqHandle> {
     let dest = op.dest;
     let staging: Staging = match op.buf.raw_parts() {
@@ -370,7 +387,7 @@ fn start_send<P: Partner>(
         total,
         1 + u8::from(sync),
     ))?;
-    let started = post_send(cx, h, dest, bits, sync, staging);
+    let started = post_send(cx, h, dest, bits, sync, uncredited, staging);
     if let Err(e) = started {
         // Nothing reached the provider (posting failed outright): forget the operations.
         let net = &mut *cx.transport;
@@ -395,6 +412,7 @@ fn post_send<P: Partner>(
     dest: ch4_core::Gpid,
     bits: u64,
     sync: bool,
+    uncredited: u32,
     (bounce, pieces): Staging,
 ) -> Result<()> {
     let net = &mut *cx.transport;
@@ -408,6 +426,14 @@ fn post_send<P: Partner>(
             pieces: None,
         });
         ack = word_of(a) as u32;
+        if ack >= tag::UNCREDITED {
+            // Names stay below the flags of the CQ data's low half (a billion operations
+            // out); the caller forgets this one.
+            return Err(Error::new(
+                ErrorKind::Internal,
+                "too many libfabric operations outstanding to name an acknowledgement",
+            ));
+        }
         net.recv_in_order(QueuedRecv {
             op: a,
             dst: std::ptr::null_mut(),
@@ -448,7 +474,7 @@ fn post_send<P: Partner>(
     net.send_in_order(QueuedSend {
         dest,
         tag: bits,
-        data: tag::cq_data(net.me, ack),
+        data: tag::cq_data(net.me, ack | uncredited),
         payload,
     })
 }
@@ -641,7 +667,8 @@ pub(crate) fn acknowledge(net: &mut Net, data: u64) -> Result<()> {
         tracing::error!(data, "no acknowledgement for a stub's raw CQ data");
         return Ok(());
     }
-    let (src, ack) = tag::from_cq_data(data);
+    let (src, _) = tag::from_cq_data(data);
+    let ack = tag::ack_name(data);
     if ack == 0 {
         return Ok(());
     }

@@ -193,6 +193,8 @@ pub struct OfiNetmod {
     /// message (`crate::credit`): rxm's buffer size over `ofi_rxm`, else
     /// [`MESSAGE_CHARGE`](crate::credit::MESSAGE_CHARGE).
     pub(crate) message_price: usize,
+    /// Nonblocking sends that went without their receiver's eager credit.
+    pub(crate) uncredited_sends: u64,
     /// The longest message sent by RMA read whose stub carries its descriptor
     /// ([`tag::INLINE`]); longer ones send it separately.
     pub(crate) inline_max: usize,
@@ -266,6 +268,13 @@ impl OfiNetmod {
     /// posted for returned credit).
     pub fn outstanding(&self) -> usize {
         self.ops.len() - self.credit_receives
+    }
+
+    /// How many nonblocking sends went without their receiver's eager credit and whole, as
+    /// synchronous sends (each completes only once its receiver has matched it; longer ones
+    /// go by RMA read and are not counted here): see `crate::credit`.
+    pub fn sends_without_credit(&self) -> u64 {
+        self.uncredited_sends
     }
 
     /// Buffers lent to peers' RMA reads (large messages sent and not yet acknowledged).
@@ -584,6 +593,7 @@ impl OfiNetmod {
             max_msg: usize::MAX,
             read_above: usize::MAX,
             message_price: crate::credit::MESSAGE_CHARGE,
+            uncredited_sends: 0,
             inline_max: if hints.separate_descriptors {
                 0
             } else {

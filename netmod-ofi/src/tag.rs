@@ -16,7 +16,8 @@
 //! The remote CQ data (8 bytes on the providers this netmod accepts) carries the sender's
 //! process number in its high half, so every receive learns the process its message came from,
 //! and in its low half, for a synchronous send, the name of the acknowledgement receive (0 for
-//! any other send). Its top bit, [`LARGE`], marks the stub of a message sent by RMA read
+//! any other send), below bit 30. Bit 30 alone, [`UNCREDITED`], marks a message sent without
+//! its receiver's eager credit (as a synchronous send). Its top bit, [`LARGE`], marks the stub of a message sent by RMA read
 //! (see `crate::large`). With [`INLINE`] as well, the stub's 32-byte payload is the
 //! sender's acknowledgement name and the descriptor (the message's length and the region to
 //! read it from), and the low half's other 30 bits are the message's length, which a probe
@@ -57,6 +58,10 @@ pub const LARGE: u32 = 1 << 31;
 /// ([`INLINE_STUB_BYTES`]), and the low half's other 30 bits are the message's length (for a
 /// probe, which sees no payload) instead of the acknowledgement name.
 pub const INLINE: u32 = 1 << 30;
+/// Without [`LARGE`]: a message sent without its receiver's eager credit, as a synchronous
+/// send (see `crate::credit`); its receiver owes no credit for it. Acknowledgement names stay
+/// below this bit.
+pub const UNCREDITED: u32 = 1 << 30;
 /// The longest message whose stub carries its descriptor.
 pub const INLINE_MAX_LEN: usize = (INLINE - 1) as usize;
 /// The payload of a stub that carries its descriptor: the acknowledgement name and the
@@ -101,6 +106,20 @@ pub fn cq_data(sender: Gpid, ack: u32) -> u64 {
 #[inline(always)]
 pub fn from_cq_data(data: u64) -> (Gpid, u32) {
     ((data >> 32) as Gpid, data as u32 & !LARGE)
+}
+
+/// Whether remote CQ data marks a message sent without credit ([`UNCREDITED`]; a large
+/// message's stub never took any either).
+#[inline(always)]
+pub fn is_uncredited(data: u64) -> bool {
+    data as u32 & (LARGE | UNCREDITED) != 0
+}
+
+/// The name of the acknowledgement receive a message's remote CQ data names (0: none), for a
+/// message that is not a stub carrying its descriptor ([`is_inline`]).
+#[inline(always)]
+pub fn ack_name(data: u64) -> u32 {
+    data as u32 & !(LARGE | UNCREDITED)
 }
 
 /// Whether remote CQ data marks a large message's stub.
@@ -232,7 +251,25 @@ mod tests {
         assert!(is_large(named) && !is_inline(named), "a name below INLINE");
         assert!(
             !is_inline(cq_data(77, INLINE)),
-            "not large: a plain message's name"
+            "not large: a plain message's flag"
         );
+    }
+
+    #[test]
+    fn a_message_sent_without_credit_is_told_apart_and_keeps_its_name() {
+        let top = (1 << RANK_BITS) - 1;
+        for (sender, ack) in [(0, 0), (5, 77), (top, UNCREDITED - 1)] {
+            let plain = cq_data(sender, ack);
+            let uncredited = cq_data(sender, ack | UNCREDITED);
+            assert!(!is_uncredited(plain) && is_uncredited(uncredited));
+            assert!(!is_large(uncredited) && !is_inline(uncredited));
+            assert_eq!((ack_name(plain), ack_name(uncredited)), (ack, ack));
+            assert_eq!(from_cq_data(uncredited).0, sender);
+        }
+        assert!(
+            is_uncredited(cq_data(5, 77 | LARGE)),
+            "a stub took no credit either"
+        );
+        assert_eq!(ack_name(cq_data(5, 77 | LARGE)), 77);
     }
 }

@@ -494,12 +494,13 @@ fn a_bad_forced_limit_is_refused() {
 }
 
 /// Eager credit: the first small sends within the receiver's credit are injected (done at
-/// once) and the next ones wait in the sender's buffer for the receiver to read them; once the
-/// receiver has taken them, the credit is back and small sends are injected again. (A credit
-/// this small charges a sixteenth of it per message, not a provider buffer's 16 KiB, so a
-/// blocking send still finds room.)
+/// once); the next ones go whole as synchronous sends, which stay incomplete until a receive
+/// has taken them, and a longer one leaves its data with the sender for the receiver to read.
+/// Once the receiver has taken them, the credit of the credited ones is back and small sends
+/// are injected again. (A credit this small charges a sixteenth of it per message, not a
+/// provider buffer's 16 KiB, so a blocking send still finds room.)
 #[test]
-fn beyond_its_credit_a_sender_leaves_the_data_with_itself() {
+fn beyond_its_credit_a_sender_waits_for_the_match() {
     let credit = 4096;
     let config = DeviceConfig {
         eager_credit: credit,
@@ -509,23 +510,39 @@ fn beyond_its_credit_a_sender_leaves_the_data_with_itself() {
     assert!(room >= 8 && credit / 16 < netmod_ofi::credit::MESSAGE_CHARGE);
     each_provider(2, config, |p, d| {
         let n = 2 * room as i32 + 3;
-        let sends: Vec<_> = (0..n)
+        let mut sends: Vec<_> = (0..n)
             .map(|i| isend_owned(&mut d[0], 1, i, pattern(i as usize, 8), SendMode::Standard))
             .collect();
         let injected = sends.iter().filter(|h| **h == ReqHandle::DONE).count();
         assert_eq!(injected, room, "{p}: sends injected within the credit");
         assert_eq!(
-            d[0].netmod().regions(),
-            n as usize - room,
-            "{p}: the others lend their buffers"
+            d[0].netmod().sends_without_credit(),
+            (n as usize - room) as u64,
+            "{p}: the others go whole, without credit"
         );
+        assert_eq!(d[0].netmod().regions(), 0, "{p}: no buffer lent for a read");
+        let long = 20 << 10;
+        let big = isend_owned(&mut d[0], 1, n, pattern(7, long), SendMode::Standard);
+        assert_eq!(d[0].netmod().regions(), 1, "{p}: a longer one is read");
+        for _ in 0..100 {
+            d.step().unwrap();
+        }
+        for (i, h) in sends.iter_mut().enumerate().skip(room) {
+            assert!(
+                d[0].test(*h).unwrap().is_none(),
+                "{p}: send {i}, without credit, completed before any receive"
+            );
+        }
         for i in 0..n {
             let (r, buf) = irecv_leaked(&mut d[1], 0, i, 8);
             let st = d.wait(1, r).unwrap();
             assert_eq!((st.tag, st.bytes), (i, 8), "{p}");
             assert_eq!(&buf[..8], &pattern(i as usize, 8)[..], "{p}: message {i}");
         }
-        for h in sends {
+        let (r, buf) = irecv_leaked(&mut d[1], 0, n, long);
+        assert_eq!(d.wait(1, r).unwrap().bytes, long, "{p}");
+        assert_eq!(&buf[..long], &pattern(7, long)[..], "{p}: the long one");
+        for h in sends.into_iter().chain([big]) {
             d.wait(0, h).unwrap();
         }
         for _ in 0..100 {
