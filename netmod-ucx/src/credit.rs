@@ -6,15 +6,26 @@
 //! UCX keeps an unexpected eager message in a descriptor of its own until a receive matches it,
 //! and bounds none of it. Every message sent through the tagged path spends [`MESSAGE_CHARGE`]
 //! of its receiver's credit (less when the credit is small); without credit a blocking send
-//! waits (`P2p::send_ready`), while a nonblocking one goes as a synchronous send, its tag
-//! marked [`tag::UNCREDITED`]: UCX has no per-message rendezvous to switch to, and holding the
-//! send back could hang a correct program, but a synchronous send completes only once a
-//! receive has matched it, so the receiver holds no more such messages than its senders have
-//! requests outstanding (such sends are counted: `UcxNetmod::sends_without_credit`). The
-//! receiver counts every credited message it consumes — received, truncated, or dropped after
-//! a matched probe — and gives the credit back, a quarter at a time, as an empty message in the
-//! [`tag::CREDIT`] tag space whose tag carries the giver and the number of messages;
-//! [`CREDIT_RECEIVES`] receives for it stay posted.
+//! waits (`P2p::send_ready`), while a nonblocking one goes as a synchronous send: UCX has no
+//! per-message rendezvous to switch to, and holding the send back could hang a correct
+//! program, but a synchronous send completes only once a receive has matched it, so the
+//! receiver holds no more such messages than its senders have requests outstanding (such sends
+//! are counted: `UcxNetmod::sends_without_credit`).
+//!
+//! The receiver counts every message it consumes — received, truncated, or dropped after a
+//! matched probe — and gives the credit back, a quarter at a time, as a 4-byte message (the
+//! number of messages) in the [`tag::CREDIT`] tag space, tagged with the giver alone. It cannot
+//! tell a message sent without credit from another (a tag bit that every receive ignored would
+//! move every receive out of UCX's hash: see [`tag`]), so it gives back credit for those too;
+//! the sender keeps back one message's worth for each of its sends without credit that
+//! completed, i.e. was matched (`UcxNetmod::credit_debt`). UCX acknowledges a synchronous send
+//! when it matches it, before the engine counts it, and on the same endpoint as the credit
+//! message that may follow, so the debt is known before the credit arrives.
+//!
+//! A sender keeps one receive posted for each process it has sent to with credit, with that
+//! giver's exact tag: UCX checks every arriving message against each receive whose mask leaves
+//! a bit free, so a receive for anyone's credit cost every message of the job that check (4%
+//! of an 8-byte round trip over UCX's tcp).
 
 use std::ptr::null_mut;
 
@@ -33,16 +44,9 @@ type Net = UcxNetmod;
 /// may hold for an unexpected eager message.
 pub use ch4_core::native::message_credit::MESSAGE_CHARGE;
 
-/// Receives kept posted for returned credit.
-pub const CREDIT_RECEIVES: usize = 4;
-
 /// A message with tag `bits` was consumed here: counts it against its sender (the member of
-/// its communicator at its rank), and gives credit back once a quarter has added up. A
-/// message sent without credit ([`tag::UNCREDITED`]) took none and gives none back.
+/// its communicator at its rank), and gives credit back once a quarter has added up.
 pub(crate) fn consumed<P: Partner>(cx: &mut Cx<'_, Net, P>, bits: u64) {
-    if bits & tag::UNCREDITED != 0 {
-        return;
-    }
     let (context, source, _) = tag::fields(bits);
     if let Some(src) = cx.core.process_of(context, source) {
         consumed_from(cx, src);
@@ -61,7 +65,7 @@ pub(crate) fn consumed_from<P: Partner>(cx: &mut Cx<'_, Net, P>, src: Gpid) {
 /// [`UcxNetmod::credit_out`]; a send UCX keeps has an operation slot of its own until it
 /// completes. Best effort: a sender that has left needs no credit.
 fn give_back(net: &mut Net, dest: Gpid, messages: u32) {
-    let bits = tag::credit_tag(net.me, messages);
+    let bits = tag::credit_tag(net.me);
     let Some(worker) = &mut net.worker else {
         return;
     };
@@ -72,14 +76,9 @@ fn give_back(net: &mut Net, dest: Gpid, messages: u32) {
             return;
         }
     };
-    let i = net.ops.insert(Op {
-        req: ReqHandle::DONE,
-        kind: OpKind::CreditSend,
-        request: null_mut(),
-        bounce: None,
-        iov: None,
-    });
-    let Some(ctx) = net.ops.context_ptr(i) else {
+    let Some((i, ctx, payload)) =
+        credit_op(net, OpKind::CreditSend, messages.to_le_bytes().to_vec())
+    else {
         return;
     };
     let Some(worker) = &net.worker else {
@@ -93,9 +92,10 @@ fn give_back(net: &mut Net, dest: Gpid, messages: u32) {
         user_data: ctx.cast(),
         ..Default::default()
     };
-    // SAFETY: `ep` is a live endpoint; an empty message reads no buffer; the user data is the
-    // operation's fixed slot. The callback only records.
-    let ptr = unsafe { ucp_tag_send_nbx(ep, std::ptr::null(), 0, bits, &param) };
+    // SAFETY: `ep` is a live endpoint; `payload` is the operation's 4-byte bounce buffer,
+    // kept until its completion is applied (or copied out by UCX if it completes in the call);
+    // the user data is the operation's fixed slot. The callback only records.
+    let ptr = unsafe { ucp_tag_send_nbx(ep, payload.cast(), 4, bits, &param) };
     if ptr.is_null() {
         net.ops.remove(i);
     } else if ucs_ptr_is_err(ptr) {
@@ -126,30 +126,94 @@ pub(crate) fn retry_refused(net: &mut Net) {
     }
 }
 
-/// A credit message came in (its tag names the giver and the number of messages): their credit
-/// is added, and the receive posted again.
-pub(crate) fn returned<P: Partner>(cx: &mut Cx<'_, Net, P>, bits: u64) -> Result<()> {
-    let (giver, messages) = tag::from_credit_tag(bits);
-    message_credit::returned(cx.core, cx.route, giver, messages, MESSAGE_CHARGE);
-    post_receive(cx.transport)
+/// A credit message came in (its tag names the giver, its 4 bytes the number of messages): their
+/// credit is added, less what the giver counted of this process's sends without credit, and
+/// the receive posted again.
+pub(crate) fn returned<P: Partner>(
+    cx: &mut Cx<'_, Net, P>,
+    bits: u64,
+    payload: Option<&[u8]>,
+) -> Result<()> {
+    let giver = tag::from_credit_tag(bits);
+    match payload.and_then(|p| <[u8; 4]>::try_from(p).ok()) {
+        Some(count) => {
+            let mut messages = u32::from_le_bytes(count);
+            if let Some(debt) = cx.transport.credit_debt.get_mut(giver as usize) {
+                let kept = messages.min(*debt);
+                *debt -= kept;
+                messages -= kept;
+            }
+            message_credit::returned(cx.core, cx.route, giver, messages, MESSAGE_CHARGE);
+        }
+        None => tracing::warn!(giver, "a credit message of the wrong size, ignored"),
+    }
+    if let Some(posted) = cx.transport.credit_posted.get_mut(giver as usize) {
+        *posted = false;
+    }
+    ensure_receive(cx.transport, giver)
 }
 
-/// Posts one receive for returned credit.
-pub(crate) fn post_receive(net: &mut Net) -> Result<()> {
+/// The receive for `giver`'s credit failed (not cancelled): its giver is gone, or sent
+/// something malformed (not 4 bytes). A live giver's is posted again.
+pub(crate) fn receive_failed(net: &mut Net, giver: Gpid) -> Result<()> {
+    if let Some(posted) = net.credit_posted.get_mut(giver as usize) {
+        *posted = false;
+    }
+    if net.peer_state(giver) == PeerState::Alive {
+        ensure_receive(net, giver)?;
+    }
+    Ok(())
+}
+
+/// Owes `dest` one message's credit: a send to it without credit completed, i.e. it matched
+/// the message, and counted it as one that took credit.
+pub(crate) fn owe(net: &mut Net, dest: Gpid) {
+    if let Some(debt) = net.credit_debt.get_mut(dest as usize) {
+        *debt = debt.saturating_add(1);
+    }
+}
+
+/// A credit message's operation (its 4 bytes in the operation's bounce buffer): its index, its
+/// fixed slot and where the bytes are.
+fn credit_op(
+    net: &mut Net,
+    kind: OpKind,
+    bytes: Vec<u8>,
+) -> Option<(OpIndex, *mut Completion, *mut u8)> {
+    let i = net.ops.insert(Op {
+        req: ReqHandle::DONE,
+        kind,
+        request: null_mut(),
+        bounce: Some(bytes),
+        iov: None,
+    });
+    let ctx = net.ops.context_ptr(i)?;
+    let buf = net.ops.get_mut(i)?.bounce.as_mut()?.as_mut_ptr();
+    Some((i, ctx, buf))
+}
+
+/// Posts the receive for `giver`'s returned credit unless one is posted: from the first message
+/// sent to it with credit, there is credit to come back.
+#[inline(always)]
+pub(crate) fn ensure_receive(net: &mut Net, giver: Gpid) -> Result<()> {
+    match net.credit_posted.get(giver as usize) {
+        Some(false) => post_receive(net, giver),
+        _ => Ok(()),
+    }
+}
+
+/// Posts the receive for `giver`'s returned credit.
+#[cold]
+fn post_receive(net: &mut Net, giver: Gpid) -> Result<()> {
     let Some(worker) = &net.worker else {
         return Ok(());
     };
     let raw = worker.raw();
-    let i: OpIndex = net.ops.insert(Op {
-        req: ReqHandle::DONE,
-        kind: OpKind::CreditRecv,
-        request: null_mut(),
-        bounce: None,
-        iov: None,
-    });
-    let ctx: *mut Completion = match net.ops.context_ptr(i) {
-        Some(c) => c,
-        None => return Err(crate::netmod::vanished()),
+    let Some((i, ctx, buf)) = credit_op(net, OpKind::CreditRecv(giver), vec![0; 4]) else {
+        return Err(crate::netmod::vanished());
+    };
+    let Some(worker) = &net.worker else {
+        return Ok(());
     };
     // SAFETY: `ctx` is the new operation's fixed slot, not yet posted.
     unsafe { &*ctx }.arm(i, worker);
@@ -169,11 +233,19 @@ pub(crate) fn post_receive(net: &mut Net) -> Result<()> {
         },
         ..Default::default()
     };
-    // SAFETY: the worker is live; an empty receive writes no buffer; the user data is the
-    // operation's fixed slot; `info` is written only if it completes inside the call. The
-    // callback only records.
-    let ptr =
-        unsafe { ucp_tag_recv_nbx(raw, null_mut(), 0, tag::CREDIT, tag::CREDIT_MASK, &param) };
+    // SAFETY: the worker is live; `buf` is the operation's 4-byte bounce buffer, kept until its
+    // completion is applied; the user data is the operation's fixed slot; `info` is written
+    // only if it completes inside the call. The callback only records.
+    let ptr = unsafe {
+        ucp_tag_recv_nbx(
+            raw,
+            buf.cast(),
+            4,
+            tag::credit_tag(giver),
+            tag::EXACT,
+            &param,
+        )
+    };
     if ucs_ptr_is_err(ptr) {
         net.ops.remove(i);
         return Err(crate::worker::ucx_error(
@@ -183,6 +255,7 @@ pub(crate) fn post_receive(net: &mut Net) -> Result<()> {
         ));
     }
     net.credit_receives += 1;
+    net.credit_posted[giver as usize] = true;
     if ptr.is_null() {
         // A credit message was already there and is in: apply it at the next progress, as
         // if its callback had run.

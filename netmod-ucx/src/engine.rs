@@ -57,16 +57,19 @@ impl P2p<Net> for UcxEngine {
     #[inline]
     fn isend<P: Partner>(cx: &mut Cx<'_, Net, P>, op: SendOp) -> Result<ReqHandle> {
         let mut sync = op.mode == SendMode::Synchronous;
-        let mut bits = tag::send_tag(&op.env)?;
+        let bits = tag::send_tag(&op.env)?;
         let total = op.buf.packed_len();
-        // Without credit a nonblocking send goes as a synchronous one, marked so that its
-        // receiver counts no credit for it: it completes only once a receive has matched it,
-        // so what the receiver holds of such messages is bounded by the senders' outstanding
-        // requests (MPI lets a standard send wait for its match). Holding it back instead
-        // could hang a correct program; blocking sends wait for credit in `send_ready`.
-        if !message_credit::take(cx.core, cx.route, op.dest, credit::MESSAGE_CHARGE) {
+        let mut kind = OpKind::Send;
+        if message_credit::take(cx.core, cx.route, op.dest, credit::MESSAGE_CHARGE) {
+            credit::ensure_receive(cx.transport, op.dest)?;
+        } else {
+            // Without credit a nonblocking send goes as a synchronous one: it completes only
+            // once a receive has matched it, so what the receiver holds of such messages is
+            // bounded by the senders' outstanding requests (MPI lets a standard send wait for
+            // its match). Holding it back instead could hang a correct program; blocking sends
+            // wait for credit in `send_ready`.
             went_without_credit(cx.transport);
-            bits |= tag::UNCREDITED;
+            kind = OpKind::UncreditedSend(op.dest);
             sync = true;
         }
         if !sync {
@@ -97,7 +100,7 @@ impl P2p<Net> for UcxEngine {
         let net = &mut *cx.transport;
         let i = net.ops.insert(Op {
             req: h,
-            kind: OpKind::Send,
+            kind,
             request: null_mut(),
             bounce,
             iov,
@@ -748,8 +751,11 @@ fn apply<P: Partner>(
         unsafe { ucp_request_free(op.request) };
     }
     match op.kind {
-        OpKind::Send => {
+        OpKind::Send | OpKind::UncreditedSend(_) => {
             let failed = status != UCS_OK;
+            if let (OpKind::UncreditedSend(dest), false) = (&op.kind, failed) {
+                credit::owe(cx.transport, *dest);
+            }
             if let Some(req) = cx.core.requests.get_mut(op.req) {
                 if let RequestKind::Send(s) = &mut req.kind {
                     s.engine = 0;
@@ -764,13 +770,14 @@ fn apply<P: Partner>(
             }
         }
         OpKind::Recv => finish_recv(cx, op, status, bits, len)?,
-        OpKind::CreditRecv => {
+        OpKind::CreditRecv(giver) => {
             cx.transport.credit_receives -= 1;
             if status == UCS_OK {
-                credit::returned(cx, bits)?;
+                let payload = op.bounce.as_deref().map(|b| &b[..len.min(b.len())]);
+                credit::returned(cx, bits, payload)?;
             } else if status != UCS_ERR_CANCELED {
-                tracing::warn!(error = %status_string(status), "a receive for credit failed");
-                credit::post_receive(cx.transport)?;
+                tracing::warn!(giver, error = %status_string(status), "a receive for credit failed");
+                credit::receive_failed(cx.transport, giver)?;
             }
         }
         OpKind::CreditSend => cx.transport.credit_sends -= 1,
@@ -797,7 +804,7 @@ fn finish_recv<P: Partner>(
     } else {
         UNKNOWN_PROCESS
     };
-    if matched && process != UNKNOWN_PROCESS && bits & tag::UNCREDITED == 0 {
+    if matched && process != UNKNOWN_PROCESS {
         credit::consumed_from(cx, process);
     }
     let Some(req) = cx.core.requests.get_mut(op.req) else {

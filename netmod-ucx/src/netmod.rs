@@ -33,6 +33,10 @@ pub(crate) struct Op {
 pub(crate) enum OpKind {
     /// A tagged send from the request's buffer (standard or synchronous).
     Send,
+    /// A nonblocking send that went without its receiver's (this process's) credit, as a
+    /// synchronous send: once matched, its receiver counts it as consumed and gives back
+    /// credit it never took, which [`UcxNetmod::credit_debt`] keeps back.
+    UncreditedSend(Gpid),
     /// A tagged receive into the request's buffer.
     Recv,
     /// A message taken by a matched probe, waiting for its receive or its discard.
@@ -43,8 +47,9 @@ pub(crate) enum OpKind {
     },
     /// A claimed message received into nothing (into the operation's bounce buffer).
     Discarding,
-    /// A receive for eager credit given back by any process (see [`crate::credit`]).
-    CreditRecv,
+    /// A receive for eager credit given back by one process (see [`crate::credit`]), into
+    /// the operation's 4-byte bounce buffer.
+    CreditRecv(Gpid),
     /// A credit message that did not leave at once.
     CreditSend,
 }
@@ -59,6 +64,12 @@ pub struct UcxNetmod {
     size: u32,
     /// Receives for returned eager credit among `ops`, not counted as outstanding.
     pub(crate) credit_receives: usize,
+    /// By process: whether a receive for its returned credit is posted (one is, from the
+    /// first message sent to it with credit).
+    pub(crate) credit_posted: Vec<bool>,
+    /// By process: sends without credit that it matched, whose credit it gives back all the
+    /// same (it cannot tell them apart), to be kept back from what it returns.
+    pub(crate) credit_debt: Vec<u32>,
     /// Credit messages UCX still holds (slots among `ops`, not counted as outstanding).
     pub(crate) credit_sends: usize,
     /// Credit to give back that could not be sent yet, by receiver and number of messages.
@@ -159,6 +170,8 @@ impl UcxNetmod {
             me: rank,
             size,
             credit_receives: 0,
+            credit_posted: vec![false; size as usize],
+            credit_debt: vec![0; size as usize],
             credit_sends: 0,
             credit_out: Vec::new(),
             uncredited_sends: 0,
@@ -341,9 +354,6 @@ impl Bootstrap for UcxNetmod {
             ));
         }
         self.worker()?.learn(cards);
-        for _ in 0..crate::credit::CREDIT_RECEIVES {
-            crate::credit::post_receive(self)?;
-        }
         Ok(())
     }
 }

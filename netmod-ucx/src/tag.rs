@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!  63  62  61 60 59            44 43                    24 23                     0
-//! [ 0 | 0 |CR|UC][ context id 16 ][ source rank 20       ][ tag 24               ]
+//! [ 0 | 0 |CR| 0][ context id 16 ][ source rank 20       ][ tag 24               ]
 //! ```
 //!
 //! - The context id separates communicators (and their collectives); the source is the sender's
@@ -11,11 +11,15 @@
 //!   for a tagged message (`ucp_tag_recv_info_t` has only the tag and the length), so the
 //!   sender's *process* is the communicator's member at that rank.
 //! - `CR` (bit 61): eager credit given back (see `crate::credit`), in a tag space of its own
-//!   that no user receive matches (they never mask the bit): the giver's process in bits 32-51,
-//!   the number of messages in bits 0-31.
-//! - `UC` (bit 60): a message sent without its receiver's eager credit, as a synchronous send
-//!   (see `crate::credit`). Every receive and probe leaves the bit free, so it changes nothing
-//!   of matching; the receiver only learns from it that no credit is owed back.
+//!   that no user receive matches (they never mask the bit): the giver's process in bits
+//!   32-51, nothing else, so that a receive for one giver's credit takes exactly one tag; the
+//!   number of messages travels as the message's 4 bytes.
+//!
+//! Every receive of a user message that names its source and tag takes exactly one tag (a full
+//! mask). UCX keeps such receives in a hash by tag; one with any bit masked out goes to a list
+//! that every arriving message is checked against (`ucp_tag_exp_search_all`). So no bit may be
+//! left to mark anything about a message that receives must ignore, and credit receives take
+//! one giver's exact tag.
 //!
 //! Synchronous sends need no bit: UCX acknowledges them itself (`ucp_tag_send_sync_nbx`), and
 //! long messages go by UCX's own rendezvous.
@@ -27,10 +31,8 @@ pub use ch4_core::match_bits::{CONTEXT_BITS, MAX_PROCESSES, RANK_BITS, TAG_BITS,
 
 /// The credit bit.
 pub const CREDIT: u64 = 1 << 61;
-/// The bit of a message sent without credit.
-pub const UNCREDITED: u64 = 1 << 60;
-/// The mask of a receive that takes exactly one tag (either way of the [`UNCREDITED`] bit).
-pub const EXACT: u64 = !UNCREDITED;
+/// The mask of a receive that takes exactly one tag.
+pub const EXACT: u64 = u64::MAX;
 /// The mask of the receives for credit: the credit bit, any giver, any amount.
 pub const CREDIT_MASK: u64 = !((1 << 52) - 1);
 
@@ -46,7 +48,7 @@ pub fn send_tag(env: &Envelope) -> Result<u64> {
 #[inline(always)]
 pub fn recv_tag(want: &Envelope) -> Result<(u64, u64)> {
     let (bits, free) = match_bits::wanted(want, "UCX")?;
-    Ok((bits, !(free | UNCREDITED)))
+    Ok((bits, !free))
 }
 
 /// The context id, source rank and tag a message's tag carries.
@@ -55,16 +57,16 @@ pub fn fields(bits: u64) -> (u32, Rank, Tag) {
     match_bits::unpack(bits)
 }
 
-/// The tag of a credit message from process `giver` returning `messages`.
+/// The tag of a credit message from process `giver` (the number of messages is its payload).
 #[inline(always)]
-pub fn credit_tag(giver: Gpid, messages: u32) -> u64 {
-    CREDIT | (u64::from(giver) << 32) | u64::from(messages)
+pub fn credit_tag(giver: Gpid) -> u64 {
+    CREDIT | (u64::from(giver) << 32)
 }
 
-/// The giver and the number of messages of a credit message's tag.
+/// The giver of a credit message's tag.
 #[inline(always)]
-pub fn from_credit_tag(bits: u64) -> (Gpid, u32) {
-    (((bits >> 32) & ((1 << 20) - 1)) as Gpid, bits as u32)
+pub fn from_credit_tag(bits: u64) -> Gpid {
+    ((bits >> 32) & ((1 << 20) - 1)) as Gpid
 }
 
 #[cfg(test)]
@@ -91,39 +93,27 @@ mod tests {
         assert!(matches(s, recv_tag(&env(6, ANY_SOURCE, ANY_TAG)).unwrap()));
         assert!(!matches(s, recv_tag(&env(6, 4, ANY_TAG)).unwrap()));
         let (_, mask) = recv_tag(&env(6, 3, 77)).unwrap();
-        assert_eq!(
-            mask, EXACT,
-            "a receive without wildcards matches every bit but one"
-        );
+        assert_eq!(mask, EXACT, "a receive without wildcards matches every bit");
         assert_eq!(fields(s), (6, 3, 77));
-    }
-
-    #[test]
-    fn a_message_sent_without_credit_matches_as_any_other() {
-        let s = send_tag(&env(6, 3, 77)).unwrap();
-        let u = s | UNCREDITED;
-        for want in [env(6, 3, 77), env(6, ANY_SOURCE, 77), env(6, 3, ANY_TAG)] {
-            let r = recv_tag(&want).unwrap();
-            assert!(matches(s, r) && matches(u, r), "{want:?}");
-        }
-        assert!(!matches(u, recv_tag(&env(6, 3, 78)).unwrap()));
-        assert!(!matches(u, recv_tag(&env(7, 3, 77)).unwrap()));
-        assert!(
-            !matches(u, (CREDIT, CREDIT_MASK)),
-            "no credit receive takes it"
-        );
-        assert_eq!(fields(u), (6, 3, 77), "the bit is no field's");
     }
 
     #[test]
     fn credit_has_a_tag_space_of_its_own() {
         let top = (1 << RANK_BITS) - 1;
-        for (giver, n) in [(0, 0), (5, 77), (top, u32::MAX)] {
-            let c = credit_tag(giver, n);
+        for giver in [0, 5, top] {
+            let c = credit_tag(giver);
             let any = recv_tag(&env((1 << CONTEXT_BITS) - 1, ANY_SOURCE, ANY_TAG)).unwrap();
             assert!(!matches(c, any), "no user receive takes credit");
             assert!(matches(c, (CREDIT, CREDIT_MASK)));
-            assert_eq!(from_credit_tag(c), (giver, n));
+            assert!(
+                matches(c, (credit_tag(giver), EXACT)),
+                "one giver's exact tag"
+            );
+            assert!(
+                !matches(credit_tag(giver ^ 1), (c, EXACT)),
+                "and no other's"
+            );
+            assert_eq!(from_credit_tag(c), giver);
         }
         let user = send_tag(&env((1 << CONTEXT_BITS) - 1, top as i32, TAG_UB)).unwrap();
         assert!(

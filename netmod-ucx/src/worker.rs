@@ -687,8 +687,8 @@ mod tests {
         let cards = vec![w0.address().unwrap(), w1.address().unwrap()];
         w0.learn(&cards);
         w1.learn(&cards);
-        for n in 1..=6 {
-            send_empty(&mut w1, &w0, 0, tag::credit_tag(1, n));
+        for _ in 0..6 {
+            send_empty(&mut w1, &w0, 0, tag::credit_tag(1));
         }
         let user = tag::send_tag(&ch4_core::Envelope {
             context: 0,
