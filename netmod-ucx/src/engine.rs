@@ -61,7 +61,12 @@ impl P2p<Net> for UcxEngine {
         let total = op.buf.packed_len();
         let mut kind = OpKind::Send;
         if message_credit::take(cx.core, cx.route, op.dest, credit::MESSAGE_CHARGE) {
-            credit::ensure_receive(cx.transport, op.dest)?;
+            if let Err(e) = credit::ensure_receive(cx.transport, op.dest) {
+                // Nothing was sent: the credit goes back.
+                let charge = message_credit::charge(cx.core, cx.route, credit::MESSAGE_CHARGE);
+                cx.core.refund_credit(cx.route, op.dest, charge);
+                return Err(e);
+            }
         } else {
             // Without credit a nonblocking send goes as a synchronous one: it completes only
             // once a receive has matched it, so what the receiver holds of such messages is
