@@ -425,15 +425,8 @@ fn post_send<P: Partner>(
             bounce: None,
             pieces: None,
         });
-        ack = word_of(a) as u32;
-        if ack >= tag::UNCREDITED {
-            // Names stay below the flags of the CQ data's low half (a billion operations
-            // out); the caller forgets this one.
-            return Err(Error::new(
-                ErrorKind::Internal,
-                "too many libfabric operations outstanding to name an acknowledgement",
-            ));
-        }
+        // On an error the caller forgets this operation with the request's others.
+        ack = tag::ack_name_of(a)?;
         net.recv_in_order(QueuedRecv {
             op: a,
             dst: std::ptr::null_mut(),

@@ -121,14 +121,13 @@ fn post_send<P: Partner>(
     total: usize,
 ) -> Result<()> {
     let net = &mut *cx.transport;
-    let ack = word_of(a) as u32;
-    if ack & (tag::LARGE | tag::INLINE) != 0 {
-        net.ops.remove(a);
-        return Err(Error::new(
-            ErrorKind::Exhausted,
-            "too many OFI operations outstanding to name a large message's acknowledgement",
-        ));
-    }
+    let ack = match tag::ack_name_of(a) {
+        Ok(ack) => ack,
+        Err(e) => {
+            net.ops.remove(a);
+            return Err(e);
+        }
+    };
     let Some(Request {
         kind: RequestKind::Send(s),
         ..

@@ -42,7 +42,8 @@
 //! above the 60th, and receives would otherwise have to ignore it.
 
 use ch4_core::match_bits;
-use ch4_core::{Envelope, Gpid, Rank, Result, Tag};
+use ch4_core::native::{word_of, OpIndex};
+use ch4_core::{Envelope, Error, ErrorKind, Gpid, Rank, Result, Tag};
 
 pub use ch4_core::match_bits::{CONTEXT_BITS, MAX_PROCESSES, RANK_BITS, TAG_BITS, TAG_UB};
 
@@ -86,6 +87,19 @@ pub fn recv_tag(want: &Envelope) -> Result<(u64, u64)> {
 pub fn source_and_tag(bits: u64) -> (Rank, Tag) {
     let (_, source, tag) = match_bits::unpack(bits);
     (source, tag)
+}
+
+/// The acknowledgement name of operation `a` (its engine word), which must stay below the
+/// flags of the CQ data's low half ([`UNCREDITED`] / [`INLINE`], [`LARGE`]): past a billion
+/// operations out, an `Exhausted` error.
+pub fn ack_name_of(a: OpIndex) -> Result<u32> {
+    match u32::try_from(word_of(a)) {
+        Ok(ack) if ack < INLINE => Ok(ack),
+        _ => Err(Error::new(
+            ErrorKind::Exhausted,
+            "too many OFI operations outstanding to name an acknowledgement",
+        )),
+    }
 }
 
 /// The match bits of the acknowledgement named `ack`.
@@ -253,6 +267,15 @@ mod tests {
             !is_inline(cq_data(77, INLINE)),
             "not large: a plain message's flag"
         );
+    }
+
+    #[test]
+    fn acknowledgement_names_stay_below_the_flags() {
+        assert_eq!(ack_name_of(0).unwrap(), 1);
+        assert_eq!(ack_name_of(INLINE - 2).unwrap(), INLINE - 1);
+        for a in [INLINE - 1, LARGE, u32::MAX] {
+            assert_eq!(ack_name_of(a).unwrap_err().kind(), ErrorKind::Exhausted);
+        }
     }
 
     #[test]

@@ -255,7 +255,9 @@ fn post_receive(net: &mut Net, giver: Gpid) -> Result<()> {
         ));
     }
     net.credit_receives += 1;
-    net.credit_posted[giver as usize] = true;
+    if let Some(posted) = net.credit_posted.get_mut(giver as usize) {
+        *posted = true;
+    }
     if ptr.is_null() {
         // A credit message was already there and is in: apply it at the next progress, as
         // if its callback had run.
