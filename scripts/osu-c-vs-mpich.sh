@@ -11,14 +11,22 @@
 # rounds (ch4, MPICH 5, [MPICH 4, Open MPI,] ch4, ...), two processes on this host, medians with
 # the spread, ratios and charts in target/osu-c-vs-mpich/.
 #
-#   ./scripts/osu-c-vs-mpich.sh [--debian] [rounds] [latency bw bibw mbw_mr allreduce ...]
-#   (default 3 rounds, these five; any OSU blocking collective works too: bcast, gather,
-#   allgather, alltoall, reduce_scatter, ...)
+#   ./scripts/osu-c-vs-mpich.sh [--debian] [--busy pinned|free] [rounds] [bench...]
+#   (default 3 rounds and latency bw bibw mbw_mr allreduce; any OSU blocking collective works
+#   too: bcast, gather, allgather, alltoall, reduce_scatter, ...)
 #
 # --debian installs Debian's mpich and openmpi-bin with their -dev packages when missing and
 # running as root.
 #
-# OSU_ARGS_<bench> replaces a benchmark's arguments (e.g. OSU_ARGS_latency="-m 1:4096").
+# --busy pinned|free runs one busy process (a spinning `yes`) beside the two ranks for the whole
+# of every run, on rank 1's core or unpinned, as scripts/osu-vs-peers.sh --busy does; results
+# go to target/osu-c-vs-mpich-busy-<how>/. Every size then runs long, hundreds of milliseconds or
+# more (long_args below): with OSU's iteration counts a size is timed over a millisecond or
+# two, less than one scheduler slice, and its figure only tells whether a preemption fell into
+# it.
+#
+# OSU_ARGS_<bench> replaces a benchmark's arguments (e.g. OSU_ARGS_latency="-m 1:4096");
+# several sets separated by ';' run one after the other in the same round.
 #
 # Every run is stopped after OSU_RUN_TIMEOUT seconds (default 600; 0 = never), and each bench of
 # each round is bracketed by a probe of the host's mode (the real osu_latency at 8 bytes on
@@ -28,13 +36,24 @@ cd "$(dirname "$0")/.."
 rounds=3
 benches=()
 impls=(ch4 mpich5)
-for a in "$@"; do
-    case "$a" in
+busy=""
+while [ $# -gt 0 ]; do
+    case "$1" in
         --debian) impls=(ch4 mpich5 mpich openmpi) ;;
-        [0-9]*) rounds="$a" ;;
-        *) benches+=("$a") ;;
+        --busy)
+            [ $# -ge 2 ] || { echo "--busy takes pinned or free" >&2; exit 2; }
+            busy="$2"
+            shift
+            ;;
+        [0-9]*) rounds="$1" ;;
+        *) benches+=("$1") ;;
     esac
+    shift
 done
+case "$busy" in
+    '' | pinned | free) ;;
+    *) echo "--busy takes pinned or free, not '$busy'" >&2; exit 2 ;;
+esac
 [ ${#benches[@]} -gt 0 ] || benches=(latency bw bibw mbw_mr allreduce)
 
 venv=target/mpich5-venv
@@ -105,7 +124,19 @@ for impl in "${impls[@]}"; do
     done
 done
 
+# With a busy process: sizes in ranges, each with iterations for hundreds of milliseconds or
+# more a size on this host (OSU's -i sets the large messages' count too).
+long_args() {
+    case "$1" in
+        latency) echo "-m 0:8192 -i 1000000; -m 16384:4194304 -i 2000" ;;
+        bw | bibw) echo "-m 1:8192 -i 20000; -m 16384:262144 -i 1000; -m 524288:4194304 -i 100" ;;
+        mbw_mr) echo "-m 1:65536 -i 20000" ;;
+        *) echo "" ;;
+    esac
+}
+
 out=target/osu-c-vs-mpich
+[ -z "$busy" ] || out="target/osu-c-vs-mpich-busy-$busy"
 mkdir -p "$out"
 tsv="$out/results.tsv"
 printf 'bench\timpl\tsize\tvalue\n' >"$tsv"
@@ -115,26 +146,36 @@ runs_init "$out"
 run() {
     local impl="$1" b="$2"
     local var="OSU_ARGS_$b"
-    local args
-    read -r -a args <<<"${!var:-}"
+    local sets="${!var:-}"
+    [ -n "$sets" ] || [ -z "$busy" ] || sets=$(long_args "$b")
     # The table's name for it: collectives are latencies.
     local name="$b"
     ! is_collective "$b" || name="${b}_latency"
     local bin
     bin=$(bindir "$impl")
-    local status=0
-    case "$impl" in
-        # Bound one rank per core, as the peers' launchers are asked to below (ch4run binds
-        # only when asked; unbound, two spinning ranks are sometimes moved and lose up to 20%).
-        ch4) "${limit[@]}" target/release/ch4run --bind-to core -n 2 "$bin/osu_$b" "${args[@]}" ;;
-        mpich5) LD_LIBRARY_PATH="$PWD/$venv/lib" "${limit[@]}" "$venv/bin/mpiexec" -bind-to core \
-            -n 2 "$bin/osu_$b" "${args[@]}" ;;
-        mpich) "${limit[@]}" mpiexec.mpich -bind-to core -n 2 "$bin/osu_$b" "${args[@]}" ;;
-        openmpi) "${limit[@]}" mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to core \
-            -n 2 "$bin/osu_$b" "${args[@]}" ;;
-    esac | awk -v b="$name" -v i="$impl" '/^[0-9]/ { col = (b == "mbw_mr") ? $3 : $2; print b "\t" i "\t" $1 "\t" col }' >>"$tsv" \
-        || status=$?
-    run_ended "$status" "$round" "$b" "$impl"
+    local set args status
+    option_sets "$sets"
+    # No options at all: one run with OSU's defaults.
+    [ ${#option_sets[@]} -ne 0 ] || option_sets=("")
+    for set in "${option_sets[@]}"; do
+        read -r -a args <<<"$set"
+        busy_start "$busy"
+        status=0
+        case "$impl" in
+            # Bound one rank per core, as the peers' launchers are asked to below (ch4run binds
+            # only when asked; unbound, two spinning ranks are sometimes moved and lose up to
+            # 20%).
+            ch4) "${limit[@]}" target/release/ch4run --bind-to core -n 2 "$bin/osu_$b" "${args[@]}" ;;
+            mpich5) LD_LIBRARY_PATH="$PWD/$venv/lib" "${limit[@]}" "$venv/bin/mpiexec" -bind-to core \
+                -n 2 "$bin/osu_$b" "${args[@]}" ;;
+            mpich) "${limit[@]}" mpiexec.mpich -bind-to core -n 2 "$bin/osu_$b" "${args[@]}" ;;
+            openmpi) "${limit[@]}" mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to core \
+                -n 2 "$bin/osu_$b" "${args[@]}" ;;
+        esac | awk -v b="$name" -v i="$impl" '/^[0-9]/ { col = (b == "mbw_mr") ? $3 : $2; print b "\t" i "\t" $1 "\t" col }' >>"$tsv" \
+            || status=$?
+        busy_stop
+        run_ended "$status" "$round" "$b" "$impl"
+    done
 }
 # The host's mode (scripts/lib/runs.sh): the real osu_latency on ch4 at 8 bytes.
 probe() {
@@ -151,7 +192,9 @@ for round in $(seq "$rounds"); do
         note_mode "$round" "$b" "$before" "$(probe)"
     done
 done
-target/release/osu-plot --setup "the real OSU C programs (one binary on ch4 and MPICH 5), 2 processes, interleaved" "$tsv" "$out" || plot_status=$?
+setup="the real OSU C programs (one binary on ch4 and MPICH 5), 2 processes, interleaved"
+[ -z "$busy" ] || setup="$setup, one busy process ($busy)"
+target/release/osu-plot --setup "$setup" "$tsv" "$out" || plot_status=$?
 # The modes and the stopped runs even when nothing was left to plot.
 runs_report
 exit "${plot_status:-0}"

@@ -30,13 +30,19 @@
 # runs N ranks (osu_multi_lat and osu_mbw_mr take any even number), unbound when N is more than
 # the cores, so that 4 ranks on 2 cores share them the way the scheduler likes. Results go to
 # target/osu-vs-peers-busy-<how>/ and target/osu-vs-peers-np<N>/.
+# Under load every size runs long, hundreds of milliseconds or more (see long_args below):
+# with OSU's iteration counts 64 KiB bandwidth is timed over about 2 ms and 8-byte latency over
+# about 1 ms, less than one scheduler slice, so such a figure only tells whether a preemption
+# happened to fall into it, for every library. Long runs measure how a library shares the
+# cores, which is what a busy neighbour or oversubscription does to a user's program.
 #
 # Writes target/osu-vs-peers/results.tsv (every run: bench, impl, size, value) and modes.tsv
 # (the host's mode around each round, see below), prints a table per bench with ch4/MPICH and
 # ch4/Open MPI, and draws target/osu-vs-peers/<bench>.png.
 # Installs what it needs when missing and running as root on Debian: mpich, openmpi, their
 # headers, libclang (the mpi crate's bindings), DejaVu fonts (the charts).
-# OSU_ARGS_<bench> (e.g. OSU_ARGS_latency="-m 0:1024") overrides a bench's options.
+# OSU_ARGS_<bench> (e.g. OSU_ARGS_latency="-m 0:1024") overrides a bench's options; several
+# option sets separated by ';' run one after the other in the same round (each its own run).
 #
 # Every run is stopped after OSU_RUN_TIMEOUT seconds (default 600; 0 = never), and each bench of
 # each round is bracketed by a probe of the host's mode: see scripts/lib/runs.sh.
@@ -119,6 +125,19 @@ default_args() {
     esac
 }
 
+# Under load: sizes in ranges, each with iterations for hundreds of milliseconds or more a size
+# on this host (the loops time a tenth of -i above 8 KiB, as OSU does).
+long_args() {
+    case "$1" in
+        latency) echo "-m 0:8192 -i 1000000; -m 16384:4194304 -i 20000" ;;
+        bw | bibw) echo "-m 1:8192 -i 20000; -m 16384:262144 -i 10000; -m 524288:4194304 -i 1000" ;;
+        mbw_mr) echo "-m 1:65536 -i 20000" ;;
+        multi_lat) echo "-m 0:65536 -i 100000" ;;
+    esac
+}
+under_load=""
+[ -z "$busy" ] && [ "$np" -le "$cores" ] || under_load=yes
+
 out=target/osu-vs-peers
 [ "$net" = shm ] || out="target/osu-vs-peers-$net"
 [ -z "$busy" ] || out="target/osu-vs-peers-busy-$busy"
@@ -127,18 +146,6 @@ out=target/osu-vs-peers
 # with more ranks than cores nobody is bound.
 bind=core
 [ "$np" -le "$cores" ] || bind=none
-busy_pid=""
-start_busy() {
-    case "$busy" in
-        pinned) taskset -c 1 yes >/dev/null & busy_pid=$! ;;
-        free) yes >/dev/null & busy_pid=$! ;;
-    esac
-}
-stop_busy() {
-    [ -z "$busy_pid" ] || { kill "$busy_pid" 2>/dev/null; wait "$busy_pid" 2>/dev/null || true; }
-    busy_pid=""
-}
-trap stop_busy EXIT
 mkdir -p "$out"
 tsv="$out/results.tsv"
 printf 'bench\timpl\tsize\tvalue\n' >"$tsv"
@@ -151,8 +158,14 @@ run() {
     local impl="$1" bench="$2"
     shift 2
     local var="OSU_ARGS_$bench"
-    local args
-    read -r -a args <<<"${!var:-$(default_args "$bench")}"
+    local sets
+    if [ -n "${!var:-}" ]; then
+        sets="${!var}"
+    elif [ -n "$under_load" ]; then
+        sets=$(long_args "$bench")
+    else
+        sets=$(default_args "$bench")
+    fi
     local prog="osu_$bench"
     local ch4env=() mpichenv=() ompinet=() mpiexec=mpiexec.mpich
     if [ "$net" = tcp ]; then
@@ -172,18 +185,24 @@ run() {
         ompinet=(--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any --mca btl self
             -x UCX_TLS=tcp -x UCX_NET_DEVICES=lo)
     fi
-    start_busy
-    local status=0
-    case "$impl" in
-        ch4) env CH4_NP="$np" "${ch4env[@]}" "${limit[@]}" "$ch4dir/examples/$prog" "${args[@]}" ;;
-        mpich) "${limit[@]}" "$mpiexec" -bind-to "$bind" "${mpichenv[@]}" -n "$np" \
-            "$mpichdir/release/examples/$prog" "${args[@]}" ;;
-        openmpi) "${limit[@]}" mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to "$bind" \
-            "${ompinet[@]}" -n "$np" target/peers-openmpi/release/examples/$prog "${args[@]}" ;;
-    esac | awk -v b="$bench" -v i="$impl" '/^[0-9]/ { col = (b == "mbw_mr") ? $3 : $2; print b "\t" i "\t" $1 "\t" col }' >>"$tsv" \
-        || status=$?
-    stop_busy
-    run_ended "$status" "$round" "$bench" "$impl"
+    local set args status
+    option_sets "$sets"
+    for set in "${option_sets[@]}"; do
+        read -r -a args <<<"$set"
+        [ ${#args[@]} -ne 0 ] || continue
+        busy_start "$busy"
+        status=0
+        case "$impl" in
+            ch4) env CH4_NP="$np" "${ch4env[@]}" "${limit[@]}" "$ch4dir/examples/$prog" "${args[@]}" ;;
+            mpich) "${limit[@]}" "$mpiexec" -bind-to "$bind" "${mpichenv[@]}" -n "$np" \
+                "$mpichdir/release/examples/$prog" "${args[@]}" ;;
+            openmpi) "${limit[@]}" mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to "$bind" \
+                "${ompinet[@]}" -n "$np" target/peers-openmpi/release/examples/$prog "${args[@]}" ;;
+        esac | awk -v b="$bench" -v i="$impl" '/^[0-9]/ { col = (b == "mbw_mr") ? $3 : $2; print b "\t" i "\t" $1 "\t" col }' >>"$tsv" \
+            || status=$?
+        busy_stop
+        run_ended "$status" "$round" "$bench" "$impl"
+    done
 }
 
 # The host's mode (scripts/lib/runs.sh): ch4's 8-byte latency, two ranks.

@@ -8,6 +8,12 @@
 #                              other failure ends the script with its status
 #   note_mode <round> <bench> <before> <after>
 #   runs_report                prints the modes, and the stopped runs if any
+#   busy_start <how> / busy_stop
+#                              one busy process for the length of a run: a spinning `yes`
+#                              pinned to rank 1's core (pinned) or left to the scheduler (free);
+#                              nothing when <how> is empty
+#   option_sets <sets>         splits a bench's options at ';' into the array option_sets: one
+#                              run each, one after the other
 #
 # Every run is stopped after OSU_RUN_TIMEOUT seconds (default 600; 0 = never): with more ranks
 # than cores, a library can fall into a way of waiting that takes tens of minutes for one run
@@ -56,4 +62,23 @@ runs_report() {
         echo "Runs stopped by OSU_RUN_TIMEOUT (their missing sizes are not in the medians):" >&2
         column -t "$runs_out/stopped.tsv" >&2
     fi
+}
+
+busy_pid=""
+busy_start() {
+    case "$1" in
+        pinned) taskset -c 1 yes >/dev/null & busy_pid=$! ;;
+        free) yes >/dev/null & busy_pid=$! ;;
+        '') ;;
+        *) echo "--busy takes pinned or free, not '$1'" >&2; exit 2 ;;
+    esac
+}
+busy_stop() {
+    [ -z "$busy_pid" ] || { kill "$busy_pid" 2>/dev/null; wait "$busy_pid" 2>/dev/null || true; }
+    busy_pid=""
+}
+trap busy_stop EXIT
+
+option_sets() {
+    IFS=';' read -r -a option_sets <<<"$1"
 }
