@@ -181,11 +181,13 @@ pub fn init_with(config: DeviceConfig) -> Result<Universe> {
         .iter()
         .position(|&g| g == rank)
         .ok_or_else(|| Error::new(ErrorKind::Internal, "rank missing from its node"))?;
-    crate::settings::apply_idle_policy(ranks_on_host(&mut client, rank, size, &nodes)?)?;
+    let crowded =
+        crate::settings::apply_idle_policy(ranks_on_host(&mut client, rank, size, &nodes)?)?;
     let cfg = ShmConfig::for_ranks(local.len())?;
     let kvs = client.get_my_kvsname().map_err(pmi_err)?.to_string();
     let seg = node_segment(&mut client, &kvs, my_node, me, local.len(), cfg)?;
-    let shm = ShmTransport::new(seg, me, &local, size, cfg.eager_limit, std::process::id())?;
+    let mut shm = ShmTransport::new(seg, me, &local, size, cfg.eager_limit, std::process::id())?;
+    shm.set_host_crowded(crowded);
     let spans_nodes = local.len() != size as usize;
     let mut net: ProcessNetmod = process_netmod(&mut client, rank, size, spans_nodes)?;
     let watched = spans_nodes && client.watch_peers().map_err(pmi_err)?;

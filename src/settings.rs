@@ -120,8 +120,10 @@ fn yield_choice() -> Result<Option<u32>> {
 /// Sets after how many idle polls this process's waiting loops yield their core
 /// (`ch4_core::device::set_yield_after`): by `CH4_YIELD`, or with `auto` soon when the `ranks`
 /// that share this node's CPUs are more than the CPUs, and late otherwise; and how often they
-/// look for a peer on their own CPU (`ch4_core::device::set_cpu_mate_check`).
-pub(crate) fn apply_idle_policy(ranks: usize) -> Result<()> {
+/// look for a peer on their own CPU (`ch4_core::device::set_cpu_mate_check`). Returns whether
+/// the host has more ranks than CPUs, which the shared-memory layer also wants to know
+/// (`ShmTransport::set_host_crowded`).
+pub(crate) fn apply_idle_policy(ranks: usize) -> Result<bool> {
     let cpus = node_cpus();
     let choice = yield_choice()?;
     let polls = yield_after(choice, ranks, cpus);
@@ -143,7 +145,7 @@ pub(crate) fn apply_idle_policy(ranks: usize) -> Result<()> {
         tight_spin = tight,
         "idle policy"
     );
-    Ok(())
+    Ok(ranks > cpus)
 }
 
 /// The idle policy this process set at start-up, for the summary's `CH4_YIELD` line.

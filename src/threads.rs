@@ -79,7 +79,8 @@ impl Threads {
     }
 
     /// Whether the shared-memory layer moves large messages with one copy (CMA reads of the
-    /// sender's buffer) or streams them through the rings; overrides `CH4_SHM_CMA`.
+    /// sender's buffer, by the size rules however many ranks share the CPUs) or streams them
+    /// through the rings; overrides `CH4_SHM_CMA`.
     pub fn shm_single_copy(mut self, enabled: bool) -> Threads {
         self.single_copy = Some(enabled);
         self
@@ -154,7 +155,7 @@ impl Threads {
         })?;
         let n = self.ranks;
         // The ranks are this process's threads: they all share its CPUs.
-        crate::settings::apply_idle_policy(n as usize)?;
+        let host_crowded = crate::settings::apply_idle_policy(n as usize)?;
         let device = match self.device_config {
             Some(c) => c,
             None => DeviceConfig::from_env()?,
@@ -168,6 +169,7 @@ impl Threads {
             single_copy: self.single_copy,
             shm_geometry: self.shm_geometry,
             ring_record_max: self.ring_record_max,
+            host_crowded,
             first_failure: Mutex::new(None),
         };
         let job = &job;
@@ -499,6 +501,8 @@ pub struct ThreadJob {
     single_copy: Option<bool>,
     shm_geometry: Option<Geometry>,
     ring_record_max: Option<usize>,
+    /// More ranks (this process's threads) than CPUs.
+    host_crowded: bool,
     first_failure: Mutex<Option<Error>>,
 }
 
@@ -567,6 +571,7 @@ impl ThreadShm for ShmTransport {
         let ranks = job.fabric.config().ranks;
         let eager = job.eager_limit.unwrap_or(cfg.eager_limit);
         let mut t = ShmTransport::new(seg, me, &local, ranks, eager, 0)?;
+        t.set_host_crowded(job.host_crowded);
         if let Some(bytes) = job.max_payload {
             t.limit_payload(bytes);
         }

@@ -264,7 +264,10 @@ proptest! {
     #[test]
     fn non_overtaking_over_shm(case in case()) {
         check(&case, |c, t| {
-            common::small(2).ranks_per_node(2).run(|ctx| exchange(ctx, c, t))
+            common::small(2)
+                .ranks_per_node(2)
+                .shm_single_copy(true)
+                .run(|ctx| exchange(ctx, c, t))
         })?;
     }
 

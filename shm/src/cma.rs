@@ -13,11 +13,31 @@
 
 use ch4_core::{Error, ErrorKind};
 
+/// When a receiver reads an offered buffer rather than have it streamed (`CH4_SHM_CMA`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadWhen {
+    /// By the size rules below, always (`CH4_SHM_CMA=on`).
+    Always,
+    /// By the size rules only while the host has more ranks than CPUs (`auto`, the default).
+    /// A read moves a message with two handoffs between the ranks (request-to-send with the
+    /// address, done) where streaming takes three or more (request, clear-to-send, pieces), and
+    /// on a crowded host a handoff may wait for a context switch: osu_multi_lat at 64 KiB with
+    /// four ranks on this project's 2 cores, host in its slow mode, 10.2 µs read against 14.6
+    /// streamed. With a CPU for every rank the two cores copying at once win at every size:
+    /// osu_latency 64 / 128 / 256 KiB 0.74 / 0.65 / 0.57x the read's time in the slow mode,
+    /// 0.29-0.34x in the fast one, 0.57-0.70x with a busy process on one rank's core, and
+    /// osu_bibw at 512 KiB-4 MiB 1.04-1.21x the both-ways read's bandwidth (10 interleaved
+    /// rounds).
+    Crowded,
+}
+
 /// Whether single-copy reads are used, and from which message size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CmaConfig {
     /// Off when `CH4_SHM_CMA=0` (or `off`), or after the kernel refused a read.
     pub enabled: bool,
+    /// When reads are chosen over streaming.
+    pub read_when: ReadWhen,
     /// Rendezvous messages of at least this many bytes are offered for a single-copy read.
     pub threshold: usize,
     /// ... and, for a lone message, of at most this many: longer ones stream faster through
@@ -30,11 +50,12 @@ pub struct CmaConfig {
 /// rendezvous message (they start at the eager limit, 32 KiB).
 pub const DEFAULT_THRESHOLD: usize = 0;
 
-/// Default for [`CmaConfig::max`] (`CH4_SHM_CMA_MAX` overrides it), by measurement on this
-/// project's 2-core host (osu_latency, 5 interleaved runs, medians, single copy / streamed):
-/// 64 KiB 0.72, 128 KiB 0.85, 256 KiB 0.88, 512 KiB 1.03, 1 MiB 1.21, 4 MiB 1.87. Past a few
-/// hundred KiB the streamed pipeline wins: sender and receiver copy at the same time, while a
-/// cross-memory read is one core copying, pinning the sender's pages as it goes.
+/// Default for [`CmaConfig::max`] (`CH4_SHM_CMA_MAX` overrides it), by measurement on the
+/// project's earlier 2-core host (osu_latency, 5 interleaved runs, medians, single copy /
+/// streamed): 64 KiB 0.72, 128 KiB 0.85, 256 KiB 0.88, 512 KiB 1.03, 1 MiB 1.21, 4 MiB 1.87.
+/// Past a few hundred KiB the streamed pipeline wins: sender and receiver copy at the same
+/// time, while a cross-memory read is one core copying, pinning the sender's pages as it goes.
+/// On today's host streaming wins below it too, unless ranks outnumber CPUs ([`ReadWhen`]).
 pub const DEFAULT_MAX: usize = 256 << 10;
 
 /// From this size a message is read rather than streamed while the receiving rank is itself
@@ -46,18 +67,40 @@ pub const DEFAULT_MAX: usize = 256 << 10;
 pub const BOTH_WAYS_MIN: usize = 512 << 10;
 
 impl CmaConfig {
-    /// From `CH4_SHM_CMA` (on unless switched off), `CH4_SHM_CMA_THRESHOLD` and
-    /// `CH4_SHM_CMA_MAX` (bytes); a value that does not parse is an error.
+    /// From `CH4_SHM_CMA` (`auto` unless set: see [`ReadWhen`]; `on`, or `off`),
+    /// `CH4_SHM_CMA_THRESHOLD` and `CH4_SHM_CMA_MAX` (bytes); a value that does not parse is an
+    /// error.
     pub fn from_env() -> ch4_core::Result<CmaConfig> {
-        let enabled = ch4_core::env::switch("CH4_SHM_CMA")?.unwrap_or(true);
+        let (enabled, read_when) = read_setting(ch4_core::env::raw(READ_VAR)?.as_deref())?;
         let bytes = |name: &str, default: usize| -> ch4_core::Result<usize> {
             Ok(ch4_core::env::bytes(name)?.unwrap_or(default))
         };
         Ok(CmaConfig {
             enabled: enabled && cfg!(target_os = "linux"),
+            read_when,
             threshold: bytes("CH4_SHM_CMA_THRESHOLD", DEFAULT_THRESHOLD)?,
             max: bytes("CH4_SHM_CMA_MAX", DEFAULT_MAX)?,
         })
+    }
+}
+
+/// The variable that switches single-copy reads.
+const READ_VAR: &str = "CH4_SHM_CMA";
+
+/// `CH4_SHM_CMA`'s value (unset: `auto`) as (reads possible, when they are chosen).
+fn read_setting(value: Option<&str>) -> ch4_core::Result<(bool, ReadWhen)> {
+    let Some(v) = value else {
+        return Ok((true, ReadWhen::Crowded));
+    };
+    match v.trim().to_ascii_lowercase().as_str() {
+        "auto" => Ok((true, ReadWhen::Crowded)),
+        "1" | "on" | "yes" | "true" => Ok((true, ReadWhen::Always)),
+        "0" | "off" | "no" | "false" => Ok((false, ReadWhen::Always)),
+        _ => Err(ch4_core::env::bad(
+            READ_VAR,
+            v,
+            "auto, on or off (1/0, yes/no, true/false)",
+        )),
     }
 }
 
@@ -127,6 +170,20 @@ pub(crate) fn gone(pid: u32) -> Error {
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_are_chosen_on_a_crowded_host_by_default_and_always_when_switched_on() {
+        assert_eq!(read_setting(None).unwrap(), (true, ReadWhen::Crowded));
+        assert_eq!(
+            read_setting(Some(" Auto ")).unwrap(),
+            (true, ReadWhen::Crowded)
+        );
+        assert_eq!(read_setting(Some("on")).unwrap(), (true, ReadWhen::Always));
+        assert_eq!(read_setting(Some("1")).unwrap(), (true, ReadWhen::Always));
+        assert!(!read_setting(Some("off")).unwrap().0);
+        let e = read_setting(Some("maybe")).unwrap_err();
+        assert!(e.to_string().contains("CH4_SHM_CMA"), "{e}");
+    }
 
     #[test]
     fn reads_own_memory_and_refuses_bad_addresses() {

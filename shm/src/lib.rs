@@ -62,8 +62,8 @@ pub const SETTINGS: &[Setting] = &[
     ),
     Setting::new(
         "CH4_SHM_CMA",
-        "on",
-        "single-copy rendezvous through Linux CMA (process_vm_readv); off at the first EPERM",
+        "auto",
+        "single-copy rendezvous through Linux CMA (process_vm_readv): auto reads only while the host has more ranks than CPUs (else streaming wins here), on reads by the size rules always, off never; off at the first EPERM",
     ),
     Setting::new(
         "CH4_SHM_CMA_THRESHOLD",

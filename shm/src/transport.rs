@@ -26,7 +26,7 @@ use ch4_core::transport::{AmSink, AmTransport, HandlerId, PeerRead, PeerState, S
 use ch4_core::{Error, ErrorKind, Gpid, Result};
 
 use crate::cells::{CellReceiver, CellSendError, CellSender, CELL_HEADER, MAX_CELLS_PER_RANK};
-use crate::cma::{self, CmaConfig, ReadFailure};
+use crate::cma::{self, CmaConfig, ReadFailure, ReadWhen};
 use crate::ring::{max_record_body, Consumer, Producer, PushError, MAX_CAPACITY};
 use crate::segment::{Geometry, Segment};
 
@@ -161,6 +161,8 @@ pub struct ShmTransport {
     ring_record_max: usize,
     /// Single-copy reads for large messages (LMT Get through CMA).
     cma: CmaConfig,
+    /// More ranks than CPUs on this host (set by the facade at start-up; see `ReadWhen`).
+    host_crowded: bool,
     /// When this rank last moved off a CPU it shared with its peer (`Shm::move_off_cpu`).
     last_move: Option<std::time::Instant>,
 }
@@ -233,6 +235,7 @@ impl ShmTransport {
             max_payload,
             ring_record_max: usize::MAX,
             cma,
+            host_crowded: false,
             last_move: None,
             seg,
         };
@@ -263,9 +266,18 @@ impl ShmTransport {
         self.eager_limit = self.eager_limit.min(self.max_payload);
     }
 
-    /// Turns single-copy reads (CMA) on or off for this rank, whatever the environment says.
+    /// Turns single-copy reads (CMA) on or off for this rank, whatever the environment says:
+    /// on means by the size rules however many ranks share the CPUs (`CH4_SHM_CMA=on`).
     pub fn set_cma(&mut self, enabled: bool) {
         self.cma.enabled = enabled && cfg!(target_os = "linux");
+        self.cma.read_when = ReadWhen::Always;
+    }
+
+    /// Tells the transport whether this host has more ranks than CPUs; under
+    /// `CH4_SHM_CMA=auto` only then are offered buffers read rather than streamed
+    /// ([`ReadWhen::Crowded`]).
+    pub fn set_host_crowded(&mut self, crowded: bool) {
+        self.host_crowded = crowded;
     }
 
     /// Whether this rank currently offers and performs single-copy reads.
@@ -533,7 +545,15 @@ impl AmTransport for ShmTransport {
 
     fn settings(&self) -> Vec<(&'static str, String)> {
         let g = self.seg.geometry();
-        let cma = if self.cma.enabled { "on" } else { "off" };
+        let cma = match (self.cma.enabled, self.cma.read_when) {
+            (false, _) => "off".to_string(),
+            (true, ReadWhen::Always) => "on".to_string(),
+            (true, ReadWhen::Crowded) => format!(
+                "auto: {} (the host has {} ranks than CPUs)",
+                if self.host_crowded { "read" } else { "stream" },
+                if self.host_crowded { "more" } else { "no more" }
+            ),
+        };
         vec![
             ("CH4_SHM_EAGER_LIMIT", self.eager_limit.to_string()),
             ("CH4_SHM_RING_SIZE", g.ring_capacity.to_string()),
@@ -541,7 +561,7 @@ impl AmTransport for ShmTransport {
             ("CH4_SHM_CELL_SIZE", g.cell_size.to_string()),
             ("CH4_SHM_CELLS", g.cells_per_rank.to_string()),
             ("CH4_SHM_PIECE_SIZE", self.max_payload.to_string()),
-            ("CH4_SHM_CMA", cma.to_string()),
+            ("CH4_SHM_CMA", cma),
             ("CH4_SHM_CMA_THRESHOLD", self.cma.threshold.to_string()),
             ("CH4_SHM_CMA_MAX", self.cma.max.to_string()),
         ]
@@ -577,6 +597,7 @@ impl AmTransport for ShmTransport {
     #[inline(always)]
     fn read_pays(&self, bytes: usize, both_ways: bool) -> bool {
         self.cma.enabled
+            && (self.host_crowded || self.cma.read_when == ReadWhen::Always)
             && bytes >= self.cma.threshold
             && if both_ways {
                 bytes >= cma::BOTH_WAYS_MIN
@@ -767,7 +788,9 @@ mod tests {
     fn pair() -> (Dev, Dev, Arc<Segment>) {
         let seg = Arc::new(Segment::anonymous(2, Geometry::with_ring(1 << 14)).unwrap());
         let h = Harness::build(2, DeviceConfig::default(), |me| {
-            let t = ShmTransport::new(seg.clone(), me as usize, &[0, 1], 2, 1024, 0)?;
+            let mut t = ShmTransport::new(seg.clone(), me as usize, &[0, 1], 2, 1024, 0)?;
+            // Reads by the size rules, as on a crowded host, so that they take part.
+            t.set_cma(true);
             Ok((NoNetmod, t))
         })
         .unwrap();
@@ -851,6 +874,37 @@ mod tests {
         seg.publish_cpu(0, cpu + 1);
         assert!(!b.shm_mut().peer_shares_cpu(None));
         drop(a);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn offered_buffers_are_read_on_a_crowded_host_or_when_reads_are_on() {
+        let seg = Arc::new(Segment::anonymous(2, Geometry::with_ring(1 << 14)).unwrap());
+        let mut t = ShmTransport::new(seg, 0, &[0, 1], 2, 1024, 0).unwrap();
+        t.cma = CmaConfig {
+            enabled: true,
+            read_when: ReadWhen::Crowded,
+            threshold: 0,
+            max: 256 << 10,
+        };
+        // A CPU for every rank: everything streams, lone or both ways.
+        assert!(!t.read_pays(64 << 10, false));
+        assert!(!t.read_pays(1 << 20, true));
+        // More ranks than CPUs: the size rules decide.
+        t.set_host_crowded(true);
+        assert!(t.read_pays(64 << 10, false));
+        assert!(t.read_pays(1 << 20, true));
+        assert!(
+            !t.read_pays(1 << 20, false),
+            "a lone message past the cap streams"
+        );
+        assert!(!t.read_pays(256 << 10, true), "both ways only from 512 KiB");
+        // Switched on: the size rules decide whatever the CPUs.
+        t.set_host_crowded(false);
+        t.set_cma(true);
+        assert!(t.read_pays(64 << 10, false));
+        t.set_cma(false);
+        assert!(!t.read_pays(64 << 10, false));
     }
 
     #[test]

@@ -135,6 +135,8 @@ fn large_messages_by_single_copy_and_by_stream_when_the_receiver_declines() {
 #[test]
 fn a_single_copy_read_truncates_at_the_receive_buffer() {
     let mut h = pair();
+    h[0].shm_mut().set_cma(true);
+    h[1].shm_mut().set_cma(true);
     let (st, got, msg) = transfer(&mut h, 100_000, 70_000);
     assert_eq!(st.error, Some(ErrorKind::Truncate));
     assert_eq!(st.bytes, 70_000);

@@ -1,7 +1,7 @@
 //! Shared harness: run one SPMD test body over every route configuration of the device.
 //!
 //! - `shm`: all ranks on one node, everything through the shared-memory layer (rendezvous data
-//!   read with one copy, CMA);
+//!   read with one copy, CMA, however many CPUs the host has);
 //! - `shm_streamed`: the same with single-copy reads off, so rendezvous data streams through
 //!   the rings;
 //! - `shm_crowded`: the same set up like a crowded node, scaled down — 4 KiB rings that take
@@ -57,6 +57,7 @@ macro_rules! on_all_routes {
             fn shm() {
                 common::small($ranks)
                     .ranks_per_node($ranks)
+                    .shm_single_copy(true)
                     .run(|ctx| $body(ctx))
                     .unwrap();
             }
