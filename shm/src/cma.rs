@@ -26,7 +26,7 @@ pub enum ReadWhen {
     /// streamed. With a CPU for every rank the two cores copying at once win at every size:
     /// osu_latency 64 / 128 / 256 KiB 0.74 / 0.65 / 0.57x the read's time in the slow mode,
     /// 0.29-0.34x in the fast one, 0.57-0.70x with a busy process on one rank's core, and
-    /// osu_bibw at 512 KiB-4 MiB 1.04-1.21x the both-ways read's bandwidth (10 interleaved
+    /// osu_bibw at 512 KiB-4 MiB 1.03-1.24x the both-ways read's bandwidth (10 interleaved
     /// rounds).
     Crowded,
 }
