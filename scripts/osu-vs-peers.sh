@@ -189,7 +189,6 @@ run() {
     option_sets "$sets"
     for set in "${option_sets[@]}"; do
         read -r -a args <<<"$set"
-        [ ${#args[@]} -ne 0 ] || continue
         busy_start "$busy"
         status=0
         case "$impl" in

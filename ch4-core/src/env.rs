@@ -55,10 +55,18 @@ pub fn switch(name: &str) -> Result<Option<bool>> {
     let Some(v) = raw(name)? else {
         return Ok(None);
     };
-    match v.trim().to_ascii_lowercase().as_str() {
-        "1" | "on" | "yes" | "true" => Ok(Some(true)),
-        "0" | "off" | "no" | "false" => Ok(Some(false)),
-        _ => Err(bad(name, &v, "on or off (1/0, yes/no, true/false)")),
+    parse_switch(&v)
+        .map(Some)
+        .ok_or_else(|| bad(name, &v, "on or off (1/0, yes/no, true/false)"))
+}
+
+/// An on/off value as [`switch`] reads it (`1`/`on`/`yes`/`true`, `0`/`off`/`no`/`false`, any
+/// case, spaces around ignored): for a setting that takes other words as well.
+pub fn parse_switch(value: &str) -> Option<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "on" | "yes" | "true" => Some(true),
+        "0" | "off" | "no" | "false" => Some(false),
+        _ => None,
     }
 }
 

@@ -607,10 +607,11 @@ impl Worker {
             }
             dropped += 1;
             let param = ucp_request_param_t::default();
-            // SAFETY: `msg` was taken out of matching by the probe above and is received once;
-            // with a count of 0 UCX writes nothing (credit messages are empty, and a longer
-            // one would be truncated, of which UCX 1.13 delivers no data), so the buffer may
-            // be null.
+            // SAFETY: `msg` was taken out of matching by the probe above and is received once.
+            // A credit message is 4 bytes; received with a count of 0 it is truncated, and UCX
+            // checks the length before it copies anything (`ucp_request_recv_data_unpack`
+            // reports the truncation and writes no data), so the buffer may be null and no
+            // buffer has to outlive a request still in progress when it is freed below.
             let request = unsafe { ucp_tag_msg_recv_nbx(self.worker, null_mut(), 0, msg, &param) };
             if request.is_null() || ucs_ptr_is_err(request) {
                 continue;
@@ -653,13 +654,15 @@ mod tests {
     use std::ptr::null_mut;
     use ucx_sys::*;
 
-    /// Sends an empty message with `bits` from `from` to process `to` and drives both workers
-    /// until UCX is done with it.
-    fn send_empty(from: &mut Worker, to: &Worker, dest: u32, bits: u64) {
+    /// Sends `payload` with `bits` from `from` to process `to` and drives both workers until
+    /// UCX is done with it.
+    fn send(from: &mut Worker, to: &Worker, dest: u32, bits: u64, payload: &[u8]) {
         let ep = from.ep(dest).unwrap();
         let param = ucp_request_param_t::default();
-        // SAFETY: a live endpoint of `from`; an empty message reads no buffer.
-        let request = unsafe { ucp_tag_send_nbx(ep, null_mut(), 0, bits, &param) };
+        // SAFETY: a live endpoint of `from`; `payload` outlives the send, which completes
+        // before this returns.
+        let request =
+            unsafe { ucp_tag_send_nbx(ep, payload.as_ptr().cast(), payload.len(), bits, &param) };
         assert!(!ucs_ptr_is_err(request));
         if !request.is_null() {
             // SAFETY: `request` is `from`'s live send request, freed once below.
@@ -688,7 +691,8 @@ mod tests {
         w0.learn(&cards);
         w1.learn(&cards);
         for _ in 0..6 {
-            send_empty(&mut w1, &w0, 0, tag::credit_tag(1));
+            // As the engine sends credit: the number of messages, 4 bytes.
+            send(&mut w1, &w0, 0, tag::credit_tag(1), &7u32.to_le_bytes());
         }
         let user = tag::send_tag(&ch4_core::Envelope {
             context: 0,
@@ -696,7 +700,7 @@ mod tests {
             tag: 5,
         })
         .unwrap();
-        send_empty(&mut w1, &w0, 0, user);
+        send(&mut w1, &w0, 0, user, &[]);
         for _ in 0..1000 {
             w0.progress();
             w1.progress();

@@ -12,8 +12,8 @@
 #                              one busy process for the length of a run: a spinning `yes`
 #                              pinned to rank 1's core (pinned) or left to the scheduler (free);
 #                              nothing when <how> is empty
-#   option_sets <sets>         splits a bench's options at ';' into the array option_sets: one
-#                              run each, one after the other
+#   option_sets <sets>         splits a bench's options at ';' into the array option_sets (blank
+#                              sets left out): one run each, one after the other
 #
 # Every run is stopped after OSU_RUN_TIMEOUT seconds (default 600; 0 = never): with more ranks
 # than cores, a library can fall into a way of waiting that takes tens of minutes for one run
@@ -80,5 +80,10 @@ busy_stop() {
 trap busy_stop EXIT
 
 option_sets() {
-    IFS=';' read -r -a option_sets <<<"$1"
+    local all set
+    IFS=';' read -r -a all <<<"$1"
+    option_sets=()
+    for set in "${all[@]}"; do
+        [ -z "${set// /}" ] || option_sets+=("$set")
+    done
 }

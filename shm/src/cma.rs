@@ -92,11 +92,12 @@ fn read_setting(value: Option<&str>) -> ch4_core::Result<(bool, ReadWhen)> {
     let Some(v) = value else {
         return Ok((true, ReadWhen::Crowded));
     };
-    match v.trim().to_ascii_lowercase().as_str() {
-        "auto" => Ok((true, ReadWhen::Crowded)),
-        "1" | "on" | "yes" | "true" => Ok((true, ReadWhen::Always)),
-        "0" | "off" | "no" | "false" => Ok((false, ReadWhen::Always)),
-        _ => Err(ch4_core::env::bad(
+    if v.trim().eq_ignore_ascii_case("auto") {
+        return Ok((true, ReadWhen::Crowded));
+    }
+    match ch4_core::env::parse_switch(v) {
+        Some(on) => Ok((on, ReadWhen::Always)),
+        None => Err(ch4_core::env::bad(
             READ_VAR,
             v,
             "auto, on or off (1/0, yes/no, true/false)",
