@@ -23,7 +23,8 @@ if [ "${1:-}" = latency ]; then
     cargo build --release -q -p pmi --bin ch4run
     cargo build --release -q -p ch4-mpi-abi
     cargo build --release -q -p ch4 --example osu_latency
-    osu=../shared/third_party/osu-micro-benchmarks-7.2/c
+    osu=${THIRD_PARTY_DIR:-../shared/third_party}/osu-micro-benchmarks-7.2/c
+    [ -d "$osu" ] || { echo "OSU 7.2's sources are not in $osu (set THIRD_PARTY_DIR to the folder holding osu-micro-benchmarks-7.2)" >&2; exit 1; }
     out=target/c-abi-overhead
     mkdir -p "$out"
     flags=(-O2 -DFIELD_WIDTH=18 -DFLOAT_PRECISION=4 -I "$osu/util")

@@ -77,7 +77,8 @@ fi
 cargo build --release -q -p pmi --bin ch4run
 cargo build --release -q -p ch4-mpi-abi
 cargo build --release -q -p osu-plot
-osu=../shared/third_party/osu-micro-benchmarks-7.2/c
+osu=${THIRD_PARTY_DIR:-../shared/third_party}/osu-micro-benchmarks-7.2/c
+[ -d "$osu" ] || { echo "OSU 7.2's sources are not in $osu (set THIRD_PARTY_DIR to the folder holding osu-micro-benchmarks-7.2)" >&2; exit 1; }
 # One build directory per compiler: the standard-ABI binaries (ch4 and MPICH 5 run the same
 # ones), Debian's MPICH, Debian's Open MPI.
 bindir() {

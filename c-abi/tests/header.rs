@@ -86,7 +86,7 @@ fn every_constant_of_our_header_has_mpich_5s_value() {
                 .arg(&cpp),
         );
     }
-    let Some(mpich) = common::mpich5() else {
+    let Some(mpich) = common::mpich5("header: our constants against MPICH 5's mpi_abi.h") else {
         return;
     };
     let theirs = std::fs::read_to_string(mpich.join("include/mpi_abi.h")).unwrap();

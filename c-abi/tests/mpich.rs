@@ -1,18 +1,15 @@
-//! MPICH's own point-to-point test programs (`../shared/third_party/mpich-test-pt2pt`,
-//! unmodified), built with `c-abi/bin/mpicc` and our MTest harness (`c-abi/mtest`), each run
+//! MPICH's own point-to-point test programs (`mpich-test-pt2pt` of the third-party folder,
+//! `$THIRD_PARTY_DIR`, by default `../shared/third_party`; unmodified), built with `c-abi/bin/mpicc` and our MTest harness (`c-abi/mtest`), each run
 //! under `ch4run` with the process count and arguments of its `testlist` line. A program
 //! passes when it prints ` No Errors` and exits 0. Every case must pass except those MPICH
-//! itself marks `xfail`, which are run and reported.
+//! itself marks `xfail`, which are run and reported. Without the programs the test is skipped,
+//! and says so.
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
-
-fn tests_dir() -> PathBuf {
-    common::root().join("../shared/third_party/mpich-test-pt2pt")
-}
 
 /// One `testlist` line: program, processes, arguments, whether MPICH expects it to fail.
 struct Case {
@@ -22,8 +19,8 @@ struct Case {
     xfail: bool,
 }
 
-fn cases() -> Vec<Case> {
-    let list = std::fs::read_to_string(tests_dir().join("testlist")).expect("the testlist");
+fn cases(sources: &Path) -> Vec<Case> {
+    let list = std::fs::read_to_string(sources.join("testlist")).expect("the testlist");
     list.lines()
         .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
         .map(|l| {
@@ -49,7 +46,7 @@ fn cases() -> Vec<Case> {
 }
 
 /// Builds the harness and every program of the testlist into `target/<profile>/mpi-abi-test/mpich`.
-fn build() -> PathBuf {
+fn build(sources: &Path) -> PathBuf {
     let lib = common::built();
     let dir = common::bin_dir().join("mpi-abi-test/mpich");
     std::fs::create_dir_all(&dir).unwrap();
@@ -64,7 +61,7 @@ fn build() -> PathBuf {
             .arg(&harness),
     );
     let mut built = std::collections::BTreeSet::new();
-    for c in cases() {
+    for c in cases(sources) {
         if !built.insert(c.program.clone()) {
             continue;
         }
@@ -74,7 +71,7 @@ fn build() -> PathBuf {
                 .arg(format!("-I{}", mtest.display()))
                 .arg("-o")
                 .arg(dir.join(&c.program))
-                .arg(tests_dir().join(format!("{}.c", c.program)))
+                .arg(sources.join(format!("{}.c", c.program)))
                 .arg(&harness),
         );
     }
@@ -82,7 +79,7 @@ fn build() -> PathBuf {
 }
 
 /// Runs one case; whether it printed " No Errors" and exited 0, and its output.
-fn run(dir: &std::path::Path, c: &Case) -> (bool, String) {
+fn run(dir: &Path, c: &Case) -> (bool, String) {
     let mut child = Command::new(common::ch4run())
         .args(["-n", &c.ranks.to_string()])
         .arg(dir.join(&c.program))
@@ -115,10 +112,14 @@ fn run(dir: &std::path::Path, c: &Case) -> (bool, String) {
 
 #[test]
 fn every_mpich_pt2pt_test_prints_no_errors() {
-    let dir = build();
+    let test = "mpich: every_mpich_pt2pt_test_prints_no_errors";
+    let Some(sources) = common::third_party("mpich-test-pt2pt", test) else {
+        return;
+    };
+    let dir = build(&sources);
     let mut failed = Vec::new();
     let mut report = Vec::new();
-    for c in cases() {
+    for c in cases(&sources) {
         let (passed, out) = run(&dir, &c);
         let name = format!("{} -n {} {}", c.program, c.ranks, c.args.join(" "));
         report.push(format!(

@@ -1,8 +1,9 @@
-//! The real OSU 7.2 programs (`../shared/third_party/osu-micro-benchmarks-7.2`, unmodified)
-//! built with `c-abi/bin/mpicc` and run under `ch4run` with OSU's own data validation (`-c`):
-//! point-to-point, persistent, the blocking collectives, start-up. Then the ABI both ways, when
-//! MPICH 5 is installed: the OSU binary built by MPICH's `mpicc_abi` runs on ch4's library,
-//! and ours on MPICH's (under MPICH's Hydra).
+//! The real OSU 7.2 programs (`osu-micro-benchmarks-7.2` of the third-party folder, unmodified:
+//! `$THIRD_PARTY_DIR`, by default `../shared/third_party`) built with `c-abi/bin/mpicc` and run
+//! under `ch4run` with OSU's own data validation (`-c`): point-to-point, persistent, the
+//! blocking collectives, start-up. Then the ABI both ways, when MPICH 5 is installed: the OSU
+//! binary built by MPICH's `mpicc_abi` runs on ch4's library, and ours on MPICH's (under
+//! MPICH's Hydra). Without the OSU sources every case is skipped, and says so.
 
 mod common;
 
@@ -10,8 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-fn osu_dir() -> PathBuf {
-    common::root().join("../shared/third_party/osu-micro-benchmarks-7.2/c")
+/// OSU's C sources, or `None` (the skip noted under `test`'s name) when they are absent.
+fn osu_dir(test: &str) -> Option<PathBuf> {
+    common::third_party("osu-micro-benchmarks-7.2", test).map(|d| d.join("c"))
 }
 
 const UTIL: [&str; 5] = [
@@ -22,25 +24,25 @@ const UTIL: [&str; 5] = [
     "osu_util_papi.c",
 ];
 
-/// The compiler flags OSU's build uses (`../shared/third_party/README.md`).
-fn flags() -> Vec<String> {
+/// The compiler flags OSU's build uses (the third-party folder's README).
+fn flags(osu: &Path) -> Vec<String> {
     vec![
         "-O2".into(),
         "-DFIELD_WIDTH=18".into(),
         "-DFLOAT_PRECISION=2".into(),
-        format!("-I{}", osu_dir().join("util").display()),
+        format!("-I{}", osu.join("util").display()),
     ]
 }
 
 /// OSU's util compiled once with `cc` (our header) into `dir`; the object files.
-fn util_objects(cc: &mut dyn FnMut() -> Command, dir: &Path) -> Vec<PathBuf> {
+fn util_objects(osu: &Path, cc: &mut dyn FnMut() -> Command, dir: &Path) -> Vec<PathBuf> {
     UTIL.iter()
         .map(|u| {
             let obj = dir.join(u.replace(".c", ".o"));
             common::run_ok(
-                cc().args(flags())
+                cc().args(flags(osu))
                     .arg("-c")
-                    .arg(osu_dir().join("util").join(u))
+                    .arg(osu.join("util").join(u))
                     .arg("-o")
                     .arg(&obj),
             );
@@ -50,20 +52,20 @@ fn util_objects(cc: &mut dyn FnMut() -> Command, dir: &Path) -> Vec<PathBuf> {
 }
 
 /// The OSU programs built with our wrapper, in `target/<profile>/mpi-abi-test/osu`.
-fn ours() -> &'static (PathBuf, PathBuf) {
+fn ours(osu: &Path) -> &'static (PathBuf, PathBuf) {
     static BUILT: OnceLock<(PathBuf, PathBuf)> = OnceLock::new();
     BUILT.get_or_init(|| {
         let lib = common::built();
         let dir = common::bin_dir().join("mpi-abi-test/osu");
         std::fs::create_dir_all(&dir).unwrap();
-        let objs = util_objects(&mut || common::mpicc(&lib), &dir);
+        let objs = util_objects(osu, &mut || common::mpicc(&lib), &dir);
         for (sub, name) in PROGRAMS {
             common::run_ok(
                 common::mpicc(&lib)
-                    .args(flags())
+                    .args(flags(osu))
                     .arg("-o")
                     .arg(dir.join(name))
-                    .arg(osu_dir().join("mpi").join(sub).join(format!("{name}.c")))
+                    .arg(osu.join("mpi").join(sub).join(format!("{name}.c")))
                     .args(&objs)
                     .args(["-lm", "-lpthread"]),
             );
@@ -90,8 +92,8 @@ const PROGRAMS: [(&str, &str); 13] = [
 
 /// Runs `program` as `ranks` processes under ch4run with OSU's validation on small sizes;
 /// every size must pass and none fail.
-fn validated(program: &str, ranks: u32) {
-    let (dir, _) = ours();
+fn validated(osu: &Path, program: &str, ranks: u32) {
+    let (dir, _) = ours(osu);
     let out = common::run_ok(
         Command::new(common::ch4run())
             .args(["-n", &ranks.to_string()])
@@ -105,20 +107,29 @@ fn validated(program: &str, ranks: u32) {
 
 #[test]
 fn point_to_point_programs_pass_their_validation() {
+    let Some(osu) = osu_dir("osu: point_to_point_programs_pass_their_validation") else {
+        return;
+    };
     for p in ["osu_latency", "osu_bw", "osu_bibw", "osu_mbw_mr"] {
-        validated(p, 2);
+        validated(&osu, p, 2);
     }
 }
 
 #[test]
 fn persistent_programs_pass_their_validation() {
+    let Some(osu) = osu_dir("osu: persistent_programs_pass_their_validation") else {
+        return;
+    };
     for p in ["osu_latency_persistent", "osu_bw_persistent"] {
-        validated(p, 2);
+        validated(&osu, p, 2);
     }
 }
 
 #[test]
 fn collective_programs_pass_their_validation() {
+    let Some(osu) = osu_dir("osu: collective_programs_pass_their_validation") else {
+        return;
+    };
     for p in [
         "osu_allreduce",
         "osu_bcast",
@@ -127,13 +138,16 @@ fn collective_programs_pass_their_validation() {
         "osu_alltoallv",
         "osu_reduce_scatter",
     ] {
-        validated(p, 3);
+        validated(&osu, p, 3);
     }
 }
 
 #[test]
 fn hello_runs_and_prints_the_job_size() {
-    let (dir, _) = ours();
+    let Some(osu) = osu_dir("osu: hello_runs_and_prints_the_job_size") else {
+        return;
+    };
+    let (dir, _) = ours(&osu);
     let out = common::run_ok(
         Command::new(common::ch4run())
             .args(["-n", "3"])
@@ -145,21 +159,29 @@ fn hello_runs_and_prints_the_job_size() {
 /// The ABI both ways: the very same OSU binary on the other library.
 #[test]
 fn one_binary_runs_on_both_libraries() {
-    let Some(mpich) = common::mpich5() else {
+    let test = "osu: one_binary_runs_on_both_libraries";
+    let Some(osu) = osu_dir(test) else {
         return;
     };
-    let (dir, lib) = ours();
+    let Some(mpich) = common::mpich5(test) else {
+        return;
+    };
+    let (dir, lib) = ours(&osu);
     // MPICH's build of osu_latency, run on ch4's library.
     let theirs = dir.join("mpich-built");
     std::fs::create_dir_all(&theirs).unwrap();
-    let objs = util_objects(&mut || Command::new(mpich.join("bin/mpicc_abi")), &theirs);
+    let objs = util_objects(
+        &osu,
+        &mut || Command::new(mpich.join("bin/mpicc_abi")),
+        &theirs,
+    );
     let exe = theirs.join("osu_latency");
     common::run_ok(
         Command::new(mpich.join("bin/mpicc_abi"))
-            .args(flags())
+            .args(flags(&osu))
             .arg("-o")
             .arg(&exe)
-            .arg(osu_dir().join("mpi/pt2pt/standard/osu_latency.c"))
+            .arg(osu.join("mpi/pt2pt/standard/osu_latency.c"))
             .args(&objs)
             .arg("-lm"),
     );

@@ -1,5 +1,5 @@
 //! What the C tests share: building the library and the launcher, compiling C programs with
-//! the wrapper, finding MPICH 5's ABI build when it is installed.
+//! the wrapper, finding the third-party programs and MPICH 5's ABI build when they are there.
 
 // Each test crate uses part of this module.
 #![allow(dead_code)]
@@ -80,17 +80,68 @@ pub fn mpicc(lib_dir: &Path) -> Command {
     cmd
 }
 
+/// The variable that names the folder of third-party programs (OSU, MPICH's tests, HPCG).
+pub const THIRD_PARTY_VAR: &str = "THIRD_PARTY_DIR";
+
+/// Where the third-party programs are looked for: `$THIRD_PARTY_DIR`, else
+/// `../shared/third_party` beside the workspace (where CI puts them). They are not part of the
+/// repository (their licences are their own), so a clone of the project alone has none.
+pub fn third_party_dir() -> PathBuf {
+    match std::env::var_os(THIRD_PARTY_VAR) {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => root().join("../shared/third_party"),
+    }
+}
+
+/// The third-party program folder `name` (e.g. `osu-micro-benchmarks-7.2`), or `None` when it
+/// is absent: then `test` is skipped, and the skip is said on standard error and appended to
+/// `target/skipped-tests.txt`, which `scripts/test.sh` prints once at its end, so that a
+/// missing folder is never a silent pass.
+pub fn third_party(name: &str, test: &str) -> Option<PathBuf> {
+    let dir = third_party_dir().join(name);
+    if dir.is_dir() {
+        return Some(dir);
+    }
+    skipped(
+        test,
+        &format!(
+            "{} not found (set {THIRD_PARTY_VAR} to the folder that holds {name}; \
+             default ../shared/third_party beside the project)",
+            dir.display()
+        ),
+    );
+    None
+}
+
+/// Notes that `test` was skipped and why, on standard error and in `target/skipped-tests.txt`.
+pub fn skipped(test: &str, why: &str) {
+    use std::io::Write;
+    let line = format!("skipped: {test}: {why}");
+    eprintln!("{line}");
+    // target/<profile>/ → target/
+    if let Some(target) = bin_dir().parent() {
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(target.join("skipped-tests.txt"))
+        {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+}
+
 /// MPICH 5's ABI build (`bin/mpicc_abi`, `lib/libmpi_abi.so.1`, `include/mpi_abi.h`, Hydra's
 /// `bin/mpiexec`), where `scripts/test.sh` installs it; `None` (with a note) when it is not
 /// there.
-pub fn mpich5() -> Option<PathBuf> {
+pub fn mpich5(test: &str) -> Option<PathBuf> {
     let venv = root().join("target/mpich5-venv");
     if venv.join("bin/mpicc_abi").exists() && venv.join("include/mpi_abi.h").exists() {
         Some(venv)
     } else {
-        eprintln!(
-            "note: MPICH 5 is not installed in target/mpich5-venv (scripts/test.sh installs it: \
-             pip install mpich==5.0.2); its part of this test is skipped"
+        skipped(
+            test,
+            "MPICH 5 is not installed in target/mpich5-venv (scripts/test.sh installs it: \
+             pip install mpich==5.0.2)",
         );
         None
     }
