@@ -7,7 +7,8 @@
 # memory over its idle size, and the time, per implementation and configuration, one after
 # the other (A B C A B C ...) for `rounds` rounds.
 #
-#   ./scripts/flood-vs-peers.sh [--tcp] [rounds] [messages]      (default: 1 round, 1000000)
+#   ./scripts/flood-vs-peers.sh [--tcp] [--record LABEL] [rounds] [messages]
+#       (default: 1 round, 1000000)
 #
 # FLOOD_MODES picks the configurations (default "sleep reverse window").
 # A run that takes longer than FLOOD_TIMEOUT seconds (default 300) is stopped and reported as
@@ -16,14 +17,21 @@
 # --tcp: ch4 with every rank its own node (CH4_NODE_SIZE=1), MPICH over UCX's TCP transport
 # (UCX_TLS=tcp,self), Open MPI over its TCP BTL. Five ranks on this host's cores are
 # oversubscribed; every launcher is told so. Installs mpich, openmpi and libclang when missing
-# (root, Debian). Writes target/flood-vs-peers/results.tsv.
+# (root, Debian). Writes target/flood-vs-peers/results.tsv and the table as summary.txt;
+# --record LABEL keeps them in docs/results/flow-control/<today>-LABEL/ (scripts/lib/record.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib/record.sh
+. scripts/lib/record.sh
 net=shm
-if [ "${1:-}" = --tcp ]; then
-    net=tcp
-    shift
-fi
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --tcp) net=tcp; shift ;;
+        --record) record_option "${2:-}"; shift 2 ;;
+        *) break ;;
+    esac
+done
+record_begin flow-control
 rounds="${1:-1}"
 messages="${2:-1000000}"
 
@@ -85,7 +93,7 @@ done
 
 # Per implementation and mode: the largest growth of a sender, the receiver's, the receiver's
 # time (medians over the rounds).
-python3 - "$tsv" <<'PY'
+python3 - "$tsv" <<'PY' | tee "$out/summary.txt"
 import csv, statistics, sys, collections
 rows = list(csv.DictReader(open(sys.argv[1]), delimiter="\t"))
 by = collections.defaultdict(lambda: collections.defaultdict(list))
@@ -105,3 +113,4 @@ for (mode, impl), d in sorted(by.items()):
     t = statistics.median(float(x["seconds"]) for x in d[True]) if d[True] else float("nan")
     print(f"{mode:8} {impl:8} {snd:19.1f} {rcv:14.1f} {t:11.2f}")
 PY
+record_end "$out"

@@ -11,9 +11,12 @@
 # rounds (ch4, MPICH 5, [MPICH 4, Open MPI,] ch4, ...), two processes on this host, medians with
 # the spread, ratios and charts in target/osu-c-vs-mpich/.
 #
-#   ./scripts/osu-c-vs-mpich.sh [--debian] [--busy pinned|free] [rounds] [bench...]
+#   ./scripts/osu-c-vs-mpich.sh [--debian] [--busy pinned|free] [--record LABEL] [rounds] [bench...]
 #   (default 3 rounds and latency bw bibw mbw_mr allreduce; any OSU blocking collective works
 #   too: bcast, gather, allgather, alltoall, reduce_scatter, ...)
+#
+# --record LABEL keeps the run in the results record: docs/results/c-library/<today>-LABEL/
+# (under-load/ with --busy), see scripts/lib/record.sh.
 #
 # --debian installs Debian's mpich and openmpi-bin with their -dev packages when missing and
 # running as root.
@@ -33,6 +36,8 @@
 # ch4): see scripts/lib/runs.sh. <out>/modes.tsv and <out>/stopped.tsv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib/record.sh
+. scripts/lib/record.sh
 rounds=3
 benches=()
 impls=(ch4 mpich5)
@@ -45,6 +50,10 @@ while [ $# -gt 0 ]; do
             busy="$2"
             shift
             ;;
+        --record)
+            record_option "${2:-}"
+            shift
+            ;;
         [0-9]*) rounds="$1" ;;
         *) benches+=("$1") ;;
     esac
@@ -55,6 +64,7 @@ case "$busy" in
     *) echo "--busy takes pinned or free, not '$busy'" >&2; exit 2 ;;
 esac
 [ ${#benches[@]} -gt 0 ] || benches=(latency bw bibw mbw_mr allreduce)
+if [ -z "$busy" ]; then record_begin c-library; else record_begin under-load; fi
 
 venv=target/mpich5-venv
 if [ ! -x "$venv/bin/mpicc_abi" ]; then
@@ -195,7 +205,8 @@ for round in $(seq "$rounds"); do
 done
 setup="the real OSU C programs (one binary on ch4 and MPICH 5), 2 processes, interleaved"
 [ -z "$busy" ] || setup="$setup, one busy process ($busy)"
-target/release/osu-plot --setup "$setup" "$tsv" "$out" || plot_status=$?
+target/release/osu-plot --setup "$setup" "$tsv" "$out" | tee "$out/summary.txt" || plot_status=$?
 # The modes and the stopped runs even when nothing was left to plot.
 runs_report
+record_end "$out"
 exit "${plot_status:-0}"

@@ -5,8 +5,12 @@
 # every round runs ch4, MPICH and Open MPI one after the other (A B C A B C ...), and the
 # results are medians over the rounds with the spread, and ratios of medians.
 #
-#   ./scripts/osu-vs-peers.sh [--tcp | --ofi | --ucx] [rounds] [bench...]
+#   ./scripts/osu-vs-peers.sh [--tcp | --ofi | --ucx] [--record LABEL] [rounds] [bench...]
 #       (default: 5 rounds; latency bw bibw mbw_mr)
+#
+# --record LABEL keeps the run in the results record: docs/results/<topic>/<today>-LABEL/
+# (topic shared-memory, tcp, ofi or ucx; under-load with --busy or --np), see
+# scripts/lib/record.sh.
 #
 # --tcp measures the network path instead of shared memory, two processes over loopback: ch4
 # with every rank its own node (CH4_NODE_SIZE=1: the TCP netmod), MPICH with UCX's TCP
@@ -38,7 +42,7 @@
 #
 # Writes target/osu-vs-peers/results.tsv (every run: bench, impl, size, value) and modes.tsv
 # (the host's mode around each round, see below), prints a table per bench with ch4/MPICH and
-# ch4/Open MPI, and draws target/osu-vs-peers/<bench>.png.
+# ch4/Open MPI (also into summary.txt), and draws target/osu-vs-peers/<bench>.png.
 # Installs what it needs when missing and running as root on Debian: mpich, openmpi, their
 # headers, libclang (the mpi crate's bindings), DejaVu fonts (the charts).
 # OSU_ARGS_<bench> (e.g. OSU_ARGS_latency="-m 0:1024") overrides a bench's options; several
@@ -48,6 +52,8 @@
 # each round is bracketed by a probe of the host's mode: see scripts/lib/runs.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib/record.sh
+. scripts/lib/record.sh
 net=shm
 busy=""
 np=2
@@ -58,6 +64,7 @@ while [ $# -gt 0 ]; do
         --ucx) net=ucx; shift ;;
         --busy) busy="$2"; shift 2 ;;
         --np) np="$2"; shift 2 ;;
+        --record) record_option "${2:-}"; shift 2 ;;
         *) break ;;
     esac
 done
@@ -66,6 +73,10 @@ case "$busy" in
     *) echo "--busy takes pinned or free, not '$busy'" >&2; exit 2 ;;
 esac
 cores=$(nproc)
+topic=shared-memory
+[ "$net" = shm ] || topic="$net"
+[ -z "$busy" ] && [ "$np" = 2 ] || topic=under-load
+record_begin "$topic"
 rounds="${1:-5}"
 shift || true
 benches=("$@")
@@ -223,7 +234,8 @@ done
 # The table (medians, spread, ratios) and one chart per bench.
 setup="$net, $np processes, interleaved"
 [ -z "$busy" ] || setup="$setup, one busy process ($busy)"
-target/release/osu-plot --setup "$setup" "$tsv" "$out" || plot_status=$?
+target/release/osu-plot --setup "$setup" "$tsv" "$out" | tee "$out/summary.txt" || plot_status=$?
 # The modes and the stopped runs even when nothing was left to plot.
 runs_report
+record_end "$out"
 exit "${plot_status:-0}"
