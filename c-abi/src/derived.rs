@@ -17,9 +17,9 @@ use ch4_core::datatype::Layout;
 use ch4_core::ErrorKind;
 
 use crate::abi::{self, Handle};
+use crate::call::{call, null_arg, put, put_string};
 use crate::datatype::{self, raw, raw_mut};
 use crate::state::State;
-use crate::{call, null_arg, put, put_string};
 
 const TYPE_BIT: u64 = 1 << 60;
 

@@ -12,8 +12,8 @@ use ch4_core::rankmap::Group;
 use ch4_core::ErrorKind;
 
 use crate::abi::{self, Handle};
+use crate::call::{call, null_arg, put};
 use crate::state::{Cart, State};
-use crate::{call, null_arg, put};
 
 use crate::abi::{CART, CONGRUENT, GROUP_EMPTY, GROUP_NULL, IDENT, SIMILAR, UNEQUAL};
 

@@ -20,6 +20,8 @@
 #![allow(clippy::too_many_arguments)]
 
 mod abi;
+mod buffers;
+mod call;
 mod datatype;
 mod derived;
 mod errors;
@@ -29,54 +31,13 @@ mod state;
 
 use std::ffi::{c_char, c_double, c_int, c_void};
 
-use ch4_core::buffer::{RecvBuf, SendBuf};
 use ch4_core::{ErrorKind, SendMode, Status};
 
 use abi::{class, rank_in, req_in, request_out, tag_in, Handle, MpiStatus, Req};
+use buffers::{plain, rbuf, sbuf};
+use call::{call, finish_call, null_arg, put, put_string};
 use datatype::{raw, raw_mut, recv_bytes, send_bytes};
 use state::{Persistent, Phase, State};
-
-/// Runs `f` on the state; its error goes to communicator `comm`'s handler as `func`'s.
-#[inline(always)]
-fn call(comm: Handle, func: &'static str, f: impl FnOnce(&mut State) -> ch4::Result<()>) -> c_int {
-    let mut st = match state::enter() {
-        Ok(st) => st,
-        Err(code) => return code,
-    };
-    match f(&mut st) {
-        Ok(()) => class::SUCCESS,
-        Err(e) => errors::fail(&mut st, comm, func, &e),
-    }
-}
-
-/// Ends a call whose body ran on the entered state: success, or the error through
-/// communicator `comm`'s handler. The hot functions (send, receive, wait) use it with a body
-/// that is an `#[inline(always)]` function rather than a closure, so that the whole call is
-/// one function with its arguments in registers.
-#[inline(always)]
-fn finish_call(st: &mut State, comm: Handle, func: &'static str, r: ch4::Result<()>) -> c_int {
-    match r {
-        Ok(()) => class::SUCCESS,
-        Err(e) => errors::fail(st, comm, func, &e),
-    }
-}
-
-/// Writes `value` through `out` unless it is null.
-///
-/// # Safety
-/// `out` is null or valid for one write of `T`.
-#[inline(always)]
-unsafe fn put<T>(out: *mut T, value: T) {
-    if !out.is_null() {
-        // SAFETY: the caller's contract.
-        unsafe { out.write(value) };
-    }
-}
-
-#[cold]
-fn null_arg(what: &str) -> ch4::Error {
-    ch4::Error::new(ErrorKind::Arg, format!("{what} is a null pointer"))
-}
 
 #[cold]
 fn bad_request(h: Handle) -> ch4::Error {
@@ -229,24 +190,6 @@ pub unsafe extern "C" fn MPI_Get_version(version: *mut c_int, subversion: *mut c
         put(subversion, 0);
     }
     class::SUCCESS
-}
-
-/// Copies `s` into the C buffer `out` of `cap` bytes (NUL-terminated, cut to fit) and its
-/// length into `len`.
-///
-/// # Safety
-/// `out` is valid for `cap` bytes of writes, `len` for one write (either may be null).
-unsafe fn put_string(s: &str, out: *mut c_char, cap: usize, len: *mut c_int) {
-    let n = s.len().min(cap.saturating_sub(1));
-    if !out.is_null() && cap > 0 {
-        // SAFETY: the caller's contract: `cap` bytes at `out`, of which we write `n + 1`.
-        unsafe {
-            std::ptr::copy_nonoverlapping(s.as_ptr(), out.cast::<u8>(), n);
-            out.add(n).write(0);
-        }
-    }
-    // SAFETY: the caller's contract.
-    unsafe { put(len, n as c_int) };
 }
 
 /// `MPI_Get_library_version`.
@@ -506,64 +449,6 @@ pub unsafe extern "C" fn MPI_Comm_free(comm: *mut Handle) -> c_int {
 }
 
 // ------------------------------------------------------------------ point-to-point
-
-/// The byte length of `count` elements of `dt` when they are plain bytes (a predefined
-/// contiguous type, or nothing of `MPI_DATATYPE_NULL`); `None` for a derived (or gapped)
-/// datatype, which takes the layout path. One table lookup.
-#[inline(always)]
-fn plain_len(count: c_int, dt: Handle) -> ch4::Result<Option<usize>> {
-    match datatype::size_of(dt) {
-        Some(size) => Ok(Some(datatype::elements(count)? * size)),
-        None if count == 0 && dt == abi::DATATYPE_NULL => Ok(Some(0)),
-        None => Ok(None),
-    }
-}
-
-/// Whether `count` elements of `dt` are plain bytes (see [`plain_len`]).
-#[inline(always)]
-fn plain(dt: Handle, count: c_int) -> bool {
-    datatype::size_of(dt).is_some() || (count == 0 && dt == abi::DATATYPE_NULL)
-}
-
-/// The send buffer of `count` elements of `dt` at `buf`: the bytes themselves for a
-/// predefined type, the device's layout over them for a derived one.
-///
-/// # Safety
-/// The elements stay readable and unchanged while the buffer is in use.
-#[inline(always)]
-pub(crate) unsafe fn sbuf(
-    st: &State,
-    buf: *const c_void,
-    count: c_int,
-    dt: Handle,
-) -> ch4::Result<SendBuf> {
-    match plain_len(count, dt)? {
-        // SAFETY: the caller's contract: `len` bytes of elements at `buf`, unchanged while the
-        // buffer is in use.
-        Some(len) => Ok(unsafe { SendBuf::borrowed(raw(buf, len)?) }),
-        // SAFETY: the caller's contract.
-        None => unsafe { derived::send_buf(st, buf.cast(), count, dt) },
-    }
-}
-
-/// The receive buffer of `count` elements of `dt` at `buf`, as [`sbuf`].
-///
-/// # Safety
-/// The elements stay writable, and nobody else's, while the buffer is in use.
-#[inline(always)]
-pub(crate) unsafe fn rbuf(
-    st: &State,
-    buf: *mut c_void,
-    count: c_int,
-    dt: Handle,
-) -> ch4::Result<RecvBuf> {
-    match plain_len(count, dt)? {
-        // SAFETY: the caller's contract: room for `len` bytes at `buf`, the request's alone.
-        Some(len) => Ok(unsafe { RecvBuf::borrowed(raw_mut(buf, len)?) }),
-        // SAFETY: the caller's contract.
-        None => unsafe { derived::recv_buf(st, buf.cast(), count, dt) },
-    }
-}
 
 /// A blocking send in `mode`.
 ///

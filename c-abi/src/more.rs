@@ -9,8 +9,9 @@ use ch4_core::{ErrorKind, Message, SendMode};
 
 use crate::abi::{self, class, message_in, message_out, rank_in, tag_in, Handle, MpiStatus, Req};
 
+use crate::call::{call, null_arg, put};
 use crate::state::State;
-use crate::{after, call, complete, decode, null_arg, put, status_error};
+use crate::{after, complete, decode, status_error};
 
 // ------------------------------------------------------------------ matched probes
 
@@ -124,7 +125,7 @@ pub unsafe extern "C" fn MPI_Mrecv(
             return Err(null_arg("the message"));
         }
         // SAFETY: the caller's contract; the receive completes before this returns.
-        let b = unsafe { crate::rbuf(st, buf, count, datatype) }?;
+        let b = unsafe { crate::buffers::rbuf(st, buf, count, datatype) }?;
         // SAFETY: the caller's contract.
         let msg = take_message(st, unsafe { message.read() })?;
         let got = {
@@ -163,7 +164,7 @@ pub unsafe extern "C" fn MPI_Imrecv(
             return Err(null_arg("the message or the request"));
         }
         // SAFETY: the caller's contract: the buffer is the request's alone until it completes.
-        let rbuf = unsafe { crate::rbuf(st, buf, count, datatype) }?;
+        let rbuf = unsafe { crate::buffers::rbuf(st, buf, count, datatype) }?;
         // SAFETY: the caller's contract.
         let msg = take_message(st, unsafe { message.read() })?;
         let h = st.device()?.imrecv(msg, rbuf)?;
@@ -323,7 +324,7 @@ pub unsafe extern "C" fn MPI_Bsend(
 ) -> c_int {
     call(comm, "MPI_Bsend", |st| {
         // SAFETY: the caller's contract; the data is copied before this returns.
-        let bytes = unsafe { crate::sbuf(st, buf, count, datatype) }?.to_vec()?;
+        let bytes = unsafe { crate::buffers::sbuf(st, buf, count, datatype) }?.to_vec()?;
         bsend(st, &bytes, dest, tag, comm).map(drop)
     })
 }
@@ -347,7 +348,7 @@ pub unsafe extern "C" fn MPI_Ibsend(
             return Err(null_arg("the request"));
         }
         // SAFETY: the caller's contract; the data is copied before this returns.
-        let bytes = unsafe { crate::sbuf(st, buf, count, datatype) }?.to_vec()?;
+        let bytes = unsafe { crate::buffers::sbuf(st, buf, count, datatype) }?.to_vec()?;
         let h = bsend(st, &bytes, dest, tag, comm)?;
         // SAFETY: checked non-null.
         unsafe { request.write(abi::request_out(h)) };
@@ -406,9 +407,9 @@ pub unsafe extern "C" fn MPI_Isendrecv(
         }
         let id = st.comm(comm)?;
         // SAFETY: the caller's contract: the receive buffer is the request's alone.
-        let rb = unsafe { crate::rbuf(st, recvbuf, recvcount, recvtype) }?;
+        let rb = unsafe { crate::buffers::rbuf(st, recvbuf, recvcount, recvtype) }?;
         // SAFETY: the caller's contract; the data is copied before this returns.
-        let data = unsafe { crate::sbuf(st, sendbuf, sendcount, sendtype) }?.to_vec()?;
+        let data = unsafe { crate::buffers::sbuf(st, sendbuf, sendcount, sendtype) }?.to_vec()?;
         let h = st
             .device()?
             .irecv(id, rank_in(source), tag_in(recvtag), rb)?;
@@ -438,9 +439,9 @@ pub unsafe extern "C" fn MPI_Sendrecv_replace(
     call(comm, "MPI_Sendrecv_replace", |st| {
         let id = st.comm(comm)?;
         // SAFETY: the caller's contract; the data is copied before the receive fills `buf`.
-        let data = unsafe { crate::sbuf(st, buf, count, datatype) }?.to_vec()?;
+        let data = unsafe { crate::buffers::sbuf(st, buf, count, datatype) }?.to_vec()?;
         // SAFETY: the caller's contract; the receive completes before this returns.
-        let rb = unsafe { crate::rbuf(st, buf, count, datatype) }?;
+        let rb = unsafe { crate::buffers::rbuf(st, buf, count, datatype) }?;
         let mut dev = st.device()?;
         let r = dev.irecv(id, rank_in(source), tag_in(recvtag), rb)?;
         let sent = dev
@@ -485,9 +486,9 @@ pub unsafe extern "C" fn MPI_Isendrecv_replace(
         }
         let id = st.comm(comm)?;
         // SAFETY: the caller's contract; the data is copied before the receive can fill `buf`.
-        let data = unsafe { crate::sbuf(st, buf, count, datatype) }?.to_vec()?;
+        let data = unsafe { crate::buffers::sbuf(st, buf, count, datatype) }?.to_vec()?;
         // SAFETY: the caller's contract: the buffer is the request's alone from now on.
-        let rb = unsafe { crate::rbuf(st, buf, count, datatype) }?;
+        let rb = unsafe { crate::buffers::rbuf(st, buf, count, datatype) }?;
         let h = st
             .device()?
             .irecv(id, rank_in(source), tag_in(recvtag), rb)?;
