@@ -6,13 +6,19 @@
 //! after `MPI_ERR_LASTCODE` (the oldest message is then gone). The classes are the standard
 //! ABI's numbers. An error on a communicator whose handler is `MPI_ERRORS_ARE_FATAL` (the
 //! default) prints the message and ends the whole job through the launcher.
+//!
+//! The standard's error functions live here too, next to the table they read: `MPI_Error_string`
+//! and `MPI_Error_class` (its "Error Codes and Classes") and the communicator's handler,
+//! `MPI_Comm_set_errhandler`, `MPI_Comm_get_errhandler` and `MPI_Errhandler_free` (its "Error
+//! Handling"), both sections of the chapter "MPI Environmental Management".
 
-use std::ffi::c_int;
+use std::ffi::{c_char, c_int};
 use std::sync::Mutex;
 
 use ch4_core::ErrorKind;
 
-use crate::abi::{class, Handle};
+use crate::abi::{self, class, Handle};
+use crate::call::{call, put, put_string};
 use crate::state::State;
 
 /// The first code handed out for a particular failure (above every class of the ABI,
@@ -158,4 +164,91 @@ pub(crate) fn not_implemented(func: &str) -> c_int {
     }) {
         Ok(code) | Err(code) => code,
     }
+}
+
+// ------------------------------------------------------------------ the error functions
+
+/// `MPI_Error_string`: what happened (the failing function and the device's message).
+///
+/// # Safety
+/// `string` has `MPI_MAX_ERROR_STRING` bytes; `resultlen` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Error_string(
+    errorcode: c_int,
+    string: *mut c_char,
+    resultlen: *mut c_int,
+) -> c_int {
+    let Some(text) = string_of(errorcode) else {
+        // SAFETY: the caller's contract.
+        unsafe { put_string("", string, abi::MAX_ERROR_STRING, resultlen) };
+        return class::ARG;
+    };
+    // SAFETY: the caller's contract.
+    unsafe { put_string(&text, string, abi::MAX_ERROR_STRING, resultlen) };
+    class::SUCCESS
+}
+
+/// `MPI_Error_class`.
+///
+/// # Safety
+/// `errorclass` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Error_class(errorcode: c_int, errorclass: *mut c_int) -> c_int {
+    match class_of_code(errorcode) {
+        Some(c) => {
+            // SAFETY: the caller's contract.
+            unsafe { put(errorclass, c) };
+            class::SUCCESS
+        }
+        None => class::ARG,
+    }
+}
+
+/// `MPI_Comm_set_errhandler`: `MPI_ERRORS_ARE_FATAL`, `MPI_ERRORS_ABORT` or
+/// `MPI_ERRORS_RETURN` (handlers of the program's own are not supported yet).
+#[no_mangle]
+pub extern "C" fn MPI_Comm_set_errhandler(comm: Handle, errhandler: Handle) -> c_int {
+    call(comm, "MPI_Comm_set_errhandler", |st| {
+        let fatal = match errhandler {
+            abi::ERRORS_ARE_FATAL | abi::ERRORS_ABORT => true,
+            abi::ERRORS_RETURN => false,
+            h => {
+                return Err(ch4::Error::new(
+                    ErrorKind::Arg,
+                    format!("error handler {h:#x}: only the predefined handlers are supported"),
+                ))
+            }
+        };
+        st.slot(comm)?.fatal = fatal;
+        Ok(())
+    })
+}
+
+/// `MPI_Comm_get_errhandler`.
+///
+/// # Safety
+/// `errhandler` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_get_errhandler(comm: Handle, errhandler: *mut Handle) -> c_int {
+    call(comm, "MPI_Comm_get_errhandler", |st| {
+        let h = if st.slot(comm)?.fatal {
+            abi::ERRORS_ARE_FATAL
+        } else {
+            abi::ERRORS_RETURN
+        };
+        // SAFETY: the caller's contract.
+        unsafe { put(errhandler, h) };
+        Ok(())
+    })
+}
+
+/// `MPI_Errhandler_free`: the predefined handlers are never freed; the handle becomes null.
+///
+/// # Safety
+/// `errhandler` is valid for a read and a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Errhandler_free(errhandler: *mut Handle) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { put(errhandler, abi::ERRHANDLER_NULL) };
+    class::SUCCESS
 }

@@ -1,0 +1,227 @@
+//! Start-up and environment, from the standard's chapters "MPI Environmental Management" and
+//! "Process Initialization, Creation, and Management": `MPI_Init`, `MPI_Init_thread`,
+//! `MPI_Finalize`, `MPI_Initialized`, `MPI_Finalized`, the thread queries, `MPI_Abort`, the
+//! versions, the processor name, `MPI_Wtime` and `MPI_Wtick`.
+//!
+//! These are the calls that stand outside the process's state or before it: `MPI_Init` makes
+//! it, `MPI_Finalize` takes it out, and the queries answer before, during and after MPI, so
+//! most of them do not go through `call` (which needs a running MPI). The thread level is
+//! `MPI_THREAD_FUNNELED` because that is what `state` checks on every call.
+
+use std::ffi::{c_char, c_double, c_int};
+
+use crate::abi::{self, class, Handle};
+use crate::call::{put, put_string};
+use crate::errors;
+use crate::state::{self, Phase, State};
+
+/// `MPI_Init`: joins the job (`ch4run`, Hydra or alone).
+///
+/// # Safety
+/// The arguments are ignored (they may be null).
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) -> c_int {
+    init("MPI_Init")
+}
+
+/// `MPI_Init_thread`: as `MPI_Init`; `provided` is `MPI_THREAD_FUNNELED` (or `SINGLE` when
+/// that was asked for): every call must come from the thread that initialized MPI.
+///
+/// # Safety
+/// `provided` is null or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Init_thread(
+    _argc: *mut c_int,
+    _argv: *mut *mut *mut c_char,
+    required: c_int,
+    provided: *mut c_int,
+) -> c_int {
+    let code = init("MPI_Init_thread");
+    if code == class::SUCCESS {
+        // SAFETY: the caller's contract.
+        unsafe {
+            put(
+                provided,
+                required.clamp(abi::THREAD_SINGLE, abi::THREAD_FUNNELED),
+            )
+        };
+    }
+    code
+}
+
+fn init(func: &str) -> c_int {
+    if state::phase() != Phase::Before {
+        return errors::refuse(func, "MPI was already initialized");
+    }
+    match ch4::process::init() {
+        Ok(u) => {
+            state::install(State::new(u));
+            class::SUCCESS
+        }
+        Err(e) => {
+            // No job to abort through yet: MPI_ERRORS_ARE_FATAL ends this process.
+            eprintln!("ch4 MPI: {func}: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+/// `MPI_Finalize`: completes requests freed while active, then leaves the job in order.
+#[no_mangle]
+pub extern "C" fn MPI_Finalize() -> c_int {
+    let mut st = match state::take() {
+        Ok(st) => st,
+        Err(code) => return code,
+    };
+    let detached = std::mem::take(&mut st.detached);
+    if let Ok(mut dev) = st.device() {
+        for h in detached {
+            let _ = dev.wait_status(h);
+        }
+    }
+    match st.universe.finalize() {
+        Ok(()) => class::SUCCESS,
+        Err(e) => {
+            eprintln!("ch4 MPI: MPI_Finalize: {e}");
+            errors::register(errors::class_of(e.kind()), format!("MPI_Finalize: {e}"))
+        }
+    }
+}
+
+/// `MPI_Initialized`.
+///
+/// # Safety
+/// `flag` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Initialized(flag: *mut c_int) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { put(flag, c_int::from(state::phase() != Phase::Before)) };
+    class::SUCCESS
+}
+
+/// `MPI_Finalized`.
+///
+/// # Safety
+/// `flag` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Finalized(flag: *mut c_int) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { put(flag, c_int::from(state::phase() == Phase::After)) };
+    class::SUCCESS
+}
+
+/// `MPI_Query_thread`: `MPI_THREAD_FUNNELED`.
+///
+/// # Safety
+/// `provided` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Query_thread(provided: *mut c_int) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { put(provided, abi::THREAD_FUNNELED) };
+    class::SUCCESS
+}
+
+/// `MPI_Is_thread_main`: whether the caller is the thread that initialized MPI.
+///
+/// # Safety
+/// `flag` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Is_thread_main(flag: *mut c_int) -> c_int {
+    let main = state::on_main_thread();
+    // SAFETY: the caller's contract.
+    unsafe { put(flag, c_int::from(main)) };
+    class::SUCCESS
+}
+
+/// `MPI_Abort`: ends every process of the job with `errorcode`.
+#[no_mangle]
+pub extern "C" fn MPI_Abort(_comm: Handle, errorcode: c_int) -> c_int {
+    let _ = state::with(|st| {
+        st.universe
+            .abort(errorcode, &format!("MPI_Abort({errorcode}) called"))
+    });
+    eprintln!("ch4 MPI: MPI_Abort({errorcode}) called");
+    std::process::exit(errorcode)
+}
+
+/// `MPI_Get_version`: 5.0.
+///
+/// # Safety
+/// The pointers are valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Get_version(version: *mut c_int, subversion: *mut c_int) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        put(version, 5);
+        put(subversion, 0);
+    }
+    class::SUCCESS
+}
+
+/// `MPI_Get_library_version`.
+///
+/// # Safety
+/// `version` has `MPI_MAX_LIBRARY_VERSION_STRING` bytes; `resultlen` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Get_library_version(
+    version: *mut c_char,
+    resultlen: *mut c_int,
+) -> c_int {
+    let text = format!(
+        "ch4 {} (MPI standard ABI {}.{}, MPI {}.{}; network: {})",
+        env!("CARGO_PKG_VERSION"),
+        1,
+        0,
+        5,
+        0,
+        <ch4::SelectedNetmod as ch4_core::AmTransport>::NAME
+    );
+    // SAFETY: the caller's contract.
+    unsafe { put_string(&text, version, abi::MAX_LIBRARY_VERSION_STRING, resultlen) };
+    class::SUCCESS
+}
+
+/// `MPI_Get_processor_name`: the host name.
+///
+/// # Safety
+/// `name` has `MPI_MAX_PROCESSOR_NAME` bytes; `resultlen` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Get_processor_name(name: *mut c_char, resultlen: *mut c_int) -> c_int {
+    let mut buf = [0u8; 256];
+    // SAFETY: `buf` is writable for its length; gethostname NUL-terminates within it or
+    // truncates.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) } == 0;
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    let host = if ok {
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        "localhost".to_string()
+    };
+    // SAFETY: the caller's contract.
+    unsafe { put_string(&host, name, abi::MAX_PROCESSOR_NAME, resultlen) };
+    class::SUCCESS
+}
+
+/// `MPI_Wtime`: seconds on the monotonic clock.
+#[no_mangle]
+pub extern "C" fn MPI_Wtime() -> c_double {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is writable; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+}
+
+/// `MPI_Wtick`: the monotonic clock's resolution.
+#[no_mangle]
+pub extern "C" fn MPI_Wtick() -> c_double {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is writable.
+    unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9).max(1e-9)
+}
