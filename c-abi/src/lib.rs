@@ -22,6 +22,7 @@
 mod abi;
 mod buffers;
 mod call;
+mod comm;
 mod datatype;
 mod derived;
 mod environment;
@@ -29,6 +30,7 @@ mod errors;
 mod groups;
 mod more;
 mod state;
+mod topology;
 
 use std::ffi::{c_int, c_void};
 
@@ -46,107 +48,6 @@ fn bad_request(h: Handle) -> ch4::Error {
         ErrorKind::Request,
         format!("{h:#x} is not a request handle"),
     )
-}
-
-// ------------------------------------------------------------------ communicators
-
-/// `MPI_Comm_rank`.
-///
-/// # Safety
-/// `rank` is valid for a write.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Comm_rank(comm: Handle, rank: *mut c_int) -> c_int {
-    call(comm, "MPI_Comm_rank", |st| {
-        let id = st.comm(comm)?;
-        let r = st.device()?.rank(id)?;
-        // SAFETY: the caller's contract.
-        unsafe { put(rank, r) };
-        Ok(())
-    })
-}
-
-/// `MPI_Comm_size`.
-///
-/// # Safety
-/// `size` is valid for a write.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Comm_size(comm: Handle, size: *mut c_int) -> c_int {
-    call(comm, "MPI_Comm_size", |st| {
-        let id = st.comm(comm)?;
-        let n = st.device()?.size(id)?;
-        // SAFETY: the caller's contract.
-        unsafe { put(size, n) };
-        Ok(())
-    })
-}
-
-/// `MPI_Comm_dup`: a new communicator with the same members (and error handler).
-///
-/// # Safety
-/// `newcomm` is valid for a write.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Comm_dup(comm: Handle, newcomm: *mut Handle) -> c_int {
-    call(comm, "MPI_Comm_dup", |st| {
-        let slot = st.slot(comm)?;
-        let (id, fatal) = (slot.id, slot.fatal);
-        let new = st.device()?.comm_dup(id)?;
-        let h = st.add_comm(new, fatal);
-        // SAFETY: the caller's contract.
-        unsafe { put(newcomm, h) };
-        Ok(())
-    })
-}
-
-/// `MPI_Comm_split`: `MPI_COMM_NULL` for members whose color is `MPI_UNDEFINED`.
-///
-/// # Safety
-/// `newcomm` is valid for a write.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Comm_split(
-    comm: Handle,
-    color: c_int,
-    key: c_int,
-    newcomm: *mut Handle,
-) -> c_int {
-    call(comm, "MPI_Comm_split", |st| {
-        let slot = st.slot(comm)?;
-        let (id, fatal) = (slot.id, slot.fatal);
-        let new = st.device()?.comm_split(id, color, key)?;
-        let h = new.map_or(abi::COMM_NULL, |c| st.add_comm(c, fatal));
-        // SAFETY: the caller's contract.
-        unsafe { put(newcomm, h) };
-        Ok(())
-    })
-}
-
-/// `MPI_Comm_free`: the handle becomes `MPI_COMM_NULL`; the predefined communicators cannot be
-/// freed.
-///
-/// # Safety
-/// `comm` is valid for a read and a write.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Comm_free(comm: *mut Handle) -> c_int {
-    if comm.is_null() {
-        return call(abi::COMM_WORLD, "MPI_Comm_free", |_| {
-            Err(null_arg("the communicator"))
-        });
-    }
-    // SAFETY: the caller's contract.
-    let h = unsafe { comm.read() };
-    call(h, "MPI_Comm_free", |st| {
-        if h < abi::COMM_BASE {
-            return Err(ch4::Error::new(
-                ErrorKind::Comm,
-                "MPI_COMM_WORLD, MPI_COMM_SELF and MPI_COMM_NULL cannot be freed",
-            ));
-        }
-        let id = st.comm(h)?;
-        st.device()?.comm_free(id)?;
-        st.comms[h - abi::COMM_BASE] = None;
-        // SAFETY: the caller's contract.
-        unsafe { comm.write(abi::COMM_NULL) };
-        Ok(())
-    })
 }
 
 // ------------------------------------------------------------------ point-to-point
@@ -2149,85 +2050,6 @@ pub unsafe extern "C" fn MPI_Get_address(location: *const c_void, address: *mut 
     class::SUCCESS
 }
 
-// ------------------------------------------------------------------ topologies
-
-/// `MPI_Dims_create`: a balanced factorization of `nnodes` into `ndims` dimensions, the
-/// nonzero entries of `dims` kept.
-///
-/// # Safety
-/// `dims` has `ndims` entries.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mut c_int) -> c_int {
-    call(abi::COMM_WORLD, "MPI_Dims_create", |_| {
-        let n = usize::try_from(ndims)
-            .map_err(|_| ch4::Error::new(ErrorKind::Arg, "ndims is negative"))?;
-        if n == 0 {
-            return Ok(());
-        }
-        if dims.is_null() {
-            return Err(null_arg("dims"));
-        }
-        // SAFETY: the caller's contract.
-        let d = unsafe { std::slice::from_raw_parts_mut(dims, n) };
-        dims_create(nnodes, d)
-    })
-}
-
-fn dims_create(nnodes: c_int, d: &mut [c_int]) -> ch4::Result<()> {
-    if nnodes <= 0 || d.iter().any(|&x| x < 0) {
-        return Err(ch4::Error::new(
-            ErrorKind::Arg,
-            "nnodes must be positive and dims not negative",
-        ));
-    }
-    let fixed: i64 = d
-        .iter()
-        .filter(|&&x| x > 0)
-        .map(|&x| i64::from(x))
-        .product();
-    if i64::from(nnodes) % fixed != 0 {
-        return Err(ch4::Error::new(
-            ErrorKind::Arg,
-            format!("{nnodes} processes do not divide by the fixed dimensions' product {fixed}"),
-        ));
-    }
-    let free: Vec<usize> = (0..d.len()).filter(|&i| d[i] == 0).collect();
-    if free.is_empty() {
-        return if fixed == i64::from(nnodes) {
-            Ok(())
-        } else {
-            Err(ch4::Error::new(
-                ErrorKind::Arg,
-                "dims do not multiply to nnodes",
-            ))
-        };
-    }
-    let mut rest = i64::from(nnodes) / fixed;
-    let mut factors = Vec::new();
-    let mut p = 2;
-    while p * p <= rest {
-        while rest % p == 0 {
-            factors.push(p);
-            rest /= p;
-        }
-        p += 1;
-    }
-    if rest > 1 {
-        factors.push(rest);
-    }
-    let mut out = vec![1i64; free.len()];
-    for f in factors.into_iter().rev() {
-        if let Some(m) = out.iter_mut().min() {
-            *m *= f;
-        }
-    }
-    out.sort_unstable_by(|a, b| b.cmp(a));
-    for (i, v) in free.into_iter().zip(out) {
-        d[i] = v as c_int;
-    }
-    Ok(())
-}
-
 // ------------------------------------------------------------------ not implemented yet
 
 /// Exports functions the library declares but does not implement yet: each reports an error
@@ -2256,22 +2078,3 @@ not_implemented!(
     MPI_Win_attach,
     MPI_Win_free,
 );
-
-#[cfg(test)]
-mod tests {
-    use super::dims_create;
-
-    #[test]
-    fn dims_are_balanced_and_keep_the_fixed_ones() {
-        let mut d = [0, 0];
-        dims_create(12, &mut d).unwrap();
-        assert_eq!(d, [4, 3]);
-        let mut d = [0, 3, 0];
-        dims_create(24, &mut d).unwrap();
-        assert_eq!(d, [4, 3, 2]);
-        let mut d = [0, 0, 0];
-        dims_create(7, &mut d).unwrap();
-        assert_eq!(d, [7, 1, 1]);
-        assert!(dims_create(10, &mut [3, 0]).is_err());
-    }
-}

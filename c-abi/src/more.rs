@@ -861,41 +861,6 @@ pub unsafe extern "C" fn MPI_Status_set_cancelled(status: *mut MpiStatus, flag: 
     class::SUCCESS
 }
 
-/// The values behind the predefined attribute keys, at fixed addresses (attributes are
-/// returned as pointers to them).
-static TAG_UB: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
-static WTIME_IS_GLOBAL: c_int = 0;
-
-/// `MPI_Comm_get_attr` for the predefined keys: `MPI_TAG_UB` (the largest tag),
-/// `MPI_WTIME_IS_GLOBAL` (no); other keys are not set.
-///
-/// # Safety
-/// `attribute_val` is valid for a write of a pointer; `flag` of an int.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Comm_get_attr(
-    comm: Handle,
-    comm_keyval: c_int,
-    attribute_val: *mut c_void,
-    flag: *mut c_int,
-) -> c_int {
-    call(comm, "MPI_Comm_get_attr", |st| {
-        st.comm(comm)?;
-        let value: Option<*const c_int> = match comm_keyval {
-            501 => Some(TAG_UB.get_or_init(|| ch4::Device::TAG_UB)),
-            504 => Some(&WTIME_IS_GLOBAL),
-            _ => None,
-        };
-        // SAFETY: the caller's contract (C passes the address of a pointer as void*).
-        unsafe {
-            put(flag, c_int::from(value.is_some()));
-            if let Some(v) = value {
-                put(attribute_val.cast::<*const c_int>(), v);
-            }
-        }
-        Ok(())
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
