@@ -1,0 +1,211 @@
+//! The nonblocking sends and receive: `MPI_Isend`, `MPI_Issend`, `MPI_Irsend` and `MPI_Irecv`.
+//!
+//! Each posts its operation and returns the request's handle (the device's handle with its top
+//! bit set, `abi`); completing it is `requests`' work. `MPI_Isend` and `MPI_Irecv` are shaped
+//! as the blocking calls are — an `#[inline(always)]` body instead of a closure, with the
+//! device's own isend and irecv inlined (`isend_inline`, `irecv_inline`) — so that a round of
+//! `MPI_Irecv`, `MPI_Isend` and two `MPI_Wait`s costs little more than the device's calls.
+
+use std::ffi::{c_int, c_void};
+
+use ch4_core::SendMode;
+
+use crate::abi::{rank_in, request_out, tag_in, Handle};
+use crate::buffers::{rbuf, sbuf};
+use crate::call::{finish_call, null_arg};
+use crate::state::{self, State};
+
+/// A nonblocking send in `mode`.
+///
+/// # Safety
+/// `buf` holds `count` elements of `dt` until the request completes; `request` is writable.
+#[inline(always)]
+unsafe fn isend_in(
+    func: &'static str,
+    mode: SendMode,
+    buf: *const c_void,
+    count: c_int,
+    dt: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    let mut st = match state::enter() {
+        Ok(st) => st,
+        Err(code) => return code,
+    };
+    // SAFETY: the caller's contract.
+    let r = unsafe { isend_body(&mut st, mode, buf, count, dt, dest, tag, comm, request) };
+    finish_call(&mut st, comm, func, r)
+}
+
+/// # Safety
+/// As [`isend_in`].
+#[inline(always)]
+unsafe fn isend_body(
+    st: &mut State,
+    mode: SendMode,
+    buf: *const c_void,
+    count: c_int,
+    dt: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> ch4::Result<()> {
+    if request.is_null() {
+        return Err(null_arg("the request"));
+    }
+    let id = st.comm(comm)?;
+    // SAFETY: the caller's contract: the buffer stays valid and unwritten until the request
+    // completes (MPI's rule), which is what a borrowed SendBuf asks.
+    let sbuf = unsafe { sbuf(st, buf, count, dt) }?;
+    let h = st
+        .device()?
+        .isend_inline(id, rank_in(dest), tag_in(tag), sbuf, mode)?;
+    // SAFETY: checked non-null; the caller's contract.
+    unsafe { request.write(request_out(h)) };
+    Ok(())
+}
+
+/// `MPI_Isend`.
+///
+/// # Safety
+/// `buf` holds `count` elements of `datatype` until the request completes.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Isend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        isend_in(
+            "MPI_Isend",
+            SendMode::Standard,
+            buf,
+            count,
+            datatype,
+            dest,
+            tag,
+            comm,
+            request,
+        )
+    }
+}
+
+/// `MPI_Issend`.
+///
+/// # Safety
+/// `buf` holds `count` elements of `datatype` until the request completes.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Issend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        isend_in(
+            "MPI_Issend",
+            SendMode::Synchronous,
+            buf,
+            count,
+            datatype,
+            dest,
+            tag,
+            comm,
+            request,
+        )
+    }
+}
+
+/// `MPI_Irsend`.
+///
+/// # Safety
+/// `buf` holds `count` elements of `datatype` until the request completes.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Irsend(
+    buf: *const c_void,
+    count: c_int,
+    datatype: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        isend_in(
+            "MPI_Irsend",
+            SendMode::Ready,
+            buf,
+            count,
+            datatype,
+            dest,
+            tag,
+            comm,
+            request,
+        )
+    }
+}
+
+/// `MPI_Irecv`.
+///
+/// # Safety
+/// `buf` has room for `count` elements of `datatype` and is not touched until the request
+/// completes; `request` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Irecv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    let mut st = match state::enter() {
+        Ok(st) => st,
+        Err(code) => return code,
+    };
+    // SAFETY: the caller's contract.
+    let r = unsafe { irecv_body(&mut st, buf, count, datatype, source, tag, comm, request) };
+    finish_call(&mut st, comm, "MPI_Irecv", r)
+}
+
+/// # Safety
+/// As `MPI_Irecv`.
+#[inline(always)]
+unsafe fn irecv_body(
+    st: &mut State,
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> ch4::Result<()> {
+    if request.is_null() {
+        return Err(null_arg("the request"));
+    }
+    let id = st.comm(comm)?;
+    // SAFETY: the caller's contract: the buffer is the request's alone until it completes.
+    let rbuf = unsafe { rbuf(st, buf, count, datatype) }?;
+    let h = st
+        .device()?
+        .irecv_inline(id, rank_in(source), tag_in(tag), rbuf)?;
+    // SAFETY: checked non-null; the caller's contract.
+    unsafe { request.write(request_out(h)) };
+    Ok(())
+}

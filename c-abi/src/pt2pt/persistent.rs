@@ -1,0 +1,182 @@
+//! Persistent requests, the standard's "Persistent Communication Requests": `MPI_Send_init`,
+//! `MPI_Ssend_init`, `MPI_Rsend_init`, `MPI_Recv_init`, `MPI_Start` and `MPI_Startall`.
+//!
+//! A persistent request is the library's, not the device's: it records the call's arguments in
+//! the process's table (`state::Persistent`), and each `MPI_Start` posts a fresh device
+//! operation from them. Its handle stays valid, inactive, after it completes until
+//! `MPI_Request_free`; the completion functions (`requests`) tell it by its handle's kind.
+
+use std::ffi::{c_int, c_void};
+
+use ch4_core::{ErrorKind, SendMode};
+
+use crate::abi::{self, rank_in, tag_in, Handle, Req};
+use crate::buffers::{rbuf, sbuf};
+use crate::call::{call, null_arg};
+use crate::datatype;
+use crate::decode;
+use crate::derived;
+use crate::state::{Persistent, State};
+
+/// Makes a persistent request.
+///
+/// # Safety
+/// `request` is writable.
+unsafe fn persistent_init(
+    comm: Handle,
+    func: &'static str,
+    p: Persistent,
+    request: *mut Handle,
+) -> c_int {
+    call(comm, func, |st| {
+        if request.is_null() {
+            return Err(null_arg("the request"));
+        }
+        st.comm(comm)?;
+        let d = derived::desc(st, p.datatype)?;
+        if p.count < 0 || !d.committed {
+            return Err(ch4::Error::new(
+                ErrorKind::Arg,
+                "a negative count or an uncommitted datatype",
+            ));
+        }
+        let i = st.add_persistent(p);
+        // SAFETY: checked non-null; the caller's contract.
+        unsafe { request.write(abi::persistent_out(i)) };
+        Ok(())
+    })
+}
+
+macro_rules! send_init {
+    ($name:ident, $mode:expr) => {
+        #[doc = concat!("`", stringify!($name), "`: a persistent send, started by `MPI_Start`.")]
+        ///
+        /// # Safety
+        /// `buf` holds `count` elements of `datatype` whenever the request is active;
+        /// `request` is writable.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            buf: *const c_void,
+            count: c_int,
+            datatype: Handle,
+            dest: c_int,
+            tag: c_int,
+            comm: Handle,
+            request: *mut Handle,
+        ) -> c_int {
+            let p = Persistent {
+                send: Some($mode),
+                buf: buf as usize,
+                count,
+                datatype,
+                peer: dest,
+                tag,
+                comm,
+                active: None,
+            };
+            // SAFETY: the caller's contract.
+            unsafe { persistent_init(comm, stringify!($name), p, request) }
+        }
+    };
+}
+
+send_init!(MPI_Send_init, SendMode::Standard);
+send_init!(MPI_Ssend_init, SendMode::Synchronous);
+send_init!(MPI_Rsend_init, SendMode::Ready);
+
+/// `MPI_Recv_init`: a persistent receive, started by `MPI_Start`.
+///
+/// # Safety
+/// `buf` has room for `count` elements of `datatype` and is the request's alone whenever it
+/// is active; `request` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Recv_init(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    let p = Persistent {
+        send: None,
+        buf: buf as usize,
+        count,
+        datatype,
+        peer: source,
+        tag,
+        comm,
+        active: None,
+    };
+    // SAFETY: the caller's contract.
+    unsafe { persistent_init(comm, "MPI_Recv_init", p, request) }
+}
+
+/// Starts persistent request `c`.
+fn start(st: &mut State, c: Handle) -> ch4::Result<()> {
+    let Req::Persistent(i) = decode(c)? else {
+        return Err(ch4::Error::new(
+            ErrorKind::Request,
+            "only a persistent request can be started",
+        ));
+    };
+    let p = st.persistent(i)?;
+    if p.active.is_some() {
+        return Err(ch4::Error::new(
+            ErrorKind::Request,
+            "the persistent request is already active",
+        ));
+    }
+    let (send, buf, count, dt, peer, tag, comm) =
+        (p.send, p.buf, p.count, p.datatype, p.peer, p.tag, p.comm);
+    let id = st.comm(comm)?;
+    let h = if let Some(mode) = send {
+        // SAFETY: the program promised (MPI_Send_init) that the buffer holds the elements and
+        // stays untouched while the request is active, which lasts until it completes.
+        let sbuf = unsafe { sbuf(st, buf as *const c_void, count, dt) }?;
+        st.device()?
+            .isend(id, rank_in(peer), tag_in(tag), sbuf, mode)?
+    } else {
+        // SAFETY: as above, for a receive buffer (MPI_Recv_init).
+        let rbuf = unsafe { rbuf(st, buf as *mut c_void, count, dt) }?;
+        st.device()?.irecv(id, rank_in(peer), tag_in(tag), rbuf)?
+    };
+    st.persistent(i)?.active = Some(h);
+    Ok(())
+}
+
+/// `MPI_Start`.
+///
+/// # Safety
+/// `request` is readable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Start(request: *mut Handle) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Start", |st| {
+        if request.is_null() {
+            return Err(null_arg("the request"));
+        }
+        // SAFETY: the caller's contract.
+        start(st, unsafe { request.read() })
+    })
+}
+
+/// `MPI_Startall`.
+///
+/// # Safety
+/// `array_of_requests` has `count` readable handles.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Startall(count: c_int, array_of_requests: *mut Handle) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Startall", |st| {
+        let n = datatype::elements(count)?;
+        if n == 0 {
+            return Ok(());
+        }
+        if array_of_requests.is_null() {
+            return Err(null_arg("the array of requests"));
+        }
+        // SAFETY: the caller's contract: `n` handles.
+        let reqs = unsafe { std::slice::from_raw_parts(array_of_requests, n) };
+        reqs.iter().try_for_each(|&c| start(st, c))
+    })
+}
