@@ -173,7 +173,10 @@ fn ring_with_dev_shm_of(size: &str) -> Option<std::process::Output> {
         .status()
         .is_ok_and(|s| s.success());
     if !can_unshare {
-        println!("skipped: cannot create a mount namespace here (needs root and util-linux)");
+        testkit::skip::skipped(
+            "process: a small /dev/shm",
+            "cannot create a mount namespace here (needs root and util-linux)",
+        );
         return None;
     }
     let dir = built();
@@ -285,7 +288,10 @@ fn ring_runs_under_hydra() {
             .map(|o| o.status.success())
             .unwrap_or(false)
     }) else {
-        println!("skipped: no mpiexec.hydra (install Debian's mpich)");
+        testkit::skip::skipped(
+            "process: ring_runs_under_hydra",
+            "no mpiexec.hydra (install Debian's mpich)",
+        );
         return;
     };
     let dir = built();

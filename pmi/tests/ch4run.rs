@@ -289,7 +289,10 @@ fn a_real_mpich_program_runs_under_ch4run() {
     // MPICH's own compiler wrapper: plain `mpicc` may be Open MPI's when both are installed
     // (Debian's alternatives), and an Open MPI program does not speak PMI-1.
     let Some(mpicc) = common::which("mpicc.mpich").or_else(|| common::which("mpicc")) else {
-        println!("skipped: no mpicc (install the Debian package mpich to run this test)");
+        testkit::skip::skipped(
+            "pmi ch4run: a_real_mpich_program_runs_under_ch4run",
+            "no mpicc (install the Debian package mpich to run this test)",
+        );
         return;
     };
     let dir = std::env::temp_dir().join(format!("ch4run-mpich-{}", std::process::id()));
@@ -315,7 +318,10 @@ int main(int argc, char **argv) {
     let exe = dir.join("allreduce");
     let cc = Command::new(mpicc).arg("-o").arg(&exe).arg(&src).status();
     if !cc.is_ok_and(|s| s.success()) {
-        println!("skipped: mpicc could not build the test program");
+        testkit::skip::skipped(
+            "pmi ch4run: a_real_mpich_program_runs_under_ch4run",
+            "mpicc could not build the test program",
+        );
         return;
     }
     for mode in [&[][..], &["--pmi-port"][..]] {

@@ -31,7 +31,10 @@ fn mpiexec(hydra: &std::path::Path, extra: &[&str], hello_args: &[&str]) -> Comm
 #[test]
 fn pmi_hello_under_hydra_over_pmi_fd_and_pmi_port() {
     let Some(hydra) = hydra() else {
-        println!("skipped: no mpiexec.hydra");
+        testkit::skip::skipped(
+            "pmi hydra: pmi_hello_under_hydra",
+            "no mpiexec.hydra (install Debian's mpich)",
+        );
         return;
     };
     for extra in [&[][..], &["-pmi-port"][..]] {
@@ -55,7 +58,10 @@ fn pmi_hello_under_hydra_over_pmi_fd_and_pmi_port() {
 #[test]
 fn pmi_abort_under_hydra_ends_the_job_with_its_code() {
     let Some(hydra) = hydra() else {
-        println!("skipped: no mpiexec.hydra");
+        testkit::skip::skipped(
+            "pmi hydra: pmi_abort_under_hydra",
+            "no mpiexec.hydra (install Debian's mpich)",
+        );
         return;
     };
     let r = run(mpiexec(&hydra, &[], &["--abort", "1", "7"]), LIMIT);

@@ -17,7 +17,9 @@
 //! - [`irecv_leaked`] and [`isend_owned`]: requests posted without tying a test's buffers to
 //!   lifetimes;
 //! - constructors for the jobs tests need: [`pipe_pair`], [`pipe_job`], [`tcp_job`],
-//!   [`inproc_job`], [`shm_job`].
+//!   [`inproc_job`], [`shm_job`];
+//! - [`skip`]: tests that need what is not in the repository (third-party programs, a system
+//!   launcher) skip when it is absent, and say what is missing.
 //!
 //! It sits above every transport crate and depends on them, so a crate's integration tests
 //! (`tests/`) can use all of it; its unit tests (`src/`) compile a second copy of the crate, so
@@ -31,6 +33,7 @@ mod jobs;
 mod pipe;
 mod requests;
 mod rng;
+pub mod skip;
 
 pub use fault::{FaultConfig, FaultControl, FaultStats, Faulty, Unordered};
 pub use harness::{Harness, Limit, Transfer};

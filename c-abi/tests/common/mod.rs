@@ -80,55 +80,8 @@ pub fn mpicc(lib_dir: &Path) -> Command {
     cmd
 }
 
-/// The variable that names the folder of third-party programs (OSU, MPICH's tests, HPCG).
-pub const THIRD_PARTY_VAR: &str = "THIRD_PARTY_DIR";
-
-/// Where the third-party programs are looked for: `$THIRD_PARTY_DIR`, else
-/// `../shared/third_party` beside the workspace (where CI puts them). They are not part of the
-/// repository (their licences are their own), so a clone of the project alone has none.
-pub fn third_party_dir() -> PathBuf {
-    match std::env::var_os(THIRD_PARTY_VAR) {
-        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => root().join("../shared/third_party"),
-    }
-}
-
-/// The third-party program folder `name` (e.g. `osu-micro-benchmarks-7.2`), or `None` when it
-/// is absent: then `test` is skipped, and the skip is said on standard error and appended to
-/// `target/skipped-tests.txt`, which `scripts/test.sh` prints once at its end, so that a
-/// missing folder is never a silent pass.
-pub fn third_party(name: &str, test: &str) -> Option<PathBuf> {
-    let dir = third_party_dir().join(name);
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    skipped(
-        test,
-        &format!(
-            "{} not found (set {THIRD_PARTY_VAR} to the folder that holds {name}; \
-             default ../shared/third_party beside the project)",
-            dir.display()
-        ),
-    );
-    None
-}
-
-/// Notes that `test` was skipped and why, on standard error and in `target/skipped-tests.txt`.
-pub fn skipped(test: &str, why: &str) {
-    use std::io::Write;
-    let line = format!("skipped: {test}: {why}");
-    eprintln!("{line}");
-    // target/<profile>/ → target/
-    if let Some(target) = bin_dir().parent() {
-        if let Ok(mut f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(target.join("skipped-tests.txt"))
-        {
-            let _ = writeln!(f, "{line}");
-        }
-    }
-}
+#[allow(unused_imports)] // each test crate uses part of it
+pub use testkit::skip::{skipped, third_party, THIRD_PARTY_VAR};
 
 /// MPICH 5's ABI build (`bin/mpicc_abi`, `lib/libmpi_abi.so.1`, `include/mpi_abi.h`, Hydra's
 /// `bin/mpiexec`), where `scripts/test.sh` installs it; `None` (with a note) when it is not
