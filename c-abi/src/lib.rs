@@ -1364,19 +1364,6 @@ pub unsafe extern "C" fn MPI_Reduce_scatter(
     })
 }
 
-// ------------------------------------------------------------------ datatypes
-
-/// `MPI_Get_address`.
-///
-/// # Safety
-/// `address` is writable.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Get_address(location: *const c_void, address: *mut isize) -> c_int {
-    // SAFETY: the caller's contract.
-    unsafe { put(address, location as isize) };
-    class::SUCCESS
-}
-
 // ------------------------------------------------------------------ not implemented yet
 
 /// Exports functions the library declares but does not implement yet: each reports an error

@@ -178,28 +178,6 @@ pub unsafe extern "C" fn MPI_Imrecv(
 
 // ------------------------------------------------------------------ buffered sends
 
-/// `MPI_Pack_size` (predefined datatypes: their packed size is their size).
-///
-/// # Safety
-/// `size` is writable.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Pack_size(
-    incount: c_int,
-    datatype: Handle,
-    _comm: Handle,
-    size: *mut c_int,
-) -> c_int {
-    call(abi::COMM_WORLD, "MPI_Pack_size", |st| {
-        let d = crate::derived::desc(st, datatype)?;
-        let n = usize::try_from(incount)
-            .map_err(|_| ch4::Error::new(ErrorKind::Count, "a negative count"))?
-            * d.size;
-        // SAFETY: the caller's contract.
-        unsafe { put(size, c_int::try_from(n).unwrap_or(c_int::MAX)) };
-        Ok(())
-    })
-}
-
 // ------------------------------------------------------------------ request sets
 
 /// The requests of a C array, decoded.
