@@ -14,8 +14,8 @@ use crate::abi::{self, rank_in, tag_in, Handle, Req};
 use crate::buffers::{rbuf, sbuf};
 use crate::call::{call, null_arg};
 use crate::datatype;
-use crate::decode;
 use crate::derived;
+use crate::requests::decode;
 use crate::state::{Persistent, State};
 
 /// Makes a persistent request.

@@ -14,8 +14,8 @@ use ch4_core::SendMode;
 use crate::abi::{self, rank_in, tag_in, Handle, MpiStatus};
 use crate::buffers::{rbuf, sbuf};
 use crate::call::{call, null_arg};
+use crate::requests::status_error;
 use crate::state::State;
-use crate::status_error;
 
 /// `MPI_Sendrecv`.
 ///

@@ -1,0 +1,289 @@
+//! Probes and cancel, the standard's "Probe and Cancel" (chapter "Point-to-Point
+//! Communication"): `MPI_Probe`, `MPI_Iprobe`, the matched probes `MPI_Mprobe` and
+//! `MPI_Improbe` with their receives `MPI_Mrecv` and `MPI_Imrecv`, `MPI_Cancel` and
+//! `MPI_Test_cancelled`.
+//!
+//! A matched probe takes its message out of matching, so the library keeps the device's
+//! `Message` in a table of its own until the program receives it; the message handle is that
+//! table's index, in a range no request or predefined handle uses (`abi::message_out`).
+//! `MPI_MESSAGE_NO_PROC` stands for a probe of `MPI_PROC_NULL`.
+
+use std::ffi::{c_int, c_void};
+
+use ch4_core::{ErrorKind, Message};
+
+use crate::abi::{self, class, message_in, message_out, rank_in, tag_in, Handle, MpiStatus, Req};
+use crate::call::{call, null_arg, put};
+use crate::errors;
+use crate::requests::decode;
+use crate::state::State;
+
+/// `MPI_Probe`.
+///
+/// # Safety
+/// `status` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Probe(
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    status: *mut MpiStatus,
+) -> c_int {
+    call(comm, "MPI_Probe", |st| {
+        let id = st.comm(comm)?;
+        let s = st.device()?.probe(id, rank_in(source), tag_in(tag))?;
+        // SAFETY: the caller's contract.
+        unsafe { MpiStatus::put(status, &s) };
+        Ok(())
+    })
+}
+
+/// `MPI_Iprobe`.
+///
+/// # Safety
+/// `flag` is writable; `status` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Iprobe(
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    flag: *mut c_int,
+    status: *mut MpiStatus,
+) -> c_int {
+    call(comm, "MPI_Iprobe", |st| {
+        let id = st.comm(comm)?;
+        let found = st.device()?.iprobe(id, rank_in(source), tag_in(tag))?;
+        // SAFETY: the caller's contract.
+        unsafe {
+            put(flag, c_int::from(found.is_some()));
+            if let Some(s) = found {
+                MpiStatus::put(status, &s);
+            }
+        }
+        Ok(())
+    })
+}
+
+fn keep_message(st: &mut State, msg: Message) -> Handle {
+    if matches!(msg, Message::NoProc) {
+        return abi::MESSAGE_NO_PROC;
+    }
+    let i = match st.messages.iter().position(Option::is_none) {
+        Some(i) => {
+            st.messages[i] = Some(msg);
+            i
+        }
+        None => {
+            st.messages.push(Some(msg));
+            st.messages.len() - 1
+        }
+    };
+    message_out(i)
+}
+
+fn take_message(st: &mut State, h: Handle) -> ch4::Result<Message> {
+    if h == abi::MESSAGE_NO_PROC {
+        return Ok(Message::NoProc);
+    }
+    message_in(h)
+        .and_then(|i| st.messages.get_mut(i).and_then(Option::take))
+        .ok_or_else(|| {
+            ch4::Error::new(
+                ErrorKind::Request,
+                format!("{h:#x} is not a message of a matched probe (or it was received already)"),
+            )
+        })
+}
+
+/// `MPI_Mprobe`.
+///
+/// # Safety
+/// `message` is writable; `status` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Mprobe(
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    message: *mut Handle,
+    status: *mut MpiStatus,
+) -> c_int {
+    call(comm, "MPI_Mprobe", |st| {
+        if message.is_null() {
+            return Err(null_arg("the message"));
+        }
+        let id = st.comm(comm)?;
+        let (msg, s) = st.device()?.mprobe(id, rank_in(source), tag_in(tag))?;
+        let h = keep_message(st, msg);
+        // SAFETY: checked non-null; the caller's contract.
+        unsafe {
+            message.write(h);
+            MpiStatus::put(status, &s);
+        }
+        Ok(())
+    })
+}
+
+/// `MPI_Improbe`.
+///
+/// # Safety
+/// `flag` and `message` are writable; `status` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Improbe(
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    flag: *mut c_int,
+    message: *mut Handle,
+    status: *mut MpiStatus,
+) -> c_int {
+    call(comm, "MPI_Improbe", |st| {
+        if message.is_null() || flag.is_null() {
+            return Err(null_arg("the flag or the message"));
+        }
+        let id = st.comm(comm)?;
+        let found = st.device()?.improbe(id, rank_in(source), tag_in(tag))?;
+        // SAFETY: checked non-null.
+        unsafe { flag.write(c_int::from(found.is_some())) };
+        if let Some((msg, s)) = found {
+            let h = keep_message(st, msg);
+            // SAFETY: checked non-null; the caller's contract.
+            unsafe {
+                message.write(h);
+                MpiStatus::put(status, &s);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `MPI_Mrecv`: the message handle becomes `MPI_MESSAGE_NULL`.
+///
+/// # Safety
+/// `buf` has room for `count` elements of `datatype`; `message` is readable and writable;
+/// `status` null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Mrecv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    message: *mut Handle,
+    status: *mut MpiStatus,
+) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Mrecv", |st| {
+        if message.is_null() {
+            return Err(null_arg("the message"));
+        }
+        // SAFETY: the caller's contract; the receive completes before this returns.
+        let b = unsafe { crate::buffers::rbuf(st, buf, count, datatype) }?;
+        // SAFETY: the caller's contract.
+        let msg = take_message(st, unsafe { message.read() })?;
+        let got = {
+            let mut dev = st.device()?;
+            dev.imrecv(msg, b).and_then(|h| dev.wait(h))
+        };
+        // SAFETY: the caller's contract.
+        unsafe { message.write(abi::MESSAGE_NULL) };
+        let s = match &got {
+            Ok(s) => Some(*s),
+            Err(e) => e.status().copied(),
+        };
+        if let Some(s) = s {
+            // SAFETY: the caller's contract.
+            unsafe { MpiStatus::put(status, &s) };
+        }
+        got.map(drop)
+    })
+}
+
+/// `MPI_Imrecv`: the message handle becomes `MPI_MESSAGE_NULL`.
+///
+/// # Safety
+/// `buf` has room for `count` elements of `datatype` and is the request's until it completes;
+/// `message` is readable and writable; `request` writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Imrecv(
+    buf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    message: *mut Handle,
+    request: *mut Handle,
+) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Imrecv", |st| {
+        if message.is_null() || request.is_null() {
+            return Err(null_arg("the message or the request"));
+        }
+        // SAFETY: the caller's contract: the buffer is the request's alone until it completes.
+        let rbuf = unsafe { crate::buffers::rbuf(st, buf, count, datatype) }?;
+        // SAFETY: the caller's contract.
+        let msg = take_message(st, unsafe { message.read() })?;
+        let h = st.device()?.imrecv(msg, rbuf)?;
+        // SAFETY: checked non-null; the caller's contract.
+        unsafe {
+            message.write(abi::MESSAGE_NULL);
+            request.write(abi::request_out(h));
+        }
+        Ok(())
+    })
+}
+
+/// `MPI_Cancel`: the request must still be completed; `MPI_Test_cancelled` on its status
+/// tells whether the cancel took effect.
+///
+/// # Safety
+/// `request` is valid for a read.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Cancel(request: *mut Handle) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Cancel", |st| {
+        if request.is_null() {
+            return Err(null_arg("the request"));
+        }
+        // SAFETY: the caller's contract.
+        let c = unsafe { request.read() };
+        let h = match decode(c)? {
+            Req::Device(h) => Some(h),
+            Req::Persistent(i) => st.persistent(i)?.active,
+            Req::Null => None,
+        };
+        match h {
+            Some(h) => st.device()?.cancel(h),
+            None => Err(ch4::Error::new(
+                ErrorKind::Request,
+                "an inactive request cannot be cancelled",
+            )),
+        }
+    })
+}
+
+/// `MPI_Test_cancelled`.
+///
+/// # Safety
+/// `status` is readable, `flag` writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Test_cancelled(status: *const MpiStatus, flag: *mut c_int) -> c_int {
+    if status.is_null() {
+        return errors::refuse("MPI_Test_cancelled", "the status is a null pointer");
+    }
+    // SAFETY: the caller's contract.
+    let cancelled = unsafe { (*status).internal[2] } != 0;
+    // SAFETY: the caller's contract.
+    unsafe { put(flag, c_int::from(cancelled)) };
+    class::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_handles_are_distinct_from_requests_and_the_predefined_ones() {
+        let h = message_out(5);
+        assert_eq!(message_in(h), Some(5));
+        assert_eq!(message_in(abi::MESSAGE_NULL), None);
+        assert_eq!(message_in(abi::MESSAGE_NO_PROC), None);
+        assert_eq!(message_in(abi::persistent_out(5)), None);
+        assert_eq!(
+            message_in(abi::request_out(ch4_core::ReqHandle::DONE)),
+            None
+        );
+    }
+}

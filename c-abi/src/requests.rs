@@ -1,0 +1,292 @@
+//! Completing one request, the standard's "Communication Completion" (chapter
+//! "Point-to-Point Communication"): `MPI_Wait`, `MPI_Test`, `MPI_Request_free` and
+//! `MPI_Request_get_status`, with what every completion function shares: decoding a request
+//! handle, completing the request, what its handle becomes, and the error its status carries.
+//!
+//! A request handle is one of three kinds (`abi::Req`): null, the device's request, or one of
+//! the library's persistent requests. `MPI_Wait` on a device request — almost every wait, and
+//! half of every nonblocking round — goes straight to the device, with its error built out of
+//! line; every other case takes the general path (`complete`), which also finishes the requests
+//! freed while active.
+
+use std::ffi::c_int;
+
+use ch4_core::{ErrorKind, Status};
+
+use crate::abi::{self, req_in, Handle, MpiStatus, Req};
+use crate::call::{call, finish_call, null_arg, put};
+use crate::state::{self, State};
+
+#[cold]
+fn bad_request(h: Handle) -> ch4::Error {
+    ch4::Error::new(
+        ErrorKind::Request,
+        format!("{h:#x} is not a request handle"),
+    )
+}
+
+/// The status of an inactive or null request (MPI's "empty status": any source, any tag, no
+/// error, no data).
+pub(crate) const INACTIVE: Status = Status {
+    source: ch4_core::ANY_SOURCE,
+    tag: ch4_core::ANY_TAG,
+    bytes: 0,
+    cancelled: false,
+    error: None,
+};
+
+/// The request behind C handle `c`.
+#[inline(always)]
+pub(crate) fn decode(c: Handle) -> ch4::Result<Req> {
+    req_in(c).map_err(|()| bad_request(c))
+}
+
+/// Completes request `req` (`blocking`: waits; else only if it is done): its status, `None`
+/// while it is still running. An inactive request (null, or a persistent one not started)
+/// completes at once with an empty status.
+#[inline(always)]
+pub(crate) fn complete(st: &mut State, req: Req, blocking: bool) -> ch4::Result<Option<Status>> {
+    if !st.detached.is_empty() {
+        st.reap_detached();
+    }
+    let h = match req {
+        Req::Null => return Ok(Some(INACTIVE)),
+        Req::Device(h) => h,
+        Req::Persistent(i) => match st.persistent(i)?.active {
+            None => return Ok(Some(INACTIVE)),
+            Some(h) => h,
+        },
+    };
+    let done = {
+        let mut dev = st.device()?;
+        if blocking {
+            Some(dev.wait_status(h)?)
+        } else {
+            dev.test_status(h)?
+        }
+    };
+    if let (Some(_), Req::Persistent(i)) = (done, req) {
+        st.persistent(i)?.active = None;
+    }
+    Ok(done)
+}
+
+/// What a completed request's handle becomes: `MPI_REQUEST_NULL`, except a persistent
+/// request's, which stays (inactive) until freed.
+#[inline(always)]
+pub(crate) fn after(req: Req, c: Handle) -> Handle {
+    match req {
+        Req::Persistent(_) => c,
+        _ => abi::REQUEST_NULL,
+    }
+}
+
+/// [`status_error`] of a status given by its fields, which a hot caller passes in registers.
+#[cold]
+#[inline(never)]
+fn failed(
+    kind: ErrorKind,
+    source: ch4_core::Rank,
+    tag: ch4_core::Tag,
+    bytes: usize,
+    cancelled: bool,
+) -> ch4::Result<()> {
+    status_error(&Status {
+        source,
+        tag,
+        bytes,
+        cancelled,
+        error: Some(kind),
+    })
+}
+
+/// The error of a completed operation's status, as the function's own error.
+#[inline(never)]
+pub(crate) fn status_error(s: &Status) -> ch4::Result<()> {
+    match s.error {
+        None => Ok(()),
+        Some(kind) => Err(ch4::Error::with_status(
+            kind,
+            format!("{} (source {}, tag {})", kind.describe(), s.source, s.tag),
+            *s,
+        )),
+    }
+}
+
+/// `MPI_Wait`: the request becomes `MPI_REQUEST_NULL` (a persistent one inactive).
+///
+/// # Safety
+/// `request` is valid for a read and a write; `status` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Wait(request: *mut Handle, status: *mut MpiStatus) -> c_int {
+    let mut st = match state::enter() {
+        Ok(st) => st,
+        Err(code) => return code,
+    };
+    // SAFETY: the caller's contract.
+    let r = unsafe { wait_body(&mut st, request, status) };
+    finish_call(&mut st, abi::COMM_WORLD, "MPI_Wait", r)
+}
+
+/// # Safety
+/// As `MPI_Wait`.
+#[inline(always)]
+unsafe fn wait_body(
+    st: &mut State,
+    request: *mut Handle,
+    status: *mut MpiStatus,
+) -> ch4::Result<()> {
+    if request.is_null() {
+        return Err(null_arg("the request"));
+    }
+    // SAFETY: the caller's contract.
+    let c = unsafe { request.read() };
+    // A device request with nothing freed-while-active to reap first is almost every wait:
+    // straight to the device, and the handle becomes MPI_REQUEST_NULL.
+    if let Some(h) = abi::device_request(c) {
+        if st.detached.is_empty() {
+            let done = st.device()?.wait_status(h)?;
+            // SAFETY: the caller's contract.
+            unsafe {
+                request.write(abi::REQUEST_NULL);
+                MpiStatus::put(status, &done);
+            }
+            return match done.error {
+                None => Ok(()),
+                // The fields by value, so that the success path stores no copy of the status.
+                Some(kind) => failed(kind, done.source, done.tag, done.bytes, done.cancelled),
+            };
+        }
+    }
+    // SAFETY: the caller's contract.
+    unsafe { wait_other(st, request, status, c) }
+}
+
+/// `MPI_Wait` on anything but a plain device request: null, persistent, or with requests freed
+/// while active to reap first.
+///
+/// # Safety
+/// As `MPI_Wait`; `c` is the handle `request` holds.
+#[inline(never)]
+unsafe fn wait_other(
+    st: &mut State,
+    request: *mut Handle,
+    status: *mut MpiStatus,
+    c: Handle,
+) -> ch4::Result<()> {
+    let req = decode(c)?;
+    let done = complete(st, req, true)?.unwrap_or(Status::EMPTY);
+    // SAFETY: the caller's contract.
+    unsafe {
+        request.write(after(req, c));
+        MpiStatus::put(status, &done);
+    }
+    status_error(&done)
+}
+
+/// `MPI_Test`.
+///
+/// # Safety
+/// `request` is valid for a read and a write, `flag` for a write; `status` is null or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Test(
+    request: *mut Handle,
+    flag: *mut c_int,
+    status: *mut MpiStatus,
+) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Test", |st| {
+        if request.is_null() || flag.is_null() {
+            return Err(null_arg("the request or the flag"));
+        }
+        // SAFETY: the caller's contract.
+        let c = unsafe { request.read() };
+        let req = decode(c)?;
+        let Some(done) = complete(st, req, false)? else {
+            // SAFETY: checked non-null.
+            unsafe { flag.write(0) };
+            return Ok(());
+        };
+        // SAFETY: the caller's contract.
+        unsafe {
+            flag.write(1);
+            request.write(after(req, c));
+            MpiStatus::put(status, &done);
+        }
+        status_error(&done)
+    })
+}
+
+/// `MPI_Request_free`: an active request completes in the background; a persistent one is
+/// gone.
+///
+/// # Safety
+/// `request` is valid for a read and a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Request_free(request: *mut Handle) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Request_free", |st| {
+        if request.is_null() {
+            return Err(null_arg("the request"));
+        }
+        // SAFETY: the caller's contract.
+        let c = unsafe { request.read() };
+        match decode(c)? {
+            Req::Null => {
+                return Err(ch4::Error::new(
+                    ErrorKind::Request,
+                    "MPI_REQUEST_NULL cannot be freed",
+                ))
+            }
+            Req::Device(h) => st.detached.push(h),
+            Req::Persistent(i) => {
+                if let Some(h) = st.persistent(i)?.active {
+                    st.detached.push(h);
+                }
+                st.persistent[i] = None;
+            }
+        }
+        st.reap_detached();
+        // SAFETY: the caller's contract.
+        unsafe { request.write(abi::REQUEST_NULL) };
+        Ok(())
+    })
+}
+
+/// `MPI_Request_get_status`: whether the request is complete, without freeing it.
+///
+/// # Safety
+/// `flag` is writable; `status` null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Request_get_status(
+    request: Handle,
+    flag: *mut c_int,
+    status: *mut MpiStatus,
+) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Request_get_status", |st| {
+        let h = match decode(request)? {
+            Req::Null => None,
+            Req::Device(h) => Some(h),
+            Req::Persistent(i) => st.persistent(i)?.active,
+        };
+        let Some(h) = h else {
+            // SAFETY: the caller's contract.
+            unsafe {
+                put(flag, 1);
+                MpiStatus::put(status, &INACTIVE);
+            }
+            return Ok(());
+        };
+        let mut dev = st.device()?;
+        dev.progress()?;
+        let done = dev.is_done(h)?;
+        // SAFETY: the caller's contract.
+        unsafe { put(flag, c_int::from(done)) };
+        if done {
+            if let Some(s) = dev.peek_status(h) {
+                // SAFETY: the caller's contract.
+                unsafe { MpiStatus::put(status, &s) };
+            }
+        }
+        Ok(())
+    })
+}
