@@ -18,22 +18,39 @@
 # (UCX_TLS=tcp,self), Open MPI over its TCP BTL. Five ranks on this host's cores are
 # oversubscribed; every launcher is told so. Installs mpich, openmpi and libclang when missing
 # (root, Debian). Writes target/flood-vs-peers/results.tsv and the table as summary.txt;
-# --record LABEL keeps them in docs/results/flow-control/<today>-LABEL/ (scripts/lib/record.sh).
+# --dry-run checks the arguments and prints what would run; --record LABEL keeps them in docs/results/flow-control/<today>-LABEL/ (scripts/lib/record.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/record.sh
 . scripts/lib/record.sh
 net=shm
+dry_run=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --tcp) net=tcp; shift ;;
         --record) record_option "${2:-}"; shift 2 ;;
+        --dry-run) dry_run=yes; shift ;;
         *) break ;;
     esac
 done
 record_begin flow-control
 rounds="${1:-1}"
 messages="${2:-1000000}"
+for v in "$rounds" "$messages"; do
+    case "$v" in
+        '' | *[!0-9]* | 0) echo "rounds and messages are positive numbers, not '$v'" >&2; exit 2 ;;
+    esac
+done
+for mode in ${FLOOD_MODES:-sleep reverse window}; do
+    case "$mode" in
+        sleep | reverse | window) ;;
+        *) echo "FLOOD_MODES: no mode '$mode' (sleep, reverse, window)" >&2; exit 2 ;;
+    esac
+done
+if [ -n "$dry_run" ]; then
+    echo "would flood $messages messages a sender, $rounds rounds of ${FLOOD_MODES:-sleep reverse window} ($net) on ch4, MPICH and Open MPI${record_dir:+, recorded in $record_dir}"
+    exit 0
+fi
 
 # shellcheck source=lib/peers.sh
 . scripts/lib/peers.sh

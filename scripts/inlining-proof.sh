@@ -7,7 +7,7 @@
 # isend alone is split into the enqueue — the shared-memory transport's am_send of the same
 # 8-byte eager message, measured on its own — and the path from the public call to it.
 #
-#   ./scripts/inlining-proof.sh [N] [--ofi]        (default 20000)
+#   ./scripts/inlining-proof.sh [N] [--ofi] [--dry-run]        (default 20000)
 #
 # --ofi builds with the libfabric netmod in the devices (unused: one node), to show what
 # building a natively matching netmod in costs the shared-memory path.
@@ -20,9 +20,15 @@ features=()
 for a in "$@"; do
     case "$a" in
         --ofi) features=(--features ofi) ;;
+        --dry-run) dry_run=yes ;;
+        *[!0-9]* | 0) echo "N is a positive number, not '$a'" >&2; exit 2 ;;
         *) n="$a" ;;
     esac
 done
+if [ -n "${dry_run:-}" ]; then
+    echo "would count $n and $((2 * n)) isend + irecv + wait pairs under callgrind${features[*]:+ (${features[*]})}"
+    exit 0
+fi
 if ! command -v valgrind >/dev/null; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null

@@ -15,6 +15,9 @@
 #   (default 3 rounds and latency bw bibw mbw_mr allreduce; any OSU blocking collective works
 #   too: bcast, gather, allgather, alltoall, reduce_scatter, ...)
 #
+# --dry-run checks the arguments and prints what would run, without installing, building or
+# running anything.
+#
 # --record LABEL keeps the run in the results record: docs/results/c-library/<today>-LABEL/
 # (under-load/ with --busy), see scripts/lib/record.sh.
 #
@@ -42,6 +45,7 @@ rounds=3
 benches=()
 impls=(ch4 mpich5)
 busy=""
+dry_run=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --debian) impls=(ch4 mpich5 mpich openmpi) ;;
@@ -54,6 +58,8 @@ while [ $# -gt 0 ]; do
             record_option "${2:-}"
             shift
             ;;
+        --dry-run) dry_run=yes ;;
+        -*) echo "no option '$1' (see the script's first lines)" >&2; exit 2 ;;
         [0-9]*) rounds="$1" ;;
         *) benches+=("$1") ;;
     esac
@@ -65,6 +71,21 @@ case "$busy" in
 esac
 [ ${#benches[@]} -gt 0 ] || benches=(latency bw bibw mbw_mr allreduce)
 if [ -z "$busy" ]; then record_begin c-library; else record_begin under-load; fi
+[ "$rounds" -gt 0 ] || { echo "rounds is a positive number" >&2; exit 2; }
+osu=${THIRD_PARTY_DIR:-../shared/third_party}/osu-micro-benchmarks-7.2/c
+for b in "${benches[@]}"; do
+    case "$b" in
+        *[!a-z_]*) echo "no OSU benchmark '$b'" >&2; exit 2 ;;
+    esac
+    # Without OSU's sources (a dry run in a clone alone) the names cannot be checked here.
+    [ ! -d "$osu" ] || [ -e "$osu/mpi/pt2pt/standard/osu_$b.c" ] ||
+        [ -e "$osu/mpi/collective/blocking/osu_$b.c" ] ||
+        { echo "no OSU benchmark '$b' in $osu" >&2; exit 2; }
+done
+if [ -n "$dry_run" ]; then
+    echo "would run $rounds rounds of ${benches[*]} on ${impls[*]}${busy:+, a busy process $busy}${record_dir:+, recorded in $record_dir}"
+    exit 0
+fi
 
 venv=target/mpich5-venv
 if [ ! -x "$venv/bin/mpicc_abi" ]; then
@@ -87,7 +108,6 @@ fi
 cargo build --release -q -p pmi --bin ch4run
 cargo build --release -q -p ch4-mpi-abi
 cargo build --release -q -p osu-plot
-osu=${THIRD_PARTY_DIR:-../shared/third_party}/osu-micro-benchmarks-7.2/c
 [ -d "$osu" ] || { echo "OSU 7.2's sources are not in $osu (set THIRD_PARTY_DIR to the folder holding osu-micro-benchmarks-7.2)" >&2; exit 1; }
 # One build directory per compiler: the standard-ABI binaries (ch4 and MPICH 5 run the same
 # ones), Debian's MPICH, Debian's Open MPI.

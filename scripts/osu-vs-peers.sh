@@ -8,6 +8,9 @@
 #   ./scripts/osu-vs-peers.sh [--tcp | --ofi | --ucx] [--record LABEL] [rounds] [bench...]
 #       (default: 5 rounds; latency bw bibw mbw_mr)
 #
+# --dry-run checks the arguments and prints what would run, without installing, building or
+# running anything (the README's test runs every comparison command of the README this way).
+#
 # --record LABEL keeps the run in the results record: docs/results/<topic>/<today>-LABEL/
 # (topic shared-memory, tcp, ofi or ucx; under-load with --busy or --np), see
 # scripts/lib/record.sh.
@@ -56,6 +59,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib/record.sh
 net=shm
 busy=""
+dry_run=""
 np=2
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -65,6 +69,7 @@ while [ $# -gt 0 ]; do
         --busy) busy="$2"; shift 2 ;;
         --np) np="$2"; shift 2 ;;
         --record) record_option "${2:-}"; shift 2 ;;
+        --dry-run) dry_run=yes; shift ;;
         *) break ;;
     esac
 done
@@ -81,6 +86,22 @@ rounds="${1:-5}"
 shift || true
 benches=("$@")
 [ ${#benches[@]} -ne 0 ] || benches=(latency bw bibw mbw_mr)
+case "$rounds" in
+    '' | *[!0-9]* | 0) echo "rounds is a positive number, not '$rounds'" >&2; exit 2 ;;
+esac
+case "$np" in
+    '' | *[!0-9]* | *[13579]) echo "--np takes an even number of ranks, not '$np'" >&2; exit 2 ;;
+esac
+for b in "${benches[@]}"; do
+    case "$b" in
+        latency | bw | bibw | mbw_mr | multi_lat) ;;
+        *) echo "no bench '$b': latency, bw, bibw, mbw_mr or multi_lat" >&2; exit 2 ;;
+    esac
+done
+if [ -n "$dry_run" ]; then
+    echo "would run $rounds rounds of ${benches[*]} on ch4, MPICH and Open MPI ($net, $np ranks${busy:+, a busy process $busy})${record_dir:+, recorded in $record_dir}"
+    exit 0
+fi
 
 fonts=()
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || fonts+=(fonts-dejavu-core)
