@@ -1,0 +1,184 @@
+//! All-to-all, the standard's "All-to-All Scatter/Gather": `MPI_Alltoall`, `MPI_Alltoallv`
+//! and `MPI_Alltoallw`.
+//!
+//! All three are the device's alltoallv in bytes: `MPI_Alltoall` of predefined datatypes calls
+//! `MPI_Alltoallv` with equal blocks, `MPI_Alltoallw` turns each peer's count and datatype into
+//! bytes, and `MPI_Alltoall` of derived datatypes exchanges packed bytes.
+
+use std::ffi::{c_int, c_void};
+
+use super::{packed, packed_len, rank_size, scaled, span, type_size, unpack};
+use crate::abi::{self, Handle};
+use crate::buffers::plain;
+use crate::call::{call, null_arg};
+use crate::datatype::{raw, raw_mut};
+use crate::state;
+
+/// `MPI_Alltoallv`.
+///
+/// # Safety
+/// The buffers and arrays are as MPI describes them.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Alltoallv(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    sdispls: *const c_int,
+    sendtype: Handle,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    rdispls: *const c_int,
+    recvtype: Handle,
+    comm: Handle,
+) -> c_int {
+    call(comm, "MPI_Alltoallv", |st| {
+        let id = st.comm(comm)?;
+        let (_, size) = rank_size(st, id)?;
+        let (rs, ss) = (type_size(recvtype)?, type_size(sendtype)?);
+        // SAFETY: the caller's contract.
+        let (rc, rd) = unsafe {
+            (
+                scaled(recvcounts, size, rs, "recvcounts")?,
+                scaled(rdispls, size, rs, "rdispls")?,
+            )
+        };
+        // SAFETY: the caller's contract.
+        let recv = unsafe { raw_mut(recvbuf, span(&rc, &rd)) }?;
+        let (sc, sd, owned);
+        let send: &[u8] = if sendbuf as usize == abi::IN_PLACE {
+            owned = recv.to_vec();
+            (sc, sd) = (rc.clone(), rd.clone());
+            &owned
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe {
+                sc = scaled(sendcounts, size, ss, "sendcounts")?;
+                sd = scaled(sdispls, size, ss, "sdispls")?;
+                raw(sendbuf, span(&sc, &sd))?
+            }
+        };
+        st.device()?.alltoallv(id, send, &sc, &sd, recv, &rc, &rd)
+    })
+}
+
+/// `MPI_Alltoall`.
+///
+/// # Safety
+/// The buffers are as MPI describes them.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Alltoall(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: Handle,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: Handle,
+    comm: Handle,
+) -> c_int {
+    if !plain(sendtype, sendcount) || !plain(recvtype, recvcount) {
+        return call(comm, "MPI_Alltoall", |st| {
+            let id = st.comm(comm)?;
+            let (_, size) = rank_size(st, id)?;
+            let all = recvcount.saturating_mul(size as c_int);
+            let out = if sendbuf as usize == abi::IN_PLACE {
+                // SAFETY: the caller's contract.
+                unsafe { packed(st, recvbuf, all, recvtype) }?
+            } else {
+                // SAFETY: the caller's contract.
+                unsafe {
+                    packed(
+                        st,
+                        sendbuf,
+                        sendcount.saturating_mul(size as c_int),
+                        sendtype,
+                    )
+                }?
+            };
+            let block = packed_len(st, recvcount, recvtype)?;
+            let counts = vec![block; size];
+            let displs: Vec<usize> = (0..size).map(|r| r * block).collect();
+            let mut back = vec![0u8; block * size];
+            st.device()?
+                .alltoallv(id, &out, &counts, &displs, &mut back, &counts, &displs)?;
+            // SAFETY: the caller's contract.
+            unsafe { unpack(st, recvbuf, all, recvtype, &back) }
+        });
+    }
+    let n = state::with(|st| st.comm(comm).and_then(|id| rank_size(st, id)))
+        .ok()
+        .and_then(Result::ok)
+        .map_or(0, |(_, n)| n);
+    let (sc, rc) = (vec![sendcount; n], vec![recvcount; n]);
+    let sd: Vec<c_int> = (0..n).map(|i| i as c_int * sendcount).collect();
+    let rd: Vec<c_int> = (0..n).map(|i| i as c_int * recvcount).collect();
+    // SAFETY: the caller's contract; the arrays have one entry per member.
+    unsafe {
+        MPI_Alltoallv(
+            sendbuf,
+            sc.as_ptr(),
+            sd.as_ptr(),
+            sendtype,
+            recvbuf,
+            rc.as_ptr(),
+            rd.as_ptr(),
+            recvtype,
+            comm,
+        )
+    }
+}
+
+/// `MPI_Alltoallw` (with predefined datatypes: displacements in bytes, one type per peer).
+///
+/// # Safety
+/// The buffers and arrays are as MPI describes them.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Alltoallw(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    sdispls: *const c_int,
+    sendtypes: *const Handle,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    rdispls: *const c_int,
+    recvtypes: *const Handle,
+    comm: Handle,
+) -> c_int {
+    call(comm, "MPI_Alltoallw", |st| {
+        let id = st.comm(comm)?;
+        let (_, size) = rank_size(st, id)?;
+        let in_place = sendbuf as usize == abi::IN_PLACE;
+        if size > 0 && (recvtypes.is_null() || (!in_place && sendtypes.is_null())) {
+            return Err(null_arg("the datatype arrays"));
+        }
+        let bytes = |counts: *const c_int, types: *const Handle, what| -> ch4::Result<Vec<usize>> {
+            // SAFETY: the caller's contract: one count and one type per member.
+            let (c, t) = unsafe {
+                (
+                    scaled(counts, size, 1, what)?,
+                    std::slice::from_raw_parts(types, size),
+                )
+            };
+            c.iter()
+                .zip(t)
+                .map(|(&n, &dt)| Ok(n * type_size(dt)?))
+                .collect()
+        };
+        let rc = bytes(recvcounts, recvtypes, "recvcounts")?;
+        // SAFETY: the caller's contract.
+        let rd = unsafe { scaled(rdispls, size, 1, "rdispls") }?;
+        // SAFETY: the caller's contract.
+        let recv = unsafe { raw_mut(recvbuf, span(&rc, &rd)) }?;
+        let (sc, sd, owned);
+        let send: &[u8] = if in_place {
+            owned = recv.to_vec();
+            (sc, sd) = (rc.clone(), rd.clone());
+            &owned
+        } else {
+            sc = bytes(sendcounts, sendtypes, "sendcounts")?;
+            // SAFETY: the caller's contract.
+            sd = unsafe { scaled(sdispls, size, 1, "sdispls") }?;
+            // SAFETY: the caller's contract.
+            unsafe { raw(sendbuf, span(&sc, &sd)) }?
+        };
+        st.device()?.alltoallv(id, send, &sc, &sd, recv, &rc, &rd)
+    })
+}

@@ -1,0 +1,155 @@
+//! Reductions, the standard's "Global Reduction Operations" and "Reduce-Scatter": `MPI_Reduce`,
+//! `MPI_Allreduce` and `MPI_Reduce_scatter`, with the predefined operations.
+//!
+//! The device reduces, applying the byte-level fold the library hands it
+//! (`datatype::reduction`), so the library's part is the buffers: `MPI_IN_PLACE` becomes a
+//! copy of the receive buffer, and `MPI_Reduce_scatter` is a reduction at rank 0 followed by a
+//! scatter of its blocks, in a buffer kept between calls.
+
+use std::ffi::{c_int, c_void};
+
+use super::{rank_size, scaled};
+use crate::abi::{self, Handle};
+use crate::call::call;
+use crate::datatype::{self, raw, raw_mut};
+
+/// The contribution of a reduction: the send buffer, or with `MPI_IN_PLACE` a copy of the
+/// receive buffer.
+///
+/// # Safety
+/// As the reduction functions' buffers.
+unsafe fn contribution(
+    sendbuf: *const c_void,
+    recv: &[u8],
+    count: c_int,
+    dt: Handle,
+) -> ch4::Result<std::borrow::Cow<'static, [u8]>> {
+    if sendbuf as usize == abi::IN_PLACE {
+        return Ok(std::borrow::Cow::Owned(recv.to_vec()));
+    }
+    // SAFETY: the caller's contract; the slice is used only during the call.
+    let s: &'static [u8] = unsafe { datatype::reduce_in(sendbuf, count, dt) }?;
+    Ok(std::borrow::Cow::Borrowed(s))
+}
+
+/// `MPI_Reduce` with the predefined operations.
+///
+/// # Safety
+/// `sendbuf` holds `count` elements of `datatype` (or is `MPI_IN_PLACE` at the root);
+/// `recvbuf` has room for them at the root.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Reduce(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    op: Handle,
+    root: c_int,
+    comm: Handle,
+) -> c_int {
+    call(comm, "MPI_Reduce", |st| {
+        let id = st.comm(comm)?;
+        let fold = datatype::reduction(op, datatype)?;
+        let me = st.device()?.rank(id)?;
+        // Only the root's receive buffer is used (the device's reduction keeps its own
+        // working buffers).
+        let recv: &mut [u8] = if me == root {
+            // SAFETY: the caller's contract.
+            unsafe { datatype::reduce_out(recvbuf, count, datatype) }?
+        } else {
+            &mut []
+        };
+        // SAFETY: the caller's contract.
+        let send = unsafe { contribution(sendbuf, recv, count, datatype) }?;
+        st.device()?.reduce(id, root, &send, recv, fold)
+    })
+}
+
+/// `MPI_Allreduce` with the predefined operations.
+///
+/// # Safety
+/// `sendbuf` holds `count` elements of `datatype` (or is `MPI_IN_PLACE`); `recvbuf` has room
+/// for them.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Allreduce(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    op: Handle,
+    comm: Handle,
+) -> c_int {
+    call(comm, "MPI_Allreduce", |st| {
+        let id = st.comm(comm)?;
+        let fold = datatype::reduction(op, datatype)?;
+        // SAFETY: the caller's contract.
+        let recv = unsafe { datatype::reduce_out(recvbuf, count, datatype) }?;
+        // SAFETY: the caller's contract.
+        let send = unsafe { contribution(sendbuf, recv, count, datatype) }?;
+        st.device()?.allreduce(id, &send, recv, fold)
+    })
+}
+
+/// `MPI_Reduce_scatter`: a reduction of the whole vector at rank 0, then a scatter of its
+/// blocks.
+///
+/// # Safety
+/// The buffers and `recvcounts` (one entry per member) are as MPI describes them.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Reduce_scatter(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    recvcounts: *const c_int,
+    datatype: Handle,
+    op: Handle,
+    comm: Handle,
+) -> c_int {
+    call(comm, "MPI_Reduce_scatter", |st| {
+        let id = st.comm(comm)?;
+        let (me, size) = rank_size(st, id)?;
+        let es = datatype::reduce_elem(datatype).ok_or_else(|| datatype::bad_type(datatype))?;
+        let fold = datatype::reduction(op, datatype)?;
+        // SAFETY: the caller's contract.
+        let counts = unsafe { scaled(recvcounts, size, es, "recvcounts") }?;
+        let total: usize = counts.iter().sum();
+        let offs: Vec<usize> = counts
+            .iter()
+            .scan(0, |at, &c| {
+                let d = *at;
+                *at += c;
+                Some(d)
+            })
+            .collect();
+        let mine = counts[me as usize];
+        // SAFETY: the caller's contract.
+        let recv = unsafe {
+            raw_mut(
+                recvbuf,
+                if sendbuf as usize == abi::IN_PLACE {
+                    total
+                } else {
+                    mine
+                },
+            )
+        }?;
+        let owned;
+        let send: &[u8] = if sendbuf as usize == abi::IN_PLACE {
+            owned = recv.to_vec();
+            &owned
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { raw(sendbuf, total) }?
+        };
+        // The reduced vector, at rank 0 only, in a buffer the library keeps between calls
+        // (a fresh one page-faults on every call).
+        let mut whole = std::mem::take(&mut st.scratch);
+        whole.resize(if me == 0 { total } else { 0 }, 0);
+        let result = {
+            let mut dev = st.device()?;
+            dev.reduce(id, 0, send, &mut whole, fold)
+                .and_then(|()| dev.scatterv(id, 0, &whole, &counts, &offs, &mut recv[..mine]))
+        };
+        st.scratch = whole;
+        result
+    })
+}

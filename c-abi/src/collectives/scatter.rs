@@ -1,0 +1,127 @@
+//! Scatters, the standard's "Scatter": `MPI_Scatter` and `MPI_Scatterv`.
+//!
+//! `MPI_Scatter` of predefined datatypes is `MPI_Scatterv` with equal blocks, so there is one
+//! path to the device's scatterv; of derived datatypes, it scatters packed bytes.
+
+use std::ffi::{c_int, c_void};
+
+use super::{packed, packed_len, rank_size, scaled, span, type_size, unpack};
+use crate::abi::{self, Handle};
+use crate::buffers::plain;
+use crate::call::call;
+use crate::datatype::{raw, recv_bytes};
+use crate::state;
+
+/// `MPI_Scatterv`.
+///
+/// # Safety
+/// The buffers and arrays are as MPI describes them.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Scatterv(
+    sendbuf: *const c_void,
+    sendcounts: *const c_int,
+    displs: *const c_int,
+    sendtype: Handle,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: Handle,
+    root: c_int,
+    comm: Handle,
+) -> c_int {
+    call(comm, "MPI_Scatterv", |st| {
+        let id = st.comm(comm)?;
+        let (me, size) = rank_size(st, id)?;
+        if me != root {
+            // SAFETY: the caller's contract.
+            let recv = unsafe { recv_bytes(recvbuf, recvcount, recvtype) }?;
+            return st.device()?.scatterv(id, root, &[], &[], &[], recv);
+        }
+        let es = type_size(sendtype)?;
+        // SAFETY: the caller's contract.
+        let (counts, offs) = unsafe {
+            (
+                scaled(sendcounts, size, es, "sendcounts")?,
+                scaled(displs, size, es, "displs")?,
+            )
+        };
+        // SAFETY: the caller's contract.
+        let send = unsafe { raw(sendbuf, span(&counts, &offs)) }?;
+        let r = me as usize;
+        let mut own;
+        let recv: &mut [u8] = if recvbuf as usize == abi::IN_PLACE {
+            own = send[offs[r]..offs[r] + counts[r]].to_vec();
+            &mut own
+        } else {
+            // SAFETY: the caller's contract.
+            unsafe { recv_bytes(recvbuf, recvcount, recvtype) }?
+        };
+        st.device()?.scatterv(id, root, send, &counts, &offs, recv)
+    })
+}
+
+/// `MPI_Scatter`.
+///
+/// # Safety
+/// The buffers are as MPI describes them.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Scatter(
+    sendbuf: *const c_void,
+    sendcount: c_int,
+    sendtype: Handle,
+    recvbuf: *mut c_void,
+    recvcount: c_int,
+    recvtype: Handle,
+    root: c_int,
+    comm: Handle,
+) -> c_int {
+    if !plain(sendtype, sendcount) || !plain(recvtype, recvcount) {
+        return call(comm, "MPI_Scatter", |st| {
+            let id = st.comm(comm)?;
+            let (me, size) = rank_size(st, id)?;
+            let block = packed_len(st, recvcount, recvtype)?;
+            let all = if me == root {
+                // SAFETY: the caller's contract: the root's send buffer.
+                unsafe {
+                    packed(
+                        st,
+                        sendbuf,
+                        sendcount.saturating_mul(size as c_int),
+                        sendtype,
+                    )
+                }?
+            } else {
+                Vec::new()
+            };
+            let counts = vec![block; size];
+            let displs: Vec<usize> = (0..size).map(|r| r * block).collect();
+            let mut mine = vec![0u8; block];
+            st.device()?
+                .scatterv(id, root, &all, &counts, &displs, &mut mine)?;
+            if recvbuf as usize == abi::IN_PLACE {
+                return Ok(());
+            }
+            // SAFETY: the caller's contract.
+            unsafe { unpack(st, recvbuf, recvcount, recvtype, &mine) }
+        });
+    }
+    let n = state::with(|st| st.comm(comm).and_then(|id| rank_size(st, id)))
+        .ok()
+        .and_then(Result::ok)
+        .map_or(0, |(_, n)| n);
+    let counts = vec![sendcount; n];
+    let displs: Vec<c_int> = (0..n).map(|i| i as c_int * sendcount).collect();
+    // SAFETY: the caller's contract; the arrays have one entry per member.
+    unsafe {
+        MPI_Scatterv(
+            sendbuf,
+            counts.as_ptr(),
+            displs.as_ptr(),
+            sendtype,
+            recvbuf,
+            recvcount,
+            recvtype,
+            root,
+            comm,
+        )
+    }
+}
