@@ -3,14 +3,45 @@
 //! the very same binary runs on MPICH 5's library of the same ABI by changing
 //! `LD_LIBRARY_PATH`.
 //!
+//! Each MPI function checks its arguments, translates handles (a few instructions: predefined
+//! handles are small integers, a request is the device's handle with its top bit set) and
+//! calls the device. The functions live in one module per chapter of the standard, as MPICH's
+//! `src/mpi/` has them, so that a function's name says where it is.
+//!
+//! What every chapter uses:
+//!
 //! - `abi`: the ABI's handles, constants and `MPI_Status` (the values of `include/mpi.h`).
 //! - `state`: the process's universe and communicator table, and the thread rule
 //!   (`MPI_THREAD_FUNNELED`).
-//! - `errors`: error codes with their messages, the classes, the error handlers.
+//! - `call`: entering the state, reporting an error, writing results through C pointers.
+//! - `buffers`: a C buffer (pointer, count, datatype) as the device's send or receive buffer.
+//!
+//! The chapters:
+//!
+//! - `environment`: `MPI_Init`, `MPI_Finalize`, the thread queries, `MPI_Abort`, versions,
+//!   the processor name, `MPI_Wtime`.
+//! - `errors`: error codes with their messages and classes, `MPI_Error_string`,
+//!   `MPI_Error_class`, the error handlers.
+//! - `pt2pt`: sends and receives — `blocking`, `nonblocking`, `buffered`, `sendrecv`,
+//!   `persistent` (`MPI_Send_init`, `MPI_Start`).
+//! - `requests`: completing one request (`MPI_Wait`, `MPI_Test`, `MPI_Request_free`,
+//!   `MPI_Request_get_status`).
+//! - `request_sets`: `MPI_Waitall`, `MPI_Testall`, `MPI_Waitany`, `MPI_Testany`,
+//!   `MPI_Waitsome`, `MPI_Testsome`.
+//! - `status`: `MPI_Get_count`, `MPI_Get_elements` and their `_x`/`_c` forms, the status
+//!   setters.
+//! - `probe`: `MPI_Probe`, `MPI_Iprobe`, the matched probes and their receives, `MPI_Cancel`,
+//!   `MPI_Test_cancelled`.
+//! - `collectives`: barrier, broadcast, reductions, gathers, scatters, all-to-all.
+//! - `comm`: `MPI_Comm_rank`, `_size`, `_dup`, `_split`, `_create`, `_compare`, `_free`,
+//!   `_get_attr`.
+//! - `groups`: `MPI_Comm_group` and the `MPI_Group_` functions.
 //! - `datatype`: the predefined datatypes and reduction operations.
-//! - The functions themselves are below, by chapter of the standard: each checks its
-//!   arguments, translates handles (a few instructions: predefined handles are small integers,
-//!   a request is the device's handle with its top bit set) and calls the device.
+//! - `derived`: derived datatypes flattened to byte blocks; the `MPI_Type_` constructors
+//!   (`derived::constructors`) and queries, `MPI_Get_address`, `MPI_Pack_size`
+//!   (`derived::queries`).
+//! - `topology`: Cartesian topologies (`MPI_Cart_`), `MPI_Topo_test`, `MPI_Dims_create`.
+//! - `not_implemented`: the exported functions that fail with an error naming themselves.
 //!
 //! A process joins its job as every ch4 program does, through PMI: under `ch4run`, under
 //! Hydra's `mpiexec`, or alone as a singleton.
@@ -22,6 +53,8 @@
 mod abi;
 mod buffers;
 mod call;
+mod state;
+
 mod collectives;
 mod comm;
 mod datatype;
@@ -29,41 +62,10 @@ mod derived;
 mod environment;
 mod errors;
 mod groups;
+mod not_implemented;
 mod probe;
 mod pt2pt;
 mod request_sets;
 mod requests;
-mod state;
 mod status;
 mod topology;
-
-use std::ffi::c_int;
-
-// ------------------------------------------------------------------ not implemented yet
-
-/// Exports functions the library declares but does not implement yet: each reports an error
-/// of class `MPI_ERR_UNSUPPORTED_OPERATION` whose string names it, through
-/// `MPI_COMM_WORLD`'s error handler. They take no parameters: on the C calling conventions of
-/// the platforms ch4 builds for, the caller owns its arguments, so ignoring them is sound.
-macro_rules! not_implemented {
-    ($($name:ident),* $(,)?) => {$(
-        #[doc = concat!("`", stringify!($name), "`: not implemented yet (fails, naming itself).")]
-        #[no_mangle]
-        pub extern "C" fn $name() -> c_int {
-            errors::not_implemented(stringify!($name))
-        }
-    )*};
-}
-
-not_implemented!(
-    MPI_Comm_create_from_group,
-    MPI_Session_init,
-    MPI_Session_finalize,
-    MPI_Group_from_session_pset,
-    MPI_Dist_graph_neighbors,
-    MPI_Win_create,
-    MPI_Win_allocate,
-    MPI_Win_create_dynamic,
-    MPI_Win_attach,
-    MPI_Win_free,
-);
