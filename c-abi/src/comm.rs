@@ -1,7 +1,7 @@
 //! Communicators, from the standard's chapter "Groups, Contexts, Communicators, and Caching":
 //! the accessors `MPI_Comm_rank`, `MPI_Comm_size` and `MPI_Comm_compare`, the constructors
-//! `MPI_Comm_dup`, `MPI_Comm_split` and `MPI_Comm_create`, `MPI_Comm_free`, and of caching the
-//! predefined attributes (`MPI_Comm_get_attr`).
+//! `MPI_Comm_dup`, `MPI_Comm_split` and `MPI_Comm_create`, `MPI_Comm_free`, and from caching
+//! `MPI_Comm_get_attr` (the predefined attributes).
 //!
 //! A communicator handle is an index into the process's table (`state`), with
 //! `MPI_COMM_WORLD` and `MPI_COMM_SELF` predefined; the device owns the communicator itself.

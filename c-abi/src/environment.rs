@@ -5,7 +5,7 @@
 //!
 //! These are the calls that stand outside the process's state or before it: `MPI_Init` makes
 //! it, `MPI_Finalize` takes it out, and the queries answer before, during and after MPI, so
-//! most of them do not go through `call` (which needs a running MPI). The thread level is
+//! none of them goes through `call` (which needs a running MPI). The thread level is
 //! `MPI_THREAD_FUNNELED` because that is what `state` checks on every call.
 
 use std::ffi::{c_char, c_double, c_int};

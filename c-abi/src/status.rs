@@ -4,9 +4,10 @@
 //! (`MPI_Status_set_elements_x`, `MPI_Status_set_cancelled`).
 //!
 //! A status is the ABI's `MPI_Status` (`abi::MpiStatus`): the byte count and the cancelled
-//! flag sit in its private ints, which only these functions (and `MPI_Test_cancelled`, with
-//! cancel in `probe`) read or set. A count in elements depends on the datatype: a predefined
-//! one is a division, a derived one is asked of its description (`derived`).
+//! flag sit in its private ints, which a program cannot read itself; these functions (and
+//! `MPI_Test_cancelled`, with cancel in `probe`) are how it reads or sets them. A count in
+//! elements depends on the datatype: a predefined one is a division, a derived one is asked of
+//! its description (`derived`).
 
 use std::ffi::c_int;
 

@@ -9,11 +9,12 @@
 //! - `persistent`: `MPI_Send_init`, `MPI_Ssend_init`, `MPI_Rsend_init`, `MPI_Recv_init`,
 //!   `MPI_Start`, `MPI_Startall`.
 //!
-//! The hot calls (`MPI_Send`, `MPI_Recv`, `MPI_Isend`, `MPI_Irecv`) thus sit in two short files
-//! of their own, apart from the calls that copy or keep state. The chapter's other parts are
-//! modules of the crate because more than point-to-point uses them: completion (`requests`,
-//! `request_sets`, which collectives' requests would share), statuses (`status`), and probes
-//! with cancel (`probe`).
+//! The hot calls (`MPI_Send`, `MPI_Recv`, `MPI_Isend`, `MPI_Irecv`) thus sit in two files with
+//! only their other send modes beside them, apart from the calls that copy or keep state. The
+//! chapter's other parts are modules beside this folder: completion (`requests`,
+//! `request_sets`) and statuses (`status`) serve every kind of request — nonblocking,
+//! persistent, send-receive, matched receive — and probes with cancel (`probe`) act on
+//! messages and requests rather than make them.
 
 mod blocking;
 mod buffered;
