@@ -3,8 +3,9 @@
 //!
 //! A buffer of `count` elements of a predefined type is `count * size` contiguous bytes. The
 //! pair types with a hole between their members (`MPI_DOUBLE_INT`, `MPI_LONG_INT`,
-//! `MPI_SHORT_INT`, `MPI_LONG_DOUBLE_INT`) are not contiguous and are refused until derived
-//! datatypes are in.
+//! `MPI_SHORT_INT`, `MPI_LONG_DOUBLE_INT`) are not contiguous: sends and receives move them as
+//! two blocks an element, through the derived datatypes' layouts (`derived`), and reductions
+//! (`MPI_MINLOC`, `MPI_MAXLOC`) read and write them as whole C structs (`pair_extent`).
 
 use std::ffi::{c_int, c_void};
 
