@@ -67,7 +67,9 @@ pub fn skipped(test: &str, why: &str) {
             .append(true)
             .open(record)
         {
-            let _ = writeln!(f, "{line}");
+            // One write of the whole line: tests running in parallel append to the same file,
+            // and O_APPEND keeps a single write whole, where `writeln!` may make several.
+            let _ = f.write_all(format!("{line}\n").as_bytes());
         }
     }
 }
