@@ -163,8 +163,7 @@ fn every_readme_command_is_run_by_a_test_or_a_script() {
 
     for (command, prints, needs) in RUN_HERE {
         if let Some(program) = needs {
-            if !testkit::skip::on_path(program, &format!("readme: {command}"), "Debian's mpich")
-            {
+            if !testkit::skip::on_path(program, &format!("readme: {command}"), "Debian's mpich") {
                 continue;
             }
         }
