@@ -18,7 +18,8 @@
 # (UCX_TLS=tcp,self), Open MPI over its TCP BTL. Five ranks on this host's cores are
 # oversubscribed; every launcher is told so. Installs mpich, openmpi and libclang when missing
 # (root, Debian). Writes target/flood-vs-peers/results.tsv and the table as summary.txt;
-# --dry-run checks the arguments and prints what would run; --record LABEL keeps them in docs/results/flow-control/<today>-LABEL/ (scripts/lib/record.sh).
+# --dry-run checks the arguments and prints what would run; --record LABEL keeps them in
+# docs/results/flow-control/<today>-LABEL/ (scripts/lib/record.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=lib/record.sh

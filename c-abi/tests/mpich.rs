@@ -1,9 +1,9 @@
 //! MPICH's own point-to-point test programs (`mpich-test-pt2pt` of the third-party folder,
-//! `$THIRD_PARTY_DIR`, by default `../shared/third_party`; unmodified), built with `c-abi/bin/mpicc` and our MTest harness (`c-abi/mtest`), each run
-//! under `ch4run` with the process count and arguments of its `testlist` line. A program
-//! passes when it prints ` No Errors` and exits 0. Every case must pass except those MPICH
-//! itself marks `xfail`, which are run and reported. Without the programs the test is skipped,
-//! and says so.
+//! `$THIRD_PARTY_DIR`, by default `../shared/third_party`; unmodified), built with
+//! `c-abi/bin/mpicc` and our MTest harness (`c-abi/mtest`), each run under `ch4run` with the
+//! process count and arguments of its `testlist` line. A program passes when it prints
+//! ` No Errors` and exits 0. Every case must pass except those MPICH itself marks `xfail`,
+//! which are run and reported. Without the programs the test is skipped, and says so.
 
 mod common;
 

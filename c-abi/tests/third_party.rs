@@ -39,10 +39,7 @@ fn a_missing_folder_is_skipped_and_named() {
 
     // The record test.sh prints at its end: take out this test's lines (they are not a skip of
     // the suite's), after checking them.
-    let record = common::bin_dir()
-        .parent()
-        .unwrap()
-        .join("skipped-tests.txt");
+    let record = testkit::skip::skip_record().expect("the record's place");
     let text = std::fs::read_to_string(&record).unwrap_or_default();
     let (ours, others): (Vec<&str>, Vec<&str>) = text
         .lines()
