@@ -1,10 +1,9 @@
 //! Typed communicators: point-to-point, probes, nonblocking operations and collectives on
 //! slices of any [`Pod`] type.
 
-use std::rc::Rc;
-
+use ch4_core::blocking::{Blocking, Shared};
 use ch4_core::buffer::{RecvBuf, SendBuf};
-use ch4_core::comm::CommId;
+use ch4_core::comm::{Comm, CommId};
 use ch4_core::datatype::{as_bytes, as_bytes_mut, Layout, Pod};
 use ch4_core::rankmap::Group;
 use ch4_core::transport::{Netmod, Shm};
@@ -12,20 +11,20 @@ use ch4_core::{Error, ErrorKind, Rank, Result, SendMode, Status, Tag};
 
 use crate::owned::OwnedRequest;
 use crate::request::{Request, Scope};
-use crate::{Context, RankState, SelectedNetmod, SelectedShm};
+use crate::{blocking, Context, RankState, SelectedNetmod, SelectedShm, Single, ThreadLevel};
 
 /// A communicator of one rank's device: a group of processes with its own message space.
 ///
 /// Cheap to clone (all clones name the same communicator). Methods take `&self`: the device is
 /// shared by every communicator of the rank and borrowed for the length of each call.
-pub struct Communicator<N: Netmod = SelectedNetmod, S: Shm = SelectedShm> {
-    rank_state: Rc<RankState<N, S>>,
+pub struct Communicator<N: Netmod = SelectedNetmod, S: Shm = SelectedShm, L: ThreadLevel = Single> {
+    rank_state: L::Shared<RankState<N, S, L>>,
     id: CommId,
     rank: Rank,
     size: Rank,
 }
 
-impl<N: Netmod, S: Shm> Clone for Communicator<N, S> {
+impl<N: Netmod, S: Shm, L: ThreadLevel> Clone for Communicator<N, S, L> {
     fn clone(&self) -> Self {
         Communicator {
             rank_state: self.rank_state.clone(),
@@ -36,11 +35,14 @@ impl<N: Netmod, S: Shm> Clone for Communicator<N, S> {
     }
 }
 
-impl<N: Netmod, S: Shm> Communicator<N, S> {
-    pub(crate) fn new(rank_state: Rc<RankState<N, S>>, id: CommId) -> Communicator<N, S> {
+impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
+    pub(crate) fn new(
+        rank_state: L::Shared<RankState<N, S, L>>,
+        id: CommId,
+    ) -> Communicator<N, S, L> {
         // A finalized rank's device cannot be borrowed: the communicator it hands out then has
         // no members, and every call on it fails with the finalized error.
-        let (rank, size) = match rank_state.dev.try_borrow() {
+        let (rank, size) = match rank_state.device() {
             Ok(d) => (d.rank(id).unwrap_or(-1), d.size(id).unwrap_or(0)),
             Err(_) => (-1, 0),
         };
@@ -68,7 +70,7 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
     }
 
     /// The rank's context (to open scopes, reach the world communicator).
-    pub fn context(&self) -> Context<N, S> {
+    pub fn context(&self) -> Context<N, S, L> {
         Context {
             rank: self.rank_state.clone(),
         }
@@ -79,24 +81,42 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
     /// Sends `buf` to `dest` with `tag` (MPI_Send). Returns once `buf` may be reused.
     #[inline]
     pub fn send<T: Pod>(&self, buf: &[T], dest: Rank, tag: Tag) -> Result<()> {
-        self.rank_state
-            .device()?
-            .send(self.id, dest, tag, as_bytes(buf), SendMode::Standard)
+        blocking!(L, self.rank_state, |b| Blocking::send_on(
+            b,
+            self.id,
+            dest,
+            tag,
+            as_bytes(buf),
+            SendMode::Standard,
+            false
+        ))
     }
 
     /// Synchronous send (MPI_Ssend): returns only after the receiver has matched the message.
     pub fn ssend<T: Pod>(&self, buf: &[T], dest: Rank, tag: Tag) -> Result<()> {
-        self.rank_state
-            .device()?
-            .send(self.id, dest, tag, as_bytes(buf), SendMode::Synchronous)
+        blocking!(L, self.rank_state, |b| Blocking::send_on(
+            b,
+            self.id,
+            dest,
+            tag,
+            as_bytes(buf),
+            SendMode::Synchronous,
+            false
+        ))
     }
 
     /// Ready send (MPI_Rsend): the caller asserts the receive is posted; if it is not, the
     /// receive that later matches fails with [`ErrorKind::ReadyNotPosted`].
     pub fn rsend<T: Pod>(&self, buf: &[T], dest: Rank, tag: Tag) -> Result<()> {
-        self.rank_state
-            .device()?
-            .send(self.id, dest, tag, as_bytes(buf), SendMode::Ready)
+        blocking!(L, self.rank_state, |b| Blocking::send_on(
+            b,
+            self.id,
+            dest,
+            tag,
+            as_bytes(buf),
+            SendMode::Ready,
+            false
+        ))
     }
 
     /// Receives into `buf` from `src` (or [`crate::ANY_SOURCE`]) with `tag` (or
@@ -104,9 +124,14 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
     /// [`ErrorKind::Truncate`]; nothing past `buf` is written.
     #[inline]
     pub fn recv<T: Pod>(&self, buf: &mut [T], src: Rank, tag: Tag) -> Result<Status> {
-        self.rank_state
-            .device()?
-            .recv(self.id, src, tag, as_bytes_mut(buf))
+        blocking!(L, self.rank_state, |b| Blocking::recv_on(
+            b,
+            self.id,
+            src,
+            tag,
+            as_bytes_mut(buf),
+            false
+        ))
     }
 
     /// Receives a message of any length into a new vector (probe, then receive exactly it).
@@ -138,7 +163,8 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
         src: Rank,
         recv_tag: Tag,
     ) -> Result<Status> {
-        self.rank_state.device()?.sendrecv(
+        blocking!(L, self.rank_state, |b| ch4_core::coll::sendrecv(
+            b,
             self.id,
             as_bytes(send),
             dest,
@@ -146,7 +172,7 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
             as_bytes_mut(recv),
             src,
             recv_tag,
-        )
+        ))
     }
 
     /// Sends the elements of `buf` selected by `layout` (a vector or indexed datatype). The
@@ -162,15 +188,11 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
         // SAFETY: `buf` is borrowed for this whole call, and the request is waited for or
         // released before we return.
         let sbuf = unsafe { SendBuf::borrowed_with_layout(as_bytes(buf), layout.clone())? };
-        let mut dev = self.rank_state.device()?;
-        let h = dev.isend(self.id, dest, tag, sbuf, SendMode::Standard)?;
-        match dev.wait(h) {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                dev.release(h);
-                Err(e)
-            }
-        }
+        let h = self
+            .rank_state
+            .device()?
+            .isend(self.id, dest, tag, sbuf, SendMode::Standard)?;
+        blocking!(L, self.rank_state, |b| Blocking::wait_or_abandon(b, h)).map(drop)
     }
 
     /// Receives into the elements of `buf` selected by `layout`; other elements are untouched.
@@ -185,23 +207,20 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
         // SAFETY: `bytes` is borrowed for this whole call, and the request is waited for or
         // released before we return.
         let rbuf = unsafe { RecvBuf::borrowed_with_layout(bytes, layout.clone())? };
-        let mut dev = self.rank_state.device()?;
-        let h = dev.irecv(self.id, src, tag, rbuf)?;
-        match dev.wait(h) {
-            Ok(st) => Ok(st),
-            Err(e) => {
-                // A completed request is already gone; anything else must not keep `bytes`.
-                dev.release(h);
-                Err(e)
-            }
-        }
+        let h = self.rank_state.device()?.irecv(self.id, src, tag, rbuf)?;
+        blocking!(L, self.rank_state, |b| Blocking::wait_or_abandon(b, h))
     }
 
     // -------------------------------------------------------------- probes
 
     /// Blocks until a matching message has arrived and returns its status (MPI_Probe).
     pub fn probe(&self, src: Rank, tag: Tag) -> Result<Status> {
-        self.rank_state.device()?.probe(self.id, src, tag)
+        if L::YIELDS {
+            let id = self.id;
+            Shared(&*self.rank_state).block_until(|d| d.iprobe(id, src, tag), |_| {})
+        } else {
+            self.rank_state.device()?.probe(self.id, src, tag)
+        }
     }
 
     /// Whether a matching message has arrived (MPI_Iprobe).
@@ -211,8 +230,13 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
 
     /// Takes a matching message out of matching; only the returned [`Message`] can receive it
     /// (MPI_Mprobe), so another thread's or library's receive cannot steal it.
-    pub fn mprobe(&self, src: Rank, tag: Tag) -> Result<(Message<N, S>, Status)> {
-        let (m, st) = self.rank_state.device()?.mprobe(self.id, src, tag)?;
+    pub fn mprobe(&self, src: Rank, tag: Tag) -> Result<(Message<N, S, L>, Status)> {
+        let (m, st) = if L::YIELDS {
+            let id = self.id;
+            Shared(&*self.rank_state).block_until(|d| d.improbe(id, src, tag), |_| {})?
+        } else {
+            self.rank_state.device()?.mprobe(self.id, src, tag)?
+        };
         Ok((
             Message {
                 rank: self.rank_state.clone(),
@@ -223,7 +247,7 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
     }
 
     /// Nonblocking matched probe (MPI_Improbe).
-    pub fn improbe(&self, src: Rank, tag: Tag) -> Result<Option<(Message<N, S>, Status)>> {
+    pub fn improbe(&self, src: Rank, tag: Tag) -> Result<Option<Probed<N, S, L>>> {
         let found = self.rank_state.device()?.improbe(self.id, src, tag)?;
         Ok(found.map(|(m, st)| {
             (
@@ -241,33 +265,33 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
     /// Starts a send of `buf`, borrowed until the request completes (MPI_Isend).
     pub fn isend<'a, 's, T: Pod>(
         &self,
-        scope: &'s Scope<'a, N, S>,
+        scope: &'s Scope<'a, N, S, L>,
         buf: &'a [T],
         dest: Rank,
         tag: Tag,
-    ) -> Result<Request<'s, N, S>> {
+    ) -> Result<Request<'s, N, S, L>> {
         self.isend_mode(scope, buf, dest, tag, SendMode::Standard)
     }
 
     /// Starts a synchronous send (MPI_Issend).
     pub fn issend<'a, 's, T: Pod>(
         &self,
-        scope: &'s Scope<'a, N, S>,
+        scope: &'s Scope<'a, N, S, L>,
         buf: &'a [T],
         dest: Rank,
         tag: Tag,
-    ) -> Result<Request<'s, N, S>> {
+    ) -> Result<Request<'s, N, S, L>> {
         self.isend_mode(scope, buf, dest, tag, SendMode::Synchronous)
     }
 
     /// Starts a ready send (MPI_Irsend).
     pub fn irsend<'a, 's, T: Pod>(
         &self,
-        scope: &'s Scope<'a, N, S>,
+        scope: &'s Scope<'a, N, S, L>,
         buf: &'a [T],
         dest: Rank,
         tag: Tag,
-    ) -> Result<Request<'s, N, S>> {
+    ) -> Result<Request<'s, N, S, L>> {
         self.isend_mode(scope, buf, dest, tag, SendMode::Ready)
     }
 
@@ -278,12 +302,12 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
     #[inline(always)]
     pub fn isend_mode<'a, 's, T: Pod>(
         &self,
-        scope: &'s Scope<'a, N, S>,
+        scope: &'s Scope<'a, N, S, L>,
         buf: &'a [T],
         dest: Rank,
         tag: Tag,
         mode: SendMode,
-    ) -> Result<Request<'s, N, S>> {
+    ) -> Result<Request<'s, N, S, L>> {
         self.same_device(scope)?;
         // SAFETY: `buf` is borrowed for `'a`, which outlives the scope; the scope completes (or
         // releases) the request before it returns, so the device never reads `buf` after 'a.
@@ -305,11 +329,11 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
     #[inline(always)]
     pub fn irecv<'a, 's, T: Pod>(
         &self,
-        scope: &'s Scope<'a, N, S>,
+        scope: &'s Scope<'a, N, S, L>,
         buf: &'a mut [T],
         src: Rank,
         tag: Tag,
-    ) -> Result<Request<'s, N, S>> {
+    ) -> Result<Request<'s, N, S, L>> {
         self.same_device(scope)?;
         // SAFETY: `buf` is mutably borrowed for `'a`, which outlives the scope; the scope
         // completes or releases the request before it returns, so no write happens after 'a.
@@ -323,12 +347,12 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
     /// can take the blocks as they lie.
     pub fn isend_layout<'a, 's, T: Pod>(
         &self,
-        scope: &'s Scope<'a, N, S>,
+        scope: &'s Scope<'a, N, S, L>,
         buf: &'a [T],
         layout: &Layout,
         dest: Rank,
         tag: Tag,
-    ) -> Result<Request<'s, N, S>> {
+    ) -> Result<Request<'s, N, S, L>> {
         self.same_device(scope)?;
         // SAFETY: as in `isend_mode`: `buf` outlives the scope, which completes or releases
         // the request before 'a ends.
@@ -344,12 +368,12 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
     /// untouched), borrowed until the request completes (MPI_Irecv with a derived datatype).
     pub fn irecv_layout<'a, 's, T: Pod>(
         &self,
-        scope: &'s Scope<'a, N, S>,
+        scope: &'s Scope<'a, N, S, L>,
         buf: &'a mut [T],
         layout: &Layout,
         src: Rank,
         tag: Tag,
-    ) -> Result<Request<'s, N, S>> {
+    ) -> Result<Request<'s, N, S, L>> {
         self.same_device(scope)?;
         // SAFETY: as in `irecv`: `buf` is mutably borrowed for 'a, which outlives the scope;
         // the scope completes or releases the request before it returns.
@@ -360,34 +384,34 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
 
     /// Starts a send of `buf`, which the returned request owns until it completes and hands
     /// it back (MPI_Isend with an owned buffer). Needs no scope; see [`OwnedRequest`].
-    pub fn isend_owned<T: Pod>(
+    pub fn isend_owned<T: Pod + Send>(
         &self,
         buf: Vec<T>,
         dest: Rank,
         tag: Tag,
-    ) -> Result<OwnedRequest<T, N, S>> {
+    ) -> Result<OwnedRequest<T, N, S, L>> {
         self.isend_owned_mode(buf, dest, tag, SendMode::Standard)
     }
 
     /// Starts a synchronous send of an owned buffer (MPI_Issend; see
     /// [`Communicator::isend_owned`]).
-    pub fn issend_owned<T: Pod>(
+    pub fn issend_owned<T: Pod + Send>(
         &self,
         buf: Vec<T>,
         dest: Rank,
         tag: Tag,
-    ) -> Result<OwnedRequest<T, N, S>> {
+    ) -> Result<OwnedRequest<T, N, S, L>> {
         self.isend_owned_mode(buf, dest, tag, SendMode::Synchronous)
     }
 
     /// Starts a send of an owned buffer in the given mode.
-    pub fn isend_owned_mode<T: Pod>(
+    pub fn isend_owned_mode<T: Pod + Send>(
         &self,
         buf: Vec<T>,
         dest: Rank,
         tag: Tag,
         mode: SendMode,
-    ) -> Result<OwnedRequest<T, N, S>> {
+    ) -> Result<OwnedRequest<T, N, S, L>> {
         let id = self.id;
         OwnedRequest::start_send(self.rank_state.clone(), buf, |dev, sbuf| {
             dev.isend(id, dest, tag, sbuf, mode)
@@ -396,12 +420,12 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
 
     /// Starts a receive into `buf`, which the returned request owns until it completes and
     /// hands it back (MPI_Irecv with an owned buffer). Needs no scope; see [`OwnedRequest`].
-    pub fn irecv_owned<T: Pod>(
+    pub fn irecv_owned<T: Pod + Send>(
         &self,
         buf: Vec<T>,
         src: Rank,
         tag: Tag,
-    ) -> Result<OwnedRequest<T, N, S>> {
+    ) -> Result<OwnedRequest<T, N, S, L>> {
         let id = self.id;
         OwnedRequest::start_recv(self.rank_state.clone(), buf, |dev, rbuf| {
             dev.irecv(id, src, tag, rbuf)
@@ -416,7 +440,7 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
     pub fn translate_ranks(
         &self,
         ranks: &[Rank],
-        other: &Communicator<N, S>,
+        other: &Communicator<N, S, L>,
     ) -> Result<Vec<Option<Rank>>> {
         let (mine, theirs) = {
             let dev = self.rank_state.device()?;
@@ -441,12 +465,16 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
 
     /// The rank in `other` of the process that has rank `rank` here (see
     /// [`Communicator::translate_ranks`]).
-    pub fn translate_rank(&self, rank: Rank, other: &Communicator<N, S>) -> Result<Option<Rank>> {
+    pub fn translate_rank(
+        &self,
+        rank: Rank,
+        other: &Communicator<N, S, L>,
+    ) -> Result<Option<Rank>> {
         Ok(self.translate_ranks(&[rank], other)?[0])
     }
 
-    fn same_device(&self, scope: &Scope<'_, N, S>) -> Result<()> {
-        if Rc::ptr_eq(&self.rank_state, scope.rank()) {
+    fn same_device(&self, scope: &Scope<'_, N, S, L>) -> Result<()> {
+        if L::same(&self.rank_state, scope.rank()) {
             Ok(())
         } else {
             Err(Error::new(
@@ -460,14 +488,17 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
 
     /// Waits for every member (MPI_Barrier).
     pub fn barrier(&self) -> Result<()> {
-        self.rank_state.device()?.barrier(self.id)
+        blocking!(L, self.rank_state, |b| ch4_core::coll::barrier(b, self.id))
     }
 
     /// Copies `root`'s `buf` to every member's `buf` (MPI_Bcast).
     pub fn bcast<T: Pod>(&self, root: Rank, buf: &mut [T]) -> Result<()> {
-        self.rank_state
-            .device()?
-            .bcast(self.id, root, as_bytes_mut(buf))
+        blocking!(L, self.rank_state, |b| ch4_core::coll::bcast(
+            b,
+            self.id,
+            root,
+            as_bytes_mut(buf)
+        ))
     }
 
     /// Combines every member's `send` element-wise with `op` into `recv` at `root`
@@ -484,9 +515,14 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
         } else {
             &mut []
         };
-        self.rank_state
-            .device()?
-            .reduce(self.id, root, as_bytes(send), recv_bytes, elementwise(op))
+        blocking!(L, self.rank_state, |b| ch4_core::coll::reduce(
+            b,
+            self.id,
+            root,
+            as_bytes(send),
+            recv_bytes,
+            elementwise(op)
+        ))
     }
 
     /// Combines every member's `send` element-wise with `op` into every member's `recv`
@@ -497,47 +533,65 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
         recv: &mut [T],
         op: impl FnMut(&mut T, &T),
     ) -> Result<()> {
-        self.rank_state.device()?.allreduce(
+        blocking!(L, self.rank_state, |b| ch4_core::coll::allreduce(
+            b,
             self.id,
             as_bytes(send),
             as_bytes_mut(recv),
             elementwise(op),
-        )
+        ))
     }
 
     /// Collects every member's `send` at `root`, in rank order (MPI_Gather). `recv` is only
     /// used at the root and must hold `size * send.len()` elements there.
     pub fn gather<T: Pod>(&self, root: Rank, send: &[T], recv: &mut [T]) -> Result<()> {
-        self.rank_state
-            .device()?
-            .gather(self.id, root, as_bytes(send), as_bytes_mut(recv))
+        blocking!(L, self.rank_state, |b| ch4_core::coll::gather(
+            b,
+            self.id,
+            root,
+            as_bytes(send),
+            as_bytes_mut(recv)
+        ))
     }
 
     /// Collects every member's `send` at every member, in rank order (MPI_Allgather).
     pub fn allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        self.rank_state
-            .device()?
-            .allgather(self.id, as_bytes(send), as_bytes_mut(recv))
+        blocking!(L, self.rank_state, |b| ch4_core::coll::allgather(
+            b,
+            self.id,
+            as_bytes(send),
+            as_bytes_mut(recv)
+        ))
     }
 
     // ------------------------------------------------------- communicators
 
     /// A communicator with the same members and a separate message space (MPI_Comm_dup).
-    pub fn dup(&self) -> Result<Communicator<N, S>> {
-        let id = self.rank_state.device()?.comm_dup(self.id)?;
-        Ok(Communicator::new(self.rank_state.clone(), id))
+    pub fn dup(&self) -> Result<Communicator<N, S, L>> {
+        let c = blocking!(L, self.rank_state, |b| ch4_core::coll::new_dup(b, self.id))?;
+        self.adopt(c)
     }
 
     /// Splits by `color`, ordered by `key` (MPI_Comm_split); [`crate::UNDEFINED`] opts out.
-    pub fn split(&self, color: i32, key: i32) -> Result<Option<Communicator<N, S>>> {
-        let id = self.rank_state.device()?.comm_split(self.id, color, key)?;
-        Ok(id.map(|id| Communicator::new(self.rank_state.clone(), id)))
+    pub fn split(&self, color: i32, key: i32) -> Result<Option<Communicator<N, S, L>>> {
+        let c = blocking!(L, self.rank_state, |b| ch4_core::coll::new_split(
+            b, self.id, color, key
+        ))?;
+        c.map(|c| self.adopt(c)).transpose()
     }
 
     /// A communicator of the members of `group` (MPI_Comm_create); collective over `self`.
-    pub fn create(&self, group: &Group) -> Result<Option<Communicator<N, S>>> {
-        let id = self.rank_state.device()?.comm_create(self.id, group)?;
-        Ok(id.map(|id| Communicator::new(self.rank_state.clone(), id)))
+    pub fn create(&self, group: &Group) -> Result<Option<Communicator<N, S, L>>> {
+        let c = blocking!(L, self.rank_state, |b| ch4_core::coll::new_create(
+            b, self.id, group
+        ))?;
+        c.map(|c| self.adopt(c)).transpose()
+    }
+
+    /// Adds a communicator just agreed on to the device.
+    fn adopt(&self, c: Comm) -> Result<Communicator<N, S, L>> {
+        let id = self.rank_state.device()?.adopt_comm(c)?;
+        Ok(Communicator::new(self.rank_state.clone(), id))
     }
 
     /// The members (MPI_Comm_group).
@@ -551,6 +605,9 @@ impl<N: Netmod, S: Shm> Communicator<N, S> {
         self.rank_state.device()?.comm_free(self.id)
     }
 }
+
+/// A message taken by a matched probe, with its status.
+pub type Probed<N, S, L> = (Message<N, S, L>, Status);
 
 /// Lifts an element operator to the byte-level fold the device runs. Reads and writes go
 /// through unaligned loads, since the device's buffers are plain bytes.
@@ -572,13 +629,13 @@ fn elementwise<T: Pod>(mut op: impl FnMut(&mut T, &T)) -> impl FnMut(&mut [u8], 
 /// Dropped without being received, the message is discarded: its data is freed and its sender
 /// released (a rendezvous sender would otherwise wait for it forever), as MPICH's ch4:ofi does
 /// with `FI_CLAIM | FI_DISCARD`.
-pub struct Message<N: Netmod = SelectedNetmod, S: Shm = SelectedShm> {
-    rank: Rc<RankState<N, S>>,
+pub struct Message<N: Netmod = SelectedNetmod, S: Shm = SelectedShm, L: ThreadLevel = Single> {
+    rank: L::Shared<RankState<N, S, L>>,
     /// `None` once received.
     msg: Option<ch4_core::Message>,
 }
 
-impl<N: Netmod, S: Shm> Drop for Message<N, S> {
+impl<N: Netmod, S: Shm, L: ThreadLevel> Drop for Message<N, S, L> {
     fn drop(&mut self) {
         if let Some(msg) = self.msg.take() {
             match self.rank.device() {
@@ -595,7 +652,7 @@ impl<N: Netmod, S: Shm> Drop for Message<N, S> {
     }
 }
 
-impl<N: Netmod, S: Shm> Message<N, S> {
+impl<N: Netmod, S: Shm, L: ThreadLevel> Message<N, S, L> {
     /// The message itself, leaving `self` to drop without discarding it.
     fn take(&mut self) -> Result<ch4_core::Message> {
         self.msg
@@ -607,17 +664,25 @@ impl<N: Netmod, S: Shm> Message<N, S> {
     pub fn recv<T: Pod>(mut self, buf: &mut [T]) -> Result<Status> {
         let rank = self.rank.clone();
         let mut dev = rank.device()?; // first, so a busy device leaves the message to discard
-        dev.mrecv(self.take()?, as_bytes_mut(buf))
+        if !L::YIELDS {
+            return dev.mrecv(self.take()?, as_bytes_mut(buf));
+        }
+        // SAFETY: `buf` is borrowed mutably for this whole call, and the request holding it is
+        // waited for, or removed from the device when the wait fails, before we return.
+        let rbuf = unsafe { RecvBuf::borrowed(as_bytes_mut(buf)) };
+        let h = dev.imrecv(self.take()?, rbuf)?;
+        drop(dev);
+        Shared(&*rank).wait_or_abandon(h)
     }
 
     /// Starts receiving the message into `buf`, borrowed until the request completes
     /// (MPI_Imrecv).
     pub fn irecv<'a, 's, T: Pod>(
         mut self,
-        scope: &'s Scope<'a, N, S>,
+        scope: &'s Scope<'a, N, S, L>,
         buf: &'a mut [T],
-    ) -> Result<Request<'s, N, S>> {
-        if !Rc::ptr_eq(&self.rank, scope.rank()) {
+    ) -> Result<Request<'s, N, S, L>> {
+        if !L::same(&self.rank, scope.rank()) {
             return Err(Error::new(
                 ErrorKind::Arg,
                 "the scope belongs to another rank's device",
@@ -635,7 +700,7 @@ impl<N: Netmod, S: Shm> Message<N, S> {
 
     /// Starts receiving the message into `buf`, which the request owns until it hands it back
     /// (MPI_Imrecv with an owned buffer; see [`OwnedRequest`]).
-    pub fn irecv_owned<T: Pod>(mut self, buf: Vec<T>) -> Result<OwnedRequest<T, N, S>> {
+    pub fn irecv_owned<T: Pod + Send>(mut self, buf: Vec<T>) -> Result<OwnedRequest<T, N, S, L>> {
         let rank = self.rank.clone();
         let msg = self.take()?;
         OwnedRequest::start_recv(rank, buf, |dev, rbuf| dev.imrecv(msg, rbuf))

@@ -35,6 +35,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod communicator;
+pub mod level;
 pub mod log;
 pub mod op;
 mod owned;
@@ -44,9 +45,12 @@ pub mod settings;
 pub mod threads;
 
 use std::any::Any;
-use std::cell::{RefCell, RefMut};
-use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+
+use ch4_core::blocking::DeviceLock;
+
+use crate::level::{RankLock, Refused};
 
 pub use ch4_core::coll::UNDEFINED;
 pub use ch4_core::comm::CommId;
@@ -58,7 +62,8 @@ pub use ch4_core::{
     Error, ErrorKind, Result, SendMode, Status, ANY_SOURCE, ANY_TAG, PROC_NULL, TAG_UB,
 };
 pub use ch4_core::{Rank, Tag};
-pub use communicator::{Communicator, Message};
+pub use communicator::{Communicator, Message, Probed};
+pub use level::{Funneled, Level, Multiple, Serialized, Single, ThreadLevel};
 pub use owned::OwnedRequest;
 pub use request::{Request, Scope, WaitAllItem};
 
@@ -112,12 +117,14 @@ pub(crate) const FINALIZE_LIMIT: Duration = Duration::from_secs(60);
 /// # Ok::<(), ch4::Error>(())
 /// ```
 ///
-/// Not `Send`: a device belongs to the thread that drives it (MPI_THREAD_FUNNELED).
-pub struct Context<N: Netmod = SelectedNetmod, S: Shm = SelectedShm> {
-    rank: Rc<RankState<N, S>>,
+/// The thread level `L` ([`level`]) says which threads may use the context and the handles
+/// made from it: at the default, [`Single`], it is neither `Send` nor `Sync` and nothing is
+/// locked; at [`Multiple`] it is both, and threads call at once.
+pub struct Context<N: Netmod = SelectedNetmod, S: Shm = SelectedShm, L: ThreadLevel = Single> {
+    rank: L::Shared<RankState<N, S, L>>,
 }
 
-impl<N: Netmod, S: Shm> Clone for Context<N, S> {
+impl<N: Netmod, S: Shm, L: ThreadLevel> Clone for Context<N, S, L> {
     fn clone(&self) -> Self {
         Context {
             rank: self.rank.clone(),
@@ -126,26 +133,39 @@ impl<N: Netmod, S: Shm> Clone for Context<N, S> {
 }
 
 impl<N: Netmod, S: Shm> Context<N, S> {
-    /// Wraps a device that has already been connected to its peers.
+    /// Wraps a device that has already been connected to its peers, at the [`Single`] level.
     pub fn new(device: ch4_core::Device<N, S>) -> Context<N, S> {
+        Context::at_level(device)
+    }
+}
+
+impl<N: Netmod, S: Shm, L: ThreadLevel> Context<N, S, L> {
+    /// Wraps a device that has already been connected to its peers, at the thread level `L`
+    /// (`Context::<_, _, Multiple>::at_level(device)`).
+    pub fn at_level(device: ch4_core::Device<N, S>) -> Context<N, S, L> {
         Context {
-            rank: Rc::new(RankState {
+            rank: L::share(RankState {
                 world: device.world(),
                 self_comm: device.self_comm(),
-                dev: RefCell::new(device),
-                detached: RefCell::new(Vec::new()),
-                finalized: std::cell::Cell::new(false),
+                dev: L::Lock::new(device),
+                detached: L::Lock::new(Vec::new()),
+                finalized: AtomicBool::new(false),
             }),
         }
     }
 
+    /// The thread level this rank provides (MPI_Query_thread): the level of its type.
+    pub fn thread_level(&self) -> Level {
+        L::LEVEL
+    }
+
     /// All processes of the job.
-    pub fn world(&self) -> Communicator<N, S> {
+    pub fn world(&self) -> Communicator<N, S, L> {
         Communicator::new(self.rank.clone(), self.rank.world)
     }
 
     /// This process alone.
-    pub fn self_comm(&self) -> Communicator<N, S> {
+    pub fn self_comm(&self) -> Communicator<N, S, L> {
         Communicator::new(self.rank.clone(), self.rank.self_comm)
     }
 
@@ -158,14 +178,14 @@ impl<N: Netmod, S: Shm> Context<N, S> {
 
     /// The device itself, for what the safe API does not cover. Fails if it is already
     /// borrowed (a call from inside a reduction closure, for instance) or finalized.
-    pub fn device(&self) -> Result<RefMut<'_, ch4_core::Device<N, S>>> {
+    pub fn device(&self) -> Result<DeviceGuard<'_, N, S, L>> {
         self.rank.device()
     }
 
     /// Runs `f` with a scope for nonblocking operations. Buffers lent to requests made in the
     /// scope must outlive it; when `f` returns (or panics), every request of the scope that is
     /// still pending is completed first — so even a forgotten request cannot outlive its buffer.
-    pub fn scope<'a, R>(&self, f: impl FnOnce(&Scope<'a, N, S>) -> R) -> R {
+    pub fn scope<'a, R>(&self, f: impl FnOnce(&Scope<'a, N, S, L>) -> R) -> R {
         request::scope(self.rank.clone(), f)
     }
 
@@ -192,46 +212,69 @@ impl<N: Netmod, S: Shm> Context<N, S> {
 
     /// Whether [`Context::finalize`] has run.
     pub fn is_finalized(&self) -> bool {
-        self.rank.finalized.get()
+        self.rank.is_finalized()
     }
 }
+
+/// The device of a rank at level `L`, held for the guard's lifetime (a `RefMut` at the
+/// single-threaded levels, a lock's guard at the others).
+pub type DeviceGuard<'a, N, S, L> =
+    <<L as ThreadLevel>::Lock<ch4_core::Device<N, S>> as RankLock<ch4_core::Device<N, S>>>::Guard<
+        'a,
+    >;
+
+/// The list of dropped owned requests' buffers, held.
+type DetachedGuard<'a, L> =
+    <<L as ThreadLevel>::Lock<Vec<Detached>> as RankLock<Vec<Detached>>>::Guard<'a>;
 
 /// A buffer kept alive for a dropped owned request until the device lets it go.
 pub(crate) struct Detached {
     pub(crate) handle: ch4_core::ReqHandle,
-    pub(crate) _buffer: Box<dyn Any>,
+    pub(crate) _buffer: Box<dyn Any + Send>,
 }
 
 /// What every handle on one rank shares: the device, the buffers of owned requests whose owners
 /// dropped them while the network could still use them, and whether the rank has finalized.
 ///
 /// Field order matters: the device is dropped before the buffers it may still point into.
-pub(crate) struct RankState<N: Netmod, S: Shm> {
-    pub(crate) dev: RefCell<ch4_core::Device<N, S>>,
+pub(crate) struct RankState<N: Netmod, S: Shm, L: ThreadLevel> {
+    pub(crate) dev: L::Lock<ch4_core::Device<N, S>>,
     /// The device's world and self communicators (fixed for its life).
     world: CommId,
     self_comm: CommId,
-    pub(crate) detached: RefCell<Vec<Detached>>,
-    finalized: std::cell::Cell<bool>,
+    pub(crate) detached: L::Lock<Vec<Detached>>,
+    finalized: AtomicBool,
 }
 
-impl<N: Netmod, S: Shm> RankState<N, S> {
-    /// Borrows the device, turning a reentrant use (a call from inside a reduction operator) or
-    /// a use after finalize into an error rather than a panic.
+impl<N: Netmod, S: Shm, L: ThreadLevel> RankState<N, S, L> {
+    /// Takes the device, turning a reentrant use (a call from inside a reduction operator), a
+    /// second thread's call at the serialized level, or a use after finalize into an error
+    /// rather than a panic or a deadlock.
     #[inline(always)]
-    pub(crate) fn device(&self) -> Result<RefMut<'_, ch4_core::Device<N, S>>> {
-        match self.dev.try_borrow_mut() {
+    pub(crate) fn device(&self) -> Result<DeviceGuard<'_, N, S, L>> {
+        match self.dev.enter() {
             Ok(d) => Ok(d),
-            Err(_) => Err(self.busy()),
+            Err(why) => Err(self.busy(why)),
         }
     }
 
+    /// The list of dropped owned requests' buffers, if no one else holds it.
+    pub(crate) fn detached(&self) -> Option<DetachedGuard<'_, L>> {
+        self.detached.enter().ok()
+    }
+
     #[cold]
-    fn busy(&self) -> Error {
-        if self.finalized.get() {
+    fn busy(&self, why: Refused) -> Error {
+        if why == Refused::Closed || self.is_finalized() {
             Error::new(
                 ErrorKind::Comm,
                 "this rank has finalized: no more calls on it",
+            )
+        } else if why == Refused::Concurrent {
+            Error::new(
+                ErrorKind::Arg,
+                "two threads called at once on a rank at MPI_THREAD_SERIALIZED: start it at \
+                 Multiple for concurrent calls",
             )
         } else {
             Error::new(
@@ -243,13 +286,13 @@ impl<N: Netmod, S: Shm> RankState<N, S> {
 
     /// Frees the buffers of dropped owned requests that have completed.
     pub(crate) fn reap_detached(&self) {
-        let Ok(mut detached) = self.detached.try_borrow_mut() else {
+        let Some(mut detached) = self.detached() else {
             return;
         };
         if detached.is_empty() {
             return;
         }
-        let Ok(mut dev) = self.dev.try_borrow_mut() else {
+        let Ok(mut dev) = self.dev.enter() else {
             return;
         };
         // A request that completed (or whose handle is no longer known) no longer touches its
@@ -270,11 +313,11 @@ impl<N: Netmod, S: Shm> RankState<N, S> {
     }
 
     pub(crate) fn is_finalized(&self) -> bool {
-        self.finalized.get()
+        self.finalized.load(Ordering::Relaxed)
     }
 
     fn finalize_with(&self, anyway: bool) -> Result<()> {
-        if self.finalized.get() {
+        if self.is_finalized() {
             return Ok(());
         }
         // Owned requests whose owners dropped them go on; give them their time (a send to a
@@ -282,7 +325,10 @@ impl<N: Netmod, S: Shm> RankState<N, S> {
         let start = std::time::Instant::now();
         loop {
             self.reap_detached();
-            let handles: Vec<_> = self.detached.borrow().iter().map(|d| d.handle).collect();
+            let handles: Vec<_> = match self.detached() {
+                Some(d) => d.iter().map(|d| d.handle).collect(),
+                None => Vec::new(),
+            };
             if handles.is_empty() || start.elapsed() > FINALIZE_LIMIT {
                 break;
             }
@@ -299,9 +345,8 @@ impl<N: Netmod, S: Shm> RankState<N, S> {
         // a matched receive's data, to be reported by a later completion. A peer that stopped
         // receiving is finalize's error, reported by `Device::finalize` below.
         let _ = dev.flush(FINALIZE_LIMIT);
-        let pending = dev
-            .pending_requests()
-            .saturating_sub(self.detached.borrow().len());
+        let detached = self.detached().map_or(0, |d| d.len());
+        let pending = dev.pending_requests().saturating_sub(detached);
         if pending > 0 && !anyway {
             return Err(Error::new(
                 ErrorKind::Pending,
@@ -312,13 +357,54 @@ impl<N: Netmod, S: Shm> RankState<N, S> {
             ));
         }
         let flushed = dev.finalize(FINALIZE_LIMIT);
-        // From now on the device stays borrowed, so every later call fails with `busy`'s
-        // "finalized" error at no cost to the calls made before.
-        std::mem::forget(dev);
-        self.finalized.set(true);
+        self.finalized.store(true, Ordering::Relaxed);
+        // From now on the device cannot be taken, so every later call fails with `busy`'s
+        // "finalized" error.
+        L::Lock::close(dev);
         flushed
     }
 }
+
+impl<N: Netmod, S: Shm, L: ThreadLevel> DeviceLock for RankState<N, S, L> {
+    type Net = N;
+    type Shm = S;
+    type Guard<'a>
+        = DeviceGuard<'a, N, S, L>
+    where
+        Self: 'a;
+
+    #[inline(always)]
+    fn enter(&self) -> Result<DeviceGuard<'_, N, S, L>> {
+        self.device()
+    }
+
+    #[inline(always)]
+    fn between_polls(&self, idle: u32) {
+        self.dev.between_polls(idle)
+    }
+}
+
+/// Runs a blocking operation on `$rank` (a `RankState`) through `ch4_core::blocking::Blocking`
+/// as `$b`: at a level whose blocking calls let go of the device between polls, on the shared
+/// device; at the others, on the device held for the whole call, as before levels existed.
+/// Both arms are compiled; the level's constant removes one.
+macro_rules! blocking {
+    ($L:ty, $rank:expr, |$b:ident| $body:expr) => {{
+        #[allow(unused_imports)]
+        use ch4_core::blocking::Blocking as _;
+        let rank = &*$rank;
+        if <$L as $crate::level::ThreadLevel>::YIELDS {
+            let mut shared = ch4_core::blocking::Shared(rank);
+            let $b = &mut shared;
+            $body
+        } else {
+            let mut dev = rank.device()?;
+            let $b = &mut *dev;
+            $body
+        }
+    }};
+}
+pub(crate) use blocking;
 
 /// The README's code runs as a doctest, so the example users copy first cannot rot.
 #[doc = include_str!("../README.md")]

@@ -11,14 +11,13 @@
 //! - `mem::forget`: the buffer leaks, and so does the rank's device (the request holds a
 //!   reference to it); nothing is freed while the network may touch it.
 
-use std::rc::Rc;
-
+use ch4_core::blocking::{Blocking, Shared};
 use ch4_core::buffer::{RecvBuf, SendBuf};
 use ch4_core::datatype::{as_bytes, as_bytes_mut, Pod};
 use ch4_core::transport::{Netmod, Shm};
-use ch4_core::{Device, Error, ErrorKind, ReqHandle, Result, Status};
+use ch4_core::{Device, ReqHandle, Result, Status};
 
-use crate::{Detached, RankState, SelectedNetmod, SelectedShm};
+use crate::{Detached, RankState, SelectedNetmod, SelectedShm, Single, ThreadLevel};
 
 /// A pending operation that owns its buffer; [`OwnedRequest::wait`] hands the buffer back with
 /// the outcome. Made by [`Communicator::isend_owned`](crate::Communicator::isend_owned),
@@ -41,21 +40,26 @@ use crate::{Detached, RankState, SelectedNetmod, SelectedShm};
 /// # Ok::<(), ch4::Error>(())
 /// ```
 #[must_use = "an owned request should be waited for to get its buffer and outcome back"]
-pub struct OwnedRequest<T: Pod, N: Netmod = SelectedNetmod, S: Shm = SelectedShm> {
-    rank: Rc<RankState<N, S>>,
+pub struct OwnedRequest<
+    T: Pod + Send,
+    N: Netmod = SelectedNetmod,
+    S: Shm = SelectedShm,
+    L: ThreadLevel = Single,
+> {
+    rank: L::Shared<RankState<N, S, L>>,
     handle: ReqHandle,
     /// `Some` until handed back by `wait`.
     buf: Option<Vec<T>>,
     receive: bool,
 }
 
-impl<T: Pod, N: Netmod, S: Shm> OwnedRequest<T, N, S> {
+impl<T: Pod + Send, N: Netmod, S: Shm, L: ThreadLevel> OwnedRequest<T, N, S, L> {
     /// Starts a send of `buf` with `start`, which hands the device a send buffer over it.
     pub(crate) fn start_send(
-        rank: Rc<RankState<N, S>>,
+        rank: L::Shared<RankState<N, S, L>>,
         buf: Vec<T>,
         start: impl FnOnce(&mut Device<N, S>, SendBuf) -> Result<ReqHandle>,
-    ) -> Result<OwnedRequest<T, N, S>> {
+    ) -> Result<OwnedRequest<T, N, S, L>> {
         rank.reap_detached();
         // SAFETY: the bytes live in `buf`'s heap allocation, which the request owns and never
         // touches, resizes or frees while the device may read it: `wait` hands it back only
@@ -75,10 +79,10 @@ impl<T: Pod, N: Netmod, S: Shm> OwnedRequest<T, N, S> {
     /// Starts a receive into `buf` with `start`, which hands the device a receive buffer over
     /// it.
     pub(crate) fn start_recv(
-        rank: Rc<RankState<N, S>>,
+        rank: L::Shared<RankState<N, S, L>>,
         mut buf: Vec<T>,
         start: impl FnOnce(&mut Device<N, S>, RecvBuf) -> Result<ReqHandle>,
-    ) -> Result<OwnedRequest<T, N, S>> {
+    ) -> Result<OwnedRequest<T, N, S, L>> {
         rank.reap_detached();
         // SAFETY: as in `start_send`: the allocation stays with the request, untouched, until
         // the device is done writing it.
@@ -101,17 +105,23 @@ impl<T: Pod, N: Netmod, S: Shm> OwnedRequest<T, N, S> {
     /// comes back with the error.
     pub fn wait(mut self) -> (Vec<T>, Result<Status>) {
         let buf = self.buf.take().unwrap_or_default();
-        let Ok(mut dev) = self.rank.dev.try_borrow_mut() else {
-            let e = self.rank.device().err().unwrap_or_else(|| {
-                Error::new(ErrorKind::Internal, "the device could not be borrowed")
-            });
-            if self.rank.is_finalized() {
-                // A finalized device never runs again: nothing will touch the buffer.
-                return (buf, Err(e));
+        let mut dev = match self.rank.device() {
+            Ok(dev) => dev,
+            Err(e) => {
+                if self.rank.is_finalized() {
+                    // A finalized device never runs again: nothing will touch the buffer.
+                    return (buf, Err(e));
+                }
+                self.keep_with_rank(buf);
+                return (Vec::new(), Err(e));
             }
-            self.keep_with_rank(buf);
-            return (Vec::new(), Err(e));
         };
+        if L::YIELDS {
+            // Other threads call meanwhile: the wait lets go of the device between polls.
+            drop(dev);
+            let outcome = Shared(&*self.rank).wait_or_abandon(self.handle);
+            return (buf, outcome);
+        }
         let outcome = match dev.wait(self.handle) {
             Ok(st) => Ok(st),
             Err(e) => {
@@ -150,26 +160,27 @@ impl<T: Pod, N: Netmod, S: Shm> OwnedRequest<T, N, S> {
 
     /// Keeps `buf` with the rank until the device reports this request complete.
     fn keep_with_rank(&self, buf: Vec<T>) {
-        match self.rank.detached.try_borrow_mut() {
-            Ok(mut detached) => detached.push(Detached {
+        match self.rank.detached() {
+            Some(mut detached) => detached.push(Detached {
                 handle: self.handle,
                 _buffer: Box::new(buf),
             }),
-            // Unreachable (the list is only borrowed while it is reaped, which drops no
-            // request); leaking is the safe way out.
-            Err(_) => std::mem::forget(buf),
+            // Unreachable (the list is only held while it is reaped, which drops no request,
+            // and at the threaded levels it waits for another thread's hold to end); leaking
+            // is the safe way out.
+            None => std::mem::forget(buf),
         }
     }
 }
 
-impl<T: Pod, N: Netmod, S: Shm> Drop for OwnedRequest<T, N, S> {
+impl<T: Pod + Send, N: Netmod, S: Shm, L: ThreadLevel> Drop for OwnedRequest<T, N, S, L> {
     /// A pending receive is cancelled if it has not matched; whatever is still in flight goes
     /// on without its owner, its buffer kept by the rank until the device lets go of it.
     fn drop(&mut self) {
         let Some(buf) = self.buf.take() else {
             return;
         };
-        let done = match self.rank.dev.try_borrow_mut() {
+        let done = match self.rank.device() {
             Ok(mut dev) => {
                 if self.receive {
                     let _ = dev.cancel(self.handle);
@@ -187,7 +198,9 @@ impl<T: Pod, N: Netmod, S: Shm> Drop for OwnedRequest<T, N, S> {
     }
 }
 
-impl<T: Pod, N: Netmod, S: Shm> std::fmt::Debug for OwnedRequest<T, N, S> {
+impl<T: Pod + Send, N: Netmod, S: Shm, L: ThreadLevel> std::fmt::Debug
+    for OwnedRequest<T, N, S, L>
+{
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("OwnedRequest")
             .field("handle", &self.handle)

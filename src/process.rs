@@ -31,7 +31,7 @@ use ch4_core::core::DeviceConfig;
 use ch4_core::{Device, Error, ErrorKind, Gpid, PeerState, Result};
 use shm::{Segment, ShmConfig, ShmTransport};
 
-use crate::{Communicator, Context};
+use crate::{Communicator, Context, Single, ThreadLevel};
 
 /// The netmod process mode uses in this build (the build's [`crate::SelectedNetmod`]): TCP
 /// with the `tcp` feature (the default); without it, none, and a job must fit on one node.
@@ -52,20 +52,23 @@ pub type ProcessContext = Context;
 /// [`ErrorKind::PeerFailed`], receives from `ANY_SOURCE` on its communicators too — and the
 /// launcher sees it go without PMI finalize (a job whose other ranks then wait for it in a PMI
 /// barrier is ended with an error).
-pub struct Universe {
-    ctx: ProcessContext,
+///
+/// The rank runs at the thread level `L`: [`Single`] from [`init`], the level asked for from
+/// [`init_thread`].
+pub struct Universe<L: ThreadLevel = Single> {
+    ctx: Context<ProcessNetmod, ShmTransport, L>,
     /// Shared with the netmod's [`LauncherWatch`], which reads peer events from it.
     pmi: Arc<Mutex<Option<pmi::Client>>>,
 }
 
-impl Universe {
+impl<L: ThreadLevel> Universe<L> {
     /// All processes of the job.
-    pub fn world(&self) -> Communicator {
+    pub fn world(&self) -> Communicator<ProcessNetmod, ShmTransport, L> {
         self.ctx.world()
     }
 
     /// The rank's context (scopes, the self communicator, the device).
-    pub fn context(&self) -> &ProcessContext {
+    pub fn context(&self) -> &Context<ProcessNetmod, ShmTransport, L> {
         &self.ctx
     }
 
@@ -102,7 +105,7 @@ impl Universe {
     }
 }
 
-impl Universe {
+impl<L: ThreadLevel> Universe<L> {
     /// The connection to the process manager (taken at finalize).
     fn client(&self) -> MutexGuard<'_, Option<pmi::Client>> {
         // A panic while the lock was held leaves the client as it was: still usable.
@@ -110,7 +113,7 @@ impl Universe {
     }
 }
 
-impl Drop for Universe {
+impl<L: ThreadLevel> Drop for Universe<L> {
     fn drop(&mut self) {
         let _ = self.finish();
     }
@@ -146,6 +149,19 @@ pub fn init() -> Result<Universe> {
 /// Joins the job with the given device settings (the environment's `CH4_EAGER_CREDIT*` are not
 /// applied: start from `DeviceConfig::from_env()` to keep them).
 pub fn init_with(config: DeviceConfig) -> Result<Universe> {
+    init_with_level(config, Single)
+}
+
+/// Joins the job at thread level `level` (MPI_Init_thread), with the default settings and
+/// those of the environment. The level is provided as asked: it is the type of the rank's
+/// handles ([`crate::level`]).
+pub fn init_thread<L: ThreadLevel>(level: L) -> Result<Universe<L>> {
+    crate::settings::check_environment()?;
+    init_with_level(DeviceConfig::from_env()?, level)
+}
+
+/// [`init_with`] at thread level `level`.
+pub fn init_with_level<L: ThreadLevel>(config: DeviceConfig, _level: L) -> Result<Universe<L>> {
     crate::settings::check_environment()?;
     crate::log::init_if_asked();
     let mut client = pmi::Client::from_env().map_err(pmi_err)?;
@@ -197,7 +213,7 @@ pub fn init_with(config: DeviceConfig) -> Result<Universe> {
         net.watch_peers(Arc::new(move |g| watch.peer_state(g)));
     }
     let dev = Device::new(net, shm, rank, size, config)?;
-    let ctx = Context::new(dev);
+    let ctx = Context::at_level(dev);
     if rank == 0 {
         crate::settings::print_summary_if_asked(&ctx);
     }

@@ -28,24 +28,24 @@
 use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::rc::Rc;
 
+use ch4_core::blocking::{DeviceLock, Shared};
 use ch4_core::device::status_result;
 use ch4_core::transport::{Netmod, Shm};
 use ch4_core::{Error, ErrorKind, ReqHandle, Result, Status};
 
-use crate::{RankState, SelectedNetmod, SelectedShm};
+use crate::{RankState, SelectedNetmod, SelectedShm, Single, ThreadLevel};
 
 /// Where nonblocking requests live; see [`Context::scope`](crate::Context::scope).
-pub struct Scope<'a, N: Netmod = SelectedNetmod, S: Shm = SelectedShm> {
-    pub(crate) core: ScopeCore<N, S>,
+pub struct Scope<'a, N: Netmod = SelectedNetmod, S: Shm = SelectedShm, L: ThreadLevel = Single> {
+    pub(crate) core: ScopeCore<N, S, L>,
     /// Invariant in `'a`, so buffers of exactly the scope's lifetime are required.
     _buffers: PhantomData<std::cell::Cell<&'a ()>>,
 }
 
 /// The part of a scope its requests refer to: the rank and the list of pending requests.
-pub(crate) struct ScopeCore<N: Netmod, S: Shm> {
-    pub(crate) rank: Rc<RankState<N, S>>,
+pub(crate) struct ScopeCore<N: Netmod, S: Shm, L: ThreadLevel> {
+    pub(crate) rank: L::Shared<RankState<N, S, L>>,
     pending: RefCell<Vec<ReqHandle>>,
 }
 
@@ -64,9 +64,9 @@ const SPARE_LIST_CAPACITY_MAX: usize = 1 << 16;
 /// Idle rounds of a waiting loop between two checks for failed peers (as `Device::wait`).
 const PEER_CHECK_EVERY: u32 = 256;
 
-pub(crate) fn scope<'a, N: Netmod, S: Shm, R>(
-    rank: Rc<RankState<N, S>>,
-    f: impl FnOnce(&Scope<'a, N, S>) -> R,
+pub(crate) fn scope<'a, N: Netmod, S: Shm, L: ThreadLevel, R>(
+    rank: L::Shared<RankState<N, S, L>>,
+    f: impl FnOnce(&Scope<'a, N, S, L>) -> R,
 ) -> R {
     let list = SPARE_LISTS
         .try_with(|s| s.borrow_mut().pop())
@@ -98,7 +98,7 @@ pub(crate) fn scope<'a, N: Netmod, S: Shm, R>(
     }
 }
 
-impl<N: Netmod, S: Shm> ScopeCore<N, S> {
+impl<N: Netmod, S: Shm, L: ThreadLevel> ScopeCore<N, S, L> {
     fn forget_handle(&self, h: ReqHandle) {
         let mut p = self.pending.borrow_mut();
         // The newest requests are at the end and are usually the ones finishing.
@@ -118,6 +118,15 @@ impl<N: Netmod, S: Shm> ScopeCore<N, S> {
         }
         let handles: Vec<ReqHandle> = std::mem::take(&mut *pending);
         drop(pending);
+        if L::YIELDS {
+            // Other threads call meanwhile: wait letting go of the device between polls. A
+            // device that cannot be entered any more has finalized and never runs again.
+            let shared = Shared(&*self.rank);
+            for h in handles {
+                wait_one_shared(&shared, h);
+            }
+            return;
+        }
         let Ok(mut dev) = self.rank.device() else {
             // The closure has returned, so no borrow of ours is live: the rank has finalized
             // inside the scope. Its device never runs again, so nothing will touch the
@@ -132,8 +141,8 @@ impl<N: Netmod, S: Shm> ScopeCore<N, S> {
     }
 }
 
-impl<'a, N: Netmod, S: Shm> Scope<'a, N, S> {
-    pub(crate) fn register(&self, h: ReqHandle) -> Request<'_, N, S> {
+impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
+    pub(crate) fn register(&self, h: ReqHandle) -> Request<'_, N, S, L> {
         self.core.pending.borrow_mut().push(h);
         Request {
             handle: h,
@@ -142,7 +151,7 @@ impl<'a, N: Netmod, S: Shm> Scope<'a, N, S> {
         }
     }
 
-    pub(crate) fn rank(&self) -> &Rc<RankState<N, S>> {
+    pub(crate) fn rank(&self) -> &L::Shared<RankState<N, S, L>> {
         &self.core.rank
     }
 
@@ -154,7 +163,7 @@ impl<'a, N: Netmod, S: Shm> Scope<'a, N, S> {
     /// [`Error::statuses`] holds every status, each failed one with its `error` set.
     pub fn wait_all<'s, R>(&'s self, requests: impl Into<Vec<R>>) -> Result<Vec<Status>>
     where
-        R: WaitAllItem<'s, N, S>,
+        R: WaitAllItem<'s, N, S, L>,
     {
         let requests: Vec<R> = requests.into();
         let mut out = Vec::with_capacity(requests.len());
@@ -174,7 +183,20 @@ impl<'a, N: Netmod, S: Shm> Scope<'a, N, S> {
         };
         let mut finished = Vec::new();
         let mut any_failed = false;
-        {
+        if L::YIELDS {
+            // Fails here, changing nothing, if the device cannot be entered at all.
+            drop(self.core.rank.device()?);
+            let shared = Shared(&*self.core.rank);
+            let mut wait = |h| wait_one_shared(&shared, h);
+            if newest {
+                for r in requests.into_iter().flat_map(WaitAllItem::take) {
+                    out.push(wait(r.handle));
+                }
+            } else {
+                self.wait_all_others(&mut wait, requests, &mut finished, &mut out);
+            }
+            any_failed = out.iter().any(|st| st.error.is_some());
+        } else {
             let mut dev = self.core.rank.device()?;
             if newest {
                 // Every item holds a live request of this scope (a spent one's handle is off
@@ -185,7 +207,12 @@ impl<'a, N: Netmod, S: Shm> Scope<'a, N, S> {
                     out.push(st);
                 }
             } else {
-                self.wait_all_others(&mut dev, requests, &mut finished, &mut out);
+                self.wait_all_others(
+                    &mut |h| wait_one(&mut dev, h),
+                    requests,
+                    &mut finished,
+                    &mut out,
+                );
                 any_failed = out.iter().any(|st| st.error.is_some());
             }
         }
@@ -213,9 +240,9 @@ impl<'a, N: Netmod, S: Shm> Scope<'a, N, S> {
     /// inactive slots, requests of enclosing scopes. The handles taken off this scope's list
     /// go to `finished`.
     #[inline(never)]
-    fn wait_all_others<'s, R: WaitAllItem<'s, N, S>>(
+    fn wait_all_others<'s, R: WaitAllItem<'s, N, S, L>>(
         &'s self,
-        dev: &mut ch4_core::Device<N, S>,
+        wait: &mut impl FnMut(ReqHandle) -> Status,
         requests: Vec<R>,
         finished: &mut Vec<ReqHandle>,
         out: &mut Vec<Status>,
@@ -226,11 +253,11 @@ impl<'a, N: Netmod, S: Shm> Scope<'a, N, S> {
                     r.done = true;
                     if std::ptr::eq(r.scope, &self.core) {
                         finished.push(r.handle);
-                        wait_one(dev, r.handle)
-                    } else if Rc::ptr_eq(&r.scope.rank, &self.core.rank) {
+                        wait(r.handle)
+                    } else if L::same(&r.scope.rank, &self.core.rank) {
                         // A request of an enclosing scope of the same rank.
                         r.scope.forget_handle(r.handle);
-                        wait_one(dev, r.handle)
+                        wait(r.handle)
                     } else {
                         // Its handle names a request of another rank's device: left to
                         // its own scope.
@@ -251,7 +278,10 @@ impl<'a, N: Netmod, S: Shm> Scope<'a, N, S> {
     /// an inactive slot), every slot then `None`; `Ok(None)`, with no slot changed, while any
     /// is pending. When some completed with errors the error is [`ErrorKind::InStatus`] with
     /// every status ([`Error::statuses`]), and every slot is `None` as well.
-    pub fn test_all(&self, slots: &mut [Option<Request<'_, N, S>>]) -> Result<Option<Vec<Status>>> {
+    pub fn test_all(
+        &self,
+        slots: &mut [Option<Request<'_, N, S, L>>],
+    ) -> Result<Option<Vec<Status>>> {
         self.check_same_rank(slots)?;
         let mut dev = self.core.rank.device()?;
         self.progress_or_check(&mut dev, slots)?;
@@ -282,11 +312,23 @@ impl<'a, N: Netmod, S: Shm> Scope<'a, N, S> {
     /// returns its index and outcome (MPI_Waitany); `Ok(None)` when no slot is active.
     pub fn wait_any(
         &self,
-        slots: &mut [Option<Request<'_, N, S>>],
+        slots: &mut [Option<Request<'_, N, S, L>>],
     ) -> Result<Option<(usize, Result<Status>)>> {
         self.check_same_rank(slots)?;
         if active(slots).next().is_none() {
             return Ok(None);
+        }
+        if L::YIELDS {
+            let i = Shared(&*self.core.rank).block_until(
+                |dev| Ok(first_done(slots, dev)),
+                |dev| {
+                    for r in active(slots) {
+                        dev.fail_if_peer_gone(r.handle);
+                    }
+                },
+            )?;
+            let mut dev = self.core.rank.device()?;
+            return Ok(Some((i, take(&mut slots[i], &mut dev))));
         }
         let mut dev = self.core.rank.device()?;
         let mut idle = 0u32;
@@ -313,7 +355,7 @@ impl<'a, N: Netmod, S: Shm> Scope<'a, N, S> {
     /// has (including when no slot is active).
     pub fn test_any(
         &self,
-        slots: &mut [Option<Request<'_, N, S>>],
+        slots: &mut [Option<Request<'_, N, S, L>>],
     ) -> Result<Option<(usize, Result<Status>)>> {
         self.check_same_rank(slots)?;
         let mut dev = self.core.rank.device()?;
@@ -328,7 +370,7 @@ impl<'a, N: Netmod, S: Shm> Scope<'a, N, S> {
     /// (MPI_Waitsome). Empty when no slot is active.
     pub fn wait_some(
         &self,
-        slots: &mut [Option<Request<'_, N, S>>],
+        slots: &mut [Option<Request<'_, N, S, L>>],
     ) -> Result<Vec<(usize, Result<Status>)>> {
         if let Some((i, first)) = self.wait_any(slots)? {
             let mut out = vec![(i, first)];
@@ -345,7 +387,7 @@ impl<'a, N: Netmod, S: Shm> Scope<'a, N, S> {
     /// completed.
     pub fn test_some(
         &self,
-        slots: &mut [Option<Request<'_, N, S>>],
+        slots: &mut [Option<Request<'_, N, S, L>>],
     ) -> Result<Vec<(usize, Result<Status>)>> {
         self.check_same_rank(slots)?;
         let mut dev = self.core.rank.device()?;
@@ -360,7 +402,7 @@ impl<'a, N: Netmod, S: Shm> Scope<'a, N, S> {
     fn progress_or_check(
         &self,
         dev: &mut ch4_core::Device<N, S>,
-        slots: &[Option<Request<'_, N, S>>],
+        slots: &[Option<Request<'_, N, S, L>>],
     ) -> Result<()> {
         if dev.progress()? == 0 {
             for r in active(slots) {
@@ -372,8 +414,8 @@ impl<'a, N: Netmod, S: Shm> Scope<'a, N, S> {
 
     /// Requests of one set must belong to this scope's rank: their handles name requests of
     /// its device.
-    fn check_same_rank(&self, slots: &[Option<Request<'_, N, S>>]) -> Result<()> {
-        if active(slots).all(|r| Rc::ptr_eq(&r.scope.rank, &self.core.rank)) {
+    fn check_same_rank(&self, slots: &[Option<Request<'_, N, S, L>>]) -> Result<()> {
+        if active(slots).all(|r| L::same(&r.scope.rank, &self.core.rank)) {
             Ok(())
         } else {
             Err(Error::new(
@@ -385,15 +427,15 @@ impl<'a, N: Netmod, S: Shm> Scope<'a, N, S> {
 }
 
 /// The active requests of a set (slots that hold a request not yet finished).
-fn active<'r, 's, N: Netmod, S: Shm>(
-    slots: &'r [Option<Request<'s, N, S>>],
-) -> impl Iterator<Item = &'r Request<'s, N, S>> {
+fn active<'r, 's, N: Netmod, S: Shm, L: ThreadLevel>(
+    slots: &'r [Option<Request<'s, N, S, L>>],
+) -> impl Iterator<Item = &'r Request<'s, N, S, L>> {
     slots.iter().flatten().filter(|r| !r.done)
 }
 
 /// The index of the first active request that has completed.
-fn first_done<N: Netmod, S: Shm>(
-    slots: &[Option<Request<'_, N, S>>],
+fn first_done<N: Netmod, S: Shm, L: ThreadLevel>(
+    slots: &[Option<Request<'_, N, S, L>>],
     dev: &ch4_core::Device<N, S>,
 ) -> Option<usize> {
     slots.iter().position(|s| {
@@ -403,8 +445,8 @@ fn first_done<N: Netmod, S: Shm>(
 }
 
 /// Takes every completed active request out of its slot, appending index and outcome.
-fn collect_done<N: Netmod, S: Shm>(
-    slots: &mut [Option<Request<'_, N, S>>],
+fn collect_done<N: Netmod, S: Shm, L: ThreadLevel>(
+    slots: &mut [Option<Request<'_, N, S, L>>],
     dev: &mut ch4_core::Device<N, S>,
     out: &mut Vec<(usize, Result<Status>)>,
 ) {
@@ -419,8 +461,8 @@ fn collect_done<N: Netmod, S: Shm>(
 }
 
 /// Takes the completed request out of `slot` and returns its outcome.
-fn take<N: Netmod, S: Shm>(
-    slot: &mut Option<Request<'_, N, S>>,
+fn take<N: Netmod, S: Shm, L: ThreadLevel>(
+    slot: &mut Option<Request<'_, N, S, L>>,
     dev: &mut ch4_core::Device<N, S>,
 ) -> Result<Status> {
     match slot.take() {
@@ -469,6 +511,19 @@ fn wait_one<N: Netmod, S: Shm>(dev: &mut ch4_core::Device<N, S>, h: ReqHandle) -
     wait_slow(dev, h)
 }
 
+/// [`wait_one`] on a device shared by threads, letting go of it between polls.
+fn wait_one_shared<D: DeviceLock>(shared: &Shared<'_, D>, h: ReqHandle) -> Status {
+    shared.wait_status(h).unwrap_or_else(|e| {
+        if let Ok(mut dev) = shared.0.enter() {
+            dev.release(h);
+        }
+        Status {
+            error: Some(e.kind()),
+            ..Status::EMPTY
+        }
+    })
+}
+
 #[inline(never)]
 fn wait_slow<N: Netmod, S: Shm>(dev: &mut ch4_core::Device<N, S>, h: ReqHandle) -> Status {
     dev.wait_status(h).unwrap_or_else(|e| {
@@ -482,31 +537,33 @@ fn wait_slow<N: Netmod, S: Shm>(dev: &mut ch4_core::Device<N, S>, h: ReqHandle) 
 
 /// What [`Scope::wait_all`] takes: a request, or a slot that may hold one (`None` is an
 /// inactive slot, as MPI_REQUEST_NULL).
-pub trait WaitAllItem<'s, N: Netmod, S: Shm>: sealed::Sealed {
+pub trait WaitAllItem<'s, N: Netmod, S: Shm, L: ThreadLevel>: sealed::Sealed {
     /// The request, if any, without taking it.
-    fn peek(&self) -> Option<&Request<'s, N, S>>;
+    fn peek(&self) -> Option<&Request<'s, N, S, L>>;
     /// The request, if any.
-    fn take(self) -> Option<Request<'s, N, S>>;
+    fn take(self) -> Option<Request<'s, N, S, L>>;
 }
 
-impl<'s, N: Netmod, S: Shm> WaitAllItem<'s, N, S> for Request<'s, N, S> {
+impl<'s, N: Netmod, S: Shm, L: ThreadLevel> WaitAllItem<'s, N, S, L> for Request<'s, N, S, L> {
     #[inline(always)]
-    fn peek(&self) -> Option<&Request<'s, N, S>> {
+    fn peek(&self) -> Option<&Request<'s, N, S, L>> {
         Some(self)
     }
     #[inline(always)]
-    fn take(self) -> Option<Request<'s, N, S>> {
+    fn take(self) -> Option<Request<'s, N, S, L>> {
         Some(self)
     }
 }
 
-impl<'s, N: Netmod, S: Shm> WaitAllItem<'s, N, S> for Option<Request<'s, N, S>> {
+impl<'s, N: Netmod, S: Shm, L: ThreadLevel> WaitAllItem<'s, N, S, L>
+    for Option<Request<'s, N, S, L>>
+{
     #[inline(always)]
-    fn peek(&self) -> Option<&Request<'s, N, S>> {
+    fn peek(&self) -> Option<&Request<'s, N, S, L>> {
         self.as_ref()
     }
     #[inline(always)]
-    fn take(self) -> Option<Request<'s, N, S>> {
+    fn take(self) -> Option<Request<'s, N, S, L>> {
         self
     }
 }
@@ -514,8 +571,14 @@ impl<'s, N: Netmod, S: Shm> WaitAllItem<'s, N, S> for Option<Request<'s, N, S>> 
 mod sealed {
     /// Only the facade's request types are [`super::WaitAllItem`]s.
     pub trait Sealed {}
-    impl<N: super::Netmod, S: super::Shm> Sealed for super::Request<'_, N, S> {}
-    impl<N: super::Netmod, S: super::Shm> Sealed for Option<super::Request<'_, N, S>> {}
+    impl<N: super::Netmod, S: super::Shm, L: super::ThreadLevel> Sealed
+        for super::Request<'_, N, S, L>
+    {
+    }
+    impl<N: super::Netmod, S: super::Shm, L: super::ThreadLevel> Sealed
+        for Option<super::Request<'_, N, S, L>>
+    {
+    }
 }
 
 /// A pending nonblocking operation whose buffer is borrowed by its scope.
@@ -524,13 +587,13 @@ mod sealed {
 /// [`Scope`] methods). Dropping it without doing so leaves it to the scope, which completes it
 /// before the scope returns.
 #[must_use = "a request must be waited for; unattended, its scope finishes it at the end"]
-pub struct Request<'s, N: Netmod = SelectedNetmod, S: Shm = SelectedShm> {
+pub struct Request<'s, N: Netmod = SelectedNetmod, S: Shm = SelectedShm, L: ThreadLevel = Single> {
     handle: ReqHandle,
-    scope: &'s ScopeCore<N, S>,
+    scope: &'s ScopeCore<N, S, L>,
     done: bool,
 }
 
-impl<N: Netmod, S: Shm> std::fmt::Debug for Request<'_, N, S> {
+impl<N: Netmod, S: Shm, L: ThreadLevel> std::fmt::Debug for Request<'_, N, S, L> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Request")
             .field("handle", &self.handle)
@@ -539,7 +602,7 @@ impl<N: Netmod, S: Shm> std::fmt::Debug for Request<'_, N, S> {
     }
 }
 
-impl<N: Netmod, S: Shm> Request<'_, N, S> {
+impl<N: Netmod, S: Shm, L: ThreadLevel> Request<'_, N, S, L> {
     /// Blocks until the operation completes; an error status (truncation, ready send without
     /// receive, dead peer) is returned as that error, with the status in
     /// [`Error::status`](crate::Error::status).
@@ -548,7 +611,14 @@ impl<N: Netmod, S: Shm> Request<'_, N, S> {
             return Err(spent());
         }
         self.done = true;
-        let r = self.scope.rank.device()?.wait(self.handle);
+        let r = if L::YIELDS {
+            // Other threads call meanwhile: wait letting go of the device between polls.
+            Shared(&*self.scope.rank)
+                .wait_status(self.handle)
+                .and_then(status_result)
+        } else {
+            self.scope.rank.device()?.wait(self.handle)
+        };
         self.scope.forget_handle(self.handle);
         r
     }

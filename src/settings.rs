@@ -245,7 +245,9 @@ fn cpu_list_len(list: &str) -> Option<usize> {
 }
 
 /// Prints the summary to standard error when `CH4_DEBUG_SUMMARY` is on.
-pub(crate) fn print_summary_if_asked<N: Netmod, S: Shm>(ctx: &crate::Context<N, S>) {
+pub(crate) fn print_summary_if_asked<N: Netmod, S: Shm, L: crate::ThreadLevel>(
+    ctx: &crate::Context<N, S, L>,
+) {
     if env::switch("CH4_DEBUG_SUMMARY").ok().flatten() == Some(true) {
         if let Ok(summary) = ctx.settings() {
             eprint!("{summary}");

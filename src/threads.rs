@@ -12,6 +12,7 @@
 //! pending and later operations that depend on it fail with [`ErrorKind::PeerFailed`] instead
 //! of waiting, and [`Threads::run`] returns the first failure.
 
+use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 
@@ -22,11 +23,14 @@ use ch4_core::{Device, Error, ErrorKind, Gpid, Result};
 use inproc::{AmOnly, Fabric, FabricConfig, InprocNet, InprocShm};
 use shm::{Geometry, Segment, ShmConfig, ShmTransport};
 
-use crate::{Context, SelectedNetmod};
+use crate::{Context, SelectedNetmod, Single, ThreadLevel};
 
 /// A thread job under construction.
+///
+/// The ranks start at the thread level `L` ([`Single`] unless [`Threads::thread_level`] says
+/// otherwise), the level of the [`Context`] each gets.
 #[derive(Debug, Clone)]
-pub struct Threads {
+pub struct Threads<L: ThreadLevel = Single> {
     ranks: u32,
     /// Set by the builder; else `CH4_NODE_SIZE`, else every rank on one node.
     ranks_per_node: Option<u32>,
@@ -37,6 +41,7 @@ pub struct Threads {
     ring_record_max: Option<usize>,
     /// Set by the builder; else the defaults with the environment's settings.
     device_config: Option<DeviceConfig>,
+    level: PhantomData<L>,
 }
 
 /// The context type of a rank run by [`Threads::run`]: the same as process mode's.
@@ -54,26 +59,74 @@ impl Threads {
             single_copy: None,
             shm_geometry: None,
             ring_record_max: None,
+            level: PhantomData,
+        }
+    }
+}
+
+impl<L: ThreadLevel> Threads<L> {
+    /// Starts the ranks at thread level `M` (MPI_Init_thread): at [`crate::Multiple`], the
+    /// rank function may hand its context and communicators to threads of its own, which call
+    /// at once.
+    ///
+    /// ```
+    /// use ch4::threads::Threads;
+    /// use ch4::Multiple;
+    ///
+    /// let totals = Threads::new(2).thread_level(Multiple).run(|ctx| {
+    ///     assert_eq!(ctx.thread_level(), ch4::Level::Multiple);
+    ///     let world = ctx.world();
+    ///     let peer = 1 - world.rank();
+    ///     // Two threads of each rank, each on a communicator of its own.
+    ///     let comms = [world.dup()?, world.dup()?];
+    ///     std::thread::scope(|s| {
+    ///         let workers: Vec<_> = comms
+    ///             .iter()
+    ///             .map(|comm| {
+    ///                 s.spawn(move || -> ch4::Result<u32> {
+    ///                     let mut got = [0u32];
+    ///                     comm.sendrecv(&[1u32], peer, 0, &mut got, peer, 0)?;
+    ///                     Ok(got[0])
+    ///                 })
+    ///             })
+    ///             .collect();
+    ///         workers.into_iter().map(|w| w.join().unwrap()).sum::<ch4::Result<u32>>()
+    ///     })
+    /// })?;
+    /// assert_eq!(totals, [2, 2]);
+    /// # Ok::<(), ch4::Error>(())
+    /// ```
+    pub fn thread_level<M: ThreadLevel>(self, _level: M) -> Threads<M> {
+        Threads {
+            ranks: self.ranks,
+            ranks_per_node: self.ranks_per_node,
+            eager_limit: self.eager_limit,
+            max_payload: self.max_payload,
+            single_copy: self.single_copy,
+            shm_geometry: self.shm_geometry,
+            ring_record_max: self.ring_record_max,
+            device_config: self.device_config,
+            level: PhantomData,
         }
     }
 
     /// Groups the ranks into nodes of `n`: ranks on one node use shared memory, the others the
     /// netmod. Overrides `CH4_NODE_SIZE`; without either, all ranks are on one node.
-    pub fn ranks_per_node(mut self, n: u32) -> Threads {
+    pub fn ranks_per_node(mut self, n: u32) -> Threads<L> {
         self.ranks_per_node = Some(n);
         self
     }
 
     /// Messages up to `bytes` (at most) go eagerly, on every route; longer ones by rendezvous.
     /// Overrides `CH4_SHM_EAGER_LIMIT` and the netmod's eager limit.
-    pub fn eager_limit(mut self, bytes: usize) -> Threads {
+    pub fn eager_limit(mut self, bytes: usize) -> Threads<L> {
         self.eager_limit = Some(bytes);
         self
     }
 
     /// The largest single active-message payload on every route (rendezvous data moves in
     /// pieces this big). Overrides `CH4_SHM_PIECE_SIZE` and the netmod's piece size.
-    pub fn max_payload(mut self, bytes: usize) -> Threads {
+    pub fn max_payload(mut self, bytes: usize) -> Threads<L> {
         self.max_payload = Some(bytes);
         self
     }
@@ -81,28 +134,28 @@ impl Threads {
     /// Whether the shared-memory layer moves large messages with one copy (CMA reads of the
     /// sender's buffer, by the size rules however many ranks share the CPUs) or streams them
     /// through the rings; overrides `CH4_SHM_CMA`.
-    pub fn shm_single_copy(mut self, enabled: bool) -> Threads {
+    pub fn shm_single_copy(mut self, enabled: bool) -> Threads<L> {
         self.single_copy = Some(enabled);
         self
     }
 
     /// The shared-memory segment's rings and cells, instead of the sizes chosen for the number
     /// of ranks on a node (tests use tiny ones to make every message path take part).
-    pub fn shm_geometry(mut self, geometry: Geometry) -> Threads {
+    pub fn shm_geometry(mut self, geometry: Geometry) -> Threads<L> {
         self.shm_geometry = Some(geometry);
         self
     }
 
     /// Only records of up to `bytes` take the shared-memory rings, the rest go through cells
     /// (see `ShmTransport::set_ring_record_max`); overrides `CH4_SHM_RING_RECORD_MAX`.
-    pub fn shm_ring_record_max(mut self, bytes: usize) -> Threads {
+    pub fn shm_ring_record_max(mut self, bytes: usize) -> Threads<L> {
         self.ring_record_max = Some(bytes);
         self
     }
 
     /// Device settings (request pool sizes, progress budgets, eager credit), instead of the
     /// defaults with the environment's `CH4_EAGER_CREDIT*`.
-    pub fn device_config(mut self, config: DeviceConfig) -> Threads {
+    pub fn device_config(mut self, config: DeviceConfig) -> Threads<L> {
         self.device_config = Some(config);
         self
     }
@@ -114,7 +167,7 @@ impl Threads {
     pub fn run<R, F>(self, f: F) -> Result<Vec<R>>
     where
         R: Send,
-        F: Fn(Context) -> Result<R> + Sync,
+        F: Fn(Context<SelectedNetmod, ShmTransport, L>) -> Result<R> + Sync,
     {
         self.run_with::<SelectedNetmod, R, F>(f)
     }
@@ -126,7 +179,7 @@ impl Threads {
     where
         Net: Netmod + FromFabric + Send,
         R: Send,
-        F: Fn(Context<Net, ShmTransport>) -> Result<R> + Sync,
+        F: Fn(Context<Net, ShmTransport, L>) -> Result<R> + Sync,
     {
         self.run_with_shm::<Net, ShmTransport, R, F>(f)
     }
@@ -138,7 +191,7 @@ impl Threads {
         Net: Netmod + FromFabric + Send,
         Sh: Shm + ThreadShm + Send,
         R: Send,
-        F: Fn(Context<Net, Sh>) -> Result<R> + Sync,
+        F: Fn(Context<Net, Sh, L>) -> Result<R> + Sync,
     {
         crate::settings::check_environment()?;
         crate::log::init_if_asked();
@@ -179,7 +232,7 @@ impl Threads {
                     let f = &f;
                     std::thread::Builder::new()
                         .name(format!("ch4-rank-{rank}"))
-                        .spawn_scoped(s, move || job.run_rank::<Net, Sh, R, F>(rank, device, f))
+                        .spawn_scoped(s, move || job.run_rank::<Net, Sh, L, R, F>(rank, device, f))
                 })
                 .collect();
             handles
@@ -224,17 +277,18 @@ impl ThreadJob {
     /// returned, a panic, a failed finalize) is recorded as the job's first failure if no other
     /// came before, and only then is the rank's device dropped — which is what tells its peers
     /// that it failed — so the first failure recorded is the cause, not one of its effects.
-    fn run_rank<Net, Sh, R, F>(&self, rank: Gpid, device: DeviceConfig, f: &F) -> Option<R>
+    fn run_rank<Net, Sh, L, R, F>(&self, rank: Gpid, device: DeviceConfig, f: &F) -> Option<R>
     where
         Net: Netmod + FromFabric,
         Sh: Shm + ThreadShm,
-        F: Fn(Context<Net, Sh>) -> Result<R>,
+        L: ThreadLevel,
+        F: Fn(Context<Net, Sh, L>) -> Result<R>,
     {
         let n = self.fabric.config().ranks;
-        let started = (|| -> Result<Context<Net, Sh>> {
+        let started = (|| -> Result<Context<Net, Sh, L>> {
             let net = Net::from_fabric(self.fabric.clone(), rank, self)?;
             let shm = Sh::for_thread(self, rank)?;
-            Ok(Context::new(Device::new(net, shm, rank, n, device)?))
+            Ok(Context::at_level(Device::new(net, shm, rank, n, device)?))
         })();
         let ctx = match started {
             Ok(ctx) => ctx,

@@ -45,6 +45,12 @@ struct SendGeneral {
 /// The data of a send: user memory (contiguous or described by a [`Layout`]) or an owned copy.
 pub struct SendBuf(Repr<SendGeneral>);
 
+// SAFETY: a `SendBuf` is plain bytes: lent memory under `borrowed`'s contract (valid and not
+// written until the request holding it is gone, whichever thread that is on) or an owned
+// vector. Reading plain bytes has no thread affinity, so the device that holds it may move to
+// another thread, or be driven by several in turn under a lock that orders their accesses.
+unsafe impl Send for SendBuf {}
+
 impl SendBuf {
     /// A send buffer over `bytes` that a request may read until it completes.
     ///
@@ -209,6 +215,12 @@ impl RecvGeneral {
 
 /// The destination of a receive: user memory (contiguous or described by a [`Layout`]).
 pub struct RecvBuf(Repr<RecvGeneral>);
+
+// SAFETY: as for `SendBuf`: lent bytes under `borrowed`'s contract (valid, and touched by no one
+// else until the request holding them is gone) or an owned vector; writing plain bytes from
+// the thread that drives the device, under the lock that also orders the owner's later read
+// of the request's completion, is not a data race.
+unsafe impl Send for RecvBuf {}
 
 impl RecvBuf {
     /// A receive buffer over `bytes` that a request may write until it completes.

@@ -6,13 +6,18 @@
 //! the same order by every member, and non-overtaking keeps consecutive ones apart. The
 //! algorithms are the classic latency-optimal ones (dissemination barrier, binomial trees); they
 //! are what benchmarks and frameworks need, not a tuned collective library.
+//!
+//! Each is written once over [`Blocking`], so it runs on a device one thread owns (the
+//! `Device` methods below) and on one that threads share behind a lock
+//! ([`crate::blocking::Shared`]), which lets go of the lock while it waits.
 
+use crate::blocking::Blocking;
 use crate::buffer::SendBuf;
-use crate::comm::{Comm, CommId, CONTEXT_WORDS};
+use crate::comm::{Comm, CommId, Offer, CONTEXT_WORDS};
 use crate::device::Device;
 use crate::rankmap::Group;
 use crate::transport::{Netmod, Shm};
-use crate::types::{Rank, SendMode, Status, Tag};
+use crate::types::{ContextId, Rank, SendMode, Status, Tag};
 use crate::{Error, ErrorKind, Result};
 
 const TAG_BARRIER: Tag = 1;
@@ -27,546 +32,645 @@ const TAG_ALLTOALL: Tag = 8;
 /// Color for [`Device::comm_split`] meaning "not a member of any new communicator".
 pub const UNDEFINED: i32 = -32766;
 
-impl<N: Netmod, S: Shm> Device<N, S> {
-    fn csend(&mut self, comm: CommId, dest: Rank, tag: Tag, data: &[u8]) -> Result<()> {
-        self.send_on(comm, dest, tag, data, SendMode::Standard, true)
-    }
+fn csend<B: Blocking + ?Sized>(
+    b: &mut B,
+    comm: CommId,
+    dest: Rank,
+    tag: Tag,
+    data: &[u8],
+) -> Result<()> {
+    b.send_on(comm, dest, tag, data, SendMode::Standard, true)
+}
 
-    fn crecv(&mut self, comm: CommId, src: Rank, tag: Tag, buf: &mut [u8]) -> Result<Status> {
-        let st = self.recv_on(comm, src, tag, buf, true)?;
-        if st.bytes != buf.len() {
-            return Err(Error::new(
-                ErrorKind::Count,
-                format!(
-                    "collective expected {} bytes from rank {src}, got {}",
-                    buf.len(),
-                    st.bytes
-                ),
-            ));
+fn crecv<B: Blocking + ?Sized>(
+    b: &mut B,
+    comm: CommId,
+    src: Rank,
+    tag: Tag,
+    buf: &mut [u8],
+) -> Result<Status> {
+    let st = b.recv_on(comm, src, tag, buf, true)?;
+    if st.bytes != buf.len() {
+        return Err(Error::new(
+            ErrorKind::Count,
+            format!(
+                "collective expected {} bytes from rank {src}, got {}",
+                buf.len(),
+                st.bytes
+            ),
+        ));
+    }
+    Ok(st)
+}
+
+/// Sends `send` to `dest` and receives into `recv` from `src` at the same time
+/// (MPI_Sendrecv), so exchanges in a ring or pairs cannot deadlock.
+#[allow(clippy::too_many_arguments)]
+pub fn sendrecv<B: Blocking + ?Sized>(
+    b: &mut B,
+    comm: CommId,
+    send: &[u8],
+    dest: Rank,
+    send_tag: Tag,
+    recv: &mut [u8],
+    src: Rank,
+    recv_tag: Tag,
+) -> Result<Status> {
+    sendrecv_on(b, comm, send, dest, send_tag, recv, src, recv_tag, false)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn sendrecv_on<B: Blocking + ?Sized>(
+    b: &mut B,
+    comm: CommId,
+    send: &[u8],
+    dest: Rank,
+    send_tag: Tag,
+    recv: &mut [u8],
+    src: Rank,
+    recv_tag: Tag,
+    coll: bool,
+) -> Result<Status> {
+    #[allow(unsafe_code)]
+    // SAFETY: `send` is borrowed for this whole call and the send request is waited for, or
+    // removed from the device when its wait fails, before we return.
+    let buf = unsafe { SendBuf::borrowed(send) };
+    let sreq = b.visit(|d| d.isend_on(comm, dest, send_tag, buf, SendMode::Standard, coll))?;
+    let received = b.recv_on(comm, src, recv_tag, recv, coll);
+    let sent = b.wait_or_abandon(sreq);
+    let st = received?;
+    sent?;
+    Ok(st)
+}
+
+/// Blocks until every member of `comm` has called it (dissemination algorithm:
+/// ceil(log2 n) rounds of one zero-byte exchange).
+pub fn barrier<B: Blocking + ?Sized>(b: &mut B, comm: CommId) -> Result<()> {
+    let (rank, size) = rank_size(b, comm)?;
+    let mut dist = 1;
+    while dist < size {
+        let to = (rank + dist) % size;
+        let from = (rank - dist + size) % size;
+        sendrecv_on(
+            b,
+            comm,
+            &[],
+            to,
+            TAG_BARRIER,
+            &mut [],
+            from,
+            TAG_BARRIER,
+            true,
+        )?;
+        dist *= 2;
+    }
+    Ok(())
+}
+
+/// Copies `buf` of `root` into `buf` of every member (binomial tree).
+pub fn bcast<B: Blocking + ?Sized>(
+    b: &mut B,
+    comm: CommId,
+    root: Rank,
+    buf: &mut [u8],
+) -> Result<()> {
+    bcast_on(b, comm, root, buf, TAG_BCAST)
+}
+
+/// The binomial-tree broadcast, on the collective context with `tag`.
+fn bcast_on<B: Blocking + ?Sized>(
+    b: &mut B,
+    comm: CommId,
+    root: Rank,
+    buf: &mut [u8],
+    tag: Tag,
+) -> Result<()> {
+    let (rank, size) = rank_size(b, comm)?;
+    check_root(root, size)?;
+    let rel = (rank - root + size) % size;
+    let mut mask = 1;
+    while mask < size {
+        if rel & mask != 0 {
+            let parent = (rank - mask + size) % size;
+            crecv(b, comm, parent, tag, buf)?;
+            break;
         }
-        Ok(st)
+        mask <<= 1;
     }
-
-    /// Sends `send` to `dest` and receives into `recv` from `src` at the same time
-    /// (MPI_Sendrecv), so exchanges in a ring or pairs cannot deadlock.
-    #[allow(clippy::too_many_arguments)]
-    pub fn sendrecv(
-        &mut self,
-        comm: CommId,
-        send: &[u8],
-        dest: Rank,
-        send_tag: Tag,
-        recv: &mut [u8],
-        src: Rank,
-        recv_tag: Tag,
-    ) -> Result<Status> {
-        self.sendrecv_on(comm, send, dest, send_tag, recv, src, recv_tag, false)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn sendrecv_on(
-        &mut self,
-        comm: CommId,
-        send: &[u8],
-        dest: Rank,
-        send_tag: Tag,
-        recv: &mut [u8],
-        src: Rank,
-        recv_tag: Tag,
-        coll: bool,
-    ) -> Result<Status> {
-        #[allow(unsafe_code)]
-        // SAFETY: `send` is borrowed for this whole call and the send request is waited for (or
-        // its wait fails and the device drops it) before we return.
-        let buf = unsafe { SendBuf::borrowed(send) };
-        let sreq = self.isend_on(comm, dest, send_tag, buf, SendMode::Standard, coll)?;
-        let received = self.recv_on(comm, src, recv_tag, recv, coll);
-        let sent = self.wait(sreq);
-        let st = received?;
-        sent?;
-        Ok(st)
-    }
-
-    /// Blocks until every member of `comm` has called it (dissemination algorithm:
-    /// ceil(log2 n) rounds of one zero-byte exchange).
-    pub fn barrier(&mut self, comm: CommId) -> Result<()> {
-        let (rank, size) = self.rank_size(comm)?;
-        let mut dist = 1;
-        while dist < size {
-            let to = (rank + dist) % size;
-            let from = (rank - dist + size) % size;
-            self.sendrecv_on(comm, &[], to, TAG_BARRIER, &mut [], from, TAG_BARRIER, true)?;
-            dist *= 2;
+    mask >>= 1;
+    while mask > 0 {
+        if rel + mask < size {
+            let child = (rank + mask) % size;
+            csend(b, comm, child, tag, buf)?;
         }
-        Ok(())
+        mask >>= 1;
     }
+    Ok(())
+}
 
-    /// Copies `buf` of `root` into `buf` of every member (binomial tree).
-    pub fn bcast(&mut self, comm: CommId, root: Rank, buf: &mut [u8]) -> Result<()> {
-        self.bcast_on(comm, root, buf, TAG_BCAST)
+/// Combines every member's `send` with `op` into `recv` at `root` (binomial tree).
+///
+/// `op(acc, other)` folds `other` into `acc`; it must be associative and commutative
+/// (sum, min, max, bitwise ops). `recv` is only written at the root, and must have the
+/// length of `send` there.
+pub fn reduce<B: Blocking + ?Sized, F: FnMut(&mut [u8], &[u8])>(
+    b: &mut B,
+    comm: CommId,
+    root: Rank,
+    send: &[u8],
+    recv: &mut [u8],
+    op: F,
+) -> Result<()> {
+    reduce_on(b, comm, root, send, recv, op, TAG_REDUCE)
+}
+
+/// The binomial-tree reduction, on the collective context with `tag`.
+fn reduce_on<B: Blocking + ?Sized, F: FnMut(&mut [u8], &[u8])>(
+    b: &mut B,
+    comm: CommId,
+    root: Rank,
+    send: &[u8],
+    recv: &mut [u8],
+    mut op: F,
+    tag: Tag,
+) -> Result<()> {
+    let (rank, size) = rank_size(b, comm)?;
+    check_root(root, size)?;
+    if rank == root && recv.len() != send.len() {
+        return Err(Error::new(
+            ErrorKind::Count,
+            format!(
+                "reduce: receive buffer of {} bytes for {} bytes of data",
+                recv.len(),
+                send.len()
+            ),
+        ));
     }
-
-    /// The binomial-tree broadcast, on the collective context with `tag`.
-    fn bcast_on(&mut self, comm: CommId, root: Rank, buf: &mut [u8], tag: Tag) -> Result<()> {
-        let (rank, size) = self.rank_size(comm)?;
-        check_root(root, size)?;
-        let rel = (rank - root + size) % size;
+    let rel = (rank - root + size) % size;
+    // The working buffers are the core's, reused from one reduction to the next.
+    let [mut acc, mut incoming] = b.visit(|d| Ok(std::mem::take(&mut d.core.coll_scratch)))?;
+    acc.clear();
+    acc.extend_from_slice(send);
+    incoming.resize(send.len(), 0);
+    let result = (|| {
         let mut mask = 1;
         while mask < size {
             if rel & mask != 0 {
                 let parent = (rank - mask + size) % size;
-                self.crecv(comm, parent, tag, buf)?;
-                break;
+                return csend(b, comm, parent, tag, &acc);
+            }
+            if rel + mask < size {
+                let child = (rank + mask) % size;
+                crecv(b, comm, child, tag, &mut incoming[..send.len()])?;
+                op(&mut acc, &incoming[..send.len()]);
             }
             mask <<= 1;
         }
-        mask >>= 1;
-        while mask > 0 {
-            if rel + mask < size {
-                let child = (rank + mask) % size;
-                self.csend(comm, child, tag, buf)?;
-            }
-            mask >>= 1;
+        if rank == root {
+            recv.copy_from_slice(&acc);
         }
         Ok(())
-    }
-
-    /// Combines every member's `send` with `op` into `recv` at `root` (binomial tree).
-    ///
-    /// `op(acc, other)` folds `other` into `acc`; it must be associative and commutative
-    /// (sum, min, max, bitwise ops). `recv` is only written at the root, and must have the
-    /// length of `send` there.
-    pub fn reduce<F: FnMut(&mut [u8], &[u8])>(
-        &mut self,
-        comm: CommId,
-        root: Rank,
-        send: &[u8],
-        recv: &mut [u8],
-        op: F,
-    ) -> Result<()> {
-        self.reduce_on(comm, root, send, recv, op, TAG_REDUCE)
-    }
-
-    /// The binomial-tree reduction, on the collective context with `tag`.
-    fn reduce_on<F: FnMut(&mut [u8], &[u8])>(
-        &mut self,
-        comm: CommId,
-        root: Rank,
-        send: &[u8],
-        recv: &mut [u8],
-        mut op: F,
-        tag: Tag,
-    ) -> Result<()> {
-        let (rank, size) = self.rank_size(comm)?;
-        check_root(root, size)?;
-        if rank == root && recv.len() != send.len() {
-            return Err(Error::new(
-                ErrorKind::Count,
-                format!(
-                    "reduce: receive buffer of {} bytes for {} bytes of data",
-                    recv.len(),
-                    send.len()
-                ),
-            ));
-        }
-        let rel = (rank - root + size) % size;
-        // The working buffers are the core's, reused from one reduction to the next.
-        let [mut acc, mut incoming] = std::mem::take(&mut self.core.coll_scratch);
-        acc.clear();
-        acc.extend_from_slice(send);
-        incoming.resize(send.len(), 0);
-        let result = (|| {
-            let mut mask = 1;
-            while mask < size {
-                if rel & mask != 0 {
-                    let parent = (rank - mask + size) % size;
-                    return self.csend(comm, parent, tag, &acc);
-                }
-                if rel + mask < size {
-                    let child = (rank + mask) % size;
-                    self.crecv(comm, child, tag, &mut incoming[..send.len()])?;
-                    op(&mut acc, &incoming[..send.len()]);
-                }
-                mask <<= 1;
-            }
-            if rank == root {
-                recv.copy_from_slice(&acc);
-            }
-            Ok(())
-        })();
-        self.core.coll_scratch = [acc, incoming];
-        result
-    }
-
-    /// Combines every member's `send` with `op` into `recv` at every member.
-    pub fn allreduce<F: FnMut(&mut [u8], &[u8])>(
-        &mut self,
-        comm: CommId,
-        send: &[u8],
-        recv: &mut [u8],
-        op: F,
-    ) -> Result<()> {
-        if recv.len() != send.len() {
-            return Err(Error::new(
-                ErrorKind::Count,
-                "allreduce: send and receive buffers differ in length",
-            ));
-        }
-        self.reduce(comm, 0, send, recv, op)?;
-        self.bcast(comm, 0, recv)
-    }
-
-    /// Collects every member's `send` (all of one length) into `recv` at `root`, in rank order.
-    pub fn gather(&mut self, comm: CommId, root: Rank, send: &[u8], recv: &mut [u8]) -> Result<()> {
-        let (rank, size) = self.rank_size(comm)?;
-        check_root(root, size)?;
-        if rank != root {
-            return self.csend(comm, root, TAG_GATHER, send);
-        }
-        let n = send.len();
-        if recv.len() != n * size as usize {
-            return Err(Error::new(
-                ErrorKind::Count,
-                format!(
-                    "gather: root buffer of {} bytes for {size} x {n} bytes",
-                    recv.len()
-                ),
-            ));
-        }
-        for (r, slot) in recv.chunks_mut(n.max(1)).enumerate().take(size as usize) {
-            if r as Rank == rank {
-                slot.copy_from_slice(send);
-            } else {
-                self.crecv(comm, r as Rank, TAG_GATHER, &mut slot[..n])?;
-            }
-        }
+    })();
+    // A failed visit (the device gone) only loses the buffers for reuse.
+    let _ = b.visit(|d| {
+        d.core.coll_scratch = [acc, incoming];
         Ok(())
-    }
+    });
+    result
+}
 
-    /// Collects every member's `send` into `recv` at every member, in rank order (a ring:
-    /// size - 1 steps, each passing on to the right the block received from the left, so every
-    /// block crosses each link once and no member relays everything, as through a root).
-    pub fn allgather(&mut self, comm: CommId, send: &[u8], recv: &mut [u8]) -> Result<()> {
-        let (rank, size) = self.rank_size(comm)?;
-        if recv.len() != send.len() * size as usize {
+/// Combines every member's `send` with `op` into `recv` at every member.
+pub fn allreduce<B: Blocking + ?Sized, F: FnMut(&mut [u8], &[u8])>(
+    b: &mut B,
+    comm: CommId,
+    send: &[u8],
+    recv: &mut [u8],
+    op: F,
+) -> Result<()> {
+    if recv.len() != send.len() {
+        return Err(Error::new(
+            ErrorKind::Count,
+            "allreduce: send and receive buffers differ in length",
+        ));
+    }
+    reduce(b, comm, 0, send, recv, op)?;
+    bcast(b, comm, 0, recv)
+}
+
+/// Collects every member's `send` (all of one length) into `recv` at `root`, in rank order.
+pub fn gather<B: Blocking + ?Sized>(
+    b: &mut B,
+    comm: CommId,
+    root: Rank,
+    send: &[u8],
+    recv: &mut [u8],
+) -> Result<()> {
+    let (rank, size) = rank_size(b, comm)?;
+    check_root(root, size)?;
+    if rank != root {
+        return csend(b, comm, root, TAG_GATHER, send);
+    }
+    let n = send.len();
+    if recv.len() != n * size as usize {
+        return Err(Error::new(
+            ErrorKind::Count,
+            format!(
+                "gather: root buffer of {} bytes for {size} x {n} bytes",
+                recv.len()
+            ),
+        ));
+    }
+    for (r, slot) in recv.chunks_mut(n.max(1)).enumerate().take(size as usize) {
+        if r as Rank == rank {
+            slot.copy_from_slice(send);
+        } else {
+            crecv(b, comm, r as Rank, TAG_GATHER, &mut slot[..n])?;
+        }
+    }
+    Ok(())
+}
+
+/// Collects every member's `send` into `recv` at every member, in rank order (a ring:
+/// size - 1 steps, each passing on to the right the block received from the left, so every
+/// block crosses each link once and no member relays everything, as through a root).
+pub fn allgather<B: Blocking + ?Sized>(
+    b: &mut B,
+    comm: CommId,
+    send: &[u8],
+    recv: &mut [u8],
+) -> Result<()> {
+    let (rank, size) = rank_size(b, comm)?;
+    if recv.len() != send.len() * size as usize {
+        return Err(Error::new(
+            ErrorKind::Count,
+            format!(
+                "allgather: buffer of {} bytes for {size} x {} bytes",
+                recv.len(),
+                send.len()
+            ),
+        ));
+    }
+    let n = send.len();
+    let (right, left) = ((rank + 1) % size, (rank - 1 + size) % size);
+    recv[rank as usize * n..][..n].copy_from_slice(send);
+    for step in 0..size - 1 {
+        // Pass on the block received in the previous step (our own first); take the next.
+        let out = ((rank - step + size) % size) as usize;
+        let inc = ((rank - step - 1 + 2 * size) % size) as usize;
+        let (lo, hi) = recv.split_at_mut(out.max(inc) * n);
+        let (outgoing, incoming) = if out < inc {
+            (&lo[out * n..][..n], &mut hi[..n])
+        } else {
+            (&hi[..n], &mut lo[inc * n..][..n])
+        };
+        let st = sendrecv_on(
+            b, comm, outgoing, right, TAG_GATHER, incoming, left, TAG_GATHER, true,
+        )?;
+        if st.bytes != n {
             return Err(Error::new(
                 ErrorKind::Count,
                 format!(
-                    "allgather: buffer of {} bytes for {size} x {} bytes",
-                    recv.len(),
-                    send.len()
+                    "allgather: expected {n} bytes from rank {left}, got {}",
+                    st.bytes
                 ),
             ));
         }
-        let n = send.len();
-        let (right, left) = ((rank + 1) % size, (rank - 1 + size) % size);
-        recv[rank as usize * n..][..n].copy_from_slice(send);
-        for step in 0..size - 1 {
-            // Pass on the block received in the previous step (our own first); take the next.
-            let out = ((rank - step + size) % size) as usize;
-            let inc = ((rank - step - 1 + 2 * size) % size) as usize;
-            let (lo, hi) = recv.split_at_mut(out.max(inc) * n);
-            let (outgoing, incoming) = if out < inc {
-                (&lo[out * n..][..n], &mut hi[..n])
-            } else {
-                (&hi[..n], &mut lo[inc * n..][..n])
-            };
-            let st = self.sendrecv_on(
-                comm, outgoing, right, TAG_GATHER, incoming, left, TAG_GATHER, true,
-            )?;
-            if st.bytes != n {
+    }
+    Ok(())
+}
+
+/// Collects member `r`'s `send` into `recv[displs[r]..][..counts[r]]` at `root` (lengths
+/// and offsets in bytes; MPI_Gatherv). Only the root's `recv`, `counts` and `displs` are
+/// read.
+pub fn gatherv<B: Blocking + ?Sized>(
+    b: &mut B,
+    comm: CommId,
+    root: Rank,
+    send: &[u8],
+    recv: &mut [u8],
+    counts: &[usize],
+    displs: &[usize],
+) -> Result<()> {
+    let (rank, size) = rank_size(b, comm)?;
+    check_root(root, size)?;
+    if rank != root {
+        return csend(b, comm, root, TAG_GATHER, send);
+    }
+    check_blocks("gatherv", size, recv.len(), counts, displs)?;
+    for r in 0..size {
+        let (at, n) = (displs[r as usize], counts[r as usize]);
+        let block = &mut recv[at..at + n];
+        if r == rank {
+            if send.len() != n {
+                return Err(Error::new(
+                    ErrorKind::Count,
+                    format!("gatherv: the root sends {} bytes into {n}", send.len()),
+                ));
+            }
+            block.copy_from_slice(send);
+        } else {
+            crecv(b, comm, r, TAG_GATHER, block)?;
+        }
+    }
+    Ok(())
+}
+
+/// Sends `send[displs[r]..][..counts[r]]` of `root` to member `r`, into its `recv` (MPI_Scatterv;
+/// lengths and offsets in bytes). Only the root's `send`, `counts` and `displs` are read.
+pub fn scatterv<B: Blocking + ?Sized>(
+    b: &mut B,
+    comm: CommId,
+    root: Rank,
+    send: &[u8],
+    counts: &[usize],
+    displs: &[usize],
+    recv: &mut [u8],
+) -> Result<()> {
+    let (rank, size) = rank_size(b, comm)?;
+    check_root(root, size)?;
+    if rank != root {
+        crecv(b, comm, root, TAG_SCATTER, recv)?;
+        return Ok(());
+    }
+    check_blocks("scatterv", size, send.len(), counts, displs)?;
+    for r in 0..size {
+        let block = &send[displs[r as usize]..displs[r as usize] + counts[r as usize]];
+        if r == rank {
+            if recv.len() != block.len() {
                 return Err(Error::new(
                     ErrorKind::Count,
                     format!(
-                        "allgather: expected {n} bytes from rank {left}, got {}",
-                        st.bytes
+                        "scatterv: the root keeps {} bytes in {}",
+                        block.len(),
+                        recv.len()
                     ),
                 ));
             }
+            recv.copy_from_slice(block);
+        } else {
+            csend(b, comm, r, TAG_SCATTER, block)?;
         }
-        Ok(())
     }
+    Ok(())
+}
 
-    /// Collects member `r`'s `send` into `recv[displs[r]..][..counts[r]]` at `root` (lengths
-    /// and offsets in bytes; MPI_Gatherv). Only the root's `recv`, `counts` and `displs` are
-    /// read.
-    pub fn gatherv(
-        &mut self,
-        comm: CommId,
-        root: Rank,
-        send: &[u8],
-        recv: &mut [u8],
-        counts: &[usize],
-        displs: &[usize],
-    ) -> Result<()> {
-        let (rank, size) = self.rank_size(comm)?;
-        check_root(root, size)?;
-        if rank != root {
-            return self.csend(comm, root, TAG_GATHER, send);
-        }
-        check_blocks("gatherv", size, recv.len(), counts, displs)?;
-        for r in 0..size {
-            let (at, n) = (displs[r as usize], counts[r as usize]);
-            let block = &mut recv[at..at + n];
-            if r == rank {
-                if send.len() != n {
-                    return Err(Error::new(
-                        ErrorKind::Count,
-                        format!("gatherv: the root sends {} bytes into {n}", send.len()),
-                    ));
-                }
-                block.copy_from_slice(send);
-            } else {
-                self.crecv(comm, r, TAG_GATHER, block)?;
-            }
-        }
-        Ok(())
+/// Every member's `send` into `recv[displs[r]..][..counts[r]]` at every member
+/// (MPI_Allgatherv; bytes): a gatherv at rank 0, then a broadcast of `recv`.
+pub fn allgatherv<B: Blocking + ?Sized>(
+    b: &mut B,
+    comm: CommId,
+    send: &[u8],
+    recv: &mut [u8],
+    counts: &[usize],
+    displs: &[usize],
+) -> Result<()> {
+    gatherv(b, comm, 0, send, recv, counts, displs)?;
+    bcast(b, comm, 0, recv)
+}
+
+/// Member `r` gets `send[sdispls[r]..][..scounts[r]]` of every member `q`, into
+/// `recv[rdispls[q]..][..rcounts[q]]` (MPI_Alltoallv; bytes): size - 1 rounds of pairwise
+/// exchanges, each rank sending to `rank + k` while receiving from `rank - k`.
+#[allow(clippy::too_many_arguments)]
+pub fn alltoallv<B: Blocking + ?Sized>(
+    b: &mut B,
+    comm: CommId,
+    send: &[u8],
+    scounts: &[usize],
+    sdispls: &[usize],
+    recv: &mut [u8],
+    rcounts: &[usize],
+    rdispls: &[usize],
+) -> Result<()> {
+    let (rank, size) = rank_size(b, comm)?;
+    check_blocks("alltoallv", size, send.len(), scounts, sdispls)?;
+    check_blocks("alltoallv", size, recv.len(), rcounts, rdispls)?;
+    let me = rank as usize;
+    if scounts[me] != rcounts[me] {
+        return Err(Error::new(
+            ErrorKind::Count,
+            format!(
+                "alltoallv: {} bytes to itself into {}",
+                scounts[me], rcounts[me]
+            ),
+        ));
     }
-
-    /// Sends `send[displs[r]..][..counts[r]]` of `root` to member `r`, into its `recv` (MPI_Scatterv;
-    /// lengths and offsets in bytes). Only the root's `send`, `counts` and `displs` are read.
-    pub fn scatterv(
-        &mut self,
-        comm: CommId,
-        root: Rank,
-        send: &[u8],
-        counts: &[usize],
-        displs: &[usize],
-        recv: &mut [u8],
-    ) -> Result<()> {
-        let (rank, size) = self.rank_size(comm)?;
-        check_root(root, size)?;
-        if rank != root {
-            self.crecv(comm, root, TAG_SCATTER, recv)?;
-            return Ok(());
-        }
-        check_blocks("scatterv", size, send.len(), counts, displs)?;
-        for r in 0..size {
-            let block = &send[displs[r as usize]..displs[r as usize] + counts[r as usize]];
-            if r == rank {
-                if recv.len() != block.len() {
-                    return Err(Error::new(
-                        ErrorKind::Count,
-                        format!(
-                            "scatterv: the root keeps {} bytes in {}",
-                            block.len(),
-                            recv.len()
-                        ),
-                    ));
-                }
-                recv.copy_from_slice(block);
-            } else {
-                self.csend(comm, r, TAG_SCATTER, block)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Every member's `send` into `recv[displs[r]..][..counts[r]]` at every member
-    /// (MPI_Allgatherv; bytes): a gatherv at rank 0, then a broadcast of `recv`.
-    pub fn allgatherv(
-        &mut self,
-        comm: CommId,
-        send: &[u8],
-        recv: &mut [u8],
-        counts: &[usize],
-        displs: &[usize],
-    ) -> Result<()> {
-        self.gatherv(comm, 0, send, recv, counts, displs)?;
-        self.bcast(comm, 0, recv)
-    }
-
-    /// Member `r` gets `send[sdispls[r]..][..scounts[r]]` of every member `q`, into
-    /// `recv[rdispls[q]..][..rcounts[q]]` (MPI_Alltoallv; bytes): size - 1 rounds of pairwise
-    /// exchanges, each rank sending to `rank + k` while receiving from `rank - k`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn alltoallv(
-        &mut self,
-        comm: CommId,
-        send: &[u8],
-        scounts: &[usize],
-        sdispls: &[usize],
-        recv: &mut [u8],
-        rcounts: &[usize],
-        rdispls: &[usize],
-    ) -> Result<()> {
-        let (rank, size) = self.rank_size(comm)?;
-        check_blocks("alltoallv", size, send.len(), scounts, sdispls)?;
-        check_blocks("alltoallv", size, recv.len(), rcounts, rdispls)?;
-        let me = rank as usize;
-        if scounts[me] != rcounts[me] {
+    recv[rdispls[me]..rdispls[me] + rcounts[me]]
+        .copy_from_slice(&send[sdispls[me]..sdispls[me] + scounts[me]]);
+    for k in 1..size {
+        let to = ((rank + k) % size) as usize;
+        let from = ((rank - k + size) % size) as usize;
+        let out = &send[sdispls[to]..sdispls[to] + scounts[to]];
+        let into = &mut recv[rdispls[from]..rdispls[from] + rcounts[from]];
+        let expected = into.len();
+        let st = sendrecv_on(
+            b,
+            comm,
+            out,
+            to as Rank,
+            TAG_ALLTOALL,
+            into,
+            from as Rank,
+            TAG_ALLTOALL,
+            true,
+        )?;
+        if st.bytes != expected {
             return Err(Error::new(
                 ErrorKind::Count,
                 format!(
-                    "alltoallv: {} bytes to itself into {}",
-                    scounts[me], rcounts[me]
+                    "alltoallv: expected {expected} bytes from rank {from}, got {}",
+                    st.bytes
                 ),
             ));
         }
-        recv[rdispls[me]..rdispls[me] + rcounts[me]]
-            .copy_from_slice(&send[sdispls[me]..sdispls[me] + scounts[me]]);
-        for k in 1..size {
-            let to = ((rank + k) % size) as usize;
-            let from = ((rank - k + size) % size) as usize;
-            let out = &send[sdispls[to]..sdispls[to] + scounts[to]];
-            let into = &mut recv[rdispls[from]..rdispls[from] + rcounts[from]];
-            let expected = into.len();
-            let st = self.sendrecv_on(
-                comm,
-                out,
-                to as Rank,
-                TAG_ALLTOALL,
-                into,
-                from as Rank,
-                TAG_ALLTOALL,
-                true,
-            )?;
-            if st.bytes != expected {
-                return Err(Error::new(
-                    ErrorKind::Count,
-                    format!(
-                        "alltoallv: expected {expected} bytes from rank {from}, got {}",
-                        st.bytes
-                    ),
-                ));
-            }
-        }
-        Ok(())
     }
+    Ok(())
+}
 
-    fn rank_size(&self, comm: CommId) -> Result<(Rank, Rank)> {
-        let c = self.core.comm(comm)?;
+fn rank_size<B: Blocking + ?Sized>(b: &mut B, comm: CommId) -> Result<(Rank, Rank)> {
+    b.visit(|d| {
+        let c = d.core.comm(comm)?;
         Ok((c.rank, c.size()))
-    }
+    })
+}
 
-    // ------------------------------------------------------- communicators
+// ------------------------------------------------------- communicators
 
-    /// Agrees with every member of `parent` on a context id free at all of them.
-    fn agree_context(&mut self, parent: CommId) -> Result<u32> {
-        let mine = self.core.contexts.words();
-        let mut bytes = [0u8; CONTEXT_WORDS * 8];
-        for (chunk, w) in bytes.chunks_exact_mut(8).zip(mine.iter()) {
+/// Agrees with every member of `parent` on a context id free at all of them, and takes it.
+/// Runs again while another agreement of a member's process holds that process's context ids
+/// ([`crate::comm::ContextIds`]).
+fn agree_context<B: Blocking + ?Sized>(b: &mut B, parent: CommId) -> Result<ContextId> {
+    let parent_context = b.visit(|d| Ok(d.core.comm(parent)?.context))?;
+    let mut rounds = 0u32;
+    loop {
+        let (offer, claimed) = b.visit(|d| Ok(d.core.contexts.offer(parent_context)))?;
+        let mut bytes = [0u8; (CONTEXT_WORDS + 1) * 8];
+        for (chunk, w) in bytes.chunks_exact_mut(8).zip(offer.iter()) {
             chunk.copy_from_slice(&w.to_le_bytes());
         }
         let send = bytes;
-        self.allreduce_tagged(parent, &send, &mut bytes, TAG_CONTEXT)?;
-        let mut agreed = [0u64; CONTEXT_WORDS];
+        let exchanged = allreduce_tagged(b, parent, &send, &mut bytes, TAG_CONTEXT);
+        let mut agreed: Offer = [0; CONTEXT_WORDS + 1];
         for (w, chunk) in agreed.iter_mut().zip(bytes.chunks_exact(8)) {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(chunk);
-            *w = u64::from_le_bytes(b);
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            *w = u64::from_le_bytes(word);
         }
-        self.core.contexts.take_lowest(&agreed)
+        if exchanged.is_err() {
+            // Let go of the claim (the zero outcome takes nothing) before failing.
+            agreed = [0; CONTEXT_WORDS + 1];
+        }
+        let taken = b.visit(|d| d.core.contexts.conclude(parent_context, claimed, &agreed))?;
+        exchanged?;
+        if let Some(context) = taken {
+            return Ok(context);
+        }
+        // Another thread's agreement holds a member's ids: give it time to finish.
+        rounds += 1;
+        crate::device::backoff(rounds.saturating_mul(64));
     }
+}
 
-    /// A bitwise-AND allreduce with its own tag (the context agreement must not be confused with
-    /// a user's reduction that is still in flight on another communicator).
-    fn allreduce_tagged(
-        &mut self,
-        comm: CommId,
-        send: &[u8],
-        recv: &mut [u8],
-        tag: Tag,
-    ) -> Result<()> {
-        let and = |acc: &mut [u8], other: &[u8]| {
-            for (a, b) in acc.iter_mut().zip(other) {
-                *a &= b;
-            }
-        };
-        self.reduce_on(comm, 0, send, recv, and, tag)?;
-        self.bcast_on(comm, 0, recv, tag)
-    }
+/// A bitwise-AND allreduce with its own tag (the context agreement must not be confused with
+/// a user's reduction that is still in flight on another communicator).
+fn allreduce_tagged<B: Blocking + ?Sized>(
+    b: &mut B,
+    comm: CommId,
+    send: &[u8],
+    recv: &mut [u8],
+    tag: Tag,
+) -> Result<()> {
+    let and = |acc: &mut [u8], other: &[u8]| {
+        for (a, b) in acc.iter_mut().zip(other) {
+            *a &= b;
+        }
+    };
+    reduce_on(b, comm, 0, send, recv, and, tag)?;
+    bcast_on(b, comm, 0, recv, tag)
+}
 
-    /// A new communicator with the same members as `comm` and its own context (MPI_Comm_dup).
-    /// The rank map is shared with `comm`, not copied. Collective over `comm`.
-    pub fn comm_dup(&mut self, comm: CommId) -> Result<CommId> {
-        let context = self.agree_context(comm)?;
-        let c = self.core.comm(comm)?;
-        let dup = Comm {
+/// A new communicator with the same members as `comm` and its own context (MPI_Comm_dup):
+/// its description, with the context id taken, for the caller to add to the device that will
+/// carry its traffic ([`Device::adopt_comm`]). The rank map is shared with `comm`, not copied.
+/// Collective over `comm`.
+pub fn new_dup<B: Blocking + ?Sized>(b: &mut B, comm: CommId) -> Result<Comm> {
+    let context = agree_context(b, comm)?;
+    b.visit(|d| {
+        let c = d.core.comm(comm)?;
+        Ok(Comm {
             context,
             rank: c.rank,
             group: c.group.clone(),
-        };
-        self.insert_comm(dup)
-    }
+        })
+    })
+    .inspect_err(|_| release_context(b, context))
+}
 
-    /// Splits `comm` by `color` into disjoint communicators, ordering each by `key` then by
-    /// rank in `comm` (MPI_Comm_split). A member passing [`UNDEFINED`] gets `None`.
-    /// Collective over `comm`.
-    pub fn comm_split(&mut self, comm: CommId, color: i32, key: i32) -> Result<Option<CommId>> {
-        if color < 0 && color != UNDEFINED {
-            return Err(Error::new(
-                ErrorKind::Arg,
-                format!("split color {color} is negative and not UNDEFINED"),
-            ));
-        }
-        let (_, size) = self.rank_size(comm)?;
-        let mut mine = [0u8; 8];
-        mine[..4].copy_from_slice(&color.to_le_bytes());
-        mine[4..].copy_from_slice(&key.to_le_bytes());
-        let mut all = vec![0u8; 8 * size as usize];
-        self.gather(comm, 0, &mine, &mut all)?;
-        // The split exchange has its own tag so it cannot meet a user bcast in flight.
-        self.bcast_on(comm, 0, &mut all, TAG_SPLIT)?;
-        let context = self.agree_context(comm)?;
-        if color == UNDEFINED {
-            self.core.contexts.release(context);
-            return Ok(None);
-        }
-        let mut members: Vec<(i32, Rank)> = all
-            .chunks_exact(8)
-            .enumerate()
-            .filter_map(|(r, e)| {
-                let c = i32::from_le_bytes([e[0], e[1], e[2], e[3]]);
-                let k = i32::from_le_bytes([e[4], e[5], e[6], e[7]]);
-                (c == color).then_some((k, r as Rank))
-            })
-            .collect();
-        members.sort_unstable();
-        let ranks: Vec<Rank> = members.iter().map(|&(_, r)| r).collect();
-        let parent = self.core.comm(comm)?;
+/// Splits `comm` by `color` into disjoint communicators, ordering each by `key` then by rank
+/// in `comm` (MPI_Comm_split): this member's new communicator as [`new_dup`] gives it, `None`
+/// for [`UNDEFINED`]. Collective over `comm`.
+pub fn new_split<B: Blocking + ?Sized>(
+    b: &mut B,
+    comm: CommId,
+    color: i32,
+    key: i32,
+) -> Result<Option<Comm>> {
+    if color < 0 && color != UNDEFINED {
+        return Err(Error::new(
+            ErrorKind::Arg,
+            format!("split color {color} is negative and not UNDEFINED"),
+        ));
+    }
+    let (_, size) = rank_size(b, comm)?;
+    let mut mine = [0u8; 8];
+    mine[..4].copy_from_slice(&color.to_le_bytes());
+    mine[4..].copy_from_slice(&key.to_le_bytes());
+    let mut all = vec![0u8; 8 * size as usize];
+    gather(b, comm, 0, &mine, &mut all)?;
+    // The split exchange has its own tag so it cannot meet a user bcast in flight.
+    bcast_on(b, comm, 0, &mut all, TAG_SPLIT)?;
+    let context = agree_context(b, comm)?;
+    if color == UNDEFINED {
+        release_context(b, context);
+        return Ok(None);
+    }
+    let mut members: Vec<(i32, Rank)> = all
+        .chunks_exact(8)
+        .enumerate()
+        .filter_map(|(r, e)| {
+            let c = i32::from_le_bytes([e[0], e[1], e[2], e[3]]);
+            let k = i32::from_le_bytes([e[4], e[5], e[6], e[7]]);
+            (c == color).then_some((k, r as Rank))
+        })
+        .collect();
+    members.sort_unstable();
+    let ranks: Vec<Rank> = members.iter().map(|&(_, r)| r).collect();
+    b.visit(|d| {
+        let parent = d.core.comm(comm)?;
         let group = parent.group.incl(&ranks)?;
         let me = parent.rank;
         let rank = ranks
             .iter()
             .position(|&r| r == me)
             .ok_or_else(|| Error::new(ErrorKind::Internal, "split lost the calling rank"))?;
-        self.insert_comm(Comm {
+        Ok(Some(Comm {
             context,
             rank: rank as Rank,
             group,
-        })
-        .map(Some)
-    }
+        }))
+    })
+    .inspect_err(|_| release_context(b, context))
+}
 
-    /// A communicator of the members of `group`, which must be a subset of `comm`'s
-    /// (MPI_Comm_create). Collective over `comm`; members outside `group` get `None`.
-    pub fn comm_create(&mut self, comm: CommId, group: &Group) -> Result<Option<CommId>> {
-        let parent = self.core.comm(comm)?;
-        let pg = parent.group.clone();
+/// A communicator of the members of `group`, which must be a subset of `comm`'s
+/// (MPI_Comm_create): this member's as [`new_dup`] gives it, `None` outside `group`.
+/// Collective over `comm`.
+pub fn new_create<B: Blocking + ?Sized>(
+    b: &mut B,
+    comm: CommId,
+    group: &Group,
+) -> Result<Option<Comm>> {
+    let me = b.visit(|d| {
+        let pg = &d.core.comm(comm)?.group;
         for r in 0..group.size() as Rank {
-            let member = group.gpid(r).and_then(|g| pg.rank_of(g));
-            if member.is_none() {
+            if group.gpid(r).and_then(|g| pg.rank_of(g)).is_none() {
                 return Err(Error::new(
                     ErrorKind::Arg,
                     format!("group member {r} is not in the parent communicator"),
                 ));
             }
         }
-        let context = self.agree_context(comm)?;
-        match group.rank_of(self.core.gpid) {
-            Some(rank) => self
-                .insert_comm(Comm {
-                    context,
-                    rank,
-                    group: group.clone(),
-                })
-                .map(Some),
-            None => {
-                self.core.contexts.release(context);
-                Ok(None)
-            }
+        Ok(group.rank_of(d.core.gpid))
+    })?;
+    let context = agree_context(b, comm)?;
+    match me {
+        Some(rank) => Ok(Some(Comm {
+            context,
+            rank,
+            group: group.clone(),
+        })),
+        None => {
+            release_context(b, context);
+            Ok(None)
         }
+    }
+}
+
+/// Returns an agreed context id that no communicator of this process took.
+fn release_context<B: Blocking + ?Sized>(b: &mut B, context: ContextId) {
+    let _ = b.visit(|d| {
+        d.core.contexts.release(context);
+        Ok(())
+    });
+}
+
+impl<N: Netmod, S: Shm> Device<N, S> {
+    /// Makes this device take context ids from the same set as `other`, another device (VCI)
+    /// of this process: a communicator made over any of them may then be adopted by any
+    /// ([`Device::adopt_comm`]) without two ever sharing an id. Call it before either device
+    /// makes a communicator.
+    pub fn share_context_ids(&mut self, other: &Device<N, S>) {
+        self.core.contexts = other.core.contexts.clone();
     }
 
     /// The group of `comm` (MPI_Comm_group).
@@ -592,7 +696,10 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         Ok(())
     }
 
-    fn insert_comm(&mut self, c: Comm) -> Result<CommId> {
+    /// Adds `c`, made by [`new_dup`], [`new_split`] or [`new_create`] (on this device or on
+    /// another device of this process that shares its context ids), to this device's
+    /// communicator table; its context id goes back to the free set if the table is full.
+    pub fn adopt_comm(&mut self, c: Comm) -> Result<CommId> {
         let context = c.context;
         match self.core.comms.insert(c) {
             Ok(h) => Ok(CommId(h)),
@@ -600,6 +707,142 @@ impl<N: Netmod, S: Shm> Device<N, S> {
                 self.core.contexts.release(context);
                 Err(e)
             }
+        }
+    }
+
+    /// [`sendrecv`] on this device.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sendrecv(
+        &mut self,
+        comm: CommId,
+        send: &[u8],
+        dest: Rank,
+        send_tag: Tag,
+        recv: &mut [u8],
+        src: Rank,
+        recv_tag: Tag,
+    ) -> Result<Status> {
+        sendrecv(self, comm, send, dest, send_tag, recv, src, recv_tag)
+    }
+
+    /// [`barrier`] on this device.
+    pub fn barrier(&mut self, comm: CommId) -> Result<()> {
+        barrier(self, comm)
+    }
+
+    /// [`bcast`] on this device.
+    pub fn bcast(&mut self, comm: CommId, root: Rank, buf: &mut [u8]) -> Result<()> {
+        bcast(self, comm, root, buf)
+    }
+
+    /// [`reduce`] on this device.
+    pub fn reduce<F: FnMut(&mut [u8], &[u8])>(
+        &mut self,
+        comm: CommId,
+        root: Rank,
+        send: &[u8],
+        recv: &mut [u8],
+        op: F,
+    ) -> Result<()> {
+        reduce(self, comm, root, send, recv, op)
+    }
+
+    /// [`allreduce`] on this device.
+    pub fn allreduce<F: FnMut(&mut [u8], &[u8])>(
+        &mut self,
+        comm: CommId,
+        send: &[u8],
+        recv: &mut [u8],
+        op: F,
+    ) -> Result<()> {
+        allreduce(self, comm, send, recv, op)
+    }
+
+    /// [`gather`] on this device.
+    pub fn gather(&mut self, comm: CommId, root: Rank, send: &[u8], recv: &mut [u8]) -> Result<()> {
+        gather(self, comm, root, send, recv)
+    }
+
+    /// [`allgather`] on this device.
+    pub fn allgather(&mut self, comm: CommId, send: &[u8], recv: &mut [u8]) -> Result<()> {
+        allgather(self, comm, send, recv)
+    }
+
+    /// [`gatherv`] on this device.
+    pub fn gatherv(
+        &mut self,
+        comm: CommId,
+        root: Rank,
+        send: &[u8],
+        recv: &mut [u8],
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<()> {
+        gatherv(self, comm, root, send, recv, counts, displs)
+    }
+
+    /// [`scatterv`] on this device.
+    pub fn scatterv(
+        &mut self,
+        comm: CommId,
+        root: Rank,
+        send: &[u8],
+        counts: &[usize],
+        displs: &[usize],
+        recv: &mut [u8],
+    ) -> Result<()> {
+        scatterv(self, comm, root, send, counts, displs, recv)
+    }
+
+    /// [`allgatherv`] on this device.
+    pub fn allgatherv(
+        &mut self,
+        comm: CommId,
+        send: &[u8],
+        recv: &mut [u8],
+        counts: &[usize],
+        displs: &[usize],
+    ) -> Result<()> {
+        allgatherv(self, comm, send, recv, counts, displs)
+    }
+
+    /// [`alltoallv`] on this device.
+    #[allow(clippy::too_many_arguments)]
+    pub fn alltoallv(
+        &mut self,
+        comm: CommId,
+        send: &[u8],
+        scounts: &[usize],
+        sdispls: &[usize],
+        recv: &mut [u8],
+        rcounts: &[usize],
+        rdispls: &[usize],
+    ) -> Result<()> {
+        alltoallv(self, comm, send, scounts, sdispls, recv, rcounts, rdispls)
+    }
+
+    /// A new communicator with the same members as `comm` and its own context
+    /// (MPI_Comm_dup; [`new_dup`]) on this device. Collective over `comm`.
+    pub fn comm_dup(&mut self, comm: CommId) -> Result<CommId> {
+        let c = new_dup(self, comm)?;
+        self.adopt_comm(c)
+    }
+
+    /// Splits `comm` by `color`, ordered by `key` (MPI_Comm_split; [`new_split`]) on this
+    /// device. A member passing [`UNDEFINED`] gets `None`. Collective over `comm`.
+    pub fn comm_split(&mut self, comm: CommId, color: i32, key: i32) -> Result<Option<CommId>> {
+        match new_split(self, comm, color, key)? {
+            Some(c) => self.adopt_comm(c).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// A communicator of the members of `group` (MPI_Comm_create; [`new_create`]) on this
+    /// device. Collective over `comm`; members outside `group` get `None`.
+    pub fn comm_create(&mut self, comm: CommId, group: &Group) -> Result<Option<CommId>> {
+        match new_create(self, comm, group)? {
+            Some(c) => self.adopt_comm(c).map(Some),
+            None => Ok(None),
         }
     }
 }

@@ -6,6 +6,8 @@
 //! member contributes its mask of free ids and all take the lowest id free everywhere (MPICH's
 //! scheme), which needs no central allocator and works for split's disjoint groups at once.
 
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
 use crate::pool::Handle;
 use crate::rankmap::Group;
 use crate::types::{ContextId, Rank};
@@ -107,6 +109,94 @@ impl ContextMask {
     }
 }
 
+/// The words one process contributes to a context-id agreement: its free mask, then a flag
+/// word that is all ones when it holds its mask for this agreement (the agreement's AND then
+/// says whether every member did).
+pub type Offer = [u64; CONTEXT_WORDS + 1];
+
+/// The context ids of one process, shared by every device (VCI) of it, and the claim that
+/// lets threads create communicators at once.
+///
+/// An agreement reads the free mask, exchanges it (a collective on the parent communicator,
+/// during which other threads run) and takes the lowest id free everywhere. Two threads of a
+/// process agreeing at once over different parents could both pick the same id; so a thread
+/// must *claim* the mask for its agreement, and one that cannot offers no ids at all, which
+/// makes the whole agreement come out empty and every member try again. Which thread may
+/// claim is decided by priority, the lowest parent context id first, which is the same order
+/// on every process, so the creations that compete finish one after another instead of
+/// failing each other forever (MPICH's `MPIR_Get_contextid_sparse_group` works the same way).
+#[derive(Debug, Clone, Default)]
+pub struct ContextIds(Arc<Mutex<ContextState>>);
+
+#[derive(Debug, Default)]
+struct ContextState {
+    mask: ContextMask,
+    /// Whether an agreement holds the mask.
+    claimed: bool,
+    /// Parent context ids of the agreements under way on this process (with repeats).
+    trying: Vec<ContextId>,
+}
+
+impl ContextIds {
+    fn state(&self) -> MutexGuard<'_, ContextState> {
+        // Every change to the state is one statement, so a panic elsewhere cannot leave it
+        // half made.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// What this process offers to an agreement for a new communicator over `parent`, and
+    /// whether it claimed its mask for it (then [`ContextIds::conclude`] must follow).
+    pub fn offer(&self, parent: ContextId) -> (Offer, bool) {
+        let mut st = self.state();
+        if !st.trying.contains(&parent) {
+            st.trying.push(parent);
+        }
+        let first = st.trying.iter().min() == Some(&parent);
+        let mut offer = [0u64; CONTEXT_WORDS + 1];
+        if st.claimed || !first {
+            return (offer, false);
+        }
+        st.claimed = true;
+        offer[..CONTEXT_WORDS].copy_from_slice(&st.mask.words());
+        offer[CONTEXT_WORDS] = u64::MAX;
+        (offer, true)
+    }
+
+    /// Ends one agreement over `parent` given its outcome (the AND of every member's offer):
+    /// the agreed context id, `None` when some member could not claim its mask (try again),
+    /// or an error when every member offered its mask and no id is free in all.
+    pub fn conclude(
+        &self,
+        parent: ContextId,
+        claimed: bool,
+        agreed: &Offer,
+    ) -> Result<Option<ContextId>> {
+        let mut st = self.state();
+        if claimed {
+            st.claimed = false;
+        }
+        let everyone_claimed = agreed[CONTEXT_WORDS] != 0;
+        let mut free = [0u64; CONTEXT_WORDS];
+        free.copy_from_slice(&agreed[..CONTEXT_WORDS]);
+        let outcome = if everyone_claimed {
+            st.mask.take_lowest(&free).map(Some)
+        } else {
+            Ok(None)
+        };
+        if !matches!(outcome, Ok(None)) {
+            if let Some(i) = st.trying.iter().position(|&p| p == parent) {
+                st.trying.swap_remove(i);
+            }
+        }
+        outcome
+    }
+
+    /// Returns a context id's slot to the free set.
+    pub fn release(&self, context: ContextId) {
+        self.state().mask.release(context);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,5 +226,60 @@ mod tests {
         }
         let e = m.take_lowest(&m.words()).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Exhausted);
+    }
+
+    fn agree(ids: &[&ContextIds], parent: ContextId) -> Vec<Result<Option<ContextId>>> {
+        let offers: Vec<(Offer, bool)> = ids.iter().map(|i| i.offer(parent)).collect();
+        let mut agreed = [u64::MAX; CONTEXT_WORDS + 1];
+        for (o, _) in &offers {
+            for (a, w) in agreed.iter_mut().zip(o) {
+                *a &= w;
+            }
+        }
+        ids.iter()
+            .zip(&offers)
+            .map(|(i, (_, claimed))| i.conclude(parent, *claimed, &agreed))
+            .collect()
+    }
+
+    #[test]
+    fn an_agreement_takes_the_same_id_everywhere() {
+        let (a, b) = (ContextIds::default(), ContextIds::default());
+        let ids = |out: Vec<Result<Option<ContextId>>>| -> Vec<Option<ContextId>> {
+            out.into_iter().map(|r| r.unwrap()).collect()
+        };
+        assert_eq!(ids(agree(&[&a, &b], 0)), [Some(4), Some(4)]);
+        assert_eq!(ids(agree(&[&a, &b], 0)), [Some(6), Some(6)]);
+    }
+
+    #[test]
+    fn a_claimed_mask_makes_other_agreements_retry() {
+        let a = ContextIds::default();
+        let b = ContextIds::default();
+        // A thread of `a` holds the mask for parent 0; an agreement over parent 8 meanwhile
+        // gets no id from `a`, so it comes out empty at both members: they try again.
+        let (held, claimed) = a.offer(0);
+        assert!(claimed);
+        let out = agree(&[&a, &b], 8);
+        assert!(out.iter().all(|r| matches!(r, Ok(None))), "{out:?}");
+        // The first agreement finishes (with `a` alone here), then the other succeeds.
+        assert_eq!(a.conclude(0, true, &held).unwrap(), Some(4));
+        let out = agree(&[&a, &b], 8);
+        assert!(out.iter().all(|r| matches!(r, Ok(Some(6)))), "{out:?}");
+    }
+
+    #[test]
+    fn the_lowest_parent_goes_first() {
+        let a = ContextIds::default();
+        // Two agreements under way: the one over parent 8 registers first, but while the one
+        // over parent 2 waits, 8 may not claim.
+        let (_, claimed_8) = a.offer(8);
+        assert!(claimed_8);
+        a.conclude(8, true, &[0; CONTEXT_WORDS + 1]).unwrap();
+        let (_, claimed_2) = a.offer(2);
+        assert!(claimed_2);
+        a.conclude(2, true, &[0; CONTEXT_WORDS + 1]).unwrap();
+        let (_, again_8) = a.offer(8);
+        assert!(!again_8, "parent 2 is still trying and goes first");
     }
 }

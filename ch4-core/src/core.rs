@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use rustc_hash::FxHashMap;
 
-use crate::comm::{Comm, CommId, ContextMask};
+use crate::comm::{Comm, CommId, ContextIds};
 use crate::matching::{PostedQueue, UnexpectedQueue};
 use crate::pool::{Pool, PoolConfig};
 use crate::request::{NativeHalf, ReqHandle, Request, RequestKind, Route, Unexpected};
@@ -274,7 +274,7 @@ pub struct Core {
     /// Live communicators.
     pub comms: Pool<Comm>,
     /// Free context ids.
-    pub contexts: ContextMask,
+    pub contexts: ContextIds,
     /// Per-route active-message protocol state, indexed by [`Route::index`].
     pub am: [AmRouteState; 2],
     /// Settings.
@@ -347,7 +347,7 @@ impl Core {
             unexpected: UnexpectedQueue::new(),
             comms,
             coll_scratch: [Vec::new(), Vec::new()],
-            contexts: ContextMask::default(),
+            contexts: ContextIds::default(),
             am: {
                 let init = config.credit_per_peer(world_size);
                 [

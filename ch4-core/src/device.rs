@@ -731,7 +731,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
     }
 
     /// Waits for `h`; if that fails, removes the request so nothing refers to its buffer.
-    fn wait_or_abandon(&mut self, h: ReqHandle) -> Result<Status> {
+    pub(crate) fn wait_or_abandon(&mut self, h: ReqHandle) -> Result<Status> {
         match self.wait(h) {
             Ok(st) => Ok(st),
             Err(e) => {

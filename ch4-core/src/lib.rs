@@ -7,6 +7,7 @@
 //! messages with matching in this crate's queues. Nothing here knows a concrete transport.
 #![deny(unsafe_code)]
 
+pub mod blocking;
 pub mod bootstrap;
 pub mod buffer;
 pub mod coll;

@@ -1,0 +1,240 @@
+//! Blocking operations over a device that one thread owns, or that several threads share.
+//!
+//! A device owned by one thread (`&mut Device`) blocks the simple way: it holds itself for the
+//! whole wait and polls. A device shared by threads (MPI_THREAD_MULTIPLE) sits behind a lock,
+//! and a thread that blocks must let go of the lock between two polls: the message it waits
+//! for may be one another thread of this rank has yet to send, or to receive, and holding the
+//! lock through the wait would deadlock them. MPICH's progress loop does the same
+//! (`MPID_THREAD_CS_YIELD` around each poll of `MPIDI_progress_test`).
+//!
+//! [`Blocking`] names what both kinds offer; the collectives ([`crate::coll`]) are written
+//! once over it, so they run on either, and the single-threaded build keeps its direct calls.
+
+use std::ops::DerefMut;
+
+use crate::buffer::{RecvBuf, SendBuf};
+use crate::comm::CommId;
+use crate::device::{backoff, status_result, Device};
+use crate::request::ReqHandle;
+use crate::transport::{Netmod, Shm};
+use crate::types::{Rank, SendMode, Status, Tag};
+use crate::Result;
+
+/// Idle polls in a row between two checks for failed peers in a waiting loop (as the device's
+/// own loops).
+const PEER_CHECK_EVERY: u32 = 256;
+
+/// A device that blocking operations can run on: lent to one thread, or shared behind a lock.
+///
+/// `coll` selects the communicator's collective context instead of its point-to-point one:
+/// only the collectives of this crate pass `true`.
+pub trait Blocking {
+    /// The netmod of the device.
+    type Net: Netmod;
+    /// The shared-memory layer of the device.
+    type Shm: Shm;
+
+    /// Runs `f` on the device; `f` must not wait (the device may be locked meanwhile).
+    fn visit<R>(
+        &mut self,
+        f: impl FnOnce(&mut Device<Self::Net, Self::Shm>) -> Result<R>,
+    ) -> Result<R>;
+
+    /// Blocking send of `data` (MPI_Send and its modes).
+    fn send_on(
+        &mut self,
+        comm: CommId,
+        dest: Rank,
+        tag: Tag,
+        data: &[u8],
+        mode: SendMode,
+        coll: bool,
+    ) -> Result<()>;
+
+    /// Blocking receive into `buf` (MPI_Recv).
+    fn recv_on(
+        &mut self,
+        comm: CommId,
+        src: Rank,
+        tag: Tag,
+        buf: &mut [u8],
+        coll: bool,
+    ) -> Result<Status>;
+
+    /// Waits for `h` and frees it; an error status is returned as that error. A request that
+    /// cannot finish is removed, so nothing refers to its buffer afterwards.
+    fn wait_or_abandon(&mut self, h: ReqHandle) -> Result<Status>;
+}
+
+impl<N: Netmod, S: Shm> Blocking for Device<N, S> {
+    type Net = N;
+    type Shm = S;
+
+    #[inline(always)]
+    fn visit<R>(&mut self, f: impl FnOnce(&mut Device<N, S>) -> Result<R>) -> Result<R> {
+        f(self)
+    }
+
+    #[inline(always)]
+    fn send_on(
+        &mut self,
+        comm: CommId,
+        dest: Rank,
+        tag: Tag,
+        data: &[u8],
+        mode: SendMode,
+        coll: bool,
+    ) -> Result<()> {
+        Device::send_on(self, comm, dest, tag, data, mode, coll)
+    }
+
+    #[inline(always)]
+    fn recv_on(
+        &mut self,
+        comm: CommId,
+        src: Rank,
+        tag: Tag,
+        buf: &mut [u8],
+        coll: bool,
+    ) -> Result<Status> {
+        Device::recv_on(self, comm, src, tag, buf, coll)
+    }
+
+    #[inline(always)]
+    fn wait_or_abandon(&mut self, h: ReqHandle) -> Result<Status> {
+        Device::wait_or_abandon(self, h)
+    }
+}
+
+/// A lock around one device, as the facade's thread levels provide it.
+pub trait DeviceLock {
+    /// The netmod of the device.
+    type Net: Netmod;
+    /// The shared-memory layer of the device.
+    type Shm: Shm;
+    /// Holds the device until dropped.
+    type Guard<'a>: DerefMut<Target = Device<Self::Net, Self::Shm>>
+    where
+        Self: 'a;
+
+    /// Takes the lock, waiting for another thread that holds it; fails instead when this
+    /// thread holds it already (a call from inside a reduction operator) or the device is gone.
+    fn enter(&self) -> Result<Self::Guard<'_>>;
+
+    /// Between two polls of a wait, with the lock let go: gives a thread that waits for the
+    /// lock its turn, then backs off as every waiting loop does ([`backoff`]).
+    fn between_polls(&self, idle: u32) {
+        backoff(idle)
+    }
+}
+
+/// Blocking operations on a shared device that let go of its lock between polls.
+pub struct Shared<'l, L: DeviceLock>(pub &'l L);
+
+impl<L: DeviceLock> Shared<'_, L> {
+    /// Polls until `ready` gives an answer, with the lock taken for each poll and let go
+    /// between two. `ready` runs before each progress step; when progress finds nothing to do,
+    /// every [`PEER_CHECK_EVERY`]th time `idle_check` runs (to fail requests whose peers are
+    /// gone).
+    pub fn block_until<R>(
+        &self,
+        mut ready: impl FnMut(&mut Device<L::Net, L::Shm>) -> Result<Option<R>>,
+        mut idle_check: impl FnMut(&mut Device<L::Net, L::Shm>),
+    ) -> Result<R> {
+        let mut idle = 0u32;
+        loop {
+            {
+                let mut dev = self.0.enter()?;
+                if let Some(r) = ready(&mut dev)? {
+                    return Ok(r);
+                }
+                if dev.progress()? == 0 {
+                    idle += 1;
+                    if idle % PEER_CHECK_EVERY == 0 {
+                        idle_check(&mut dev);
+                    }
+                } else {
+                    idle = 0;
+                }
+                if let Some(r) = ready(&mut dev)? {
+                    return Ok(r);
+                }
+            }
+            self.0.between_polls(idle);
+        }
+    }
+
+    /// Waits for `h` and frees it; an error status comes back as a value (`status.error`), as
+    /// [`Device::wait_status`].
+    pub fn wait_status(&self, h: ReqHandle) -> Result<Status> {
+        if h == ReqHandle::DONE {
+            return Ok(Status::EMPTY);
+        }
+        self.block_until(
+            |dev| dev.take_completed(h),
+            |dev| {
+                dev.fail_if_peer_gone(h);
+            },
+        )
+    }
+
+    /// [`Shared::wait_status`], removing the request if the wait itself fails.
+    fn wait_status_or_abandon(&self, h: ReqHandle) -> Result<Status> {
+        self.wait_status(h).inspect_err(|_| self.abandon(h))
+    }
+
+    /// Removes `h` from the device. If the device cannot be entered any more (finalized), it
+    /// never runs again and nothing touches the request's buffer.
+    fn abandon(&self, h: ReqHandle) {
+        if let Ok(mut dev) = self.0.enter() {
+            dev.release(h);
+        }
+    }
+}
+
+impl<L: DeviceLock> Blocking for Shared<'_, L> {
+    type Net = L::Net;
+    type Shm = L::Shm;
+
+    #[inline]
+    fn visit<R>(&mut self, f: impl FnOnce(&mut Device<L::Net, L::Shm>) -> Result<R>) -> Result<R> {
+        f(&mut *self.0.enter()?)
+    }
+
+    fn send_on(
+        &mut self,
+        comm: CommId,
+        dest: Rank,
+        tag: Tag,
+        data: &[u8],
+        mode: SendMode,
+        coll: bool,
+    ) -> Result<()> {
+        #[allow(unsafe_code)]
+        // SAFETY: `data` is borrowed for this whole call, and the request holding it is waited
+        // for, or removed from the device when the wait fails, before we return.
+        let buf = unsafe { SendBuf::borrowed(data) };
+        let h = self.visit(|d| d.isend_on(comm, dest, tag, buf, mode, coll))?;
+        status_result(self.wait_status_or_abandon(h)?).map(drop)
+    }
+
+    fn recv_on(
+        &mut self,
+        comm: CommId,
+        src: Rank,
+        tag: Tag,
+        buf: &mut [u8],
+        coll: bool,
+    ) -> Result<Status> {
+        #[allow(unsafe_code)]
+        // SAFETY: `buf` is borrowed mutably for this whole call, and the request holding it is
+        // waited for, or removed from the device when the wait fails, before we return.
+        let rbuf = unsafe { RecvBuf::borrowed(buf) };
+        let h = self.visit(|d| d.irecv_on(comm, src, tag, rbuf, coll))?;
+        status_result(self.wait_status_or_abandon(h)?)
+    }
+
+    fn wait_or_abandon(&mut self, h: ReqHandle) -> Result<Status> {
+        status_result(self.wait_status_or_abandon(h)?)
+    }
+}

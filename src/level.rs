@@ -1,0 +1,412 @@
+//! Thread levels (MPI_THREAD_SINGLE … MPI_THREAD_MULTIPLE), stated in the types of a rank's
+//! handles.
+//!
+//! A rank starts at a level, a type parameter of its [`Context`](crate::Context) and of every
+//! handle made from it, and the level decides what the compiler lets threads do with them:
+//!
+//! | level | handles are | the device sits behind | a blocking call |
+//! |---|---|---|---|
+//! | [`Single`], [`Funneled`] | neither `Send` nor `Sync` | a `RefCell` (no lock) | holds the device |
+//! | [`Serialized`] | `Send + Sync` | a lock that refuses a second thread | holds the device |
+//! | [`Multiple`] | `Send + Sync` | a lock that waits | lets go between polls |
+//!
+//! The default is [`Single`], whose handles cost what they cost before levels existed: a
+//! program that never names a level gets no lock at all. At [`Serialized`] a handle may move to
+//! and be used from any thread, and two threads calling at once get an error instead of a race
+//! (MPI leaves that erroneous program undefined). At [`Multiple`] any number of threads call at
+//! once; a thread blocked in a wait lets go of the device between two polls, so another thread
+//! of the rank can send the message it waits for (MPICH's progress loop yields its lock the
+//! same way).
+//!
+//! rsmpi fixed `Send`/`Sync` at compile time while the MPI library chose the level at run
+//! time, which was too strict under one MPI and unsound under another (rsmpi issues #12 and
+//! #115); here the level provided is the level in the type, and no run-time choice can differ.
+
+use std::cell::{RefCell, RefMut};
+use std::ops::{Deref, DerefMut};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+
+use ch4_core::device::backoff;
+
+/// The four levels of thread support MPI defines, in increasing order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Level {
+    /// MPI_THREAD_SINGLE: the rank has one thread.
+    Single,
+    /// MPI_THREAD_FUNNELED: the rank may have several threads, and only the one that
+    /// started it calls.
+    Funneled,
+    /// MPI_THREAD_SERIALIZED: any thread calls, never two at once.
+    Serialized,
+    /// MPI_THREAD_MULTIPLE: any thread calls, at any time.
+    Multiple,
+}
+
+impl Level {
+    /// MPI's name of the level.
+    pub fn mpi_name(self) -> &'static str {
+        match self {
+            Level::Single => "MPI_THREAD_SINGLE",
+            Level::Funneled => "MPI_THREAD_FUNNELED",
+            Level::Serialized => "MPI_THREAD_SERIALIZED",
+            Level::Multiple => "MPI_THREAD_MULTIPLE",
+        }
+    }
+}
+
+impl std::fmt::Display for Level {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.mpi_name())
+    }
+}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A thread level as a type: [`Single`], [`Funneled`], [`Serialized`] or [`Multiple`]. The
+/// associated items are how the level builds a rank; they are not for use outside this crate.
+pub trait ThreadLevel: sealed::Sealed + Copy + Default + Send + Sync + 'static {
+    /// The level as a value.
+    const LEVEL: Level;
+    /// Whether blocking calls let go of the device between polls.
+    #[doc(hidden)]
+    const YIELDS: bool;
+    /// How handles share the rank: `Rc` or `Arc`.
+    #[doc(hidden)]
+    type Shared<T>: Clone + Deref<Target = T>;
+    /// What guards the device and the rank's other mutable state.
+    #[doc(hidden)]
+    type Lock<T>: RankLock<T>;
+    /// Shares `value` among handles.
+    #[doc(hidden)]
+    fn share<T>(value: T) -> Self::Shared<T>;
+    /// Whether two handles share one value.
+    #[doc(hidden)]
+    fn same<T>(a: &Self::Shared<T>, b: &Self::Shared<T>) -> bool;
+}
+
+/// MPI_THREAD_SINGLE: one thread; handles are neither `Send` nor `Sync`, and nothing is
+/// locked. The default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Single;
+
+/// MPI_THREAD_FUNNELED: the rank may run other threads, but its handles cannot reach them
+/// (neither `Send` nor `Sync`), so only the thread that started the rank calls. Costs what
+/// [`Single`] costs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Funneled;
+
+/// MPI_THREAD_SERIALIZED: handles are `Send + Sync` and any thread calls, one at a time; a
+/// call made while another thread is inside one fails with [`ErrorKind::Arg`](crate::ErrorKind)
+/// instead of racing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Serialized;
+
+/// MPI_THREAD_MULTIPLE: handles are `Send + Sync` and any number of threads call at once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Multiple;
+
+impl sealed::Sealed for Single {}
+impl sealed::Sealed for Funneled {}
+impl sealed::Sealed for Serialized {}
+impl sealed::Sealed for Multiple {}
+
+macro_rules! unthreaded_level {
+    ($t:ty, $level:expr) => {
+        impl ThreadLevel for $t {
+            const LEVEL: Level = $level;
+            const YIELDS: bool = false;
+            type Shared<T> = Rc<T>;
+            type Lock<T> = RefCell<T>;
+            #[inline(always)]
+            fn share<T>(value: T) -> Rc<T> {
+                Rc::new(value)
+            }
+            #[inline(always)]
+            fn same<T>(a: &Rc<T>, b: &Rc<T>) -> bool {
+                Rc::ptr_eq(a, b)
+            }
+        }
+    };
+}
+
+unthreaded_level!(Single, Level::Single);
+unthreaded_level!(Funneled, Level::Funneled);
+
+impl ThreadLevel for Serialized {
+    const LEVEL: Level = Level::Serialized;
+    const YIELDS: bool = false;
+    type Shared<T> = Arc<T>;
+    type Lock<T> = TryLock<T>;
+    #[inline(always)]
+    fn share<T>(value: T) -> Arc<T> {
+        Arc::new(value)
+    }
+    #[inline(always)]
+    fn same<T>(a: &Arc<T>, b: &Arc<T>) -> bool {
+        Arc::ptr_eq(a, b)
+    }
+}
+
+impl ThreadLevel for Multiple {
+    const LEVEL: Level = Level::Multiple;
+    const YIELDS: bool = true;
+    type Shared<T> = Arc<T>;
+    type Lock<T> = WaitLock<T>;
+    #[inline(always)]
+    fn share<T>(value: T) -> Arc<T> {
+        Arc::new(value)
+    }
+    #[inline(always)]
+    fn same<T>(a: &Arc<T>, b: &Arc<T>) -> bool {
+        Arc::ptr_eq(a, b)
+    }
+}
+
+/// Why a lock refused to be taken.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// This thread holds it already (a call from inside a reduction operator).
+    Reentrant,
+    /// Another thread holds it, at a level that does not wait ([`Serialized`]).
+    Concurrent,
+    /// It was closed for good ([`RankLock::close`]): the rank has finalized.
+    Closed,
+}
+
+/// What guards a rank's mutable state at one level.
+#[doc(hidden)]
+pub trait RankLock<T> {
+    /// Holds the state until dropped.
+    type Guard<'a>: DerefMut<Target = T>
+    where
+        Self: 'a;
+    /// A lock around `value`.
+    fn new(value: T) -> Self;
+    /// Takes the lock; see [`Refused`] for when it is refused.
+    fn enter(&self) -> Result<Self::Guard<'_>, Refused>;
+    /// Gives the lock up for good: every later [`RankLock::enter`] is refused.
+    fn close(guard: Self::Guard<'_>);
+    /// Between two polls of a wait that let go of the lock: gives a thread waiting for it its
+    /// turn, then backs off as every waiting loop does.
+    fn between_polls(&self, idle: u32) {
+        backoff(idle)
+    }
+}
+
+impl<T> RankLock<T> for RefCell<T> {
+    type Guard<'a>
+        = RefMut<'a, T>
+    where
+        T: 'a;
+    #[inline(always)]
+    fn new(value: T) -> Self {
+        RefCell::new(value)
+    }
+    #[inline(always)]
+    fn enter(&self) -> Result<RefMut<'_, T>, Refused> {
+        // One thread: a borrow that is already out is this thread's own, or finalize's.
+        self.try_borrow_mut().map_err(|_| Refused::Reentrant)
+    }
+    fn close(guard: RefMut<'_, T>) {
+        // The state stays borrowed for good, so every later call is refused at no cost to the
+        // calls made before.
+        std::mem::forget(guard);
+    }
+}
+
+/// A token of the calling thread, different from every other live thread's and never 0: the
+/// address of a thread-local.
+#[inline(always)]
+fn thread_token() -> usize {
+    thread_local! {
+        static TOKEN: u8 = const { 0 };
+    }
+    TOKEN.with(|t| t as *const u8 as usize)
+}
+
+/// The [`Serialized`] level's lock: taken without waiting, refused while another thread holds
+/// it.
+#[doc(hidden)]
+pub struct TryLock<T> {
+    inner: Mutex<T>,
+    /// The thread holding it (its [`thread_token`]), 0 when none: tells a re-entry from
+    /// another thread's call.
+    owner: AtomicUsize,
+    closed: AtomicBool,
+}
+
+/// A held [`TryLock`] or [`WaitLock`].
+#[doc(hidden)]
+pub struct OwnedGuard<'a, T> {
+    guard: MutexGuard<'a, T>,
+    owner: &'a AtomicUsize,
+    closed: &'a AtomicBool,
+}
+
+impl<T> Deref for OwnedGuard<'_, T> {
+    type Target = T;
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        &self.guard
+    }
+}
+
+impl<T> DerefMut for OwnedGuard<'_, T> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut T {
+        &mut self.guard
+    }
+}
+
+impl<T> Drop for OwnedGuard<'_, T> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        // Before the mutex is let go (the field drops after this body).
+        self.owner.store(0, Ordering::Relaxed);
+    }
+}
+
+impl<T> RankLock<T> for TryLock<T> {
+    type Guard<'a>
+        = OwnedGuard<'a, T>
+    where
+        T: 'a;
+    fn new(value: T) -> Self {
+        TryLock {
+            inner: Mutex::new(value),
+            owner: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
+        }
+    }
+    #[inline]
+    fn enter(&self) -> Result<OwnedGuard<'_, T>, Refused> {
+        let me = thread_token();
+        let guard = match self.inner.try_lock() {
+            Ok(g) => g,
+            // A panic while it was held (a reduction operator's) left the device as consistent
+            // as a `RefCell` borrow that unwound does.
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                return Err(if self.closed.load(Ordering::Relaxed) {
+                    Refused::Closed
+                } else if self.owner.load(Ordering::Relaxed) == me {
+                    Refused::Reentrant
+                } else {
+                    Refused::Concurrent
+                });
+            }
+        };
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(Refused::Closed);
+        }
+        self.owner.store(me, Ordering::Relaxed);
+        Ok(OwnedGuard {
+            guard,
+            owner: &self.owner,
+            closed: &self.closed,
+        })
+    }
+    fn close(guard: OwnedGuard<'_, T>) {
+        guard.close();
+    }
+}
+
+impl<T> OwnedGuard<'_, T> {
+    /// Marks the lock closed and lets go: whoever takes it next reads the mark under it.
+    fn close(self) {
+        self.closed.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The [`Multiple`] level's lock: a mutex that waits, refuses a re-entry by its holder
+/// (instead of deadlocking), and hands itself over fairly between the polls of a wait.
+#[doc(hidden)]
+pub struct WaitLock<T> {
+    inner: Mutex<T>,
+    /// The thread holding it (its [`thread_token`]), 0 when none.
+    owner: AtomicUsize,
+    /// Threads waiting to take it: a waiting loop that lets go between polls gives them their
+    /// turn before it takes the lock again (a mutex that is let go and at once taken back by
+    /// the same thread otherwise starves the one it woke).
+    queued: AtomicU32,
+    closed: AtomicBool,
+}
+
+/// How many spins a waiting loop gives a queued thread to take the lock before it competes
+/// again (a woken thread takes a few microseconds to run).
+const HANDOVER_SPINS: u32 = 1 << 14;
+
+impl<T> RankLock<T> for WaitLock<T> {
+    type Guard<'a>
+        = OwnedGuard<'a, T>
+    where
+        T: 'a;
+    fn new(value: T) -> Self {
+        WaitLock {
+            inner: Mutex::new(value),
+            owner: AtomicUsize::new(0),
+            queued: AtomicU32::new(0),
+            closed: AtomicBool::new(false),
+        }
+    }
+    #[inline]
+    fn enter(&self) -> Result<OwnedGuard<'_, T>, Refused> {
+        let me = thread_token();
+        let guard = match self.inner.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => self.enter_slow(me)?,
+        };
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(Refused::Closed);
+        }
+        self.owner.store(me, Ordering::Relaxed);
+        Ok(OwnedGuard {
+            guard,
+            owner: &self.owner,
+            closed: &self.closed,
+        })
+    }
+    fn close(guard: OwnedGuard<'_, T>) {
+        guard.close();
+    }
+    #[inline]
+    fn between_polls(&self, idle: u32) {
+        let queued = self.queued.load(Ordering::Relaxed);
+        if queued == 0 {
+            backoff(idle);
+            return;
+        }
+        // Someone waits for the lock: let it take the lock before taking it again.
+        for i in 0..HANDOVER_SPINS {
+            if self.queued.load(Ordering::Relaxed) < queued {
+                return;
+            }
+            if i % 64 == 63 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+impl<T> WaitLock<T> {
+    /// The lock is held: by this thread (refused), or by another (wait for it).
+    #[cold]
+    #[inline(never)]
+    fn enter_slow(&self, me: usize) -> Result<MutexGuard<'_, T>, Refused> {
+        if self.owner.load(Ordering::Relaxed) == me {
+            return Err(Refused::Reentrant);
+        }
+        self.queued.fetch_add(1, Ordering::Relaxed);
+        let guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        self.queued.fetch_sub(1, Ordering::Relaxed);
+        Ok(guard)
+    }
+}
