@@ -95,21 +95,22 @@ trap report_skips EXIT
 
 cargo test --workspace --all-targets
 cargo test --workspace --doc
-# The semantics suite again over libfabric's tcp;ofi_rxm (the `ofi` feature): ranks as threads
+# The semantics suite again over libfabric's tcp;ofi_rxm (the `ofi` feature), single- and
+# multithreaded (each thread level's VCIs an endpoint of their own): ranks as threads
 # and as processes, each its own node and mixed with ch4's shared memory; again with the
 # provider's largest message forced down to 4 KiB, so that every longer message goes by RMA
 # read; and the process-mode tests (launchers, stress, killed and vanished ranks, floods under
 # eager credit) with OFI as the network.
-cargo test --features ofi --test pt2pt ofi
+cargo test --features ofi --test pt2pt --test multithreaded ofi
 CH4_OFI_MAX_MSG_SIZE=4096 cargo test --features ofi --test pt2pt ofi
 cargo test --features ofi --test process --test flood
 # And over UCX (the `ucx` feature): the semantics suite over UCX's TCP transport on the
 # loopback device, over its shared-memory transports, and with UCX's own choice; the
 # process-mode tests with UCX as the network.
-UCX_TLS=tcp UCX_NET_DEVICES=lo cargo test --features ucx --test pt2pt ucx
+UCX_TLS=tcp UCX_NET_DEVICES=lo cargo test --features ucx --test pt2pt --test multithreaded ucx
 # ... and with endpoints that ask UCX for its failure guarantee (another rendezvous protocol).
 CH4_UCX_ERR_MODE=peer UCX_TLS=tcp UCX_NET_DEVICES=lo cargo test --features ucx --test pt2pt ucx
-UCX_TLS=posix,sysv,cma,self cargo test --features ucx --test pt2pt ucx
+UCX_TLS=posix,sysv,cma,self cargo test --features ucx --test pt2pt --test multithreaded ucx
 cargo test --features ucx --test pt2pt ucx
 UCX_TLS=tcp UCX_NET_DEVICES=lo cargo test --features ucx --test process --test flood
 ./scripts/loom.sh

@@ -19,6 +19,8 @@ use crate::{blocking, Context, RankState, SelectedNetmod, SelectedShm, Single, T
 /// shared by every communicator of the rank and borrowed for the length of each call.
 pub struct Communicator<N: Netmod = SelectedNetmod, S: Shm = SelectedShm, L: ThreadLevel = Single> {
     rank_state: L::Shared<RankState<N, S, L>>,
+    /// The VCI that carries all of this communicator's traffic.
+    vci: usize,
     id: CommId,
     rank: Rank,
     size: Rank,
@@ -28,6 +30,7 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Clone for Communicator<N, S, L> {
     fn clone(&self) -> Self {
         Communicator {
             rank_state: self.rank_state.clone(),
+            vci: self.vci,
             id: self.id,
             rank: self.rank,
             size: self.size,
@@ -38,16 +41,18 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Clone for Communicator<N, S, L> {
 impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
     pub(crate) fn new(
         rank_state: L::Shared<RankState<N, S, L>>,
+        vci: usize,
         id: CommId,
     ) -> Communicator<N, S, L> {
         // A finalized rank's device cannot be borrowed: the communicator it hands out then has
         // no members, and every call on it fails with the finalized error.
-        let (rank, size) = match rank_state.device() {
+        let (rank, size) = match rank_state.device(vci) {
             Ok(d) => (d.rank(id).unwrap_or(-1), d.size(id).unwrap_or(0)),
             Err(_) => (-1, 0),
         };
         Communicator {
             rank_state,
+            vci,
             id,
             rank,
             size,
@@ -69,6 +74,17 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
         self.id
     }
 
+    /// The VCI that carries this communicator's traffic (always 0 below the multiple level).
+    pub fn vci(&self) -> usize {
+        self.vci
+    }
+
+    /// This communicator's device (its VCI's), for what the safe API does not cover, with
+    /// [`Communicator::id`]. Fails as [`Context::device`] does.
+    pub fn device(&self) -> Result<crate::DeviceGuard<'_, N, S, L>> {
+        self.rank_state.device(self.vci)
+    }
+
     /// The rank's context (to open scopes, reach the world communicator).
     pub fn context(&self) -> Context<N, S, L> {
         Context {
@@ -81,7 +97,7 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
     /// Sends `buf` to `dest` with `tag` (MPI_Send). Returns once `buf` may be reused.
     #[inline]
     pub fn send<T: Pod>(&self, buf: &[T], dest: Rank, tag: Tag) -> Result<()> {
-        blocking!(L, self.rank_state, |b| Blocking::send_on(
+        blocking!(L, self.rank_state, self.vci, |b| Blocking::send_on(
             b,
             self.id,
             dest,
@@ -94,7 +110,7 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
 
     /// Synchronous send (MPI_Ssend): returns only after the receiver has matched the message.
     pub fn ssend<T: Pod>(&self, buf: &[T], dest: Rank, tag: Tag) -> Result<()> {
-        blocking!(L, self.rank_state, |b| Blocking::send_on(
+        blocking!(L, self.rank_state, self.vci, |b| Blocking::send_on(
             b,
             self.id,
             dest,
@@ -108,7 +124,7 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
     /// Ready send (MPI_Rsend): the caller asserts the receive is posted; if it is not, the
     /// receive that later matches fails with [`ErrorKind::ReadyNotPosted`].
     pub fn rsend<T: Pod>(&self, buf: &[T], dest: Rank, tag: Tag) -> Result<()> {
-        blocking!(L, self.rank_state, |b| Blocking::send_on(
+        blocking!(L, self.rank_state, self.vci, |b| Blocking::send_on(
             b,
             self.id,
             dest,
@@ -124,7 +140,7 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
     /// [`ErrorKind::Truncate`]; nothing past `buf` is written.
     #[inline]
     pub fn recv<T: Pod>(&self, buf: &mut [T], src: Rank, tag: Tag) -> Result<Status> {
-        blocking!(L, self.rank_state, |b| Blocking::recv_on(
+        blocking!(L, self.rank_state, self.vci, |b| Blocking::recv_on(
             b,
             self.id,
             src,
@@ -163,7 +179,7 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
         src: Rank,
         recv_tag: Tag,
     ) -> Result<Status> {
-        blocking!(L, self.rank_state, |b| ch4_core::coll::sendrecv(
+        blocking!(L, self.rank_state, self.vci, |b| ch4_core::coll::sendrecv(
             b,
             self.id,
             as_bytes(send),
@@ -188,11 +204,17 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
         // SAFETY: `buf` is borrowed for this whole call, and the request is waited for or
         // released before we return.
         let sbuf = unsafe { SendBuf::borrowed_with_layout(as_bytes(buf), layout.clone())? };
-        let h = self
-            .rank_state
-            .device()?
-            .isend(self.id, dest, tag, sbuf, SendMode::Standard)?;
-        blocking!(L, self.rank_state, |b| Blocking::wait_or_abandon(b, h)).map(drop)
+        let h = self.rank_state.device(self.vci)?.isend(
+            self.id,
+            dest,
+            tag,
+            sbuf,
+            SendMode::Standard,
+        )?;
+        blocking!(L, self.rank_state, self.vci, |b| Blocking::wait_or_abandon(
+            b, h
+        ))
+        .map(drop)
     }
 
     /// Receives into the elements of `buf` selected by `layout`; other elements are untouched.
@@ -207,8 +229,13 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
         // SAFETY: `bytes` is borrowed for this whole call, and the request is waited for or
         // released before we return.
         let rbuf = unsafe { RecvBuf::borrowed_with_layout(bytes, layout.clone())? };
-        let h = self.rank_state.device()?.irecv(self.id, src, tag, rbuf)?;
-        blocking!(L, self.rank_state, |b| Blocking::wait_or_abandon(b, h))
+        let h = self
+            .rank_state
+            .device(self.vci)?
+            .irecv(self.id, src, tag, rbuf)?;
+        blocking!(L, self.rank_state, self.vci, |b| Blocking::wait_or_abandon(
+            b, h
+        ))
     }
 
     // -------------------------------------------------------------- probes
@@ -217,15 +244,15 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
     pub fn probe(&self, src: Rank, tag: Tag) -> Result<Status> {
         if L::YIELDS {
             let id = self.id;
-            Shared(&*self.rank_state).block_until(|d| d.iprobe(id, src, tag), |_| {})
+            Shared(&self.rank_state.vci(self.vci)).block_until(|d| d.iprobe(id, src, tag), |_| {})
         } else {
-            self.rank_state.device()?.probe(self.id, src, tag)
+            self.rank_state.device(self.vci)?.probe(self.id, src, tag)
         }
     }
 
     /// Whether a matching message has arrived (MPI_Iprobe).
     pub fn iprobe(&self, src: Rank, tag: Tag) -> Result<Option<Status>> {
-        self.rank_state.device()?.iprobe(self.id, src, tag)
+        self.rank_state.device(self.vci)?.iprobe(self.id, src, tag)
     }
 
     /// Takes a matching message out of matching; only the returned [`Message`] can receive it
@@ -233,13 +260,17 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
     pub fn mprobe(&self, src: Rank, tag: Tag) -> Result<(Message<N, S, L>, Status)> {
         let (m, st) = if L::YIELDS {
             let id = self.id;
-            Shared(&*self.rank_state).block_until(|d| d.improbe(id, src, tag), |_| {})?
+            Shared(&self.rank_state.vci(self.vci))
+                .block_until(|d| d.improbe(id, src, tag), |_| {})?
         } else {
-            self.rank_state.device()?.mprobe(self.id, src, tag)?
+            self.rank_state
+                .device(self.vci)?
+                .mprobe(self.id, src, tag)?
         };
         Ok((
             Message {
                 rank: self.rank_state.clone(),
+                vci: self.vci,
                 msg: Some(m),
             },
             st,
@@ -248,11 +279,15 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
 
     /// Nonblocking matched probe (MPI_Improbe).
     pub fn improbe(&self, src: Rank, tag: Tag) -> Result<Option<Probed<N, S, L>>> {
-        let found = self.rank_state.device()?.improbe(self.id, src, tag)?;
+        let found = self
+            .rank_state
+            .device(self.vci)?
+            .improbe(self.id, src, tag)?;
         Ok(found.map(|(m, st)| {
             (
                 Message {
                     rank: self.rank_state.clone(),
+                    vci: self.vci,
                     msg: Some(m),
                 },
                 st,
@@ -318,9 +353,9 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
         // stores cannot be forwarded). osu_mbw_mr 8-32 B: 1.33-1.36x in the host's slow mode.
         let h = self
             .rank_state
-            .device()?
+            .device(self.vci)?
             .isend_inline(self.id, dest, tag, sbuf, mode)?;
-        Ok(scope.register(h))
+        Ok(scope.register(self.vci, h))
     }
 
     /// Starts a receive into `buf`, borrowed until the request completes (MPI_Irecv).
@@ -338,8 +373,11 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
         // SAFETY: `buf` is mutably borrowed for `'a`, which outlives the scope; the scope
         // completes or releases the request before it returns, so no write happens after 'a.
         let rbuf = unsafe { RecvBuf::borrowed(as_bytes_mut(buf)) };
-        let h = self.rank_state.device()?.irecv(self.id, src, tag, rbuf)?;
-        Ok(scope.register(h))
+        let h = self
+            .rank_state
+            .device(self.vci)?
+            .irecv(self.id, src, tag, rbuf)?;
+        Ok(scope.register(self.vci, h))
     }
 
     /// Starts a send of the elements of `buf` selected by `layout`, borrowed until the request
@@ -357,11 +395,14 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
         // SAFETY: as in `isend_mode`: `buf` outlives the scope, which completes or releases
         // the request before 'a ends.
         let sbuf = unsafe { SendBuf::borrowed_with_layout(as_bytes(buf), layout.clone())? };
-        let h = self
-            .rank_state
-            .device()?
-            .isend(self.id, dest, tag, sbuf, SendMode::Standard)?;
-        Ok(scope.register(h))
+        let h = self.rank_state.device(self.vci)?.isend(
+            self.id,
+            dest,
+            tag,
+            sbuf,
+            SendMode::Standard,
+        )?;
+        Ok(scope.register(self.vci, h))
     }
 
     /// Starts a receive into the elements of `buf` selected by `layout` (other elements are
@@ -378,8 +419,11 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
         // SAFETY: as in `irecv`: `buf` is mutably borrowed for 'a, which outlives the scope;
         // the scope completes or releases the request before it returns.
         let rbuf = unsafe { RecvBuf::borrowed_with_layout(as_bytes_mut(buf), layout.clone())? };
-        let h = self.rank_state.device()?.irecv(self.id, src, tag, rbuf)?;
-        Ok(scope.register(h))
+        let h = self
+            .rank_state
+            .device(self.vci)?
+            .irecv(self.id, src, tag, rbuf)?;
+        Ok(scope.register(self.vci, h))
     }
 
     /// Starts a send of `buf`, which the returned request owns until it completes and hands
@@ -413,7 +457,7 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
         mode: SendMode,
     ) -> Result<OwnedRequest<T, N, S, L>> {
         let id = self.id;
-        OwnedRequest::start_send(self.rank_state.clone(), buf, |dev, sbuf| {
+        OwnedRequest::start_send(self.rank_state.clone(), self.vci, buf, |dev, sbuf| {
             dev.isend(id, dest, tag, sbuf, mode)
         })
     }
@@ -427,7 +471,7 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
         tag: Tag,
     ) -> Result<OwnedRequest<T, N, S, L>> {
         let id = self.id;
-        OwnedRequest::start_recv(self.rank_state.clone(), buf, |dev, rbuf| {
+        OwnedRequest::start_recv(self.rank_state.clone(), self.vci, buf, |dev, rbuf| {
             dev.irecv(id, src, tag, rbuf)
         })
     }
@@ -443,7 +487,7 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
         other: &Communicator<N, S, L>,
     ) -> Result<Vec<Option<Rank>>> {
         let (mine, theirs) = {
-            let dev = self.rank_state.device()?;
+            let dev = self.rank_state.device(self.vci)?;
             (dev.comm_group(self.id)?, dev.comm_group(other.id)?)
         };
         ranks
@@ -488,12 +532,14 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
 
     /// Waits for every member (MPI_Barrier).
     pub fn barrier(&self) -> Result<()> {
-        blocking!(L, self.rank_state, |b| ch4_core::coll::barrier(b, self.id))
+        blocking!(L, self.rank_state, self.vci, |b| ch4_core::coll::barrier(
+            b, self.id
+        ))
     }
 
     /// Copies `root`'s `buf` to every member's `buf` (MPI_Bcast).
     pub fn bcast<T: Pod>(&self, root: Rank, buf: &mut [T]) -> Result<()> {
-        blocking!(L, self.rank_state, |b| ch4_core::coll::bcast(
+        blocking!(L, self.rank_state, self.vci, |b| ch4_core::coll::bcast(
             b,
             self.id,
             root,
@@ -515,7 +561,7 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
         } else {
             &mut []
         };
-        blocking!(L, self.rank_state, |b| ch4_core::coll::reduce(
+        blocking!(L, self.rank_state, self.vci, |b| ch4_core::coll::reduce(
             b,
             self.id,
             root,
@@ -533,7 +579,7 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
         recv: &mut [T],
         op: impl FnMut(&mut T, &T),
     ) -> Result<()> {
-        blocking!(L, self.rank_state, |b| ch4_core::coll::allreduce(
+        blocking!(L, self.rank_state, self.vci, |b| ch4_core::coll::allreduce(
             b,
             self.id,
             as_bytes(send),
@@ -545,7 +591,7 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
     /// Collects every member's `send` at `root`, in rank order (MPI_Gather). `recv` is only
     /// used at the root and must hold `size * send.len()` elements there.
     pub fn gather<T: Pod>(&self, root: Rank, send: &[T], recv: &mut [T]) -> Result<()> {
-        blocking!(L, self.rank_state, |b| ch4_core::coll::gather(
+        blocking!(L, self.rank_state, self.vci, |b| ch4_core::coll::gather(
             b,
             self.id,
             root,
@@ -556,7 +602,7 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
 
     /// Collects every member's `send` at every member, in rank order (MPI_Allgather).
     pub fn allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        blocking!(L, self.rank_state, |b| ch4_core::coll::allgather(
+        blocking!(L, self.rank_state, self.vci, |b| ch4_core::coll::allgather(
             b,
             self.id,
             as_bytes(send),
@@ -568,13 +614,15 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
 
     /// A communicator with the same members and a separate message space (MPI_Comm_dup).
     pub fn dup(&self) -> Result<Communicator<N, S, L>> {
-        let c = blocking!(L, self.rank_state, |b| ch4_core::coll::new_dup(b, self.id))?;
+        let c = blocking!(L, self.rank_state, self.vci, |b| ch4_core::coll::new_dup(
+            b, self.id
+        ))?;
         self.adopt(c)
     }
 
     /// Splits by `color`, ordered by `key` (MPI_Comm_split); [`crate::UNDEFINED`] opts out.
     pub fn split(&self, color: i32, key: i32) -> Result<Option<Communicator<N, S, L>>> {
-        let c = blocking!(L, self.rank_state, |b| ch4_core::coll::new_split(
+        let c = blocking!(L, self.rank_state, self.vci, |b| ch4_core::coll::new_split(
             b, self.id, color, key
         ))?;
         c.map(|c| self.adopt(c)).transpose()
@@ -582,27 +630,31 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
 
     /// A communicator of the members of `group` (MPI_Comm_create); collective over `self`.
     pub fn create(&self, group: &Group) -> Result<Option<Communicator<N, S, L>>> {
-        let c = blocking!(L, self.rank_state, |b| ch4_core::coll::new_create(
-            b, self.id, group
-        ))?;
+        let c = blocking!(
+            L,
+            self.rank_state,
+            self.vci,
+            |b| ch4_core::coll::new_create(b, self.id, group)
+        )?;
         c.map(|c| self.adopt(c)).transpose()
     }
 
     /// Adds a communicator just agreed on to the device.
     fn adopt(&self, c: Comm) -> Result<Communicator<N, S, L>> {
-        let id = self.rank_state.device()?.adopt_comm(c)?;
-        Ok(Communicator::new(self.rank_state.clone(), id))
+        let vci = self.rank_state.vci_of_context(c.context);
+        let id = self.rank_state.device(vci)?.adopt_comm(c)?;
+        Ok(Communicator::new(self.rank_state.clone(), vci, id))
     }
 
     /// The members (MPI_Comm_group).
     pub fn group(&self) -> Result<Group> {
-        self.rank_state.device()?.comm_group(self.id)
+        self.rank_state.device(self.vci)?.comm_group(self.id)
     }
 
     /// Frees the communicator (MPI_Comm_free). Clones become invalid: using one is a
     /// [`ErrorKind::Comm`] error.
     pub fn free(self) -> Result<()> {
-        self.rank_state.device()?.comm_free(self.id)
+        self.rank_state.device(self.vci)?.comm_free(self.id)
     }
 }
 
@@ -631,6 +683,8 @@ fn elementwise<T: Pod>(mut op: impl FnMut(&mut T, &T)) -> impl FnMut(&mut [u8], 
 /// with `FI_CLAIM | FI_DISCARD`.
 pub struct Message<N: Netmod = SelectedNetmod, S: Shm = SelectedShm, L: ThreadLevel = Single> {
     rank: L::Shared<RankState<N, S, L>>,
+    /// The VCI of the communicator the message came on.
+    vci: usize,
     /// `None` once received.
     msg: Option<ch4_core::Message>,
 }
@@ -638,7 +692,7 @@ pub struct Message<N: Netmod = SelectedNetmod, S: Shm = SelectedShm, L: ThreadLe
 impl<N: Netmod, S: Shm, L: ThreadLevel> Drop for Message<N, S, L> {
     fn drop(&mut self) {
         if let Some(msg) = self.msg.take() {
-            match self.rank.device() {
+            match self.rank.device(self.vci) {
                 Ok(mut dev) => {
                     if let Err(e) = dev.discard_message(msg) {
                         tracing::warn!(error = %e, "discarding a probed message failed");
@@ -663,7 +717,7 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Message<N, S, L> {
     /// Receives the message into `buf` (MPI_Mrecv).
     pub fn recv<T: Pod>(mut self, buf: &mut [T]) -> Result<Status> {
         let rank = self.rank.clone();
-        let mut dev = rank.device()?; // first, so a busy device leaves the message to discard
+        let mut dev = rank.device(self.vci)?; // first, so a busy device leaves the message to discard
         if !L::YIELDS {
             return dev.mrecv(self.take()?, as_bytes_mut(buf));
         }
@@ -672,7 +726,7 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Message<N, S, L> {
         let rbuf = unsafe { RecvBuf::borrowed(as_bytes_mut(buf)) };
         let h = dev.imrecv(self.take()?, rbuf)?;
         drop(dev);
-        Shared(&*rank).wait_or_abandon(h)
+        Shared(&rank.vci(self.vci)).wait_or_abandon(h)
     }
 
     /// Starts receiving the message into `buf`, borrowed until the request completes
@@ -692,10 +746,10 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Message<N, S, L> {
         // completes or releases the request before it returns, so no write happens after 'a.
         let rbuf = unsafe { RecvBuf::borrowed(as_bytes_mut(buf)) };
         let rank = self.rank.clone();
-        let mut dev = rank.device()?;
+        let mut dev = rank.device(self.vci)?;
         let h = dev.imrecv(self.take()?, rbuf)?;
         drop(dev);
-        Ok(scope.register(h))
+        Ok(scope.register(self.vci, h))
     }
 
     /// Starts receiving the message into `buf`, which the request owns until it hands it back
@@ -703,6 +757,6 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Message<N, S, L> {
     pub fn irecv_owned<T: Pod + Send>(mut self, buf: Vec<T>) -> Result<OwnedRequest<T, N, S, L>> {
         let rank = self.rank.clone();
         let msg = self.take()?;
-        OwnedRequest::start_recv(rank, buf, |dev, rbuf| dev.imrecv(msg, rbuf))
+        OwnedRequest::start_recv(rank, self.vci, buf, |dev, rbuf| dev.imrecv(msg, rbuf))
     }
 }

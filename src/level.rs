@@ -80,6 +80,10 @@ pub trait ThreadLevel: sealed::Sealed + Copy + Default + Send + Sync + 'static {
     /// What guards the device and the rank's other mutable state.
     #[doc(hidden)]
     type Lock<T>: RankLock<T>;
+    /// The rank's VCIs: exactly one below [`Multiple`], so the single-threaded levels index
+    /// nothing.
+    #[doc(hidden)]
+    type Vcis<T>: VciSet<T>;
     /// Shares `value` among handles.
     #[doc(hidden)]
     fn share<T>(value: T) -> Self::Shared<T>;
@@ -121,6 +125,7 @@ macro_rules! unthreaded_level {
             const YIELDS: bool = false;
             type Shared<T> = Rc<T>;
             type Lock<T> = RefCell<T>;
+            type Vcis<T> = One<T>;
             #[inline(always)]
             fn share<T>(value: T) -> Rc<T> {
                 Rc::new(value)
@@ -141,6 +146,7 @@ impl ThreadLevel for Serialized {
     const YIELDS: bool = false;
     type Shared<T> = Arc<T>;
     type Lock<T> = TryLock<T>;
+    type Vcis<T> = One<T>;
     #[inline(always)]
     fn share<T>(value: T) -> Arc<T> {
         Arc::new(value)
@@ -156,6 +162,7 @@ impl ThreadLevel for Multiple {
     const YIELDS: bool = true;
     type Shared<T> = Arc<T>;
     type Lock<T> = WaitLock<T>;
+    type Vcis<T> = Many<T>;
     #[inline(always)]
     fn share<T>(value: T) -> Arc<T> {
         Arc::new(value)
@@ -189,6 +196,9 @@ pub trait RankLock<T> {
     fn new(value: T) -> Self;
     /// Takes the lock; see [`Refused`] for when it is refused.
     fn enter(&self) -> Result<Self::Guard<'_>, Refused>;
+    /// Takes the lock if no one holds it, without waiting (another VCI's progress, done in
+    /// passing by a thread that waits on its own).
+    fn try_enter(&self) -> Option<Self::Guard<'_>>;
     /// Gives the lock up for good: every later [`RankLock::enter`] is refused.
     fn close(guard: Self::Guard<'_>);
     /// Between two polls of a wait that let go of the lock: gives a thread waiting for it its
@@ -211,6 +221,9 @@ impl<T> RankLock<T> for RefCell<T> {
     fn enter(&self) -> Result<RefMut<'_, T>, Refused> {
         // One thread: a borrow that is already out is this thread's own, or finalize's.
         self.try_borrow_mut().map_err(|_| Refused::Reentrant)
+    }
+    fn try_enter(&self) -> Option<RefMut<'_, T>> {
+        self.try_borrow_mut().ok()
     }
     fn close(guard: RefMut<'_, T>) {
         // The state stays borrowed for good, so every later call is refused at no cost to the
@@ -311,6 +324,9 @@ impl<T> RankLock<T> for TryLock<T> {
             closed: &self.closed,
         })
     }
+    fn try_enter(&self) -> Option<OwnedGuard<'_, T>> {
+        self.enter().ok()
+    }
     fn close(guard: OwnedGuard<'_, T>) {
         guard.close();
     }
@@ -372,6 +388,22 @@ impl<T> RankLock<T> for WaitLock<T> {
             closed: &self.closed,
         })
     }
+    fn try_enter(&self) -> Option<OwnedGuard<'_, T>> {
+        let guard = match self.inner.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        if self.closed.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.owner.store(thread_token(), Ordering::Relaxed);
+        Some(OwnedGuard {
+            guard,
+            owner: &self.owner,
+            closed: &self.closed,
+        })
+    }
     fn close(guard: OwnedGuard<'_, T>) {
         guard.close();
     }
@@ -408,5 +440,88 @@ impl<T> WaitLock<T> {
         let guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         self.queued.fetch_sub(1, Ordering::Relaxed);
         Ok(guard)
+    }
+}
+
+/// A rank's VCIs (virtual communication interfaces): each an independent device with its own
+/// lock, requests, queues and transports.
+#[doc(hidden)]
+pub trait VciSet<T> {
+    /// The set of `first` and `rest`; a set of one refuses `rest` that is not empty.
+    fn new(first: T, rest: Vec<T>) -> Result<Self, Vec<T>>
+    where
+        Self: Sized;
+    /// VCI `i` (the first for an index out of range; indices come from the rank itself).
+    fn get(&self, i: usize) -> &T;
+    /// How many there are (at least one).
+    fn len(&self) -> usize;
+    /// Never: a rank has at least one VCI.
+    fn is_empty(&self) -> bool {
+        false
+    }
+    /// Every VCI, in order.
+    fn all<'a>(&'a self) -> impl Iterator<Item = &'a T>
+    where
+        T: 'a;
+}
+
+/// The one VCI of a rank below [`Multiple`]: `get` ignores its index, so nothing is indexed.
+#[doc(hidden)]
+pub struct One<T>(T);
+
+impl<T> VciSet<T> for One<T> {
+    fn new(first: T, rest: Vec<T>) -> Result<Self, Vec<T>> {
+        if rest.is_empty() {
+            Ok(One(first))
+        } else {
+            Err(rest)
+        }
+    }
+    #[inline(always)]
+    fn get(&self, _i: usize) -> &T {
+        &self.0
+    }
+    #[inline(always)]
+    fn len(&self) -> usize {
+        1
+    }
+    fn all<'a>(&'a self) -> impl Iterator<Item = &'a T>
+    where
+        T: 'a,
+    {
+        std::iter::once(&self.0)
+    }
+}
+
+/// The VCIs of a rank at [`Multiple`].
+#[doc(hidden)]
+pub struct Many<T> {
+    first: T,
+    rest: Box<[T]>,
+}
+
+impl<T> VciSet<T> for Many<T> {
+    fn new(first: T, rest: Vec<T>) -> Result<Self, Vec<T>> {
+        Ok(Many {
+            first,
+            rest: rest.into_boxed_slice(),
+        })
+    }
+    #[inline(always)]
+    fn get(&self, i: usize) -> &T {
+        match i.checked_sub(1).and_then(|j| self.rest.get(j)) {
+            Some(v) => v,
+            None => &self.first,
+        }
+    }
+    #[inline(always)]
+    fn len(&self) -> usize {
+        1 + self.rest.len()
+    }
+    fn all<'a>(&'a self) -> impl Iterator<Item = &'a T>
+    where
+        T: 'a,
+    {
+        std::iter::once(&self.first).chain(self.rest.iter())
     }
 }

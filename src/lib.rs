@@ -50,7 +50,7 @@ use std::time::Duration;
 
 use ch4_core::blocking::DeviceLock;
 
-use crate::level::{RankLock, Refused};
+use crate::level::{RankLock, Refused, VciSet};
 
 pub use ch4_core::coll::UNDEFINED;
 pub use ch4_core::comm::CommId;
@@ -143,15 +143,53 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Context<N, S, L> {
     /// Wraps a device that has already been connected to its peers, at the thread level `L`
     /// (`Context::<_, _, Multiple>::at_level(device)`).
     pub fn at_level(device: ch4_core::Device<N, S>) -> Context<N, S, L> {
-        Context {
-            rank: L::share(RankState {
-                world: device.world(),
-                self_comm: device.self_comm(),
-                dev: L::Lock::new(device),
-                detached: L::Lock::new(Vec::new()),
-                finalized: AtomicBool::new(false),
-            }),
+        match Context::with_vcis(device, Vec::new()) {
+            Ok(ctx) => ctx,
+            Err(_) => unreachable!("a rank of one VCI"),
         }
+    }
+
+    /// Wraps the devices of a rank's VCIs (virtual communication interfaces): `first`, which
+    /// carries the world communicator, and `rest`, each connected to the same VCI of every
+    /// other rank. Below [`Multiple`] a rank has one VCI, and `rest` must be empty.
+    ///
+    /// Every communicator is bound to one VCI when it is made, chosen from its context id
+    /// (which all members agree on) so that all members pick the same one and all of the
+    /// communicator's traffic, wildcard receives included, stays on it: MPI's ordering holds
+    /// without matching across VCIs.
+    pub fn with_vcis(
+        first: ch4_core::Device<N, S>,
+        mut rest: Vec<ch4_core::Device<N, S>>,
+    ) -> Result<Context<N, S, L>> {
+        for d in &mut rest {
+            d.share_context_ids(&first);
+        }
+        let (world, self_comm) = (first.world(), first.self_comm());
+        let locks = rest.into_iter().map(L::Lock::new).collect();
+        let vcis = L::Vcis::new(L::Lock::new(first), locks).map_err(|_| {
+            Error::new(
+                ErrorKind::Arg,
+                format!(
+                    "several VCIs need the multiple thread level; this rank is at {}",
+                    L::LEVEL
+                ),
+            )
+        })?;
+        let rank = RankState {
+            world,
+            self_comm,
+            vcis,
+            detached: L::Lock::new(Vec::new()),
+            finalized: AtomicBool::new(false),
+        };
+        Ok(Context {
+            rank: L::share(rank),
+        })
+    }
+
+    /// How many VCIs this rank has (`CH4_NUM_VCIS` at [`Multiple`], else 1).
+    pub fn vcis(&self) -> usize {
+        self.rank.vcis.len()
     }
 
     /// The thread level this rank provides (MPI_Query_thread): the level of its type.
@@ -161,25 +199,29 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Context<N, S, L> {
 
     /// All processes of the job.
     pub fn world(&self) -> Communicator<N, S, L> {
-        Communicator::new(self.rank.clone(), self.rank.world)
+        Communicator::new(self.rank.clone(), 0, self.rank.world)
     }
 
     /// This process alone.
     pub fn self_comm(&self) -> Communicator<N, S, L> {
-        Communicator::new(self.rank.clone(), self.rank.self_comm)
+        Communicator::new(self.rank.clone(), 0, self.rank.self_comm)
     }
 
     /// Makes one round of progress on every transport; returns how many events it handled.
     pub fn progress(&self) -> Result<usize> {
-        let n = self.device()?.progress()?;
+        let mut n = 0;
+        for vci in 0..self.rank.vcis.len() {
+            n += self.rank.device(vci)?.progress()?;
+        }
         self.rank.reap_detached();
         Ok(n)
     }
 
-    /// The device itself, for what the safe API does not cover. Fails if it is already
+    /// The device of the first VCI (the world communicator's) itself, for what the safe API
+    /// does not cover; [`Communicator::device`] gives a communicator's. Fails if it is already
     /// borrowed (a call from inside a reduction closure, for instance) or finalized.
     pub fn device(&self) -> Result<DeviceGuard<'_, N, S, L>> {
-        self.rank.device()
+        self.rank.device(0)
     }
 
     /// Runs `f` with a scope for nonblocking operations. Buffers lent to requests made in the
@@ -195,7 +237,9 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Context<N, S, L> {
     /// at start-up).
     pub fn settings(&self) -> Result<settings::Summary> {
         let dev = self.device()?;
-        Ok(settings::Summary::of(&dev))
+        let mut summary = settings::Summary::of(&dev);
+        summary.note_threads(L::LEVEL, self.vcis());
+        Ok(summary)
     }
 
     /// Leaves the job in order (MPI_Finalize for this rank): waits for requests whose owners
@@ -229,6 +273,8 @@ type DetachedGuard<'a, L> =
 
 /// A buffer kept alive for a dropped owned request until the device lets it go.
 pub(crate) struct Detached {
+    /// The VCI whose device holds the request.
+    pub(crate) vci: usize,
     pub(crate) handle: ch4_core::ReqHandle,
     pub(crate) _buffer: Box<dyn Any + Send>,
 }
@@ -238,7 +284,8 @@ pub(crate) struct Detached {
 ///
 /// Field order matters: the device is dropped before the buffers it may still point into.
 pub(crate) struct RankState<N: Netmod, S: Shm, L: ThreadLevel> {
-    pub(crate) dev: L::Lock<ch4_core::Device<N, S>>,
+    /// The devices of the rank's VCIs, each behind its lock.
+    pub(crate) vcis: L::Vcis<L::Lock<ch4_core::Device<N, S>>>,
     /// The device's world and self communicators (fixed for its life).
     world: CommId,
     self_comm: CommId,
@@ -251,10 +298,36 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> RankState<N, S, L> {
     /// second thread's call at the serialized level, or a use after finalize into an error
     /// rather than a panic or a deadlock.
     #[inline(always)]
-    pub(crate) fn device(&self) -> Result<DeviceGuard<'_, N, S, L>> {
-        match self.dev.enter() {
+    pub(crate) fn device(&self, vci: usize) -> Result<DeviceGuard<'_, N, S, L>> {
+        match self.vcis.get(vci).enter() {
             Ok(d) => Ok(d),
             Err(why) => Err(self.busy(why)),
+        }
+    }
+
+    /// The VCI a new communicator with context id `context` is bound to: the same on every
+    /// member, since all agree on the id. Consecutive ids go round the VCIs (each id pair,
+    /// point-to-point and collective, is one slot).
+    pub(crate) fn vci_of_context(&self, context: u32) -> usize {
+        (context as usize / 2) % self.vcis.len()
+    }
+
+    /// VCI `vci` as a lock that blocking operations let go of between polls.
+    pub(crate) fn vci(&self, vci: usize) -> VciLock<'_, N, S, L> {
+        VciLock { rank: self, vci }
+    }
+
+    /// One round of progress on every VCI but `busy` that no other thread holds: a thread
+    /// waiting on its own VCI does it now and then, so that traffic on VCIs no thread waits on
+    /// still moves (MPI's progress rule: any blocked call makes progress on everything).
+    #[cold]
+    fn progress_others(&self, busy: usize) {
+        for (i, lock) in self.vcis.all().enumerate() {
+            if i != busy {
+                if let Some(mut dev) = lock.try_enter() {
+                    let _ = dev.progress();
+                }
+            }
         }
     }
 
@@ -292,12 +365,12 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> RankState<N, S, L> {
         if detached.is_empty() {
             return;
         }
-        let Ok(mut dev) = self.dev.enter() else {
-            return;
-        };
         // A request that completed (or whose handle is no longer known) no longer touches its
         // buffer; its status was given up when its owner dropped it.
-        detached.retain(|d| matches!(dev.take_completed(d.handle), Ok(None)));
+        detached.retain(|d| match self.vcis.get(d.vci).enter() {
+            Ok(mut dev) => matches!(dev.take_completed(d.handle), Ok(None)),
+            Err(_) => true,
+        });
     }
 
     /// See [`Context::finalize`].
@@ -325,28 +398,46 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> RankState<N, S, L> {
         let start = std::time::Instant::now();
         loop {
             self.reap_detached();
-            let handles: Vec<_> = match self.detached() {
-                Some(d) => d.iter().map(|d| d.handle).collect(),
+            let handles: Vec<(usize, ch4_core::ReqHandle)> = match self.detached() {
+                Some(d) => d.iter().map(|d| (d.vci, d.handle)).collect(),
                 None => Vec::new(),
             };
             if handles.is_empty() || start.elapsed() > FINALIZE_LIMIT {
                 break;
             }
-            let mut dev = self.device()?;
-            if dev.progress()? == 0 {
-                for h in handles {
-                    dev.fail_if_peer_gone(h);
+            let mut moved = 0;
+            for vci in 0..self.vcis.len() {
+                let mut dev = self.device(vci)?;
+                if dev.progress()? == 0 {
+                    for &(_, h) in handles.iter().filter(|(v, _)| *v == vci) {
+                        dev.fail_if_peer_gone(h);
+                    }
+                } else {
+                    moved += 1;
                 }
+            }
+            if moved == 0 {
                 std::thread::yield_now();
             }
         }
-        let mut dev = self.device()?;
+        // Every VCI at once, in order (the one place a rank takes them all): no thread calls
+        // while the rank leaves.
+        let mut devs = Vec::with_capacity(self.vcis.len());
+        for vci in 0..self.vcis.len() {
+            devs.push(self.device(vci)?);
+        }
         // Let the networks finish what they already took on: a natively matching NIC may hold
         // a matched receive's data, to be reported by a later completion. A peer that stopped
         // receiving is finalize's error, reported by `Device::finalize` below.
-        let _ = dev.flush(FINALIZE_LIMIT);
+        for dev in &mut devs {
+            let _ = dev.flush(FINALIZE_LIMIT);
+        }
         let detached = self.detached().map_or(0, |d| d.len());
-        let pending = dev.pending_requests().saturating_sub(detached);
+        let pending = devs
+            .iter()
+            .map(|d| d.pending_requests())
+            .sum::<usize>()
+            .saturating_sub(detached);
         if pending > 0 && !anyway {
             return Err(Error::new(
                 ErrorKind::Pending,
@@ -356,16 +447,33 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> RankState<N, S, L> {
                 ),
             ));
         }
-        let flushed = dev.finalize(FINALIZE_LIMIT);
+        let mut flushed = Ok(());
+        for dev in &mut devs {
+            let r = dev.finalize(FINALIZE_LIMIT);
+            if flushed.is_ok() {
+                flushed = r;
+            }
+        }
         self.finalized.store(true, Ordering::Relaxed);
-        // From now on the device cannot be taken, so every later call fails with `busy`'s
+        // From now on no device can be taken, so every later call fails with `busy`'s
         // "finalized" error.
-        L::Lock::close(dev);
+        for dev in devs {
+            L::Lock::close(dev);
+        }
         flushed
     }
 }
 
-impl<N: Netmod, S: Shm, L: ThreadLevel> DeviceLock for RankState<N, S, L> {
+/// One VCI of a rank, as the lock that blocking operations on it let go of between polls.
+pub(crate) struct VciLock<'r, N: Netmod, S: Shm, L: ThreadLevel> {
+    rank: &'r RankState<N, S, L>,
+    vci: usize,
+}
+
+/// Idle polls of a wait on one VCI between two rounds of progress on the others.
+const OTHER_VCIS_EVERY: u32 = 64;
+
+impl<N: Netmod, S: Shm, L: ThreadLevel> DeviceLock for VciLock<'_, N, S, L> {
     type Net = N;
     type Shm = S;
     type Guard<'a>
@@ -375,30 +483,32 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> DeviceLock for RankState<N, S, L> {
 
     #[inline(always)]
     fn enter(&self) -> Result<DeviceGuard<'_, N, S, L>> {
-        self.device()
+        self.rank.device(self.vci)
     }
 
-    #[inline(always)]
+    #[inline]
     fn between_polls(&self, idle: u32) {
-        self.dev.between_polls(idle)
+        if idle % OTHER_VCIS_EVERY == OTHER_VCIS_EVERY - 1 && self.rank.vcis.len() > 1 {
+            self.rank.progress_others(self.vci);
+        }
+        self.rank.vcis.get(self.vci).between_polls(idle)
     }
 }
 
-/// Runs a blocking operation on `$rank` (a `RankState`) through `ch4_core::blocking::Blocking`
+/// Runs a blocking operation on VCI `$vci` of `$rank` (a `RankState`) through `ch4_core::blocking::Blocking`
 /// as `$b`: at a level whose blocking calls let go of the device between polls, on the shared
 /// device; at the others, on the device held for the whole call, as before levels existed.
 /// Both arms are compiled; the level's constant removes one.
 macro_rules! blocking {
-    ($L:ty, $rank:expr, |$b:ident| $body:expr) => {{
-        #[allow(unused_imports)]
-        use ch4_core::blocking::Blocking as _;
+    ($L:ty, $rank:expr, $vci:expr, |$b:ident| $body:expr) => {{
         let rank = &*$rank;
         if <$L as $crate::level::ThreadLevel>::YIELDS {
-            let mut shared = ch4_core::blocking::Shared(rank);
+            let vci = rank.vci($vci);
+            let mut shared = ch4_core::blocking::Shared(&vci);
             let $b = &mut shared;
             $body
         } else {
-            let mut dev = rank.device()?;
+            let mut dev = rank.device($vci)?;
             let $b = &mut *dev;
             $body
         }

@@ -47,6 +47,8 @@ pub struct OwnedRequest<
     L: ThreadLevel = Single,
 > {
     rank: L::Shared<RankState<N, S, L>>,
+    /// The VCI whose device holds the request.
+    vci: usize,
     handle: ReqHandle,
     /// `Some` until handed back by `wait`.
     buf: Option<Vec<T>>,
@@ -57,6 +59,7 @@ impl<T: Pod + Send, N: Netmod, S: Shm, L: ThreadLevel> OwnedRequest<T, N, S, L> 
     /// Starts a send of `buf` with `start`, which hands the device a send buffer over it.
     pub(crate) fn start_send(
         rank: L::Shared<RankState<N, S, L>>,
+        vci: usize,
         buf: Vec<T>,
         start: impl FnOnce(&mut Device<N, S>, SendBuf) -> Result<ReqHandle>,
     ) -> Result<OwnedRequest<T, N, S, L>> {
@@ -67,9 +70,10 @@ impl<T: Pod + Send, N: Netmod, S: Shm, L: ThreadLevel> OwnedRequest<T, N, S, L> 
         // device has let go of it, and `mem::forget` leaks it. Moving the request moves the
         // vector's pointer, not the allocation.
         let sbuf = unsafe { SendBuf::borrowed(as_bytes(&buf)) };
-        let handle = start(&mut *rank.device()?, sbuf)?;
+        let handle = start(&mut *rank.device(vci)?, sbuf)?;
         Ok(OwnedRequest {
             rank,
+            vci,
             handle,
             buf: Some(buf),
             receive: false,
@@ -80,6 +84,7 @@ impl<T: Pod + Send, N: Netmod, S: Shm, L: ThreadLevel> OwnedRequest<T, N, S, L> 
     /// it.
     pub(crate) fn start_recv(
         rank: L::Shared<RankState<N, S, L>>,
+        vci: usize,
         mut buf: Vec<T>,
         start: impl FnOnce(&mut Device<N, S>, RecvBuf) -> Result<ReqHandle>,
     ) -> Result<OwnedRequest<T, N, S, L>> {
@@ -87,9 +92,10 @@ impl<T: Pod + Send, N: Netmod, S: Shm, L: ThreadLevel> OwnedRequest<T, N, S, L> 
         // SAFETY: as in `start_send`: the allocation stays with the request, untouched, until
         // the device is done writing it.
         let rbuf = unsafe { RecvBuf::borrowed(as_bytes_mut(&mut buf)) };
-        let handle = start(&mut *rank.device()?, rbuf)?;
+        let handle = start(&mut *rank.device(vci)?, rbuf)?;
         Ok(OwnedRequest {
             rank,
+            vci,
             handle,
             buf: Some(buf),
             receive: true,
@@ -105,7 +111,7 @@ impl<T: Pod + Send, N: Netmod, S: Shm, L: ThreadLevel> OwnedRequest<T, N, S, L> 
     /// comes back with the error.
     pub fn wait(mut self) -> (Vec<T>, Result<Status>) {
         let buf = self.buf.take().unwrap_or_default();
-        let mut dev = match self.rank.device() {
+        let mut dev = match self.rank.device(self.vci) {
             Ok(dev) => dev,
             Err(e) => {
                 if self.rank.is_finalized() {
@@ -119,7 +125,7 @@ impl<T: Pod + Send, N: Netmod, S: Shm, L: ThreadLevel> OwnedRequest<T, N, S, L> 
         if L::YIELDS {
             // Other threads call meanwhile: the wait lets go of the device between polls.
             drop(dev);
-            let outcome = Shared(&*self.rank).wait_or_abandon(self.handle);
+            let outcome = Shared(&self.rank.vci(self.vci)).wait_or_abandon(self.handle);
             return (buf, outcome);
         }
         let outcome = match dev.wait(self.handle) {
@@ -137,7 +143,7 @@ impl<T: Pod + Send, N: Netmod, S: Shm, L: ThreadLevel> OwnedRequest<T, N, S, L> 
     /// Makes one round of progress; `Ok(true)` once the operation has completed (then
     /// [`OwnedRequest::wait`] returns at once).
     pub fn test(&mut self) -> Result<bool> {
-        let mut dev = self.rank.device()?;
+        let mut dev = self.rank.device(self.vci)?;
         if dev.is_done(self.handle)? {
             return Ok(true);
         }
@@ -150,7 +156,7 @@ impl<T: Pod + Send, N: Netmod, S: Shm, L: ThreadLevel> OwnedRequest<T, N, S, L> 
     /// Asks to cancel the operation (MPI_Cancel); still wait for it: its status's `cancelled`
     /// says whether the cancel took effect.
     pub fn cancel(&self) -> Result<()> {
-        self.rank.device()?.cancel(self.handle)
+        self.rank.device(self.vci)?.cancel(self.handle)
     }
 
     /// Whether this is a receive (else a send).
@@ -162,6 +168,7 @@ impl<T: Pod + Send, N: Netmod, S: Shm, L: ThreadLevel> OwnedRequest<T, N, S, L> 
     fn keep_with_rank(&self, buf: Vec<T>) {
         match self.rank.detached() {
             Some(mut detached) => detached.push(Detached {
+                vci: self.vci,
                 handle: self.handle,
                 _buffer: Box::new(buf),
             }),
@@ -180,7 +187,7 @@ impl<T: Pod + Send, N: Netmod, S: Shm, L: ThreadLevel> Drop for OwnedRequest<T, 
         let Some(buf) = self.buf.take() else {
             return;
         };
-        let done = match self.rank.device() {
+        let done = match self.rank.device(self.vci) {
             Ok(mut dev) => {
                 if self.receive {
                     let _ = dev.cancel(self.handle);

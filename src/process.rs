@@ -201,19 +201,34 @@ pub fn init_with_level<L: ThreadLevel>(config: DeviceConfig, _level: L) -> Resul
         crate::settings::apply_idle_policy(ranks_on_host(&mut client, rank, size, &nodes)?)?;
     let cfg = ShmConfig::for_ranks(local.len())?;
     let kvs = client.get_my_kvsname().map_err(pmi_err)?.to_string();
-    let seg = node_segment(&mut client, &kvs, my_node, me, local.len(), cfg)?;
-    let mut shm = ShmTransport::new(seg, me, &local, size, cfg.eager_limit, std::process::id())?;
-    shm.set_host_crowded(crowded);
+    // Each VCI is a network of its own: a node segment and a netmod endpoint that connect it
+    // to the same VCI of every other rank.
+    let vcis = crate::settings::num_vcis(L::LEVEL)?;
+    let mut shms = Vec::with_capacity(vcis);
+    for vci in 0..vcis {
+        let seg = node_segment(&mut client, &kvs, my_node, vci, me, local.len(), cfg)?;
+        let mut shm =
+            ShmTransport::new(seg, me, &local, size, cfg.eager_limit, std::process::id())?;
+        shm.set_host_crowded(crowded);
+        shms.push(shm);
+    }
     let spans_nodes = local.len() != size as usize;
-    let mut net: ProcessNetmod = process_netmod(&mut client, rank, size, spans_nodes)?;
+    let mut nets: Vec<ProcessNetmod> = process_netmods(&mut client, rank, size, spans_nodes, vcis)?;
     let watched = spans_nodes && client.watch_peers().map_err(pmi_err)?;
     let pmi = Arc::new(Mutex::new(Some(client)));
     if watched {
         let watch = Arc::new(LauncherWatch::new(pmi.clone(), size));
-        net.watch_peers(Arc::new(move |g| watch.peer_state(g)));
+        for net in &mut nets {
+            let watch = watch.clone();
+            net.watch_peers(Arc::new(move |g| watch.peer_state(g)));
+        }
     }
-    let dev = Device::new(net, shm, rank, size, config)?;
-    let ctx = Context::at_level(dev);
+    let mut devices = Vec::with_capacity(vcis);
+    for (net, shm) in nets.into_iter().zip(shms) {
+        devices.push(Device::new(net, shm, rank, size, config)?);
+    }
+    let first = devices.remove(0);
+    let ctx = Context::with_vcis(first, devices)?;
     if rank == 0 {
         crate::settings::print_summary_if_asked(&ctx);
     }
@@ -298,15 +313,18 @@ impl LauncherWatch {
 /// values as the process manager needs, see [`ch4_core::bootstrap::card_segments`]) and reads
 /// everyone's. A single-node job never uses the network, so it skips the exchange. The same
 /// code for every netmod ([`Bootstrap`]).
-fn process_netmod<N: Bootstrap>(
+fn process_netmods<N: Bootstrap>(
     client: &mut pmi::Client,
     rank: u32,
     size: u32,
     spans_nodes: bool,
-) -> Result<N> {
+    vcis: usize,
+) -> Result<Vec<N>> {
     if !spans_nodes {
         // The key is still random, so that no other local process can pass for a rank.
-        return N::open(rank, size, random_key(), false);
+        return (0..vcis)
+            .map(|_| N::open(rank, size, random_key(), false))
+            .collect();
     }
     if rank == 0 {
         client
@@ -319,44 +337,59 @@ fn process_netmod<N: Bootstrap>(
         .map_err(pmi_err)?
         .and_then(|k| u64::from_str_radix(&k, 16).ok())
         .ok_or_else(|| Error::new(ErrorKind::Transport, "rank 0 published no job key"))?;
-    let mut net = N::open(rank, size, key, true)?;
     let max_value = client.get_maxes().map_err(pmi_err)?.vallen_max;
-    let segments = card_segments(&net.business_card()?, max_value)?;
-    client
-        .put(&format!("ch4-card-{rank}"), &segments.len().to_string())
-        .map_err(pmi_err)?;
-    for (i, s) in segments.iter().enumerate() {
+    // Every VCI's card is published before the one barrier: VCI 0's under the names a
+    // single-VCI job has always used, VCI v's with `-v{v}` after the rank.
+    let card_key = |r: u32, vci: usize| {
+        if vci == 0 {
+            format!("ch4-card-{r}")
+        } else {
+            format!("ch4-card-{r}-v{vci}")
+        }
+    };
+    let mut nets = Vec::with_capacity(vcis);
+    for vci in 0..vcis {
+        let net = N::open(rank, size, key, true)?;
+        let segments = card_segments(&net.business_card()?, max_value)?;
+        let name = card_key(rank, vci);
         client
-            .put(&format!("ch4-card-{rank}-{i}"), s)
+            .put(&name, &segments.len().to_string())
             .map_err(pmi_err)?;
+        for (i, s) in segments.iter().enumerate() {
+            client.put(&format!("{name}-{i}"), s).map_err(pmi_err)?;
+        }
+        nets.push(net);
     }
     client.barrier().map_err(pmi_err)?;
-    let mut cards = Vec::with_capacity(size as usize);
-    for r in 0..size {
-        let missing = || {
-            Error::new(
-                ErrorKind::Transport,
-                format!("rank {r} published no business card"),
-            )
-        };
-        let count: usize = client
-            .get(&format!("ch4-card-{r}"))
-            .map_err(pmi_err)?
-            .and_then(|n| n.parse().ok())
-            .ok_or_else(missing)?;
-        let mut segs = Vec::with_capacity(count);
-        for i in 0..count {
-            segs.push(
-                client
-                    .get(&format!("ch4-card-{r}-{i}"))
-                    .map_err(pmi_err)?
-                    .ok_or_else(missing)?,
-            );
+    for (vci, net) in nets.iter_mut().enumerate() {
+        let mut cards = Vec::with_capacity(size as usize);
+        for r in 0..size {
+            let missing = || {
+                Error::new(
+                    ErrorKind::Transport,
+                    format!("rank {r} published no business card for VCI {vci}"),
+                )
+            };
+            let name = card_key(r, vci);
+            let count: usize = client
+                .get(&name)
+                .map_err(pmi_err)?
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(missing)?;
+            let mut segs = Vec::with_capacity(count);
+            for i in 0..count {
+                segs.push(
+                    client
+                        .get(&format!("{name}-{i}"))
+                        .map_err(pmi_err)?
+                        .ok_or_else(missing)?,
+                );
+            }
+            cards.push(join_card_segments(r, &segs)?);
         }
-        cards.push(join_card_segments(r, &segs)?);
+        net.learn_cards(&cards)?;
     }
-    net.learn_cards(&cards)?;
-    Ok(net)
+    Ok(nets)
 }
 
 /// A job key nobody outside the job can guess: 8 bytes from the kernel's generator.
@@ -447,13 +480,14 @@ fn hostname() -> String {
         .unwrap_or_else(|_| "localhost".to_string())
 }
 
-/// Where a job's node segment lives: the job's key-value-space name makes it unique.
-fn segment_path(kvs: &str, node: u32) -> PathBuf {
+/// Where a job's node segment of VCI `vci` lives: the job's key-value-space name makes it
+/// unique.
+fn segment_path(kvs: &str, node: u32, vci: usize) -> PathBuf {
     let clean: String = kvs
         .chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .collect();
-    PathBuf::from(format!("/dev/shm/ch4-{clean}-n{node}"))
+    PathBuf::from(format!("/dev/shm/ch4-{clean}-n{node}-v{vci}"))
 }
 
 /// Creates or attaches the node's segment; see the module docs for the protocol. Every rank
@@ -463,6 +497,7 @@ fn node_segment(
     client: &mut pmi::Client,
     kvs: &str,
     node: u32,
+    vci: usize,
     me: usize,
     ranks: usize,
     cfg: ShmConfig,
@@ -476,7 +511,7 @@ fn node_segment(
         client.barrier().map_err(pmi_err)?;
         return Ok(Arc::new(Segment::anonymous(1, cfg.geometry())?));
     }
-    let path = segment_path(kvs, node);
+    let path = segment_path(kvs, node, vci);
     let created = if me == 0 {
         let _ = std::fs::remove_file(&path); // a stale file of a crashed job with the same name
         Some(Segment::create(&path, ranks, cfg.geometry()))

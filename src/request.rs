@@ -46,7 +46,14 @@ pub struct Scope<'a, N: Netmod = SelectedNetmod, S: Shm = SelectedShm, L: Thread
 /// The part of a scope its requests refer to: the rank and the list of pending requests.
 pub(crate) struct ScopeCore<N: Netmod, S: Shm, L: ThreadLevel> {
     pub(crate) rank: L::Shared<RankState<N, S, L>>,
-    pending: RefCell<Vec<ReqHandle>>,
+    pending: RefCell<Vec<Pending>>,
+}
+
+/// A request of a scope not yet finished: its handle on the device of its VCI.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Pending {
+    handle: ReqHandle,
+    vci: usize,
 }
 
 thread_local! {
@@ -54,15 +61,12 @@ thread_local! {
     /// device and its scopes never leave their thread): a loop of windows of nonblocking
     /// operations then grows no vector. Measured on the message-rate pattern, growing a fresh
     /// list in every scope cost ~60 instructions per message.
-    static SPARE_LISTS: RefCell<Vec<Vec<ReqHandle>>> = const { RefCell::new(Vec::new()) };
+    static SPARE_LISTS: RefCell<Vec<Vec<Pending>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Most spare lists kept per thread (nested scopes each hold one), and the largest kept.
 const SPARE_LISTS_MAX: usize = 8;
 const SPARE_LIST_CAPACITY_MAX: usize = 1 << 16;
-
-/// Idle rounds of a waiting loop between two checks for failed peers (as `Device::wait`).
-const PEER_CHECK_EVERY: u32 = 256;
 
 pub(crate) fn scope<'a, N: Netmod, S: Shm, L: ThreadLevel, R>(
     rank: L::Shared<RankState<N, S, L>>,
@@ -99,10 +103,10 @@ pub(crate) fn scope<'a, N: Netmod, S: Shm, L: ThreadLevel, R>(
 }
 
 impl<N: Netmod, S: Shm, L: ThreadLevel> ScopeCore<N, S, L> {
-    fn forget_handle(&self, h: ReqHandle) {
+    fn forget_handle(&self, vci: usize, handle: ReqHandle) {
         let mut p = self.pending.borrow_mut();
         // The newest requests are at the end and are usually the ones finishing.
-        if let Some(i) = p.iter().rposition(|&x| x == h) {
+        if let Some(i) = p.iter().rposition(|&x| x == Pending { handle, vci }) {
             p.swap_remove(i);
         }
     }
@@ -116,36 +120,40 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> ScopeCore<N, S, L> {
         if pending.is_empty() {
             return;
         }
-        let handles: Vec<ReqHandle> = std::mem::take(&mut *pending);
+        let handles: Vec<Pending> = std::mem::take(&mut *pending);
         drop(pending);
         if L::YIELDS {
             // Other threads call meanwhile: wait letting go of the device between polls. A
             // device that cannot be entered any more has finalized and never runs again.
-            let shared = Shared(&*self.rank);
-            for h in handles {
-                wait_one_shared(&shared, h);
+            for p in handles {
+                wait_one_shared(&Shared(&self.rank.vci(p.vci)), p.handle);
             }
             return;
         }
-        let Ok(mut dev) = self.rank.device() else {
+        // One VCI below the multiple level.
+        let Ok(mut dev) = self.rank.device(0) else {
             // The closure has returned, so no borrow of ours is live: the rank has finalized
             // inside the scope. Its device never runs again, so nothing will touch the
             // buffers of the requests it still holds.
             return;
         };
-        for h in handles {
-            if dev.wait_status(h).is_err() {
-                dev.release(h);
+        for Pending { handle, .. } in handles {
+            if dev.wait_status(handle).is_err() {
+                dev.release(handle);
             }
         }
     }
 }
 
 impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
-    pub(crate) fn register(&self, h: ReqHandle) -> Request<'_, N, S, L> {
-        self.core.pending.borrow_mut().push(h);
+    pub(crate) fn register(&self, vci: usize, h: ReqHandle) -> Request<'_, N, S, L> {
+        self.core
+            .pending
+            .borrow_mut()
+            .push(Pending { handle: h, vci });
         Request {
             handle: h,
+            vci,
             scope: &self.core,
             done: false,
         }
@@ -178,26 +186,26 @@ impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
                     .all(|(p, r)| {
                         // A spent request's handle was taken off the list, so it cannot match.
                         r.peek()
-                            .is_some_and(|r| *p == r.handle && std::ptr::eq(r.scope, &self.core))
+                            .is_some_and(|r| *p == r.pending() && std::ptr::eq(r.scope, &self.core))
                     })
         };
         let mut finished = Vec::new();
         let mut any_failed = false;
         if L::YIELDS {
             // Fails here, changing nothing, if the device cannot be entered at all.
-            drop(self.core.rank.device()?);
-            let shared = Shared(&*self.core.rank);
-            let mut wait = |h| wait_one_shared(&shared, h);
+            drop(self.core.rank.device(0)?);
+            let rank = &*self.core.rank;
+            let mut wait = |p: Pending| wait_one_shared(&Shared(&rank.vci(p.vci)), p.handle);
             if newest {
                 for r in requests.into_iter().flat_map(WaitAllItem::take) {
-                    out.push(wait(r.handle));
+                    out.push(wait(r.pending()));
                 }
             } else {
                 self.wait_all_others(&mut wait, requests, &mut finished, &mut out);
             }
             any_failed = out.iter().any(|st| st.error.is_some());
         } else {
-            let mut dev = self.core.rank.device()?;
+            let mut dev = self.core.rank.device(0)?;
             if newest {
                 // Every item holds a live request of this scope (a spent one's handle is off
                 // the list, so it could not have matched).
@@ -208,7 +216,7 @@ impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
                 }
             } else {
                 self.wait_all_others(
-                    &mut |h| wait_one(&mut dev, h),
+                    &mut |p: Pending| wait_one(&mut dev, p.handle),
                     requests,
                     &mut finished,
                     &mut out,
@@ -222,10 +230,12 @@ impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
             pending.truncate(keep);
         } else {
             // One pass over the scope's list instead of a search per request.
-            finished.sort_unstable_by_key(|h| h.to_raw());
-            pending.retain(|h| {
+            finished.sort_unstable_by_key(|p| (p.handle.to_raw(), p.vci));
+            pending.retain(|p| {
                 finished
-                    .binary_search_by_key(&h.to_raw(), |f| f.to_raw())
+                    .binary_search_by_key(&(p.handle.to_raw(), p.vci), |f| {
+                        (f.handle.to_raw(), f.vci)
+                    })
                     .is_err()
             });
         }
@@ -242,9 +252,9 @@ impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
     #[inline(never)]
     fn wait_all_others<'s, R: WaitAllItem<'s, N, S, L>>(
         &'s self,
-        wait: &mut impl FnMut(ReqHandle) -> Status,
+        wait: &mut impl FnMut(Pending) -> Status,
         requests: Vec<R>,
-        finished: &mut Vec<ReqHandle>,
+        finished: &mut Vec<Pending>,
         out: &mut Vec<Status>,
     ) {
         for r in requests {
@@ -252,12 +262,12 @@ impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
                 Some(mut r) if !r.done => {
                     r.done = true;
                     if std::ptr::eq(r.scope, &self.core) {
-                        finished.push(r.handle);
-                        wait(r.handle)
+                        finished.push(r.pending());
+                        wait(r.pending())
                     } else if L::same(&r.scope.rank, &self.core.rank) {
                         // A request of an enclosing scope of the same rank.
-                        r.scope.forget_handle(r.handle);
-                        wait(r.handle)
+                        r.scope.forget_handle(r.vci, r.handle);
+                        wait(r.pending())
                     } else {
                         // Its handle names a request of another rank's device: left to
                         // its own scope.
@@ -283,16 +293,17 @@ impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
         slots: &mut [Option<Request<'_, N, S, L>>],
     ) -> Result<Option<Vec<Status>>> {
         self.check_same_rank(slots)?;
-        let mut dev = self.core.rank.device()?;
-        self.progress_or_check(&mut dev, slots)?;
-        if !active(slots).all(|r| dev.is_done(r.handle).unwrap_or(true)) {
-            return Ok(None);
+        self.progress_set(slots)?;
+        for r in active(slots) {
+            if !self.is_done(r)? {
+                return Ok(None);
+            }
         }
         let mut out = Vec::with_capacity(slots.len());
         for slot in slots.iter_mut() {
-            let outcome = match slot.as_mut().filter(|r| !r.done) {
+            let outcome = match slot.as_ref().filter(|r| !r.done) {
                 None => Ok(Status::EMPTY),
-                Some(r) => r.take_outcome(&mut dev),
+                Some(_) => self.take(slot),
             };
             *slot = None;
             out.push(outcome.unwrap_or_else(|e| {
@@ -315,35 +326,21 @@ impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
         slots: &mut [Option<Request<'_, N, S, L>>],
     ) -> Result<Option<(usize, Result<Status>)>> {
         self.check_same_rank(slots)?;
-        if active(slots).next().is_none() {
+        let Some(first_vci) = active(slots).next().map(|r| r.vci) else {
             return Ok(None);
-        }
-        if L::YIELDS {
-            let i = Shared(&*self.core.rank).block_until(
-                |dev| Ok(first_done(slots, dev)),
-                |dev| {
-                    for r in active(slots) {
-                        dev.fail_if_peer_gone(r.handle);
-                    }
-                },
-            )?;
-            let mut dev = self.core.rank.device()?;
-            return Ok(Some((i, take(&mut slots[i], &mut dev))));
-        }
-        let mut dev = self.core.rank.device()?;
+        };
         let mut idle = 0u32;
         loop {
-            if let Some(i) = first_done(slots, &dev) {
-                return Ok(Some((i, take(&mut slots[i], &mut dev))));
+            if let Some(i) = self.first_done(slots)? {
+                return Ok(Some((i, self.take(&mut slots[i]))));
             }
-            if dev.progress()? == 0 {
+            if self.progress_set(slots)? == 0 {
                 idle += 1;
-                if idle % PEER_CHECK_EVERY == 0 {
-                    for r in active(slots) {
-                        dev.fail_if_peer_gone(r.handle);
-                    }
+                if L::YIELDS {
+                    self.core.rank.vci(first_vci).between_polls(idle);
+                } else {
+                    self.core.rank.device(first_vci)?.pause(idle, None);
                 }
-                dev.pause(idle, None);
             } else {
                 idle = 0;
             }
@@ -358,11 +355,12 @@ impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
         slots: &mut [Option<Request<'_, N, S, L>>],
     ) -> Result<Option<(usize, Result<Status>)>> {
         self.check_same_rank(slots)?;
-        let mut dev = self.core.rank.device()?;
-        if first_done(slots, &dev).is_none() {
-            self.progress_or_check(&mut dev, slots)?;
+        if self.first_done(slots)?.is_none() {
+            self.progress_set(slots)?;
         }
-        Ok(first_done(slots, &dev).map(|i| (i, take(&mut slots[i], &mut dev))))
+        Ok(self
+            .first_done(slots)?
+            .map(|i| (i, self.take(&mut slots[i]))))
     }
 
     /// Waits until at least one active request of `slots` completes, then takes every
@@ -374,8 +372,7 @@ impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
     ) -> Result<Vec<(usize, Result<Status>)>> {
         if let Some((i, first)) = self.wait_any(slots)? {
             let mut out = vec![(i, first)];
-            let mut dev = self.core.rank.device()?;
-            collect_done(slots, &mut dev, &mut out);
+            self.collect_done(slots, &mut out)?;
             out.sort_unstable_by_key(|(i, _)| *i);
             return Ok(out);
         }
@@ -390,30 +387,91 @@ impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
         slots: &mut [Option<Request<'_, N, S, L>>],
     ) -> Result<Vec<(usize, Result<Status>)>> {
         self.check_same_rank(slots)?;
-        let mut dev = self.core.rank.device()?;
-        self.progress_or_check(&mut dev, slots)?;
+        self.progress_set(slots)?;
         let mut out = Vec::new();
-        collect_done(slots, &mut dev, &mut out);
+        self.collect_done(slots, &mut out)?;
         Ok(out)
     }
 
-    /// One round of progress; when it found nothing to do, fails the requests whose peers are
-    /// gone (as `Device::test` does).
-    fn progress_or_check(
+    /// One round of progress on each VCI that holds an active request of `slots` (below the
+    /// multiple level, the one VCI); on a VCI where it found nothing to do, fails the requests
+    /// whose peers are gone (as `Device::test` does). Returns the events handled.
+    fn progress_set(&self, slots: &[Option<Request<'_, N, S, L>>]) -> Result<usize> {
+        let mut handled = 0;
+        let mut done_vcis: u64 = 0;
+        for r in active(slots) {
+            // A set's requests are nearly always on one VCI or a few: each is polled once
+            // (VCIs past 64 share bits and may be polled again, which is harmless).
+            let bit = 1u64 << (r.vci % 64);
+            if done_vcis & bit != 0 {
+                continue;
+            }
+            done_vcis |= bit;
+            let mut dev = self.core.rank.device(r.vci)?;
+            let n = dev.progress()?;
+            if n == 0 {
+                for q in active(slots).filter(|q| q.vci == r.vci) {
+                    dev.fail_if_peer_gone(q.handle);
+                }
+            }
+            handled += n;
+        }
+        Ok(handled)
+    }
+
+    /// Whether active request `r` has completed (a handle its device no longer knows has).
+    fn is_done(&self, r: &Request<'_, N, S, L>) -> Result<bool> {
+        Ok(self
+            .core
+            .rank
+            .device(r.vci)?
+            .is_done(r.handle)
+            .unwrap_or(true))
+    }
+
+    /// The index of the first active request that has completed.
+    fn first_done(&self, slots: &[Option<Request<'_, N, S, L>>]) -> Result<Option<usize>> {
+        for (i, slot) in slots.iter().enumerate() {
+            if let Some(r) = slot.as_ref().filter(|r| !r.done) {
+                if self.is_done(r)? {
+                    return Ok(Some(i));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Takes every completed active request out of its slot, appending index and outcome.
+    fn collect_done(
         &self,
-        dev: &mut ch4_core::Device<N, S>,
-        slots: &[Option<Request<'_, N, S, L>>],
+        slots: &mut [Option<Request<'_, N, S, L>>],
+        out: &mut Vec<(usize, Result<Status>)>,
     ) -> Result<()> {
-        if dev.progress()? == 0 {
-            for r in active(slots) {
-                dev.fail_if_peer_gone(r.handle);
+        for (i, slot) in slots.iter_mut().enumerate() {
+            let done = match slot.as_ref().filter(|r| !r.done) {
+                Some(r) => self.is_done(r)?,
+                None => false,
+            };
+            if done {
+                out.push((i, self.take(slot)));
             }
         }
         Ok(())
     }
 
+    /// Takes the completed request out of `slot` and returns its outcome.
+    fn take(&self, slot: &mut Option<Request<'_, N, S, L>>) -> Result<Status> {
+        match slot.take() {
+            Some(mut r) => {
+                let mut dev = self.core.rank.device(r.vci)?;
+                r.take_outcome(&mut dev)
+            }
+            None => Err(Error::new(ErrorKind::Internal, "took an empty slot")),
+        }
+    }
+
     /// Requests of one set must belong to this scope's rank: their handles name requests of
-    /// its device.
+    /// its devices.
     fn check_same_rank(&self, slots: &[Option<Request<'_, N, S, L>>]) -> Result<()> {
         if active(slots).all(|r| L::same(&r.scope.rank, &self.core.rank)) {
             Ok(())
@@ -431,44 +489,6 @@ fn active<'r, 's, N: Netmod, S: Shm, L: ThreadLevel>(
     slots: &'r [Option<Request<'s, N, S, L>>],
 ) -> impl Iterator<Item = &'r Request<'s, N, S, L>> {
     slots.iter().flatten().filter(|r| !r.done)
-}
-
-/// The index of the first active request that has completed.
-fn first_done<N: Netmod, S: Shm, L: ThreadLevel>(
-    slots: &[Option<Request<'_, N, S, L>>],
-    dev: &ch4_core::Device<N, S>,
-) -> Option<usize> {
-    slots.iter().position(|s| {
-        s.as_ref()
-            .is_some_and(|r| !r.done && dev.is_done(r.handle).unwrap_or(true))
-    })
-}
-
-/// Takes every completed active request out of its slot, appending index and outcome.
-fn collect_done<N: Netmod, S: Shm, L: ThreadLevel>(
-    slots: &mut [Option<Request<'_, N, S, L>>],
-    dev: &mut ch4_core::Device<N, S>,
-    out: &mut Vec<(usize, Result<Status>)>,
-) {
-    for (i, slot) in slots.iter_mut().enumerate() {
-        let done = slot
-            .as_ref()
-            .is_some_and(|r| !r.done && dev.is_done(r.handle).unwrap_or(true));
-        if done {
-            out.push((i, take(slot, dev)));
-        }
-    }
-}
-
-/// Takes the completed request out of `slot` and returns its outcome.
-fn take<N: Netmod, S: Shm, L: ThreadLevel>(
-    slot: &mut Option<Request<'_, N, S, L>>,
-    dev: &mut ch4_core::Device<N, S>,
-) -> Result<Status> {
-    match slot.take() {
-        Some(mut r) => r.take_outcome(dev),
-        None => Err(Error::new(ErrorKind::Internal, "took an empty slot")),
-    }
 }
 
 /// The [`ErrorKind::InStatus`] error of a set whose statuses are `out`, some with errors; the
@@ -589,6 +609,8 @@ mod sealed {
 #[must_use = "a request must be waited for; unattended, its scope finishes it at the end"]
 pub struct Request<'s, N: Netmod = SelectedNetmod, S: Shm = SelectedShm, L: ThreadLevel = Single> {
     handle: ReqHandle,
+    /// The VCI whose device holds the request.
+    vci: usize,
     scope: &'s ScopeCore<N, S, L>,
     done: bool,
 }
@@ -613,13 +635,13 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Request<'_, N, S, L> {
         self.done = true;
         let r = if L::YIELDS {
             // Other threads call meanwhile: wait letting go of the device between polls.
-            Shared(&*self.scope.rank)
+            Shared(&self.scope.rank.vci(self.vci))
                 .wait_status(self.handle)
                 .and_then(status_result)
         } else {
-            self.scope.rank.device()?.wait(self.handle)
+            self.scope.rank.device(self.vci)?.wait(self.handle)
         };
-        self.scope.forget_handle(self.handle);
+        self.scope.forget_handle(self.vci, self.handle);
         r
     }
 
@@ -629,12 +651,12 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Request<'_, N, S, L> {
         if self.done {
             return Err(spent());
         }
-        let r = self.scope.rank.device()?.test(self.handle);
+        let r = self.scope.rank.device(self.vci)?.test(self.handle);
         match r {
             Ok(None) => Ok(None),
             other => {
                 self.done = true;
-                self.scope.forget_handle(self.handle);
+                self.scope.forget_handle(self.vci, self.handle);
                 other
             }
         }
@@ -643,7 +665,7 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Request<'_, N, S, L> {
     /// The outcome of a request that has completed, freeing it.
     fn take_outcome(&mut self, dev: &mut ch4_core::Device<N, S>) -> Result<Status> {
         self.done = true;
-        self.scope.forget_handle(self.handle);
+        self.scope.forget_handle(self.vci, self.handle);
         match dev.take_completed(self.handle) {
             Ok(Some(st)) => status_result(st),
             Ok(None) => {
@@ -665,7 +687,16 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Request<'_, N, S, L> {
         if self.done {
             return Err(spent());
         }
-        self.scope.rank.device()?.cancel(self.handle)
+        self.scope.rank.device(self.vci)?.cancel(self.handle)
+    }
+
+    /// The request as its scope lists it.
+    #[inline(always)]
+    fn pending(&self) -> Pending {
+        Pending {
+            handle: self.handle,
+            vci: self.vci,
+        }
     }
 
     /// Whether this request has been completed through [`Request::test`] (it is then spent).

@@ -14,6 +14,8 @@ use ch4_core::env::{self, Setting};
 use ch4_core::transport::{Netmod, Shm};
 use ch4_core::Result;
 
+use crate::level::Level;
+
 /// The settings the facade itself reads (process and thread modes, launching, logging).
 pub const FACADE: &[Setting] = &[
     Setting {
@@ -45,6 +47,14 @@ pub const FACADE: &[Setting] = &[
                   their first 1024 idle polls (at most until they yield) without a pause \
                   instruction. Every rank of the host counts, however CH4_NODE_SIZE splits it; \
                   the summary (CH4_DEBUG_SUMMARY) shows what auto chose and why",
+    },
+    Setting {
+        name: "CH4_NUM_VCIS",
+        default: "4 at the multiple thread level, else 1",
+        meaning: "VCIs (virtual communication interfaces: independent devices, each with its \
+                  own lock, queues and transports) of a rank at MPI_THREAD_MULTIPLE, at most \
+                  64; communicators are spread over them by context id. Below the multiple \
+                  level a rank has one",
     },
     Setting {
         name: "CH4_SELF_LAUNCHED",
@@ -277,7 +287,37 @@ pub struct Summary {
     pub entries: Vec<InForce>,
 }
 
+/// VCIs of a rank at the multiple level when `CH4_NUM_VCIS` does not say.
+pub const DEFAULT_VCIS: usize = 4;
+
+/// The most VCIs a rank may have.
+pub const MAX_VCIS: usize = 64;
+
+/// How many VCIs a rank at `level` has: `CH4_NUM_VCIS` (or [`DEFAULT_VCIS`]) at the multiple
+/// level, one below it (a value set for a lower level is not an error: the same environment
+/// serves programs at every level).
+pub(crate) fn num_vcis(level: Level) -> Result<usize> {
+    if level < Level::Multiple {
+        return Ok(1);
+    }
+    let n = env::count("CH4_NUM_VCIS")?.map_or(DEFAULT_VCIS, |n| n as usize);
+    if n > MAX_VCIS {
+        return Err(ch4_core::Error::new(
+            ch4_core::ErrorKind::Arg,
+            format!("CH4_NUM_VCIS={n}: a rank has at most {MAX_VCIS} VCIs"),
+        ));
+    }
+    Ok(n)
+}
+
 impl Summary {
+    /// Records the rank's thread level and VCIs in the `CH4_NUM_VCIS` entry.
+    pub(crate) fn note_threads(&mut self, level: Level, vcis: usize) {
+        if let Some(e) = self.entries.iter_mut().find(|e| e.name == "CH4_NUM_VCIS") {
+            e.value = format!("{vcis} ({level})");
+        }
+    }
+
     pub(crate) fn of<N: Netmod, S: Shm>(dev: &ch4_core::Device<N, S>) -> Summary {
         let mut reported = dev.settings();
         reported.extend(facade_in_force());

@@ -41,6 +41,8 @@ pub struct Threads<L: ThreadLevel = Single> {
     ring_record_max: Option<usize>,
     /// Set by the builder; else the defaults with the environment's settings.
     device_config: Option<DeviceConfig>,
+    /// Set by the builder; else `CH4_NUM_VCIS` at the multiple level, else one.
+    vcis: Option<usize>,
     level: PhantomData<L>,
 }
 
@@ -59,6 +61,7 @@ impl Threads {
             single_copy: None,
             shm_geometry: None,
             ring_record_max: None,
+            vcis: None,
             level: PhantomData,
         }
     }
@@ -106,6 +109,7 @@ impl<L: ThreadLevel> Threads<L> {
             shm_geometry: self.shm_geometry,
             ring_record_max: self.ring_record_max,
             device_config: self.device_config,
+            vcis: self.vcis,
             level: PhantomData,
         }
     }
@@ -150,6 +154,13 @@ impl<L: ThreadLevel> Threads<L> {
     /// (see `ShmTransport::set_ring_record_max`); overrides `CH4_SHM_RING_RECORD_MAX`.
     pub fn shm_ring_record_max(mut self, bytes: usize) -> Threads<L> {
         self.ring_record_max = Some(bytes);
+        self
+    }
+
+    /// Gives every rank `n` VCIs (at most 64), overriding `CH4_NUM_VCIS`; more than one
+    /// needs the multiple thread level ([`Threads::thread_level`]).
+    pub fn vcis(mut self, n: usize) -> Threads<L> {
+        self.vcis = Some(n);
         self
     }
 
@@ -200,12 +211,31 @@ impl<L: ThreadLevel> Threads<L> {
             Some(n) => n,
             None => ch4_core::env::count("CH4_NODE_SIZE")?.unwrap_or(defaults.ranks_per_node),
         };
-        let fabric = Fabric::new(FabricConfig {
-            ranks: self.ranks,
-            ranks_per_node,
-            eager_limit: self.eager_limit.unwrap_or(defaults.eager_limit),
-            max_payload: self.max_payload.unwrap_or(defaults.max_payload),
-        })?;
+        let vcis = match self.vcis {
+            Some(n) if n > 1 && L::LEVEL < crate::Level::Multiple => {
+                return Err(Error::new(
+                    ErrorKind::Arg,
+                    format!(
+                        "{n} VCIs need the multiple thread level; the job is at {}",
+                        L::LEVEL
+                    ),
+                ))
+            }
+            Some(n) => n.clamp(1, crate::settings::MAX_VCIS),
+            None => crate::settings::num_vcis(L::LEVEL)?,
+        };
+        // Each VCI is a network of its own: a fabric (and below, a segment per node) that
+        // connects it to the same VCI of every other rank.
+        let fabrics = (0..vcis)
+            .map(|_| {
+                Fabric::new(FabricConfig {
+                    ranks: self.ranks,
+                    ranks_per_node,
+                    eager_limit: self.eager_limit.unwrap_or(defaults.eager_limit),
+                    max_payload: self.max_payload.unwrap_or(defaults.max_payload),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
         let n = self.ranks;
         // The ranks are this process's threads: they all share its CPUs.
         let host_crowded = crate::settings::apply_idle_policy(n as usize)?;
@@ -215,8 +245,10 @@ impl<L: ThreadLevel> Threads<L> {
         };
         let nodes = n.div_ceil(ranks_per_node.max(1));
         let job = ThreadJob {
-            fabric: fabric.clone(),
-            segments: (0..nodes).map(|_| Mutex::new(None)).collect(),
+            segments: (0..vcis)
+                .map(|_| (0..nodes).map(|_| Mutex::new(None)).collect())
+                .collect(),
+            fabrics,
             eager_limit: self.eager_limit,
             max_payload: self.max_payload,
             single_copy: self.single_copy,
@@ -284,17 +316,22 @@ impl ThreadJob {
         L: ThreadLevel,
         F: Fn(Context<Net, Sh, L>) -> Result<R>,
     {
-        let n = self.fabric.config().ranks;
+        let n = self.fabric().config().ranks;
         let started = (|| -> Result<Context<Net, Sh, L>> {
-            let net = Net::from_fabric(self.fabric.clone(), rank, self)?;
-            let shm = Sh::for_thread(self, rank)?;
-            Ok(Context::at_level(Device::new(net, shm, rank, n, device)?))
+            let mut devices = Vec::with_capacity(self.fabrics.len());
+            for (vci, fabric) in self.fabrics.iter().enumerate() {
+                let net = Net::from_fabric(fabric.clone(), rank, self)?;
+                let shm = Sh::for_thread(self, rank, vci)?;
+                devices.push(Device::new(net, shm, rank, n, device)?);
+            }
+            let first = devices.remove(0);
+            Context::with_vcis(first, devices)
         })();
         let ctx = match started {
             Ok(ctx) => ctx,
             Err(e) => {
                 self.record_failure(rank, e);
-                self.fabric.kill(rank);
+                self.kill(rank);
                 return None;
             }
         };
@@ -317,15 +354,29 @@ impl ThreadJob {
         };
         match outcome {
             Ok(v) => {
-                self.fabric.leave(rank);
+                for fabric in &self.fabrics {
+                    fabric.leave(rank);
+                }
                 Some(v)
             }
             Err(e) => {
                 self.record_failure(rank, e);
-                self.fabric.kill(rank);
+                self.kill(rank);
                 drop(ctx);
                 None
             }
+        }
+    }
+
+    /// The first VCI's fabric, which every VCI's mirrors in shape and in failures.
+    fn fabric(&self) -> &Arc<Fabric> {
+        &self.fabrics[0]
+    }
+
+    /// Records on every VCI's fabric that `rank` failed.
+    fn kill(&self, rank: Gpid) {
+        for fabric in &self.fabrics {
+            fabric.kill(rank);
         }
     }
 
@@ -548,8 +599,10 @@ impl FromFabric for inproc::Shuffled<InprocNet<AmOnly>> {
 /// ranks failed or finished), one shared-memory segment per simulated node (made by the first
 /// rank of the node to need it), the builder's overrides, and the first failure.
 pub struct ThreadJob {
-    fabric: Arc<Fabric>,
-    segments: Vec<Mutex<Option<Arc<Segment>>>>,
+    /// Per VCI (never empty).
+    fabrics: Vec<Arc<Fabric>>,
+    /// Per VCI, per node.
+    segments: Vec<Vec<Mutex<Option<Arc<Segment>>>>>,
     eager_limit: Option<usize>,
     max_payload: Option<usize>,
     single_copy: Option<bool>,
@@ -563,9 +616,9 @@ pub struct ThreadJob {
 impl ThreadJob {
     /// The process ids on `rank`'s node, in local-rank order.
     fn node_ranks(&self, rank: Gpid) -> Vec<Gpid> {
-        let node = self.fabric.node_of(rank);
-        (0..self.fabric.config().ranks)
-            .filter(|&g| self.fabric.node_of(g) == node)
+        let node = self.fabric().node_of(rank);
+        (0..self.fabric().config().ranks)
+            .filter(|&g| self.fabric().node_of(g) == node)
             .collect()
     }
 
@@ -583,29 +636,34 @@ impl ThreadJob {
 
 /// Shared-memory layers that ranks-as-threads can use.
 pub trait ThreadShm: Sized {
-    /// The layer of `rank` in `job`.
-    fn for_thread(job: &ThreadJob, rank: Gpid) -> Result<Self>;
+    /// The layer of `rank`'s VCI `vci` in `job`.
+    fn for_thread(job: &ThreadJob, rank: Gpid, vci: usize) -> Result<Self>;
 }
 
 impl ThreadShm for InprocShm {
-    fn for_thread(job: &ThreadJob, rank: Gpid) -> Result<Self> {
-        InprocShm::new(job.fabric.clone(), rank)
+    fn for_thread(job: &ThreadJob, rank: Gpid, vci: usize) -> Result<Self> {
+        let fabric = job
+            .fabrics
+            .get(vci)
+            .ok_or_else(|| Error::new(ErrorKind::Internal, "no such VCI"))?;
+        InprocShm::new(fabric.clone(), rank)
     }
 }
 
 impl ThreadShm for ShmTransport {
-    fn for_thread(job: &ThreadJob, rank: Gpid) -> Result<Self> {
+    fn for_thread(job: &ThreadJob, rank: Gpid, vci: usize) -> Result<Self> {
         let local = job.node_ranks(rank);
         let me = local
             .iter()
             .position(|&g| g == rank)
             .ok_or_else(|| Error::new(ErrorKind::Internal, "rank missing from its node"))?;
-        let node = job.fabric.node_of(rank) as usize;
+        let node = job.fabric().node_of(rank) as usize;
         let cfg = ShmConfig::for_ranks(local.len())?;
         let seg = {
             let slot = job
                 .segments
-                .get(node)
+                .get(vci)
+                .and_then(|v| v.get(node))
                 .ok_or_else(|| Error::new(ErrorKind::Internal, "node without a segment slot"))?;
             let mut slot = slot
                 .lock()
@@ -622,7 +680,7 @@ impl ThreadShm for ShmTransport {
                 }
             }
         };
-        let ranks = job.fabric.config().ranks;
+        let ranks = job.fabric().config().ranks;
         let eager = job.eager_limit.unwrap_or(cfg.eager_limit);
         let mut t = ShmTransport::new(seg, me, &local, ranks, eager, 0)?;
         t.set_host_crowded(job.host_crowded);

@@ -138,11 +138,19 @@ pub fn test_as_ranks(test: &str, ranks: u32, env: &[(&str, &str)]) -> std::proce
 /// The body of a `rank` test: joins the process job `processes_over_tcp` started, runs `body`
 /// and finalizes. Run alone (not under a launcher) it fails and says what it is for.
 pub fn as_rank(body: impl FnOnce(ch4::process::ProcessContext) -> ch4::Result<()>) {
+    as_rank_at(ch4::Single, body)
+}
+
+/// [`as_rank`] at thread level `level`.
+pub fn as_rank_at<L: ch4::ThreadLevel>(
+    level: L,
+    body: impl FnOnce(ch4::Context<ch4::process::ProcessNetmod, ch4::SelectedShm, L>) -> ch4::Result<()>,
+) {
     assert!(
         ch4::process::under_launcher(),
         "this test is one rank of a process job: the `tcp_processes` test beside it starts it"
     );
-    let universe = ch4::process::init().expect("join the job");
+    let universe = ch4::process::init_thread(level).expect("join the job");
     body(universe.context().clone()).expect("the test body");
     universe.finalize().expect("finalize");
 }

@@ -50,12 +50,16 @@ pub fn small(ranks: u32) -> Threads {
 #[macro_export]
 macro_rules! on_all_routes {
     ($name:ident, $ranks:expr, $body:path $(, processes = $processes:expr)?) => {
+        on_all_routes!(@at ch4::Single, $name, $ranks, $body $(, processes = $processes)?);
+    };
+    (@at $level:path, $name:ident, $ranks:expr, $body:path $(, processes = $processes:expr)?) => {
         mod $name {
             use super::*;
 
             #[test]
             fn shm() {
                 common::small($ranks)
+                    .thread_level($level)
                     .ranks_per_node($ranks)
                     .shm_single_copy(true)
                     .run(|ctx| $body(ctx))
@@ -65,6 +69,7 @@ macro_rules! on_all_routes {
             #[test]
             fn shm_streamed() {
                 common::small($ranks)
+                    .thread_level($level)
                     .ranks_per_node($ranks)
                     .shm_single_copy(false)
                     .run(|ctx| $body(ctx))
@@ -74,6 +79,7 @@ macro_rules! on_all_routes {
             #[test]
             fn shm_crowded() {
                 common::small($ranks)
+                    .thread_level($level)
                     .ranks_per_node($ranks)
                     .shm_geometry(shm::Geometry {
                         ring_capacity: 4096,
@@ -88,6 +94,7 @@ macro_rules! on_all_routes {
             #[test]
             fn net_am() {
                 common::small($ranks)
+                    .thread_level($level)
                     .ranks_per_node(1)
                     .run_with::<inproc::InprocNet<inproc::AmOnly>, _, _>(|ctx| $body(ctx))
                     .unwrap();
@@ -97,6 +104,7 @@ macro_rules! on_all_routes {
             #[test]
             fn tcp() {
                 common::small($ranks)
+                    .thread_level($level)
                     .ranks_per_node(1)
                     .run_with::<netmod_tcp::TcpNetmod, _, _>(|ctx| $body(ctx))
                     .unwrap();
@@ -129,7 +137,7 @@ macro_rules! on_all_routes {
             #[test]
             #[ignore = "one rank of a process job: tcp_processes starts it"]
             fn rank() {
-                common::jobs::as_rank(|ctx| $body(ctx));
+                common::jobs::as_rank_at($level, |ctx| $body(ctx));
             }
 
             /// Every rank a thread on a node of its own, over libfabric (`FI_PROVIDER`, else
@@ -138,6 +146,7 @@ macro_rules! on_all_routes {
             #[test]
             fn ofi() {
                 common::small($ranks)
+                    .thread_level($level)
                     .ranks_per_node(1)
                     .run_with::<netmod_ofi::OfiNetmod, _, _>(|ctx| $body(ctx))
                     .unwrap();
@@ -148,6 +157,7 @@ macro_rules! on_all_routes {
             #[test]
             fn ofi_mixed() {
                 common::small($ranks)
+                    .thread_level($level)
                     .ranks_per_node(2)
                     .run_with::<netmod_ofi::OfiNetmod, _, _>(|ctx| $body(ctx))
                     .unwrap();
@@ -173,6 +183,7 @@ macro_rules! on_all_routes {
             #[test]
             fn ucx() {
                 common::small($ranks)
+                    .thread_level($level)
                     .ranks_per_node(1)
                     .run_with::<netmod_ucx::UcxNetmod, _, _>(|ctx| $body(ctx))
                     .unwrap();
@@ -183,6 +194,7 @@ macro_rules! on_all_routes {
             #[test]
             fn ucx_mixed() {
                 common::small($ranks)
+                    .thread_level($level)
                     .ranks_per_node(2)
                     .run_with::<netmod_ucx::UcxNetmod, _, _>(|ctx| $body(ctx))
                     .unwrap();
@@ -208,6 +220,7 @@ macro_rules! on_all_routes {
             #[test]
             fn native() {
                 common::small($ranks)
+                    .thread_level($level)
                     .ranks_per_node(1)
                     .run_with::<inproc::InprocNet<inproc::Native>, _, _>(|ctx| $body(ctx))
                     .unwrap();
@@ -216,11 +229,21 @@ macro_rules! on_all_routes {
             #[test]
             fn native_mixed() {
                 common::small($ranks)
+                    .thread_level($level)
                     .ranks_per_node(2)
                     .run_with::<inproc::InprocNet<inproc::Native>, _, _>(|ctx| $body(ctx))
                     .unwrap();
             }
         }
+    };
+}
+
+/// [`on_all_routes`] for a body that runs several threads per rank: every rank starts at
+/// `MPI_THREAD_MULTIPLE` (with the default number of VCIs).
+#[macro_export]
+macro_rules! on_all_routes_multiple {
+    ($name:ident, $ranks:expr, $body:path $(, processes = $processes:expr)?) => {
+        on_all_routes!(@at ch4::Multiple, $name, $ranks, $body $(, processes = $processes)?);
     };
 }
 
