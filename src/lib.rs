@@ -35,7 +35,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod communicator;
-pub mod level;
+pub use thread_level as level;
 pub mod log;
 pub mod op;
 mod owned;
@@ -491,7 +491,10 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> DeviceLock for VciLock<'_, N, S, L> {
         if idle % OTHER_VCIS_EVERY == OTHER_VCIS_EVERY - 1 && self.rank.vcis.len() > 1 {
             self.rank.progress_others(self.vci);
         }
-        self.rank.vcis.get(self.vci).between_polls(idle)
+        self.rank
+            .vcis
+            .get(self.vci)
+            .between_polls(idle, ch4_core::device::backoff)
     }
 }
 

@@ -133,10 +133,15 @@ pub fn under_launcher() -> bool {
 /// overrides the count) and exits with the job's exit code. Under a launcher it just joins. This
 /// is what makes `cargo run --example ring` a four-process job with nothing installed.
 pub fn init_or_launch(ranks: u32) -> Result<Universe> {
+    init_or_launch_at(ranks, Single)
+}
+
+/// [`init_or_launch`] at thread level `level` ([`init_thread`]).
+pub fn init_or_launch_at<L: ThreadLevel>(ranks: u32, level: L) -> Result<Universe<L>> {
     crate::settings::check_environment()?;
     let ranks = ch4_core::env::count("CH4_NP")?.unwrap_or(ranks);
     pmi::launch::self_launch(ranks).map_err(pmi_err)?;
-    init()
+    init_thread(level)
 }
 
 /// Joins the job this process belongs to (or becomes a singleton) with the default settings and
@@ -199,11 +204,11 @@ pub fn init_with_level<L: ThreadLevel>(config: DeviceConfig, _level: L) -> Resul
         .ok_or_else(|| Error::new(ErrorKind::Internal, "rank missing from its node"))?;
     let crowded =
         crate::settings::apply_idle_policy(ranks_on_host(&mut client, rank, size, &nodes)?)?;
-    let cfg = ShmConfig::for_ranks(local.len())?;
-    let kvs = client.get_my_kvsname().map_err(pmi_err)?.to_string();
     // Each VCI is a network of its own: a node segment and a netmod endpoint that connect it
     // to the same VCI of every other rank.
     let vcis = crate::settings::num_vcis(L::LEVEL)?;
+    let cfg = ShmConfig::for_node(local.len(), vcis)?;
+    let kvs = client.get_my_kvsname().map_err(pmi_err)?.to_string();
     let mut shms = Vec::with_capacity(vcis);
     for vci in 0..vcis {
         let seg = node_segment(&mut client, &kvs, my_node, vci, me, local.len(), cfg)?;

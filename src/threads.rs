@@ -658,7 +658,7 @@ impl ThreadShm for ShmTransport {
             .position(|&g| g == rank)
             .ok_or_else(|| Error::new(ErrorKind::Internal, "rank missing from its node"))?;
         let node = job.fabric().node_of(rank) as usize;
-        let cfg = ShmConfig::for_ranks(local.len())?;
+        let cfg = ShmConfig::for_node(local.len(), job.fabrics.len())?;
         let seg = {
             let slot = job
                 .segments

@@ -70,11 +70,22 @@ impl ShmConfig {
     /// or is out of range is an error. The rendezvous piece size is `CH4_SHM_PIECE_SIZE`
     /// (default 64 KiB), read by [`ShmTransport::new`].
     pub fn for_ranks(ranks: usize) -> Result<ShmConfig> {
+        ShmConfig::for_node(ranks, 1)
+    }
+
+    /// [`ShmConfig::for_ranks`] for one of `vcis` segments of a node whose ranks each have
+    /// `vcis` VCIs (a segment per VCI): the node's ring budget and each rank's default cells
+    /// are shared among the VCIs, so that many VCIs do not multiply the node's memory. For 64
+    /// ranks: one VCI takes 64 MiB of rings (16 KiB each) and 32 MiB of cells, 96 MiB in all;
+    /// eight take 8 × (16 MiB of rings at the 4 KiB floor, 4 MiB of cells, 4 a rank), 160 MiB.
+    /// A node of a few ranks keeps 1 MiB rings whatever the VCIs.
+    pub fn for_node(ranks: usize, vcis: usize) -> Result<ShmConfig> {
         use ch4_core::env;
+        let vcis = vcis.max(1);
         // Ring bytes per node: 1 MiB rings up to 8 ranks, shrinking to 4 KiB ones (a few small
         // messages per pair, like Nemesis's fastboxes) at 128 ranks and beyond, where the cells
         // carry the rest.
-        let budget = 64usize << 20;
+        let budget = (64usize << 20) / vcis;
         let per_pair = (budget / (ranks * ranks).max(1)).clamp(4 << 10, 1 << 20);
         let ring_capacity = match env::bytes("CH4_SHM_RING_SIZE")? {
             Some(c) if c.is_power_of_two() && (4096..=MAX_CAPACITY).contains(&c) => c,
@@ -107,7 +118,7 @@ impl ShmConfig {
                     &format!("a count from 1 to {MAX_CELLS_PER_RANK}"),
                 ))
             }
-            None => Geometry::DEFAULT_CELLS,
+            None => (Geometry::DEFAULT_CELLS / vcis).max(4),
         };
         let record_max = max_record_body(ring_capacity).max(cell_size - CELL_HEADER);
         // 32 KiB, by measurement on this project's host (osu_latency / osu_bw sweeping
@@ -951,5 +962,31 @@ mod tests {
         assert_eq!(err.kind(), ErrorKind::PeerFailed);
         assert_eq!(a.live_requests(), 0, "the failed receive was released");
         drop(b);
+    }
+}
+
+#[cfg(test)]
+mod node_memory {
+    use super::ShmConfig;
+    use crate::segment::segment_size;
+
+    /// Bytes of /dev/shm a node of `ranks` ranks with `vcis` VCIs each takes.
+    fn node_bytes(ranks: usize, vcis: usize) -> usize {
+        let cfg = ShmConfig::for_node(ranks, vcis).unwrap();
+        vcis * segment_size(ranks, cfg.geometry()).unwrap()
+    }
+
+    /// The figures `ShmConfig::for_node` states: VCIs share the node's budget, so 8 VCIs on 64
+    /// ranks take well under twice what one does, not eight times.
+    #[test]
+    fn many_vcis_share_the_node_budget() {
+        let one = node_bytes(64, 1);
+        let eight = node_bytes(64, 8);
+        let mib = |b: usize| b as f64 / (1 << 20) as f64;
+        assert!((90.0..110.0).contains(&mib(one)), "{} MiB", mib(one));
+        assert!((150.0..175.0).contains(&mib(eight)), "{} MiB", mib(eight));
+        // A small node keeps its large rings whatever the VCIs.
+        let cfg = ShmConfig::for_node(2, 4).unwrap();
+        assert_eq!(cfg.ring_capacity, 1 << 20);
     }
 }

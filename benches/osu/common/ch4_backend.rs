@@ -6,12 +6,12 @@ use ch4::{Communicator, Context, Netmod, Shm};
 use super::{BenchResult, Options, Pt2Pt, Spec};
 
 /// A rank's world communicator and the context that opens its request scopes.
-struct Ch4<N: Netmod, S: Shm> {
-    world: Communicator<N, S>,
-    ctx: Context<N, S>,
+struct Ch4<N: Netmod, S: Shm, L: ch4::ThreadLevel = ch4::Single> {
+    world: Communicator<N, S, L>,
+    ctx: Context<N, S, L>,
 }
 
-impl<N: Netmod, S: Shm> Pt2Pt for Ch4<N, S> {
+impl<N: Netmod, S: Shm, L: ch4::ThreadLevel> Pt2Pt for Ch4<N, S, L> {
     fn rank(&self) -> usize {
         self.world.rank() as usize
     }
@@ -110,34 +110,56 @@ impl<N: Netmod, S: Shm> Pt2Pt for Ch4<N, S> {
 
 /// Runs the program's test on its ranks — processes (self-launched unless a launcher started
 /// this one; `CH4_NP` overrides the count) or, with `--threads`, threads — and prints OSU's
-/// output at rank 0.
+/// output at rank 0. With `--multiple` the ranks start at MPI_THREAD_MULTIPLE.
 pub fn launch(spec: &Spec, o: &Options) -> BenchResult<()> {
+    if o.multiple {
+        launch_at(spec, o, ch4::Multiple)
+    } else {
+        launch_at(spec, o, ch4::Single)
+    }
+}
+
+fn launch_at<L: ch4::ThreadLevel>(spec: &Spec, o: &Options, level: L) -> BenchResult<()>
+where
+    Context<ch4::SelectedNetmod, ch4::SelectedShm, L>: Clone,
+{
+    let level_name = if o.multiple {
+        ", MPI_THREAD_MULTIPLE"
+    } else {
+        ""
+    };
     if o.threads {
-        let how = format!("ch4, {} ranks as threads", spec.ranks);
+        let how = format!("ch4, {} ranks as threads{level_name}", spec.ranks);
         super::print_header(spec, o, &how, spec.ranks as usize);
-        ch4::threads::Threads::new(spec.ranks).run(|ctx| {
-            let c = Ch4 {
-                world: ctx.world(),
-                ctx: ctx.clone(),
-            };
-            let first = c.rank() == 0;
-            super::measure(spec.kind, &c, o, &mut |size, values| {
-                if first {
-                    super::print_row(size, values);
-                }
-            })
-            .map_err(|e| ch4::Error::new(ch4::ErrorKind::Internal, e.to_string()))
-        })?;
+        ch4::threads::Threads::new(spec.ranks)
+            .thread_level(level)
+            .run(|ctx| {
+                let c = Ch4 {
+                    world: ctx.world(),
+                    ctx: ctx.clone(),
+                };
+                let first = c.rank() == 0;
+                super::measure(spec.kind, &c, o, &mut |size, values| {
+                    if first {
+                        super::print_row(size, values);
+                    }
+                })
+                .map_err(|e| ch4::Error::new(ch4::ErrorKind::Internal, e.to_string()))
+            })?;
         return Ok(());
     }
-    let universe = ch4::process::init_or_launch(spec.ranks)?;
+    let universe = ch4::process::init_or_launch_at(spec.ranks, level)?;
     let c = Ch4 {
         world: universe.world(),
         ctx: universe.context().clone(),
     };
     let first = c.rank() == 0;
     if first {
-        let how = format!("ch4 {}, {} processes", env!("CARGO_PKG_VERSION"), c.size());
+        let how = format!(
+            "ch4 {}, {} processes{level_name}",
+            env!("CARGO_PKG_VERSION"),
+            c.size()
+        );
         super::print_header(spec, o, &how, c.size());
     }
     super::measure(spec.kind, &c, o, &mut |size, values| {

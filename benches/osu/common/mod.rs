@@ -137,6 +137,9 @@ pub struct Options {
     pub window: usize,
     /// Run the ranks as threads of one process (ch4 only).
     pub threads: bool,
+    /// Start the ranks at MPI_THREAD_MULTIPLE, with their VCIs (`CH4_NUM_VCIS`), though one
+    /// thread communicates: what the multiple level's locks cost (`--multiple`).
+    pub multiple: bool,
 }
 
 /// Above this size OSU times a tenth of the iterations.
@@ -186,6 +189,7 @@ impl Spec {
             warmup: 1_000,
             window: 64,
             threads: false,
+            multiple: false,
         };
         let windowed = Options {
             min: 1,
@@ -262,7 +266,7 @@ pub fn parse_args(spec: &Spec) -> Result<Options, String> {
 
 fn parse(spec: &Spec, args: impl IntoIterator<Item = String>) -> Result<Options, String> {
     let usage = format!(
-        "usage: {} [-m [min:]max] [-i iterations] [-x warmup]{} [--threads]",
+        "usage: {} [-m [min:]max] [-i iterations] [-x warmup]{} [--threads] [--multiple]",
         spec.name,
         if spec.windowed { " [-W window]" } else { "" }
     );
@@ -291,6 +295,7 @@ fn parse(spec: &Spec, args: impl IntoIterator<Item = String>) -> Result<Options,
             "-x" => o.warmup = number(value()?)?,
             "-W" if spec.windowed => o.window = number(value()?)?.max(1),
             "--threads" => o.threads = true,
+            "--multiple" => o.multiple = true,
             "-h" | "--help" => return Err(usage),
             other => return Err(format!("unknown option {other}\n{usage}")),
         }
@@ -587,6 +592,7 @@ mod tests {
                 warmup: 10,
                 window: 64,
                 threads: false,
+                multiple: false,
             },
             windowed: true,
         }

@@ -129,8 +129,10 @@ impl Pt2Pt for Mpi {
 /// Initializes MPI (the program must have been started by that MPI's launcher), runs the
 /// program's test, prints OSU's output at rank 0.
 pub fn launch(spec: &Spec, o: &Options) -> BenchResult<()> {
-    if o.threads {
-        return Err("--threads is ch4's; this build measures the system MPI".into());
+    if o.threads || o.multiple {
+        return Err(
+            "--threads and --multiple are ch4's; this build measures the system MPI".into(),
+        );
     }
     let universe = mpi::initialize().ok_or("MPI was initialized already")?;
     let c = Mpi {

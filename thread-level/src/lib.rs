@@ -1,7 +1,9 @@
 //! Thread levels (MPI_THREAD_SINGLE … MPI_THREAD_MULTIPLE), stated in the types of a rank's
-//! handles.
+//! handles: the part of ch4's facade that decides what may cross threads, the locks each level
+//! puts around a device, and a rank's set of VCIs. A crate of its own so that its locks are
+//! model-checked with loom without building the transports.
 //!
-//! A rank starts at a level, a type parameter of its [`Context`](crate::Context) and of every
+//! A rank starts at a level, a type parameter of its [`Context`](../ch4/struct.Context.html) and of every
 //! handle made from it, and the level decides what the compiler lets threads do with them:
 //!
 //! | level | handles are | the device sits behind | a blocking call |
@@ -25,10 +27,36 @@
 use std::cell::{RefCell, RefMut};
 use std::ops::{Deref, DerefMut};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::sync::{Arc, PoisonError, TryLockError};
 
-use ch4_core::device::backoff;
+use sync::{AtomicBool, AtomicU32, AtomicUsize, Mutex, MutexGuard, Ordering};
+
+/// The synchronization the locks use: std's, or under `RUSTFLAGS="--cfg loom"` loom's
+/// model-checked ones (`scripts/loom.sh`).
+mod sync {
+    #[cfg(loom)]
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+    #[cfg(loom)]
+    pub(crate) use loom::sync::{Mutex, MutexGuard};
+    #[cfg(loom)]
+    pub(crate) use loom::thread::yield_now;
+    #[cfg(not(loom))]
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+    #[cfg(not(loom))]
+    pub(crate) use std::sync::{Mutex, MutexGuard};
+    #[cfg(not(loom))]
+    pub(crate) use std::thread::yield_now;
+
+    /// One spin of a waiting loop (loom must see it as a yield, or it cannot schedule the
+    /// thread being waited for).
+    #[inline(always)]
+    pub(crate) fn spin() {
+        #[cfg(loom)]
+        loom::thread::yield_now();
+        #[cfg(not(loom))]
+        std::hint::spin_loop();
+    }
+}
 
 /// The four levels of thread support MPI defines, in increasing order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -104,8 +132,7 @@ pub struct Single;
 pub struct Funneled;
 
 /// MPI_THREAD_SERIALIZED: handles are `Send + Sync` and any thread calls, one at a time; a
-/// call made while another thread is inside one fails with [`ErrorKind::Arg`](crate::ErrorKind)
-/// instead of racing.
+/// call made while another thread is inside one fails with an `Arg` error instead of racing.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Serialized;
 
@@ -202,8 +229,8 @@ pub trait RankLock<T> {
     /// Gives the lock up for good: every later [`RankLock::enter`] is refused.
     fn close(guard: Self::Guard<'_>);
     /// Between two polls of a wait that let go of the lock: gives a thread waiting for it its
-    /// turn, then backs off as every waiting loop does.
-    fn between_polls(&self, idle: u32) {
+    /// turn, else backs off as every waiting loop does (`backoff(idle)`).
+    fn between_polls(&self, idle: u32, backoff: impl FnOnce(u32)) {
         backoff(idle)
     }
 }
@@ -236,8 +263,13 @@ impl<T> RankLock<T> for RefCell<T> {
 /// address of a thread-local.
 #[inline(always)]
 fn thread_token() -> usize {
+    #[cfg(not(loom))]
     thread_local! {
         static TOKEN: u8 = const { 0 };
+    }
+    #[cfg(loom)]
+    loom::thread_local! {
+        static TOKEN: u8 = 0;
     }
     TOKEN.with(|t| t as *const u8 as usize)
 }
@@ -408,7 +440,7 @@ impl<T> RankLock<T> for WaitLock<T> {
         guard.close();
     }
     #[inline]
-    fn between_polls(&self, idle: u32) {
+    fn between_polls(&self, idle: u32, backoff: impl FnOnce(u32)) {
         let queued = self.queued.load(Ordering::Relaxed);
         if queued == 0 {
             backoff(idle);
@@ -420,9 +452,9 @@ impl<T> RankLock<T> for WaitLock<T> {
                 return;
             }
             if i % 64 == 63 {
-                std::thread::yield_now();
+                sync::yield_now();
             } else {
-                std::hint::spin_loop();
+                sync::spin();
             }
         }
     }
@@ -523,5 +555,116 @@ impl<T> VciSet<T> for Many<T> {
         T: 'a,
     {
         std::iter::once(&self.first).chain(self.rest.iter())
+    }
+}
+
+/// Model checks of the multiple level's lock: `scripts/loom.sh` runs them
+/// (`RUSTFLAGS="--cfg loom"`, every interleaving up to a bound of preemptions).
+#[cfg(all(test, loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::Arc;
+
+    /// Two threads add to a counter under the lock: no update is lost, and a thread that holds
+    /// the lock is refused when it takes it again instead of deadlocking.
+    #[test]
+    fn the_lock_excludes_and_refuses_reentry() {
+        loom::model(|| {
+            let lock = Arc::new(WaitLock::new(0u32));
+            let other = {
+                let lock = lock.clone();
+                loom::thread::spawn(move || {
+                    let mut g = lock.enter().unwrap();
+                    *g += 1;
+                })
+            };
+            {
+                let mut g = lock.enter().unwrap();
+                assert_eq!(lock.enter().err(), Some(Refused::Reentrant));
+                *g += 1;
+            }
+            other.join().unwrap();
+            assert_eq!(*lock.enter().unwrap(), 2);
+        });
+    }
+
+    /// The progress hand-off: a thread waits in a loop that takes the lock for each poll and
+    /// lets go between polls (`between_polls`), for a flag that only another thread, which
+    /// needs the lock, can set. The waiter must let it in: the model ends in every
+    /// interleaving (a starved thread would make loom's run exceed its bound).
+    #[test]
+    fn a_waiting_thread_hands_the_lock_over() {
+        loom::model(|| {
+            let lock = Arc::new(WaitLock::new(false));
+            let setter = {
+                let lock = lock.clone();
+                loom::thread::spawn(move || {
+                    *lock.enter().unwrap() = true;
+                })
+            };
+            let mut idle = 0;
+            loop {
+                if *lock.enter().unwrap() {
+                    break;
+                }
+                idle += 1;
+                lock.between_polls(idle, |_| loom::thread::yield_now());
+            }
+            setter.join().unwrap();
+        });
+    }
+
+    /// Closing the lock (finalize) refuses every later entry, on every thread, also one that
+    /// was waiting for it while it closed.
+    #[test]
+    fn a_closed_lock_refuses_everyone() {
+        loom::model(|| {
+            let lock = Arc::new(WaitLock::new(()));
+            let guard = lock.enter().unwrap();
+            let waiter = {
+                let lock = lock.clone();
+                loom::thread::spawn(move || lock.enter().err())
+            };
+            WaitLock::close(guard);
+            assert_eq!(waiter.join().unwrap(), Some(Refused::Closed));
+            assert_eq!(lock.enter().err(), Some(Refused::Closed));
+        });
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_are_ordered_as_mpi_orders_them() {
+        assert!(Level::Single < Level::Funneled);
+        assert!(Level::Funneled < Level::Serialized);
+        assert!(Level::Serialized < Level::Multiple);
+        assert_eq!(Multiple::LEVEL.mpi_name(), "MPI_THREAD_MULTIPLE");
+    }
+
+    #[test]
+    fn serialized_refuses_a_second_thread_and_a_reentry() {
+        let lock = std::sync::Arc::new(TryLock::new(0));
+        let g = lock.enter().unwrap();
+        assert_eq!(lock.enter().err(), Some(Refused::Reentrant));
+        let other = lock.clone();
+        let refused = std::thread::spawn(move || other.enter().err())
+            .join()
+            .unwrap();
+        assert_eq!(refused, Some(Refused::Concurrent));
+        TryLock::close(g);
+        assert_eq!(lock.enter().err(), Some(Refused::Closed));
+    }
+
+    #[test]
+    fn a_set_of_one_vci_refuses_more_and_indexes_nothing() {
+        assert!(One::new(1, vec![2]).is_err());
+        let one = One::new(7, Vec::new()).unwrap();
+        assert_eq!((*one.get(3), one.len()), (7, 1));
+        let many = Many::new(0, vec![1, 2]).unwrap();
+        assert_eq!((*many.get(2), *many.get(9), many.len()), (2, 0, 3));
+        assert_eq!(many.all().copied().collect::<Vec<_>>(), [0, 1, 2]);
     }
 }
