@@ -195,7 +195,23 @@ impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
             // Fails here, changing nothing, if the device cannot be entered at all.
             drop(self.core.rank.device(0)?);
             let rank = &*self.core.rank;
-            let mut wait = |p: Pending| wait_one_shared(&Shared(&rank.vci(p.vci)), p.handle);
+            // Requests found complete are taken under one hold of their VCI's lock (a window of
+            // small messages is mostly complete by now); a pending one is waited for with the
+            // lock let go between polls.
+            let mut held: Option<(usize, crate::DeviceGuard<'_, N, S, L>)> = None;
+            let mut wait = |p: Pending| {
+                if held.as_ref().map(|(v, _)| *v) != Some(p.vci) {
+                    held = None;
+                    held = rank.device(p.vci).ok().map(|d| (p.vci, d));
+                }
+                if let Some((_, dev)) = held.as_mut() {
+                    if let Ok(Some(st)) = dev.take_completed(p.handle) {
+                        return st;
+                    }
+                }
+                held = None;
+                wait_one_shared(&Shared(&rank.vci(p.vci)), p.handle)
+            };
             if newest {
                 for r in requests.into_iter().flat_map(WaitAllItem::take) {
                     out.push(wait(r.pending()));
