@@ -486,9 +486,14 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> DeviceLock for VciLock<'_, N, S, L> {
         self.rank.device(self.vci)
     }
 
+    #[inline(always)]
+    fn contended(&self) -> bool {
+        self.rank.vcis.get(self.vci).contended()
+    }
+
     #[inline]
     fn between_polls(&self, idle: u32) {
-        if idle % OTHER_VCIS_EVERY == OTHER_VCIS_EVERY - 1 && self.rank.vcis.len() > 1 {
+        if idle != 0 && idle % OTHER_VCIS_EVERY == 0 && self.rank.vcis.len() > 1 {
             self.rank.progress_others(self.vci);
         }
         self.rank

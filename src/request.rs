@@ -46,7 +46,12 @@ pub struct Scope<'a, N: Netmod = SelectedNetmod, S: Shm = SelectedShm, L: Thread
 /// The part of a scope its requests refer to: the rank and the list of pending requests.
 pub(crate) struct ScopeCore<N: Netmod, S: Shm, L: ThreadLevel> {
     pub(crate) rank: L::Shared<RankState<N, S, L>>,
-    pending: RefCell<Vec<Pending>>,
+    /// The handles of the scope's requests not yet finished.
+    pending: RefCell<Vec<ReqHandle>>,
+    /// At the multiple level, the VCI of each of `pending` (same index): a handle names a
+    /// request of its VCI's device. Below it there is one VCI, and this list stays empty, so
+    /// the single-threaded scope keeps the list it had before there were VCIs.
+    pending_vcis: RefCell<Vec<u32>>,
 }
 
 /// A request of a scope not yet finished: its handle on the device of its VCI.
@@ -61,7 +66,31 @@ thread_local! {
     /// device and its scopes never leave their thread): a loop of windows of nonblocking
     /// operations then grows no vector. Measured on the message-rate pattern, growing a fresh
     /// list in every scope cost ~60 instructions per message.
-    static SPARE_LISTS: RefCell<Vec<Vec<Pending>>> = const { RefCell::new(Vec::new()) };
+    static SPARE_LISTS: RefCell<Vec<Vec<ReqHandle>>> = const { RefCell::new(Vec::new()) };
+    /// The same for the VCI lists of scopes at the multiple level.
+    static SPARE_VCI_LISTS: RefCell<Vec<Vec<u32>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A list from `spares`, or a new one.
+fn spare<T>(spares: &'static std::thread::LocalKey<RefCell<Vec<Vec<T>>>>) -> Vec<T> {
+    spares
+        .try_with(|s| s.borrow_mut().pop())
+        .ok()
+        .flatten()
+        .unwrap_or_default()
+}
+
+/// Keeps `list`, emptied, for a later scope on this thread.
+fn keep<T>(spares: &'static std::thread::LocalKey<RefCell<Vec<Vec<T>>>>, mut list: Vec<T>) {
+    if list.capacity() <= SPARE_LIST_CAPACITY_MAX && list.capacity() > 0 {
+        list.clear();
+        let _ = spares.try_with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < SPARE_LISTS_MAX {
+                s.push(list);
+            }
+        });
+    }
 }
 
 /// Most spare lists kept per thread (nested scopes each hold one), and the largest kept.
@@ -72,29 +101,23 @@ pub(crate) fn scope<'a, N: Netmod, S: Shm, L: ThreadLevel, R>(
     rank: L::Shared<RankState<N, S, L>>,
     f: impl FnOnce(&Scope<'a, N, S, L>) -> R,
 ) -> R {
-    let list = SPARE_LISTS
-        .try_with(|s| s.borrow_mut().pop())
-        .ok()
-        .flatten()
-        .unwrap_or_default();
     let scope = Scope {
         core: ScopeCore {
             rank,
-            pending: RefCell::new(list),
+            pending: RefCell::new(spare(&SPARE_LISTS)),
+            pending_vcis: RefCell::new(if L::YIELDS {
+                spare(&SPARE_VCI_LISTS)
+            } else {
+                Vec::new()
+            }),
         },
         _buffers: PhantomData,
     };
     let result = catch_unwind(AssertUnwindSafe(|| f(&scope)));
     scope.core.finish_all();
-    let mut list = scope.core.pending.take();
-    if list.capacity() <= SPARE_LIST_CAPACITY_MAX {
-        list.clear();
-        let _ = SPARE_LISTS.try_with(|s| {
-            let mut s = s.borrow_mut();
-            if s.len() < SPARE_LISTS_MAX {
-                s.push(list);
-            }
-        });
+    keep(&SPARE_LISTS, scope.core.pending.take());
+    if L::YIELDS {
+        keep(&SPARE_VCI_LISTS, scope.core.pending_vcis.take());
     }
     match result {
         Ok(r) => r,
@@ -106,9 +129,35 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> ScopeCore<N, S, L> {
     fn forget_handle(&self, vci: usize, handle: ReqHandle) {
         let mut p = self.pending.borrow_mut();
         // The newest requests are at the end and are usually the ones finishing.
-        if let Some(i) = p.iter().rposition(|&x| x == Pending { handle, vci }) {
-            p.swap_remove(i);
+        if !L::YIELDS {
+            if let Some(i) = p.iter().rposition(|&x| x == handle) {
+                p.swap_remove(i);
+            }
+            return;
         }
+        let mut vcis = self.pending_vcis.borrow_mut();
+        let found = p
+            .iter()
+            .zip(vcis.iter())
+            .rposition(|(&x, &v)| x == handle && v as usize == vci);
+        if let Some(i) = found {
+            p.swap_remove(i);
+            vcis.swap_remove(i);
+        }
+    }
+
+    /// The scope's unfinished requests with their VCIs, taken off its lists.
+    fn take_all(&self) -> Vec<Pending> {
+        let handles = std::mem::take(&mut *self.pending.borrow_mut());
+        let vcis = std::mem::take(&mut *self.pending_vcis.borrow_mut());
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(i, handle)| Pending {
+                handle,
+                vci: vcis.get(i).map_or(0, |&v| v as usize),
+            })
+            .collect()
     }
 
     /// Completes every request still pending, as MPI_Waitall would (a receive that never
@@ -116,12 +165,10 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> ScopeCore<N, S, L> {
     /// finish because it failed (a dead peer) is released so that no transport refers to its
     /// buffer any more.
     fn finish_all(&self) {
-        let mut pending = self.pending.borrow_mut();
-        if pending.is_empty() {
+        if self.pending.borrow().is_empty() {
             return;
         }
-        let handles: Vec<Pending> = std::mem::take(&mut *pending);
-        drop(pending);
+        let handles = self.take_all();
         if L::YIELDS {
             // Other threads call meanwhile: wait letting go of the device between polls. A
             // device that cannot be entered any more has finalized and never runs again.
@@ -147,13 +194,13 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> ScopeCore<N, S, L> {
 
 impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
     pub(crate) fn register(&self, vci: usize, h: ReqHandle) -> Request<'_, N, S, L> {
-        self.core
-            .pending
-            .borrow_mut()
-            .push(Pending { handle: h, vci });
+        self.core.pending.borrow_mut().push(h);
+        if L::YIELDS {
+            self.core.pending_vcis.borrow_mut().push(vci as u32);
+        }
         Request {
             handle: h,
-            vci,
+            vci: vci as u32,
             scope: &self.core,
             done: false,
         }
@@ -179,14 +226,20 @@ impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
         // they were started; then the scope's list is simply cut short, with no list of our own.
         let newest = {
             let pending = self.core.pending.borrow();
+            let vcis = self.core.pending_vcis.borrow();
+            let from = pending.len().wrapping_sub(requests.len());
             pending.len() >= requests.len()
-                && pending[pending.len() - requests.len()..]
+                && pending[from..]
                     .iter()
                     .zip(&requests)
-                    .all(|(p, r)| {
+                    .enumerate()
+                    .all(|(i, (p, r))| {
                         // A spent request's handle was taken off the list, so it cannot match.
-                        r.peek()
-                            .is_some_and(|r| *p == r.pending() && std::ptr::eq(r.scope, &self.core))
+                        r.peek().is_some_and(|r| {
+                            *p == r.handle
+                                && std::ptr::eq(r.scope, &self.core)
+                                && (!L::YIELDS || vcis.get(from + i) == Some(&(r.vci as u32)))
+                        })
                     })
         };
         let mut finished = Vec::new();
@@ -241,21 +294,35 @@ impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
             }
         }
         let mut pending = self.core.pending.borrow_mut();
+        let mut vcis = self.core.pending_vcis.borrow_mut();
         if newest {
             let keep = pending.len() - out.len();
             pending.truncate(keep);
+            vcis.truncate(keep);
         } else {
             // One pass over the scope's list instead of a search per request.
             finished.sort_unstable_by_key(|p| (p.handle.to_raw(), p.vci));
-            pending.retain(|p| {
+            let done = |handle: ReqHandle, vci: usize| {
                 finished
-                    .binary_search_by_key(&(p.handle.to_raw(), p.vci), |f| {
-                        (f.handle.to_raw(), f.vci)
-                    })
-                    .is_err()
-            });
+                    .binary_search_by_key(&(handle.to_raw(), vci), |f| (f.handle.to_raw(), f.vci))
+                    .is_ok()
+            };
+            if L::YIELDS {
+                let mut kept = 0;
+                for i in 0..pending.len() {
+                    if !done(pending[i], vcis[i] as usize) {
+                        pending[kept] = pending[i];
+                        vcis[kept] = vcis[i];
+                        kept += 1;
+                    }
+                }
+                pending.truncate(kept);
+                vcis.truncate(kept);
+            } else {
+                pending.retain(|&h| !done(h, 0));
+            }
         }
-        drop(pending);
+        drop((pending, vcis));
         if any_failed {
             return Err(in_status(out));
         }
@@ -282,7 +349,7 @@ impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
                         wait(r.pending())
                     } else if L::same(&r.scope.rank, &self.core.rank) {
                         // A request of an enclosing scope of the same rank.
-                        r.scope.forget_handle(r.vci, r.handle);
+                        r.scope.forget_handle(r.vci as usize, r.handle);
                         wait(r.pending())
                     } else {
                         // Its handle names a request of another rank's device: left to
@@ -342,7 +409,7 @@ impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
         slots: &mut [Option<Request<'_, N, S, L>>],
     ) -> Result<Option<(usize, Result<Status>)>> {
         self.check_same_rank(slots)?;
-        let Some(first_vci) = active(slots).next().map(|r| r.vci) else {
+        let Some(first_vci) = active(slots).next().map(|r| r.vci as usize) else {
             return Ok(None);
         };
         let mut idle = 0u32;
@@ -423,7 +490,7 @@ impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
                 continue;
             }
             done_vcis |= bit;
-            let mut dev = self.core.rank.device(r.vci)?;
+            let mut dev = self.core.rank.device(r.vci as usize)?;
             let n = dev.progress()?;
             if n == 0 {
                 for q in active(slots).filter(|q| q.vci == r.vci) {
@@ -440,7 +507,7 @@ impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
         Ok(self
             .core
             .rank
-            .device(r.vci)?
+            .device(r.vci as usize)?
             .is_done(r.handle)
             .unwrap_or(true))
     }
@@ -479,7 +546,7 @@ impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
     fn take(&self, slot: &mut Option<Request<'_, N, S, L>>) -> Result<Status> {
         match slot.take() {
             Some(mut r) => {
-                let mut dev = self.core.rank.device(r.vci)?;
+                let mut dev = self.core.rank.device(r.vci as usize)?;
                 r.take_outcome(&mut dev)
             }
             None => Err(Error::new(ErrorKind::Internal, "took an empty slot")),
@@ -625,8 +692,8 @@ mod sealed {
 #[must_use = "a request must be waited for; unattended, its scope finishes it at the end"]
 pub struct Request<'s, N: Netmod = SelectedNetmod, S: Shm = SelectedShm, L: ThreadLevel = Single> {
     handle: ReqHandle,
-    /// The VCI whose device holds the request.
-    vci: usize,
+    /// The VCI whose device holds the request (four bytes: the request stays three words).
+    vci: u32,
     scope: &'s ScopeCore<N, S, L>,
     done: bool,
 }
@@ -651,13 +718,13 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Request<'_, N, S, L> {
         self.done = true;
         let r = if L::YIELDS {
             // Other threads call meanwhile: wait letting go of the device between polls.
-            Shared(&self.scope.rank.vci(self.vci))
+            Shared(&self.scope.rank.vci(self.vci as usize))
                 .wait_status(self.handle)
                 .and_then(status_result)
         } else {
-            self.scope.rank.device(self.vci)?.wait(self.handle)
+            self.scope.rank.device(self.vci as usize)?.wait(self.handle)
         };
-        self.scope.forget_handle(self.vci, self.handle);
+        self.scope.forget_handle(self.vci as usize, self.handle);
         r
     }
 
@@ -667,12 +734,12 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Request<'_, N, S, L> {
         if self.done {
             return Err(spent());
         }
-        let r = self.scope.rank.device(self.vci)?.test(self.handle);
+        let r = self.scope.rank.device(self.vci as usize)?.test(self.handle);
         match r {
             Ok(None) => Ok(None),
             other => {
                 self.done = true;
-                self.scope.forget_handle(self.vci, self.handle);
+                self.scope.forget_handle(self.vci as usize, self.handle);
                 other
             }
         }
@@ -681,7 +748,7 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Request<'_, N, S, L> {
     /// The outcome of a request that has completed, freeing it.
     fn take_outcome(&mut self, dev: &mut ch4_core::Device<N, S>) -> Result<Status> {
         self.done = true;
-        self.scope.forget_handle(self.vci, self.handle);
+        self.scope.forget_handle(self.vci as usize, self.handle);
         match dev.take_completed(self.handle) {
             Ok(Some(st)) => status_result(st),
             Ok(None) => {
@@ -703,7 +770,10 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Request<'_, N, S, L> {
         if self.done {
             return Err(spent());
         }
-        self.scope.rank.device(self.vci)?.cancel(self.handle)
+        self.scope
+            .rank
+            .device(self.vci as usize)?
+            .cancel(self.handle)
     }
 
     /// The request as its scope lists it.
@@ -711,7 +781,7 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Request<'_, N, S, L> {
     fn pending(&self) -> Pending {
         Pending {
             handle: self.handle,
-            vci: self.vci,
+            vci: self.vci as usize,
         }
     }
 

@@ -126,7 +126,19 @@ pub trait DeviceLock {
     fn between_polls(&self, idle: u32) {
         backoff(idle)
     }
+
+    /// Whether another thread waits for the lock. A waiting loop keeps the lock between its
+    /// polls while no one does (taking and letting go of an uncontended lock costs two atomic
+    /// read-modify-writes a poll), and lets go as soon as someone does. The default, `true`,
+    /// lets go at every poll.
+    fn contended(&self) -> bool {
+        true
+    }
 }
+
+/// Idle polls a waiting loop keeps an uncontended lock at most before it lets go anyway (and
+/// makes its round of [`DeviceLock::between_polls`]).
+const KEEP_LOCK_POLLS: u32 = 64;
 
 /// Blocking operations on a shared device that let go of its lock between polls.
 pub struct Shared<'l, L: DeviceLock>(pub &'l L);
@@ -138,29 +150,42 @@ impl<L: DeviceLock> Shared<'_, L> {
     /// gone).
     pub fn block_until<R>(
         &self,
+        ready: impl FnMut(&mut Device<L::Net, L::Shm>) -> Result<Option<R>>,
+        idle_check: impl FnMut(&mut Device<L::Net, L::Shm>),
+    ) -> Result<R> {
+        self.block_holding(self.0.enter()?, ready, idle_check)
+    }
+
+    /// [`Shared::block_until`] with the lock already held as `dev`.
+    fn block_holding<'g, R>(
+        &'g self,
+        mut dev: L::Guard<'g>,
         mut ready: impl FnMut(&mut Device<L::Net, L::Shm>) -> Result<Option<R>>,
         mut idle_check: impl FnMut(&mut Device<L::Net, L::Shm>),
     ) -> Result<R> {
         let mut idle = 0u32;
         loop {
-            {
-                let mut dev = self.0.enter()?;
-                if let Some(r) = ready(&mut dev)? {
-                    return Ok(r);
-                }
-                if dev.progress()? == 0 {
-                    idle += 1;
-                    if idle % PEER_CHECK_EVERY == 0 {
-                        idle_check(&mut dev);
-                    }
-                } else {
-                    idle = 0;
-                }
-                if let Some(r) = ready(&mut dev)? {
-                    return Ok(r);
-                }
+            if let Some(r) = ready(&mut dev)? {
+                return Ok(r);
             }
-            self.0.between_polls(idle);
+            if dev.progress()? == 0 {
+                idle += 1;
+                if idle % PEER_CHECK_EVERY == 0 {
+                    idle_check(&mut dev);
+                }
+            } else {
+                idle = 0;
+            }
+            if let Some(r) = ready(&mut dev)? {
+                return Ok(r);
+            }
+            if (idle != 0 && idle % KEEP_LOCK_POLLS == 0) || self.0.contended() {
+                drop(dev);
+                self.0.between_polls(idle);
+                dev = self.0.enter()?;
+            } else {
+                backoff(idle);
+            }
         }
     }
 
@@ -181,6 +206,28 @@ impl<L: DeviceLock> Shared<'_, L> {
     /// [`Shared::wait_status`], removing the request if the wait itself fails.
     fn wait_status_or_abandon(&self, h: ReqHandle) -> Result<Status> {
         self.wait_status(h).inspect_err(|_| self.abandon(h))
+    }
+
+    /// Starts an operation with `start` and waits for it under the same hold of the lock
+    /// (one lock taken for the call, not two, while no other thread wants it); an error status
+    /// comes back as a value. A request whose wait fails is removed.
+    fn start_and_wait(
+        &self,
+        start: impl FnOnce(&mut Device<L::Net, L::Shm>) -> Result<ReqHandle>,
+    ) -> Result<Status> {
+        let mut dev = self.0.enter()?;
+        let h = start(&mut dev)?;
+        if h == ReqHandle::DONE {
+            return Ok(Status::EMPTY);
+        }
+        self.block_holding(
+            dev,
+            |dev| dev.take_completed(h),
+            |dev| {
+                dev.fail_if_peer_gone(h);
+            },
+        )
+        .inspect_err(|_| self.abandon(h))
     }
 
     /// Removes `h` from the device. If the device cannot be entered any more (finalized), it
@@ -214,8 +261,8 @@ impl<L: DeviceLock> Blocking for Shared<'_, L> {
         // SAFETY: `data` is borrowed for this whole call, and the request holding it is waited
         // for, or removed from the device when the wait fails, before we return.
         let buf = unsafe { SendBuf::borrowed(data) };
-        let h = self.visit(|d| d.isend_on(comm, dest, tag, buf, mode, coll))?;
-        status_result(self.wait_status_or_abandon(h)?).map(drop)
+        status_result(self.start_and_wait(|d| d.isend_on(comm, dest, tag, buf, mode, coll))?)
+            .map(drop)
     }
 
     fn recv_on(
@@ -230,8 +277,7 @@ impl<L: DeviceLock> Blocking for Shared<'_, L> {
         // SAFETY: `buf` is borrowed mutably for this whole call, and the request holding it is
         // waited for, or removed from the device when the wait fails, before we return.
         let rbuf = unsafe { RecvBuf::borrowed(buf) };
-        let h = self.visit(|d| d.irecv_on(comm, src, tag, rbuf, coll))?;
-        status_result(self.wait_status_or_abandon(h)?)
+        status_result(self.start_and_wait(|d| d.irecv_on(comm, src, tag, rbuf, coll))?)
     }
 
     fn wait_or_abandon(&mut self, h: ReqHandle) -> Result<Status> {

@@ -233,6 +233,11 @@ pub trait RankLock<T> {
     fn between_polls(&self, idle: u32, backoff: impl FnOnce(u32)) {
         backoff(idle)
     }
+    /// Whether another thread waits to take the lock (a waiting loop that holds it lets go
+    /// then). Always, for locks that do not count their waiters.
+    fn contended(&self) -> bool {
+        true
+    }
 }
 
 impl<T> RankLock<T> for RefCell<T> {
@@ -438,6 +443,10 @@ impl<T> RankLock<T> for WaitLock<T> {
     }
     fn close(guard: OwnedGuard<'_, T>) {
         guard.close();
+    }
+    #[inline(always)]
+    fn contended(&self) -> bool {
+        self.queued.load(Ordering::Relaxed) != 0
     }
     #[inline]
     fn between_polls(&self, idle: u32, backoff: impl FnOnce(u32)) {
