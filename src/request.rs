@@ -238,7 +238,7 @@ impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
                         r.peek().is_some_and(|r| {
                             *p == r.handle
                                 && std::ptr::eq(r.scope, &self.core)
-                                && (!L::YIELDS || vcis.get(from + i) == Some(&(r.vci as u32)))
+                                && (!L::YIELDS || vcis.get(from + i) == Some(&r.vci))
                         })
                     })
         };
