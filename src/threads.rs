@@ -238,7 +238,8 @@ impl<L: ThreadLevel> Threads<L> {
             .collect::<Result<Vec<_>>>()?;
         let n = self.ranks;
         // The ranks are this process's threads: they all share its CPUs.
-        let host_crowded = crate::settings::apply_idle_policy(n as usize)?;
+        // At the multiple level each VCI stands for a thread that may communicate.
+        let host_crowded = crate::settings::apply_idle_policy(n as usize * vcis)?;
         let device = match self.device_config {
             Some(c) => c,
             None => DeviceConfig::from_env()?,
