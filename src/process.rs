@@ -205,9 +205,8 @@ pub fn init_with_level<L: ThreadLevel>(config: DeviceConfig, _level: L) -> Resul
     // At the multiple level each VCI stands for a thread that may communicate: they all
     // share the host's CPUs with the other ranks' (waiting loops then yield soon).
     let vcis = crate::settings::num_vcis(L::LEVEL)?;
-    let crowded = crate::settings::apply_idle_policy(
-        ranks_on_host(&mut client, rank, size, &nodes)? * vcis,
-    )?;
+    let crowded =
+        crate::settings::apply_idle_policy(ranks_on_host(&mut client, rank, size, &nodes)? * vcis)?;
     // Each VCI is a network of its own: a node segment and a netmod endpoint that connect it
     // to the same VCI of every other rank.
     let cfg = ShmConfig::for_node(local.len(), vcis)?;
