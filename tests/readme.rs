@@ -15,7 +15,7 @@ use std::process::Command;
 
 /// The commands this test runs, in the README's order, with a line each must print (`""`:
 /// only success), and the program that must be on the `PATH` for it (else it is skipped).
-const RUN_HERE: [(&str, &str, Option<&str>); 8] = [
+const RUN_HERE: [(&str, &str, Option<&str>); 9] = [
     (
         "cargo run --release --example osu_latency",
         "# OSU MPI Latency Test",
@@ -54,6 +54,11 @@ const RUN_HERE: [(&str, &str, Option<&str>); 8] = [
     (
         "target/release/ch4run -n 4 target/hello",
         "hello from rank 0 of 4: token 6",
+        None,
+    ),
+    (
+        "cargo run --release --example osu_mt_mr",
+        "# OSU-style multithreaded message rate",
         None,
     ),
 ];

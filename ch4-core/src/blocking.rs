@@ -215,7 +215,15 @@ impl<L: DeviceLock> Shared<'_, L> {
         &self,
         start: impl FnOnce(&mut Device<L::Net, L::Shm>) -> Result<ReqHandle>,
     ) -> Result<Status> {
-        let mut dev = self.0.enter()?;
+        self.start_and_wait_holding(self.0.enter()?, start)
+    }
+
+    /// [`Shared::start_and_wait`] with the lock already held as `dev`.
+    fn start_and_wait_holding<'g>(
+        &'g self,
+        mut dev: L::Guard<'g>,
+        start: impl FnOnce(&mut Device<L::Net, L::Shm>) -> Result<ReqHandle>,
+    ) -> Result<Status> {
         let h = start(&mut dev)?;
         if h == ReqHandle::DONE {
             return Ok(Status::EMPTY);
@@ -273,11 +281,20 @@ impl<L: DeviceLock> Blocking for Shared<'_, L> {
         buf: &mut [u8],
         coll: bool,
     ) -> Result<Status> {
+        let mut dev = self.0.enter()?;
+        // From an on-node peer, watch for the message without a request while no other
+        // thread wants the device, as a single-threaded receive does.
+        let direct = dev.recv_direct_until(comm, src, tag, buf, coll, |idle| {
+            idle >= KEEP_LOCK_POLLS || self.0.contended()
+        })?;
+        if let Some(st) = direct {
+            return status_result(st);
+        }
         #[allow(unsafe_code)]
         // SAFETY: `buf` is borrowed mutably for this whole call, and the request holding it is
         // waited for, or removed from the device when the wait fails, before we return.
         let rbuf = unsafe { RecvBuf::borrowed(buf) };
-        status_result(self.start_and_wait(|d| d.irecv_on(comm, src, tag, rbuf, coll))?)
+        status_result(self.start_and_wait_holding(dev, |d| d.irecv_on(comm, src, tag, rbuf, coll))?)
     }
 
     fn wait_or_abandon(&mut self, h: ReqHandle) -> Result<Status> {

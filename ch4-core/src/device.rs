@@ -621,7 +621,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         if S::PRESENT {
             if let Some((want, Some(g))) = self.recv_target(comm, src, tag, coll)? {
                 if self.route_of(g) == Route::Shm {
-                    if let Some(st) = self.recv_direct(&want, g, buf)? {
+                    if let Some(st) = self.recv_direct(&want, g, buf, |_| false)? {
                         return status_result(st);
                     }
                 }
@@ -635,6 +635,32 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         self.wait_or_abandon(h)
     }
 
+    /// The direct path of a blocking receive ([`Device::recv`]'s, without a request), for a
+    /// caller that holds the device behind a lock: it watches for the message until
+    /// `stop(idle polls)` says to let go (another thread wants the device). `Ok(None)` when the
+    /// message did not come by then or the receive cannot go this way (not an on-node peer, a
+    /// wildcard source, a receive already posted): nothing is consumed then, and the caller
+    /// posts the receive the ordinary way. A status with an error is returned as a value.
+    pub fn recv_direct_until(
+        &mut self,
+        comm: CommId,
+        src: Rank,
+        tag: Tag,
+        buf: &mut [u8],
+        coll: bool,
+        stop: impl FnMut(u32) -> bool,
+    ) -> Result<Option<Status>> {
+        if !S::PRESENT {
+            return Ok(None);
+        }
+        match self.recv_target(comm, src, tag, coll)? {
+            Some((want, Some(g))) if self.route_of(g) == Route::Shm => {
+                self.recv_direct(&want, g, buf, stop)
+            }
+            _ => Ok(None),
+        }
+    }
+
     /// A blocking receive from an on-node peer without a request: the shm engine watches for
     /// the message and copies it straight into `buf`. `None` when the engine says the ordinary
     /// path is needed (nothing has been consumed then).
@@ -644,6 +670,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         want: &Envelope,
         peer: Gpid,
         buf: &mut [u8],
+        mut stop: impl FnMut(u32) -> bool,
     ) -> Result<Option<Status>> {
         use crate::transport::Direct;
         let mut idle = 0u32;
@@ -668,6 +695,10 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             self.flush_replies()?;
             if n == 0 {
                 idle += 1;
+                if stop(idle) {
+                    // Nothing is consumed between two steps: the ordinary path takes over.
+                    return Ok(None);
+                }
                 if idle % 256 == 0 && self.shm.peer_failed(peer) {
                     // The ordinary path drains what the peer sent before it failed the
                     // receive.
