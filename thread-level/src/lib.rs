@@ -321,6 +321,26 @@ impl<T> Drop for OwnedGuard<'_, T> {
     }
 }
 
+/// The mutex just taken as a held lock of thread `me`, unless the lock was closed (read under
+/// the mutex, so a thread that waited while it closed sees it).
+#[inline(always)]
+fn admit<'a, T>(
+    guard: MutexGuard<'a, T>,
+    me: usize,
+    owner: &'a AtomicUsize,
+    closed: &'a AtomicBool,
+) -> Option<OwnedGuard<'a, T>> {
+    if closed.load(Ordering::Relaxed) {
+        return None;
+    }
+    owner.store(me, Ordering::Relaxed);
+    Some(OwnedGuard {
+        guard,
+        owner,
+        closed,
+    })
+}
+
 impl<T> RankLock<T> for TryLock<T> {
     type Guard<'a>
         = OwnedGuard<'a, T>
@@ -351,15 +371,7 @@ impl<T> RankLock<T> for TryLock<T> {
                 });
             }
         };
-        if self.closed.load(Ordering::Relaxed) {
-            return Err(Refused::Closed);
-        }
-        self.owner.store(me, Ordering::Relaxed);
-        Ok(OwnedGuard {
-            guard,
-            owner: &self.owner,
-            closed: &self.closed,
-        })
+        admit(guard, me, &self.owner, &self.closed).ok_or(Refused::Closed)
     }
     fn try_enter(&self) -> Option<OwnedGuard<'_, T>> {
         self.enter().ok()
@@ -415,15 +427,7 @@ impl<T> RankLock<T> for WaitLock<T> {
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => self.enter_slow(me)?,
         };
-        if self.closed.load(Ordering::Relaxed) {
-            return Err(Refused::Closed);
-        }
-        self.owner.store(me, Ordering::Relaxed);
-        Ok(OwnedGuard {
-            guard,
-            owner: &self.owner,
-            closed: &self.closed,
-        })
+        admit(guard, me, &self.owner, &self.closed).ok_or(Refused::Closed)
     }
     fn try_enter(&self) -> Option<OwnedGuard<'_, T>> {
         let guard = match self.inner.try_lock() {
@@ -431,15 +435,7 @@ impl<T> RankLock<T> for WaitLock<T> {
             Err(TryLockError::Poisoned(p)) => p.into_inner(),
             Err(TryLockError::WouldBlock) => return None,
         };
-        if self.closed.load(Ordering::Relaxed) {
-            return None;
-        }
-        self.owner.store(thread_token(), Ordering::Relaxed);
-        Some(OwnedGuard {
-            guard,
-            owner: &self.owner,
-            closed: &self.closed,
-        })
+        admit(guard, thread_token(), &self.owner, &self.closed)
     }
     fn close(guard: OwnedGuard<'_, T>) {
         guard.close();
