@@ -143,10 +143,8 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Context<N, S, L> {
     /// Wraps a device that has already been connected to its peers, at the thread level `L`
     /// (`Context::<_, _, Multiple>::at_level(device)`).
     pub fn at_level(device: ch4_core::Device<N, S>) -> Context<N, S, L> {
-        match Context::with_vcis(device, Vec::new()) {
-            Ok(ctx) => ctx,
-            Err(_) => unreachable!("a rank of one VCI"),
-        }
+        let (world, self_comm) = (device.world(), device.self_comm());
+        Context::of_vcis(world, self_comm, L::Vcis::one(L::Lock::new(device)))
     }
 
     /// Wraps the devices of a rank's VCIs (virtual communication interfaces): `first`, which
@@ -175,16 +173,25 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Context<N, S, L> {
                 ),
             )
         })?;
-        let rank = RankState {
-            world,
-            self_comm,
-            vcis,
-            detached: L::Lock::new(Vec::new()),
-            finalized: AtomicBool::new(false),
-        };
-        Ok(Context {
-            rank: L::share(rank),
-        })
+        Ok(Context::of_vcis(world, self_comm, vcis))
+    }
+
+    /// The context of a rank whose devices are `vcis`, the first holding `world` and
+    /// `self_comm`.
+    fn of_vcis(
+        world: CommId,
+        self_comm: CommId,
+        vcis: L::Vcis<L::Lock<ch4_core::Device<N, S>>>,
+    ) -> Context<N, S, L> {
+        Context {
+            rank: L::share(RankState {
+                world,
+                self_comm,
+                vcis,
+                detached: L::Lock::new(Vec::new()),
+                finalized: AtomicBool::new(false),
+            }),
+        }
     }
 
     /// How many VCIs this rank has (`CH4_NUM_VCIS` at [`Multiple`], else 1).

@@ -234,8 +234,11 @@ pub fn init_with_level<L: ThreadLevel>(config: DeviceConfig, _level: L) -> Resul
     for (net, shm) in nets.into_iter().zip(shms) {
         devices.push(Device::new(net, shm, rank, size, config)?);
     }
-    let first = devices.remove(0);
-    let ctx = Context::with_vcis(first, devices)?;
+    let mut devices = devices.into_iter();
+    let first = devices
+        .next()
+        .ok_or_else(|| Error::new(ErrorKind::Internal, "a rank without a VCI"))?;
+    let ctx = Context::with_vcis(first, devices.collect())?;
     if rank == 0 {
         crate::settings::print_summary_if_asked(&ctx);
     }

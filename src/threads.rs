@@ -325,8 +325,11 @@ impl ThreadJob {
                 let shm = Sh::for_thread(self, rank, vci)?;
                 devices.push(Device::new(net, shm, rank, n, device)?);
             }
-            let first = devices.remove(0);
-            Context::with_vcis(first, devices)
+            let mut devices = devices.into_iter();
+            let first = devices
+                .next()
+                .ok_or_else(|| Error::new(ErrorKind::Internal, "a rank without a VCI"))?;
+            Context::with_vcis(first, devices.collect())
         })();
         let ctx = match started {
             Ok(ctx) => ctx,

@@ -488,6 +488,10 @@ pub trait VciSet<T> {
     fn new(first: T, rest: Vec<T>) -> Result<Self, Vec<T>>
     where
         Self: Sized;
+    /// The set of `first` alone.
+    fn one(first: T) -> Self
+    where
+        Self: Sized;
     /// VCI `i` (the first for an index out of range; indices come from the rank itself).
     fn get(&self, i: usize) -> &T;
     /// How many there are (at least one).
@@ -507,6 +511,9 @@ pub trait VciSet<T> {
 pub struct One<T>(T);
 
 impl<T> VciSet<T> for One<T> {
+    fn one(first: T) -> Self {
+        One(first)
+    }
     fn new(first: T, rest: Vec<T>) -> Result<Self, Vec<T>> {
         if rest.is_empty() {
             Ok(One(first))
@@ -538,6 +545,12 @@ pub struct Many<T> {
 }
 
 impl<T> VciSet<T> for Many<T> {
+    fn one(first: T) -> Self {
+        Many {
+            first,
+            rest: Box::new([]),
+        }
+    }
     fn new(first: T, rest: Vec<T>) -> Result<Self, Vec<T>> {
         Ok(Many {
             first,
