@@ -114,3 +114,4 @@ UCX_TLS=posix,sysv,cma,self cargo test --features ucx --test pt2pt --test multit
 cargo test --features ucx --test pt2pt ucx
 UCX_TLS=tcp UCX_NET_DEVICES=lo cargo test --features ucx --test process --test flood
 ./scripts/loom.sh
+./scripts/tsan.sh
