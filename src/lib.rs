@@ -427,6 +427,9 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> RankState<N, S, L> {
                 std::thread::yield_now();
             }
         }
+        // Read before the VCIs are taken: the list's lock is always taken before a VCI's,
+        // never after (`reap_detached` holds it while it enters them).
+        let detached = self.detached().map_or(0, |d| d.len());
         // Every VCI at once, in order (the one place a rank takes them all): no thread calls
         // while the rank leaves.
         let mut devs = Vec::with_capacity(self.vcis.len());
@@ -439,7 +442,6 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> RankState<N, S, L> {
         for dev in &mut devs {
             let _ = dev.flush(FINALIZE_LIMIT);
         }
-        let detached = self.detached().map_or(0, |d| d.len());
         let pending = devs
             .iter()
             .map(|d| d.pending_requests())
