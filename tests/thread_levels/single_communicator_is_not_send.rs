@@ -1,9 +1,10 @@
 // A communicator of a single-threaded rank cannot move to another thread.
+fn must_be_send<T: Send>(_: T) {}
+
 fn main() {
     ch4::threads::Threads::new(1)
         .run(|ctx| {
-            let world = ctx.world();
-            std::thread::spawn(move || world.rank()).join().unwrap();
+            must_be_send(ctx.world());
             Ok(())
         })
         .unwrap();
