@@ -104,7 +104,7 @@ impl<T: Pod + Send, N: Netmod, S: Shm, L: ThreadLevel> OwnedRequest<T, N, S, L> 
 
     /// Blocks until the operation completes and hands the buffer back with the outcome: the
     /// status, or the error the operation completed with (a truncated receive's buffer holds
-    /// what fitted, and the error's [`Error::status`] the source, tag and byte count).
+    /// what fitted, and the error's [`Error::status`](crate::Error::status) the source, tag and byte count).
     ///
     /// Called from inside a reduction operator, where the device is busy, the buffer cannot be
     /// taken from it: the rank keeps it until the operation completes, and an empty vector

@@ -146,7 +146,7 @@ pub struct Shared<'l, L: DeviceLock>(pub &'l L);
 impl<L: DeviceLock> Shared<'_, L> {
     /// Polls until `ready` gives an answer, with the lock taken for each poll and let go
     /// between two. `ready` runs before each progress step; when progress finds nothing to do,
-    /// every [`PEER_CHECK_EVERY`]th time `idle_check` runs (to fail requests whose peers are
+    /// every 256th time `idle_check` runs (to fail requests whose peers are
     /// gone).
     pub fn block_until<R>(
         &self,

@@ -145,60 +145,32 @@ impl sealed::Sealed for Funneled {}
 impl sealed::Sealed for Serialized {}
 impl sealed::Sealed for Multiple {}
 
-macro_rules! unthreaded_level {
-    ($t:ty, $level:expr) => {
+/// A level's [`ThreadLevel`] impl: its value, whether its waits let go of the device, and how
+/// its handles share the rank (`Rc` or `Arc`), guard it and hold its VCIs.
+macro_rules! thread_level {
+    ($t:ty, $level:expr, yields: $yields:expr, $shared:ident, $lock:ident, $vcis:ident) => {
         impl ThreadLevel for $t {
             const LEVEL: Level = $level;
-            const YIELDS: bool = false;
-            type Shared<T> = Rc<T>;
-            type Lock<T> = RefCell<T>;
-            type Vcis<T> = One<T>;
+            const YIELDS: bool = $yields;
+            type Shared<T> = $shared<T>;
+            type Lock<T> = $lock<T>;
+            type Vcis<T> = $vcis<T>;
             #[inline(always)]
-            fn share<T>(value: T) -> Rc<T> {
-                Rc::new(value)
+            fn share<T>(value: T) -> $shared<T> {
+                $shared::new(value)
             }
             #[inline(always)]
-            fn same<T>(a: &Rc<T>, b: &Rc<T>) -> bool {
-                Rc::ptr_eq(a, b)
+            fn same<T>(a: &$shared<T>, b: &$shared<T>) -> bool {
+                $shared::ptr_eq(a, b)
             }
         }
     };
 }
 
-unthreaded_level!(Single, Level::Single);
-unthreaded_level!(Funneled, Level::Funneled);
-
-impl ThreadLevel for Serialized {
-    const LEVEL: Level = Level::Serialized;
-    const YIELDS: bool = false;
-    type Shared<T> = Arc<T>;
-    type Lock<T> = TryLock<T>;
-    type Vcis<T> = One<T>;
-    #[inline(always)]
-    fn share<T>(value: T) -> Arc<T> {
-        Arc::new(value)
-    }
-    #[inline(always)]
-    fn same<T>(a: &Arc<T>, b: &Arc<T>) -> bool {
-        Arc::ptr_eq(a, b)
-    }
-}
-
-impl ThreadLevel for Multiple {
-    const LEVEL: Level = Level::Multiple;
-    const YIELDS: bool = true;
-    type Shared<T> = Arc<T>;
-    type Lock<T> = WaitLock<T>;
-    type Vcis<T> = Many<T>;
-    #[inline(always)]
-    fn share<T>(value: T) -> Arc<T> {
-        Arc::new(value)
-    }
-    #[inline(always)]
-    fn same<T>(a: &Arc<T>, b: &Arc<T>) -> bool {
-        Arc::ptr_eq(a, b)
-    }
-}
+thread_level!(Single, Level::Single, yields: false, Rc, RefCell, One);
+thread_level!(Funneled, Level::Funneled, yields: false, Rc, RefCell, One);
+thread_level!(Serialized, Level::Serialized, yields: false, Arc, TryLock, One);
+thread_level!(Multiple, Level::Multiple, yields: true, Arc, WaitLock, Many);
 
 /// Why a lock refused to be taken.
 #[doc(hidden)]
