@@ -231,6 +231,39 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Context<N, S, L> {
         self.rank.device(0)
     }
 
+    /// The device of VCI `vci`, held, as [`Context::device`] holds the first; an index past
+    /// the last VCI names the first. Blocking on it while it is held keeps other threads off
+    /// the VCI: a blocking operation runs on [`Context::vci_lock`] instead.
+    pub fn device_at(&self, vci: usize) -> Result<DeviceGuard<'_, N, S, L>> {
+        self.rank
+            .device(if vci < self.rank.vcis.len() { vci } else { 0 })
+    }
+
+    /// VCI `vci`'s device behind its lock, for code that drives the device directly (the C
+    /// library does, with its own handles): a step that does not wait holds it
+    /// ([`DeviceLock::enter`]); a blocking one runs on [`ch4_core::blocking::Shared`] over it,
+    /// which lets other threads in between polls. An index past the last VCI names the first.
+    pub fn vci_lock(&self, vci: usize) -> VciLock<'_, N, S, L> {
+        self.rank
+            .vci(if vci < self.rank.vcis.len() { vci } else { 0 })
+    }
+
+    /// The VCI a communicator with point-to-point context id `context` is bound to (the same
+    /// on every member, see [`Context::with_vcis`]).
+    pub fn vci_of_context(&self, context: u32) -> usize {
+        self.rank.vci_of_context(context)
+    }
+
+    /// Adds a communicator just agreed on by its members (with [`ch4_core::coll::new_dup`],
+    /// `new_split` or `new_create` on its parent's VCI) to the VCI its context id binds it to;
+    /// returns that VCI and the communicator's id there. [`Communicator::dup`] and its kin do
+    /// this themselves; code that holds raw communicator ids (the C library) calls it.
+    pub fn adopt_comm(&self, comm: ch4_core::comm::Comm) -> Result<(usize, CommId)> {
+        let vci = self.rank.vci_of_context(comm.context);
+        let id = self.rank.device(vci)?.adopt_comm(comm)?;
+        Ok((vci, id))
+    }
+
     /// Runs `f` with a scope for nonblocking operations. Buffers lent to requests made in the
     /// scope must outlive it; when `f` returns (or panics), every request of the scope that is
     /// still pending is completed first — so even a forgotten request cannot outlive its buffer.
@@ -474,7 +507,12 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> RankState<N, S, L> {
 }
 
 /// One VCI of a rank, as the lock that blocking operations on it let go of between polls.
-pub(crate) struct VciLock<'r, N: Netmod, S: Shm, L: ThreadLevel> {
+///
+/// [`Context::vci_lock`] gives it to code that drives the device itself (the C library):
+/// with [`ch4_core::blocking::Shared`] it runs the blocking operations of
+/// [`ch4_core::blocking::Blocking`] and [`ch4_core::coll`], and [`DeviceLock::enter`] holds
+/// the VCI's device for a step that does not wait.
+pub struct VciLock<'r, N: Netmod, S: Shm, L: ThreadLevel> {
     rank: &'r RankState<N, S, L>,
     vci: usize,
 }

@@ -80,6 +80,14 @@ impl<L: ThreadLevel> Universe<L> {
         self.finish()
     }
 
+    /// [`Universe::finalize`] through a shared reference, for a universe that other threads
+    /// may still reach (the C library's at `MPI_THREAD_MULTIPLE`, which lives until the
+    /// process ends): their later calls fail with an error instead of using a finalized rank.
+    /// Dropping the universe afterwards does nothing more.
+    pub fn finalize_shared(&self) -> Result<()> {
+        self.finish()
+    }
+
     fn finish(&self) -> Result<()> {
         let Some(mut c) = self.client().take() else {
             return Ok(());

@@ -20,6 +20,8 @@ extern "C" {
 
 /* MPI_Init, and what the harness needs (the verbosity from MTEST_VERBOSE). */
 void MTest_Init(int *argc, char ***argv);
+/* MPI_Init_thread, and the same (declared again in mpithreadtest.h for the threaded tests). */
+void MTest_Init_thread(int *argc, char ***argv, int required, int *provided);
 /* Sums the errors of every rank; rank 0 prints " No Errors" or " Found N errors"; then
  * MPI_Finalize. */
 void MTest_Finalize(int errs);
@@ -36,6 +38,12 @@ void MTestSleep(int sec);
  * processes. Free each with MTestFreeComm. */
 int MTestGetIntracommGeneral(MPI_Comm *comm, int min_size, int allow_size_change);
 int MTestGetIntracomm(MPI_Comm *comm, int min_size);
+/* The program's "-key=value" arguments: MTestArgListGetInt(l, "iter") is the value of
+ * -iter=N (a missing one aborts the job). */
+typedef struct MTestArgList MTestArgList;
+MTestArgList *MTestArgListCreate(int argc, char **argv);
+int MTestArgListGetInt(MTestArgList *head, const char *key);
+void MTestArgListDestroy(MTestArgList *head);
 /* Frees a communicator from MTestGetIntracommGeneral (not the predefined ones). */
 void MTestFreeComm(MPI_Comm *comm);
 

@@ -21,6 +21,53 @@ void MTest_Init(int *argc, char ***argv)
         MPI_Init(argc, argv);
 }
 
+void MTest_Init_thread(int *argc, char ***argv, int required, int *provided)
+{
+    int flag = 0;
+    const char *v = getenv("MTEST_VERBOSE");
+    if (v)
+        verbose = atoi(v);
+    MPI_Initialized(&flag);
+    if (!flag)
+        MPI_Init_thread(argc, argv, required, provided);
+    else
+        MPI_Query_thread(provided);
+}
+
+/* The program's "-key=value" arguments, kept as given. */
+struct MTestArgList {
+    int argc;
+    char **argv;
+};
+
+MTestArgList *MTestArgListCreate(int argc, char **argv)
+{
+    MTestArgList *l = malloc(sizeof *l);
+    l->argc = argc;
+    l->argv = argv;
+    return l;
+}
+
+int MTestArgListGetInt(MTestArgList *head, const char *key)
+{
+    size_t n = strlen(key);
+    for (int i = 1; i < head->argc; i++) {
+        const char *a = head->argv[i];
+        while (*a == '-')
+            a++;
+        if (strncmp(a, key, n) == 0 && a[n] == '=')
+            return atoi(a + n + 1);
+    }
+    fprintf(stderr, "MTestArgListGetInt: no argument -%s=<int>\n", key);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 0;
+}
+
+void MTestArgListDestroy(MTestArgList *head)
+{
+    free(head);
+}
+
 void MTest_Finalize(int errs)
 {
     int rank = 0, total = 0;

@@ -11,6 +11,8 @@ use std::ffi::c_int;
 
 use ch4_core::{ReqHandle, Status};
 
+pub(crate) use crate::state::DevReq;
+
 /// Any MPI handle as it crosses the ABI (a pointer to an incomplete struct in C).
 pub type Handle = usize;
 
@@ -128,8 +130,10 @@ pub const UNEQUAL: c_int = 204;
 pub const CART: c_int = 211;
 /// `MPI_THREAD_SINGLE`.
 pub const THREAD_SINGLE: c_int = 0;
-/// `MPI_THREAD_FUNNELED`.
-pub const THREAD_FUNNELED: c_int = 1024;
+/// `MPI_THREAD_SERIALIZED`.
+pub const THREAD_SERIALIZED: c_int = 2048;
+/// `MPI_THREAD_MULTIPLE`.
+pub const THREAD_MULTIPLE: c_int = 4096;
 /// `MPI_IN_PLACE`.
 pub const IN_PLACE: usize = 1;
 /// `MPI_MAX_PROCESSOR_NAME`, `MPI_MAX_ERROR_STRING`, `MPI_MAX_LIBRARY_VERSION_STRING`,
@@ -255,8 +259,8 @@ pub fn message_in(h: Handle) -> Option<usize> {
 pub enum Req {
     /// `MPI_REQUEST_NULL`.
     Null,
-    /// A request of the device.
-    Device(ReqHandle),
+    /// A request of the device of a VCI.
+    Device(DevReq),
     /// A persistent request: its index in the library's table.
     Persistent(usize),
 }
@@ -266,12 +270,23 @@ pub fn persistent_out(i: usize) -> Handle {
     (i as u64 | PERSISTENT_BIT) as Handle
 }
 
+/// Where a device request's VCI sits in its C handle: above the pool index, which the
+/// device's request ceiling (2^22 requests, `DeviceConfig::requests`) keeps below bit 24, and
+/// below the generation (bit 32 up). The one index the ceiling does not bound,
+/// [`ReqHandle::DONE`]'s, has all 32 bits set; it names no request on any VCI, so it travels
+/// as it is, on VCI 0.
+const VCI_SHIFT: u32 = 24;
+/// The VCI bits (up to 64 VCIs, `CH4_NUM_VCIS`'s maximum).
+const VCI_MASK: u64 = 0x3f << VCI_SHIFT;
+/// The index bits of a handle.
+const INDEX_MASK: u64 = 0xffff_ffff;
+
 /// What C handle `h` is; an error for anything that was never a request.
 #[inline(always)]
 pub fn req_in(h: Handle) -> Result<Req, ()> {
     let raw = h as u64;
-    if raw & REQUEST_BIT != 0 {
-        Ok(Req::Device(ReqHandle::from_raw(raw & !REQUEST_BIT)))
+    if let Some(r) = device_request(h) {
+        Ok(Req::Device(r))
     } else if raw & PERSISTENT_BIT != 0 {
         Ok(Req::Persistent((raw & !PERSISTENT_BIT) as usize))
     } else if h == REQUEST_NULL {
@@ -284,15 +299,35 @@ pub fn req_in(h: Handle) -> Result<Req, ()> {
 /// The device request behind C handle `h`, if it is one: the check the completion functions
 /// make first, since almost every request a program waits for is one.
 #[inline(always)]
-pub fn device_request(h: Handle) -> Option<ReqHandle> {
+pub fn device_request(h: Handle) -> Option<DevReq> {
     let raw = h as u64;
-    (raw & REQUEST_BIT != 0).then(|| ReqHandle::from_raw(raw & !REQUEST_BIT))
+    if raw & REQUEST_BIT == 0 {
+        return None;
+    }
+    let raw = raw & !REQUEST_BIT;
+    Some(if raw & INDEX_MASK == INDEX_MASK {
+        DevReq {
+            h: ReqHandle::from_raw(raw),
+            vci: 0,
+        }
+    } else {
+        DevReq {
+            h: ReqHandle::from_raw(raw & !VCI_MASK),
+            vci: ((raw & VCI_MASK) >> VCI_SHIFT) as usize,
+        }
+    })
 }
 
 /// The C handle of a device request.
 #[inline(always)]
-pub fn request_out(h: ReqHandle) -> Handle {
-    (h.to_raw() | REQUEST_BIT) as Handle
+pub fn request_out(r: DevReq) -> Handle {
+    let raw = r.h.to_raw();
+    let vci = if raw & INDEX_MASK == INDEX_MASK {
+        0
+    } else {
+        ((r.vci as u64) << VCI_SHIFT) & VCI_MASK
+    };
+    (raw | vci | REQUEST_BIT) as Handle
 }
 
 #[cfg(test)]
@@ -316,14 +351,24 @@ mod tests {
             ReqHandle::DONE,
             ReqHandle::from_raw(0),
             ReqHandle::from_raw(0x180),
+            ReqHandle::from_raw((7 << 32) | 0x3f_ffff),
         ] {
-            let c = request_out(h);
-            assert_ne!(c, REQUEST_NULL);
-            assert_eq!(req_in(c), Ok(Req::Device(h)));
+            for vci in [0, 1, 63] {
+                let c = request_out(DevReq { h, vci });
+                assert_ne!(c, REQUEST_NULL);
+                let vci = if h == ReqHandle::DONE { 0 } else { vci };
+                assert_eq!(req_in(c), Ok(Req::Device(DevReq { h, vci })));
+            }
         }
         assert_eq!(req_in(REQUEST_NULL), Ok(Req::Null));
         assert_eq!(req_in(persistent_out(3)), Ok(Req::Persistent(3)));
         assert_eq!(req_in(0x1234), Err(()));
+    }
+
+    #[test]
+    fn the_request_ceiling_leaves_room_for_the_vci() {
+        let max = ch4_core::core::DeviceConfig::default().requests.max as u64;
+        assert!(max <= 1 << VCI_SHIFT);
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! What every MPI function does around its body: enter the process's state (where the thread
-//! rule is checked), report a failure through the communicator's error handler, write results
+//! rule is checked), run blocking device work on the communicator's VCI, report a failure through the communicator's error handler, write results
 //! through the pointers the C program passed, and name a null argument.
 //!
 //! Every chapter's module uses them, so they live apart from all of them. The ones the hot
@@ -20,17 +20,41 @@ use crate::state::{self, State};
 pub(crate) fn call(
     comm: Handle,
     func: &'static str,
-    f: impl FnOnce(&mut State) -> ch4::Result<()>,
+    f: impl FnOnce(&State) -> ch4::Result<()>,
 ) -> c_int {
-    let mut st = match state::enter() {
+    let st = match state::enter() {
         Ok(st) => st,
         Err(code) => return code,
     };
-    match f(&mut st) {
+    match f(&st) {
         Ok(()) => class::SUCCESS,
-        Err(e) => errors::fail(&mut st, comm, func, &e),
+        Err(e) => errors::fail(&st, comm, func, &e),
     }
 }
+
+/// Runs a blocking device operation `$body` on VCI `$vci` of the state `$st`, with `$b` a
+/// [`ch4_core::blocking::Blocking`]: below `MPI_THREAD_MULTIPLE` the one device, held for the
+/// whole call as it always was; at it, the VCI shared, let go between polls so that the other
+/// threads of the rank (which may be the ones this wait needs) get in. Steps that do not wait
+/// run through `$b.visit`. The body is compiled for both; the rank's level picks one.
+macro_rules! on_device {
+    ($st:expr, $vci:expr, |$b:ident| $body:expr) => {{
+        match &$st.rank {
+            $crate::state::Rank::Single(u) => {
+                let mut dev = u.0.context().device()?;
+                let $b: &mut $crate::state::Device = &mut dev;
+                $body
+            }
+            $crate::state::Rank::Multiple(u) => {
+                let lock = u.context().vci_lock($vci);
+                let mut shared = ch4_core::blocking::Shared(&lock);
+                let $b = &mut shared;
+                $body
+            }
+        }
+    }};
+}
+pub(crate) use on_device;
 
 /// Ends a call whose body ran on the entered state: success, or the error through
 /// communicator `comm`'s handler. The hot functions (send, receive, wait) use it with a body
@@ -38,7 +62,7 @@ pub(crate) fn call(
 /// one function with its arguments in registers.
 #[inline(always)]
 pub(crate) fn finish_call(
-    st: &mut State,
+    st: &State,
     comm: Handle,
     func: &'static str,
     r: ch4::Result<()>,

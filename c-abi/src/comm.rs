@@ -14,8 +14,10 @@ use std::ffi::{c_int, c_void};
 use ch4_core::ErrorKind;
 
 use crate::abi::{self, Handle, CONGRUENT, IDENT};
-use crate::call::{call, null_arg, put};
+use crate::call::{call, null_arg, on_device, put};
 use crate::groups::{compare, group_in};
+use crate::state::{CommRef, State};
+use ch4_core::comm::Comm;
 
 /// `MPI_Comm_rank`.
 ///
@@ -24,8 +26,9 @@ use crate::groups::{compare, group_in};
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_rank(comm: Handle, rank: *mut c_int) -> c_int {
     call(comm, "MPI_Comm_rank", |st| {
-        let id = st.comm(comm)?;
-        let r = st.device()?.rank(id)?;
+        let c = st.comm(comm)?;
+        let id = c.id;
+        let r = st.device(c.vci)?.rank(id)?;
         // SAFETY: the caller's contract.
         unsafe { put(rank, r) };
         Ok(())
@@ -39,8 +42,9 @@ pub unsafe extern "C" fn MPI_Comm_rank(comm: Handle, rank: *mut c_int) -> c_int 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_size(comm: Handle, size: *mut c_int) -> c_int {
     call(comm, "MPI_Comm_size", |st| {
-        let id = st.comm(comm)?;
-        let n = st.device()?.size(id)?;
+        let c = st.comm(comm)?;
+        let id = c.id;
+        let n = st.device(c.vci)?.size(id)?;
         // SAFETY: the caller's contract.
         unsafe { put(size, n) };
         Ok(())
@@ -54,10 +58,10 @@ pub unsafe extern "C" fn MPI_Comm_size(comm: Handle, size: *mut c_int) -> c_int 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_dup(comm: Handle, newcomm: *mut Handle) -> c_int {
     call(comm, "MPI_Comm_dup", |st| {
-        let slot = st.slot(comm)?;
-        let (id, fatal) = (slot.id, slot.fatal);
-        let new = st.device()?.comm_dup(id)?;
-        let h = st.add_comm(new, fatal);
+        let (c, fatal) = parent(st, comm)?;
+        let new = on_device!(st, c.vci, |b| ch4_core::coll::new_dup(b, c.id))?;
+        let new = st.adopt_comm(new)?;
+        let h = st.add_comm(new.id, new.vci, fatal);
         // SAFETY: the caller's contract.
         unsafe { put(newcomm, h) };
         Ok(())
@@ -76,10 +80,11 @@ pub unsafe extern "C" fn MPI_Comm_split(
     newcomm: *mut Handle,
 ) -> c_int {
     call(comm, "MPI_Comm_split", |st| {
-        let slot = st.slot(comm)?;
-        let (id, fatal) = (slot.id, slot.fatal);
-        let new = st.device()?.comm_split(id, color, key)?;
-        let h = new.map_or(abi::COMM_NULL, |c| st.add_comm(c, fatal));
+        let (c, fatal) = parent(st, comm)?;
+        let new = on_device!(st, c.vci, |b| ch4_core::coll::new_split(
+            b, c.id, color, key
+        ))?;
+        let h = adopt_all(st, new, fatal)?;
         // SAFETY: the caller's contract.
         unsafe { put(newcomm, h) };
         Ok(())
@@ -107,9 +112,10 @@ pub unsafe extern "C" fn MPI_Comm_free(comm: *mut Handle) -> c_int {
                 "MPI_COMM_WORLD, MPI_COMM_SELF and MPI_COMM_NULL cannot be freed",
             ));
         }
-        let id = st.comm(h)?;
-        st.device()?.comm_free(id)?;
-        st.comms[h - abi::COMM_BASE] = None;
+        let c = st.comm(h)?;
+        let id = c.id;
+        st.device(c.vci)?.comm_free(id)?;
+        st.comms.lock()[h - abi::COMM_BASE] = None;
         // SAFETY: the caller's contract.
         unsafe { comm.write(abi::COMM_NULL) };
         Ok(())
@@ -127,11 +133,10 @@ pub unsafe extern "C" fn MPI_Comm_create(
     newcomm: *mut Handle,
 ) -> c_int {
     call(comm, "MPI_Comm_create", |st| {
-        let slot = st.slot(comm)?;
-        let (id, fatal) = (slot.id, slot.fatal);
+        let (c, fatal) = parent(st, comm)?;
         let g = group_in(st, group)?;
-        let new = st.device()?.comm_create(id, &g)?;
-        let h = new.map_or(abi::COMM_NULL, |c| st.add_comm(c, fatal));
+        let new = on_device!(st, c.vci, |b| ch4_core::coll::new_create(b, c.id, &g))?;
+        let h = adopt_all(st, new, fatal)?;
         // SAFETY: the caller's contract.
         unsafe { put(newcomm, h) };
         Ok(())
@@ -153,8 +158,9 @@ pub unsafe extern "C" fn MPI_Comm_compare(
         let r = if comm1 == comm2 {
             IDENT
         } else {
-            let dev = st.device()?;
-            match compare(&dev.comm_group(a)?, &dev.comm_group(b)?) {
+            let ga = st.device(a.vci)?.comm_group(a.id)?;
+            let gb = st.device(b.vci)?.comm_group(b.id)?;
+            match compare(&ga, &gb) {
                 IDENT => CONGRUENT,
                 other => other,
             }
@@ -162,6 +168,31 @@ pub unsafe extern "C" fn MPI_Comm_compare(
         // SAFETY: the caller's contract.
         unsafe { put(result, r) };
         Ok(())
+    })
+}
+
+/// A parent communicator: where a new one is agreed on, and the error handler it passes on.
+pub(crate) fn parent(st: &State, comm: Handle) -> ch4::Result<(CommRef, bool)> {
+    st.with_slot(comm, |s| {
+        (
+            CommRef {
+                id: s.id,
+                vci: s.vci,
+            },
+            s.fatal,
+        )
+    })
+}
+
+/// A handle for the communicator just agreed on (`MPI_COMM_NULL` for none), added to the VCI
+/// its context id binds it to.
+pub(crate) fn adopt_all(st: &State, new: Option<Comm>, fatal: bool) -> ch4::Result<Handle> {
+    Ok(match new {
+        None => abi::COMM_NULL,
+        Some(c) => {
+            let c = st.adopt_comm(c)?;
+            st.add_comm(c.id, c.vci, fatal)
+        }
     })
 }
 

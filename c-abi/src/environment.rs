@@ -5,15 +5,15 @@
 //!
 //! These are the calls that stand outside the process's state or before it: `MPI_Init` makes
 //! it, `MPI_Finalize` takes it out, and the queries answer before, during and after MPI, so
-//! none of them goes through `call` (which needs a running MPI). The thread level is
-//! `MPI_THREAD_FUNNELED` because that is what `state` checks on every call.
+//! none of them goes through `call` (which needs a running MPI). The thread level is the
+//! one the program asks for; `state` keeps to its rule on every call.
 
 use std::ffi::{c_char, c_double, c_int};
 
 use crate::abi::{self, class, Handle};
 use crate::call::{put, put_string};
 use crate::errors;
-use crate::state::{self, Phase, State};
+use crate::state::{self, Phase, Rank};
 
 /// `MPI_Init`: joins the job (`ch4run`, Hydra or alone).
 ///
@@ -21,11 +21,17 @@ use crate::state::{self, Phase, State};
 /// The arguments are ignored (they may be null).
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Init(_argc: *mut c_int, _argv: *mut *mut *mut c_char) -> c_int {
-    init("MPI_Init")
+    match init("MPI_Init", abi::THREAD_SINGLE) {
+        Ok(_) => class::SUCCESS,
+        Err(code) => code,
+    }
 }
 
-/// `MPI_Init_thread`: as `MPI_Init`; `provided` is `MPI_THREAD_FUNNELED` (or `SINGLE` when
-/// that was asked for): every call must come from the thread that initialized MPI.
+/// `MPI_Init_thread`: as `MPI_Init`, at the level `required` asks for, which is the level
+/// provided: at `MPI_THREAD_MULTIPLE` the rank has VCIs (`CH4_NUM_VCIS`, 4 unless set) and
+/// every thread calls at once; at `SERIALIZED` any thread calls, one at a time; at `FUNNELED`
+/// and `SINGLE` only the thread that initialized MPI. A call that breaks the level's rule fails
+/// with an error instead of racing.
 ///
 /// # Safety
 /// `provided` is null or valid for a write.
@@ -36,28 +42,23 @@ pub unsafe extern "C" fn MPI_Init_thread(
     required: c_int,
     provided: *mut c_int,
 ) -> c_int {
-    let code = init("MPI_Init_thread");
-    if code == class::SUCCESS {
-        // SAFETY: the caller's contract.
-        unsafe {
-            put(
-                provided,
-                required.clamp(abi::THREAD_SINGLE, abi::THREAD_FUNNELED),
-            )
-        };
-    }
-    code
-}
-
-fn init(func: &str) -> c_int {
-    if state::phase() != Phase::Before {
-        return errors::refuse(func, "MPI was already initialized");
-    }
-    match ch4::process::init() {
-        Ok(u) => {
-            state::install(State::new(u));
+    match init("MPI_Init_thread", required) {
+        Ok(level) => {
+            // SAFETY: the caller's contract.
+            unsafe { put(provided, level) };
             class::SUCCESS
         }
+        Err(code) => code,
+    }
+}
+
+/// Joins the job at thread level `required`; the level provided.
+fn init(func: &str, required: c_int) -> Result<c_int, c_int> {
+    if state::phase() != Phase::Before {
+        return Err(errors::refuse(func, "MPI was already initialized"));
+    }
+    match state::install(required) {
+        Ok(level) => Ok(level),
         Err(e) => {
             // No job to abort through yet: MPI_ERRORS_ARE_FATAL ends this process.
             eprintln!("ch4 MPI: {func}: {e}");
@@ -69,17 +70,19 @@ fn init(func: &str) -> c_int {
 /// `MPI_Finalize`: completes requests freed while active, then leaves the job in order.
 #[no_mangle]
 pub extern "C" fn MPI_Finalize() -> c_int {
-    let mut st = match state::take() {
+    let st = match state::leave() {
         Ok(st) => st,
         Err(code) => return code,
     };
-    let detached = std::mem::take(&mut st.detached);
-    if let Ok(mut dev) = st.device() {
-        for h in detached {
-            let _ = dev.wait_status(h);
-        }
+    let detached = std::mem::take(&mut *st.detached.lock());
+    for r in detached {
+        let _ = st.device(r.vci).and_then(|mut dev| dev.wait_status(r.h));
     }
-    match st.universe.finalize() {
+    let left = match &st.rank {
+        Rank::Single(u) => u.0.finalize_shared(),
+        Rank::Multiple(u) => u.finalize_shared(),
+    };
+    match left {
         Ok(()) => class::SUCCESS,
         Err(e) => {
             eprintln!("ch4 MPI: MPI_Finalize: {e}");
@@ -110,15 +113,21 @@ pub unsafe extern "C" fn MPI_Finalized(flag: *mut c_int) -> c_int {
     class::SUCCESS
 }
 
-/// `MPI_Query_thread`: `MPI_THREAD_FUNNELED`.
+/// `MPI_Query_thread`: the level `MPI_Init_thread` provided (`MPI_THREAD_SINGLE` after
+/// `MPI_Init`).
 ///
 /// # Safety
 /// `provided` is valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Query_thread(provided: *mut c_int) -> c_int {
-    // SAFETY: the caller's contract.
-    unsafe { put(provided, abi::THREAD_FUNNELED) };
-    class::SUCCESS
+    match state::with(|st| st.level) {
+        Ok(level) => {
+            // SAFETY: the caller's contract.
+            unsafe { put(provided, level) };
+            class::SUCCESS
+        }
+        Err(code) => code,
+    }
 }
 
 /// `MPI_Is_thread_main`: whether the caller is the thread that initialized MPI.
@@ -136,10 +145,7 @@ pub unsafe extern "C" fn MPI_Is_thread_main(flag: *mut c_int) -> c_int {
 /// `MPI_Abort`: ends every process of the job with `errorcode`.
 #[no_mangle]
 pub extern "C" fn MPI_Abort(_comm: Handle, errorcode: c_int) -> c_int {
-    let _ = state::with(|st| {
-        st.universe
-            .abort(errorcode, &format!("MPI_Abort({errorcode}) called"))
-    });
+    let _ = state::with(|st| st.abort(errorcode, &format!("MPI_Abort({errorcode}) called")));
     eprintln!("ch4 MPI: MPI_Abort({errorcode}) called");
     std::process::exit(errorcode)
 }

@@ -133,18 +133,18 @@ pub(crate) fn refuse(func: &str, why: &str) -> c_int {
 /// handler is fatal, else returns the error's code.
 #[cold]
 #[inline(never)]
-pub(crate) fn fail(st: &mut State, comm: Handle, func: &str, e: &ch4::Error) -> c_int {
+pub(crate) fn fail(st: &State, comm: Handle, func: &str, e: &ch4::Error) -> c_int {
     fail_with(st, comm, class_of(e.kind()), format!("{func}: {e}"))
 }
 
 /// Reports an error of class `class` with `message` on communicator `comm`, as [`fail`].
 #[cold]
 #[inline(never)]
-pub(crate) fn fail_with(st: &mut State, comm: Handle, class: c_int, message: String) -> c_int {
+pub(crate) fn fail_with(st: &State, comm: Handle, class: c_int, message: String) -> c_int {
     let code = register(class, message.clone());
     if st.fatal(comm) {
         eprintln!("ch4 MPI: {message} (MPI_ERRORS_ARE_FATAL: ending the job)");
-        st.universe.abort(code, &message);
+        st.abort(code, &message);
     }
     code
 }
@@ -219,7 +219,7 @@ pub extern "C" fn MPI_Comm_set_errhandler(comm: Handle, errhandler: Handle) -> c
                 ))
             }
         };
-        st.slot(comm)?.fatal = fatal;
+        st.with_slot(comm, |s| s.fatal = fatal)?;
         Ok(())
     })
 }
@@ -231,7 +231,7 @@ pub extern "C" fn MPI_Comm_set_errhandler(comm: Handle, errhandler: Handle) -> c
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_get_errhandler(comm: Handle, errhandler: *mut Handle) -> c_int {
     call(comm, "MPI_Comm_get_errhandler", |st| {
-        let h = if st.slot(comm)?.fatal {
+        let h = if st.with_slot(comm, |s| s.fatal)? {
             abi::ERRORS_ARE_FATAL
         } else {
             abi::ERRORS_RETURN

@@ -29,8 +29,7 @@ pub(crate) fn group_in(st: &State, h: Handle) -> ch4::Result<Group> {
     let raw = h as u64;
     (raw & GROUP_BIT != 0 && raw >> 60 == 0)
         .then_some((raw & !GROUP_BIT) as usize)
-        .and_then(|i| st.groups.get(i).and_then(Option::as_ref))
-        .cloned()
+        .and_then(|i| st.groups.cloned(i))
         .ok_or_else(|| {
             ch4::Error::new(
                 ErrorKind::Arg,
@@ -39,20 +38,11 @@ pub(crate) fn group_in(st: &State, h: Handle) -> ch4::Result<Group> {
         })
 }
 
-fn group_out(st: &mut State, g: Group) -> Handle {
+fn group_out(st: &State, g: Group) -> Handle {
     if g.size() == 0 {
         return GROUP_EMPTY;
     }
-    let i = match st.groups.iter().position(Option::is_none) {
-        Some(i) => {
-            st.groups[i] = Some(g);
-            i
-        }
-        None => {
-            st.groups.push(Some(g));
-            st.groups.len() - 1
-        }
-    };
+    let i = st.groups.insert(g);
     (i as u64 | GROUP_BIT) as Handle
 }
 
@@ -84,8 +74,9 @@ pub(crate) fn compare(a: &Group, b: &Group) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_group(comm: Handle, group: *mut Handle) -> c_int {
     call(comm, "MPI_Comm_group", |st| {
-        let id = st.comm(comm)?;
-        let g = st.device()?.comm_group(id)?;
+        let c = st.comm(comm)?;
+        let id = c.id;
+        let g = st.device(c.vci)?.comm_group(id)?;
         let h = group_out(st, g);
         // SAFETY: the caller's contract.
         unsafe { put(group, h) };
@@ -115,7 +106,7 @@ pub unsafe extern "C" fn MPI_Group_size(group: Handle, size: *mut c_int) -> c_in
 pub unsafe extern "C" fn MPI_Group_rank(group: Handle, rank: *mut c_int) -> c_int {
     call(abi::COMM_WORLD, "MPI_Group_rank", |st| {
         let g = group_in(st, group)?;
-        let me = st.device()?.gpid();
+        let me = st.device(0)?.gpid();
         // SAFETY: the caller's contract.
         unsafe { put(rank, g.rank_of(me).unwrap_or(abi::UNDEFINED)) };
         Ok(())
@@ -193,7 +184,7 @@ pub unsafe extern "C" fn MPI_Group_compare(
 unsafe fn derive(
     func: &'static str,
     newgroup: *mut Handle,
-    make: impl FnOnce(&mut State) -> ch4::Result<Group>,
+    make: impl FnOnce(&State) -> ch4::Result<Group>,
 ) -> c_int {
     call(abi::COMM_WORLD, func, |st| {
         if newgroup.is_null() {
@@ -323,7 +314,7 @@ pub unsafe extern "C" fn MPI_Group_free(group: *mut Handle) -> c_int {
         let h = unsafe { group.read() };
         if h != GROUP_EMPTY {
             group_in(st, h)?;
-            st.groups[((h as u64) & !GROUP_BIT) as usize] = None;
+            st.groups.remove(((h as u64) & !GROUP_BIT) as usize);
         }
         // SAFETY: the caller's contract.
         unsafe { group.write(GROUP_NULL) };

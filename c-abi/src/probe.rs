@@ -13,10 +13,11 @@ use std::ffi::{c_int, c_void};
 use ch4_core::{ErrorKind, Message};
 
 use crate::abi::{self, class, message_in, message_out, rank_in, tag_in, Handle, MpiStatus, Req};
-use crate::call::{call, null_arg, put};
+use crate::call::{call, null_arg, on_device, put};
 use crate::errors;
 use crate::requests::decode;
-use crate::state::State;
+use crate::state::{DevReq, State};
+use ch4_core::blocking::Blocking;
 
 /// `MPI_Probe`.
 ///
@@ -30,8 +31,11 @@ pub unsafe extern "C" fn MPI_Probe(
     status: *mut MpiStatus,
 ) -> c_int {
     call(comm, "MPI_Probe", |st| {
-        let id = st.comm(comm)?;
-        let s = st.device()?.probe(id, rank_in(source), tag_in(tag))?;
+        let c = st.comm(comm)?;
+        let id = c.id;
+        let (source, tag) = (rank_in(source), tag_in(tag));
+        let s = on_device!(st, c.vci, |b| b
+            .block_until(|d| d.iprobe(id, source, tag), |_| ()))?;
         // SAFETY: the caller's contract.
         unsafe { MpiStatus::put(status, &s) };
         Ok(())
@@ -51,8 +55,9 @@ pub unsafe extern "C" fn MPI_Iprobe(
     status: *mut MpiStatus,
 ) -> c_int {
     call(comm, "MPI_Iprobe", |st| {
-        let id = st.comm(comm)?;
-        let found = st.device()?.iprobe(id, rank_in(source), tag_in(tag))?;
+        let c = st.comm(comm)?;
+        let id = c.id;
+        let found = st.device(c.vci)?.iprobe(id, rank_in(source), tag_in(tag))?;
         // SAFETY: the caller's contract.
         unsafe {
             put(flag, c_int::from(found.is_some()));
@@ -64,29 +69,21 @@ pub unsafe extern "C" fn MPI_Iprobe(
     })
 }
 
-fn keep_message(st: &mut State, msg: Message) -> Handle {
+/// A handle for `msg`, taken by a matched probe on VCI `vci`.
+fn keep_message(st: &State, msg: Message, vci: usize) -> Handle {
     if matches!(msg, Message::NoProc) {
         return abi::MESSAGE_NO_PROC;
     }
-    let i = match st.messages.iter().position(Option::is_none) {
-        Some(i) => {
-            st.messages[i] = Some(msg);
-            i
-        }
-        None => {
-            st.messages.push(Some(msg));
-            st.messages.len() - 1
-        }
-    };
-    message_out(i)
+    message_out(st.messages.insert((msg, vci)))
 }
 
-fn take_message(st: &mut State, h: Handle) -> ch4::Result<Message> {
+/// The message behind handle `h`, and its VCI, taken out of the table.
+fn take_message(st: &State, h: Handle) -> ch4::Result<(Message, usize)> {
     if h == abi::MESSAGE_NO_PROC {
-        return Ok(Message::NoProc);
+        return Ok((Message::NoProc, 0));
     }
     message_in(h)
-        .and_then(|i| st.messages.get_mut(i).and_then(Option::take))
+        .and_then(|i| st.messages.remove(i))
         .ok_or_else(|| {
             ch4::Error::new(
                 ErrorKind::Request,
@@ -111,9 +108,12 @@ pub unsafe extern "C" fn MPI_Mprobe(
         if message.is_null() {
             return Err(null_arg("the message"));
         }
-        let id = st.comm(comm)?;
-        let (msg, s) = st.device()?.mprobe(id, rank_in(source), tag_in(tag))?;
-        let h = keep_message(st, msg);
+        let c = st.comm(comm)?;
+        let id = c.id;
+        let (source, tag) = (rank_in(source), tag_in(tag));
+        let (msg, s) = on_device!(st, c.vci, |b| b
+            .block_until(|d| d.improbe(id, source, tag), |_| ()))?;
+        let h = keep_message(st, msg, c.vci);
         // SAFETY: checked non-null; the caller's contract.
         unsafe {
             message.write(h);
@@ -140,12 +140,15 @@ pub unsafe extern "C" fn MPI_Improbe(
         if message.is_null() || flag.is_null() {
             return Err(null_arg("the flag or the message"));
         }
-        let id = st.comm(comm)?;
-        let found = st.device()?.improbe(id, rank_in(source), tag_in(tag))?;
+        let c = st.comm(comm)?;
+        let id = c.id;
+        let found = st
+            .device(c.vci)?
+            .improbe(id, rank_in(source), tag_in(tag))?;
         // SAFETY: checked non-null.
         unsafe { flag.write(c_int::from(found.is_some())) };
         if let Some((msg, s)) = found {
-            let h = keep_message(st, msg);
+            let h = keep_message(st, msg, c.vci);
             // SAFETY: checked non-null; the caller's contract.
             unsafe {
                 message.write(h);
@@ -176,11 +179,11 @@ pub unsafe extern "C" fn MPI_Mrecv(
         // SAFETY: the caller's contract; the receive completes before this returns.
         let b = unsafe { crate::buffers::rbuf(st, buf, count, datatype) }?;
         // SAFETY: the caller's contract.
-        let msg = take_message(st, unsafe { message.read() })?;
-        let got = {
-            let mut dev = st.device()?;
-            dev.imrecv(msg, b).and_then(|h| dev.wait(h))
-        };
+        let (msg, vci) = take_message(st, unsafe { message.read() })?;
+        let got = on_device!(st, vci, |bl| {
+            let h = bl.visit(|d| d.imrecv(msg, b))?;
+            Ok::<_, ch4::Error>(Blocking::wait_or_abandon(bl, h))
+        })?;
         // SAFETY: the caller's contract.
         unsafe { message.write(abi::MESSAGE_NULL) };
         let s = match &got {
@@ -215,12 +218,12 @@ pub unsafe extern "C" fn MPI_Imrecv(
         // SAFETY: the caller's contract: the buffer is the request's alone until it completes.
         let rbuf = unsafe { crate::buffers::rbuf(st, buf, count, datatype) }?;
         // SAFETY: the caller's contract.
-        let msg = take_message(st, unsafe { message.read() })?;
-        let h = st.device()?.imrecv(msg, rbuf)?;
+        let (msg, vci) = take_message(st, unsafe { message.read() })?;
+        let h = st.device(vci)?.imrecv(msg, rbuf)?;
         // SAFETY: checked non-null; the caller's contract.
         unsafe {
             message.write(abi::MESSAGE_NULL);
-            request.write(abi::request_out(h));
+            request.write(abi::request_out(DevReq { h, vci }));
         }
         Ok(())
     })
@@ -239,13 +242,15 @@ pub unsafe extern "C" fn MPI_Cancel(request: *mut Handle) -> c_int {
         }
         // SAFETY: the caller's contract.
         let c = unsafe { request.read() };
-        let h = match decode(c)? {
-            Req::Device(h) => Some(h),
-            Req::Persistent(i) => st.persistent(i)?.active,
+        let r = match decode(c)? {
+            Req::Device(r) => Some(r),
+            Req::Persistent(i) => {
+                st.with_persistent(i, |p| p.active.map(|h| DevReq { h, vci: p.vci }))?
+            }
             Req::Null => None,
         };
-        match h {
-            Some(h) => st.device()?.cancel(h),
+        match r {
+            Some(r) => st.device(r.vci)?.cancel(r.h),
             None => Err(ch4::Error::new(
                 ErrorKind::Request,
                 "an inactive request cannot be cancelled",
@@ -282,7 +287,10 @@ mod tests {
         assert_eq!(message_in(abi::MESSAGE_NO_PROC), None);
         assert_eq!(message_in(abi::persistent_out(5)), None);
         assert_eq!(
-            message_in(abi::request_out(ch4_core::ReqHandle::DONE)),
+            message_in(abi::request_out(crate::state::DevReq {
+                h: ch4_core::ReqHandle::DONE,
+                vci: 0,
+            })),
             None
         );
     }

@@ -15,7 +15,7 @@ use crate::abi::{self, class, Handle, MpiStatus, Req};
 use crate::call::{call, null_arg, put};
 use crate::datatype;
 use crate::errors;
-use crate::requests::{after, complete, decode, status_error, INACTIVE};
+use crate::requests::{after, complete, decode, device_of, status_error, INACTIVE};
 use crate::state::State;
 
 /// Completes every request of `requests` (`test`: only if all are complete), filling
@@ -24,7 +24,7 @@ use crate::state::State;
 /// # Safety
 /// `requests` has `count` handles; `statuses` is null or has `count` writable statuses.
 unsafe fn complete_all(
-    st: &mut State,
+    st: &State,
     count: c_int,
     requests: *mut Handle,
     statuses: *mut MpiStatus,
@@ -44,17 +44,12 @@ unsafe fn complete_all(
         decoded.push(decode(c)?);
     }
     if test {
-        st.device()?.progress()?;
+        st.progress()?;
         for &req in &decoded {
-            let h = match req {
-                Req::Null => continue,
-                Req::Device(h) => h,
-                Req::Persistent(i) => match st.persistent(i)?.active {
-                    None => continue,
-                    Some(h) => h,
-                },
+            let Some(r) = device_of(st, req)? else {
+                continue;
             };
-            if !st.device()?.is_done(h)? {
+            if !st.device(r.vci)?.is_done(r.h)? {
                 return Ok(false);
             }
         }
@@ -151,12 +146,7 @@ pub unsafe extern "C" fn MPI_Waitany(
         let mut active = Vec::new();
         for (i, &c) in reqs.iter().enumerate() {
             let req = decode(c)?;
-            let live = match req {
-                Req::Null => false,
-                Req::Device(_) => true,
-                Req::Persistent(p) => st.persistent(p)?.active.is_some(),
-            };
-            if live {
+            if device_of(st, req)?.is_some() {
                 active.push((i, req));
             }
         }
@@ -181,12 +171,8 @@ pub unsafe extern "C" fn MPI_Waitany(
                     return status_error(&done);
                 }
             }
-            idle = if st.device()?.progress()? == 0 {
-                idle + 1
-            } else {
-                0
-            };
-            st.device()?.pause(idle, None);
+            idle = if st.progress()? == 0 { idle + 1 } else { 0 };
+            st.pause(idle)?;
         }
     })
 }
@@ -208,12 +194,8 @@ unsafe fn requests<'a>(count: c_int, reqs: *mut Handle) -> ch4::Result<&'a mut [
 }
 
 /// Whether `req` is active (a device request, or a started persistent one).
-fn active(st: &mut State, req: Req) -> ch4::Result<bool> {
-    Ok(match req {
-        Req::Null => false,
-        Req::Device(_) => true,
-        Req::Persistent(i) => st.persistent(i)?.active.is_some(),
-    })
+fn active(st: &State, req: Req) -> ch4::Result<bool> {
+    Ok(device_of(st, req)?.is_some())
 }
 
 /// Completes whatever of `reqs` is done (`blocking`: at least one, waiting for it), writing
@@ -222,7 +204,7 @@ fn active(st: &mut State, req: Req) -> ch4::Result<bool> {
 /// # Safety
 /// `indices` and `statuses` (unless null) have room for `reqs.len()` entries.
 unsafe fn some(
-    st: &mut State,
+    st: &State,
     reqs: &mut [Handle],
     outcount: *mut c_int,
     indices: *mut c_int,
@@ -282,12 +264,8 @@ unsafe fn some(
                 Ok(())
             };
         }
-        idle = if st.device()?.progress()? == 0 {
-            idle + 1
-        } else {
-            0
-        };
-        st.device()?.pause(idle, None);
+        idle = if st.progress()? == 0 { idle + 1 } else { 0 };
+        st.pause(idle)?;
     }
 }
 
@@ -334,7 +312,7 @@ pub unsafe extern "C" fn MPI_Testsome(
     array_of_statuses: *mut MpiStatus,
 ) -> c_int {
     call(abi::COMM_WORLD, "MPI_Testsome", |st| {
-        st.device()?.progress()?;
+        st.progress()?;
         // SAFETY: the caller's contract.
         let reqs = unsafe { requests(incount, array_of_requests) }?;
         // SAFETY: the caller's contract.
@@ -366,7 +344,7 @@ pub unsafe extern "C" fn MPI_Testany(
     status: *mut MpiStatus,
 ) -> c_int {
     call(abi::COMM_WORLD, "MPI_Testany", |st| {
-        st.device()?.progress()?;
+        st.progress()?;
         // SAFETY: the caller's contract.
         let reqs = unsafe { requests(count, array_of_requests) }?;
         let mut any_active = false;

@@ -14,8 +14,8 @@ use std::ffi::c_int;
 use ch4_core::{ErrorKind, Status};
 
 use crate::abi::{self, req_in, Handle, MpiStatus, Req};
-use crate::call::{call, finish_call, null_arg, put};
-use crate::state::{self, State};
+use crate::call::{call, finish_call, null_arg, on_device, put};
+use crate::state::{self, DevReq, State};
 
 #[cold]
 fn bad_request(h: Handle) -> ch4::Error {
@@ -45,30 +45,35 @@ pub(crate) fn decode(c: Handle) -> ch4::Result<Req> {
 /// while it is still running. An inactive request (null, or a persistent one not started)
 /// completes at once with an empty status.
 #[inline(always)]
-pub(crate) fn complete(st: &mut State, req: Req, blocking: bool) -> ch4::Result<Option<Status>> {
-    if !st.detached.is_empty() {
+pub(crate) fn complete(st: &State, req: Req, blocking: bool) -> ch4::Result<Option<Status>> {
+    if st.any_detached() {
         st.reap_detached();
     }
-    let h = match req {
-        Req::Null => return Ok(Some(INACTIVE)),
-        Req::Device(h) => h,
-        Req::Persistent(i) => match st.persistent(i)?.active {
-            None => return Ok(Some(INACTIVE)),
-            Some(h) => h,
-        },
+    let Some(r) = device_of(st, req)? else {
+        return Ok(Some(INACTIVE));
     };
-    let done = {
-        let mut dev = st.device()?;
-        if blocking {
-            Some(dev.wait_status(h)?)
-        } else {
-            dev.test_status(h)?
-        }
+    let done = if blocking {
+        Some(on_device!(st, r.vci, |b| b.wait_status(r.h))?)
+    } else {
+        st.device(r.vci)?.test_status(r.h)?
     };
     if let (Some(_), Req::Persistent(i)) = (done, req) {
-        st.persistent(i)?.active = None;
+        st.with_persistent(i, |p| p.active = None)?;
     }
     Ok(done)
+}
+
+/// The device request behind `req`: `None` for an inactive one (null, or a persistent
+/// request not started).
+#[inline(always)]
+pub(crate) fn device_of(st: &State, req: Req) -> ch4::Result<Option<DevReq>> {
+    Ok(match req {
+        Req::Null => None,
+        Req::Device(r) => Some(r),
+        Req::Persistent(i) => {
+            st.with_persistent(i, |p| p.active.map(|h| DevReq { h, vci: p.vci }))?
+        }
+    })
 }
 
 /// What a completed request's handle becomes: `MPI_REQUEST_NULL`, except a persistent
@@ -119,23 +124,19 @@ pub(crate) fn status_error(s: &Status) -> ch4::Result<()> {
 /// `request` is valid for a read and a write; `status` is null or writable.
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Wait(request: *mut Handle, status: *mut MpiStatus) -> c_int {
-    let mut st = match state::enter() {
+    let st = match state::enter() {
         Ok(st) => st,
         Err(code) => return code,
     };
     // SAFETY: the caller's contract.
-    let r = unsafe { wait_body(&mut st, request, status) };
-    finish_call(&mut st, abi::COMM_WORLD, "MPI_Wait", r)
+    let r = unsafe { wait_body(&st, request, status) };
+    finish_call(&st, abi::COMM_WORLD, "MPI_Wait", r)
 }
 
 /// # Safety
 /// As `MPI_Wait`.
 #[inline(always)]
-unsafe fn wait_body(
-    st: &mut State,
-    request: *mut Handle,
-    status: *mut MpiStatus,
-) -> ch4::Result<()> {
+unsafe fn wait_body(st: &State, request: *mut Handle, status: *mut MpiStatus) -> ch4::Result<()> {
     if request.is_null() {
         return Err(null_arg("the request"));
     }
@@ -143,9 +144,9 @@ unsafe fn wait_body(
     let c = unsafe { request.read() };
     // A device request with nothing freed-while-active to reap first is almost every wait:
     // straight to the device, and the handle becomes MPI_REQUEST_NULL.
-    if let Some(h) = abi::device_request(c) {
-        if st.detached.is_empty() {
-            let done = st.device()?.wait_status(h)?;
+    if let Some(r) = abi::device_request(c) {
+        if !st.any_detached() {
+            let done = on_device!(st, r.vci, |b| b.wait_status(r.h))?;
             // SAFETY: the caller's contract.
             unsafe {
                 request.write(abi::REQUEST_NULL);
@@ -169,7 +170,7 @@ unsafe fn wait_body(
 /// As `MPI_Wait`; `c` is the handle `request` holds.
 #[inline(never)]
 unsafe fn wait_other(
-    st: &mut State,
+    st: &State,
     request: *mut Handle,
     status: *mut MpiStatus,
     c: Handle,
@@ -237,12 +238,14 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut Handle) -> c_int {
                     "MPI_REQUEST_NULL cannot be freed",
                 ))
             }
-            Req::Device(h) => st.detached.push(h),
+            Req::Device(r) => st.detach(r),
             Req::Persistent(i) => {
-                if let Some(h) = st.persistent(i)?.active {
-                    st.detached.push(h);
+                let p = st.persistent.remove(i).ok_or_else(|| {
+                    ch4::Error::new(ErrorKind::Request, "a persistent request that was freed")
+                })?;
+                if let Some(h) = p.active {
+                    st.detach(DevReq { h, vci: p.vci });
                 }
-                st.persistent[i] = None;
             }
         }
         st.reap_detached();
@@ -263,12 +266,7 @@ pub unsafe extern "C" fn MPI_Request_get_status(
     status: *mut MpiStatus,
 ) -> c_int {
     call(abi::COMM_WORLD, "MPI_Request_get_status", |st| {
-        let h = match decode(request)? {
-            Req::Null => None,
-            Req::Device(h) => Some(h),
-            Req::Persistent(i) => st.persistent(i)?.active,
-        };
-        let Some(h) = h else {
+        let Some(r) = device_of(st, decode(request)?)? else {
             // SAFETY: the caller's contract.
             unsafe {
                 put(flag, 1);
@@ -276,13 +274,13 @@ pub unsafe extern "C" fn MPI_Request_get_status(
             }
             return Ok(());
         };
-        let mut dev = st.device()?;
+        let mut dev = st.device(r.vci)?;
         dev.progress()?;
-        let done = dev.is_done(h)?;
+        let done = dev.is_done(r.h)?;
         // SAFETY: the caller's contract.
         unsafe { put(flag, c_int::from(done)) };
         if done {
-            if let Some(s) = dev.peek_status(h) {
+            if let Some(s) = dev.peek_status(r.h) {
                 // SAFETY: the caller's contract.
                 unsafe { MpiStatus::put(status, &s) };
             }

@@ -7,11 +7,13 @@
 //! static cell that only that thread touches, and a call that would re-enter it (none of the
 //! library's own code does) fails the same way.
 
-use std::cell::UnsafeCell;
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use ch4::process::Universe;
+use ch4::process::{ProcessNetmod, Universe};
+use ch4::SelectedShm as ShmTransport;
+use ch4::{DeviceGuard, Multiple, Single};
 use ch4_core::{CommId, ErrorKind, ReqHandle};
 
 use crate::abi::{self, Handle};
@@ -21,6 +23,8 @@ use crate::errors;
 pub(crate) struct CommSlot {
     /// The device's communicator.
     pub id: CommId,
+    /// The VCI it is bound to.
+    pub vci: usize,
     /// `MPI_ERRORS_ARE_FATAL` (or `MPI_ERRORS_ABORT`): an error ends the job. Otherwise
     /// (`MPI_ERRORS_RETURN`) it is returned.
     pub fatal: bool,
@@ -53,171 +57,381 @@ pub(crate) struct Persistent {
     pub tag: c_int,
     /// The communicator handle.
     pub comm: Handle,
+    /// The VCI of its communicator.
+    pub vci: usize,
     /// The device request of the current round, while active.
     pub active: Option<ReqHandle>,
 }
 
+/// The process's rank at the level `MPI_Init_thread` gave it.
+pub(crate) enum Rank {
+    /// `MPI_THREAD_SINGLE`, `FUNNELED` or `SERIALIZED`: one device, no lock; the gate admits
+    /// one call at a time.
+    Single(Gated),
+    /// `MPI_THREAD_MULTIPLE`: the devices of the rank's VCIs, each behind its own lock.
+    Multiple(Universe<Multiple>),
+}
+
+/// The single-threaded universe, which holds `Rc`s and `RefCell`s and so is neither `Send`
+/// nor `Sync` in Rust's eyes.
+pub(crate) struct Gated(pub(crate) Universe<Single>);
+
+// SAFETY: a `Gated` exists only in a process initialized below MPI_THREAD_MULTIPLE, and is only
+// reached through `enter`, whose gate admits one call at a time (the owner thread alone at
+// SINGLE and FUNNELED; one thread at a time, by a compare-and-swap, at SERIALIZED). The gate's
+// release store when a call ends and acquire load when the next begins order every access of
+// one call before the next one's, so the `Rc` counts and `RefCell` flags inside are never
+// touched by two threads at once; no `Rc` of it escapes a call (the library keeps only ids).
+unsafe impl Sync for Gated {}
+// SAFETY: as for `Sync`: the value moves into the static once, at MPI_Init, and is then only
+// used under the gate.
+unsafe impl Send for Gated {}
+
+/// A table of the library's, behind a short lock: at `MPI_THREAD_MULTIPLE` several calls use
+/// them at once. No call waits on the device while it holds one.
+pub(crate) struct Table<T>(Mutex<T>);
+
+impl<T> Table<T> {
+    fn new(value: T) -> Table<T> {
+        Table(Mutex::new(value))
+    }
+
+    /// The table, held until the guard drops. A panic while it was held (none of the
+    /// library's code panics) leaves it as it was.
+    #[inline(always)]
+    pub fn lock(&self) -> MutexGuard<'_, T> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// The tables of handles: objects by index, `None` where one was freed.
+impl<T> Table<Vec<Option<T>>> {
+    /// Puts `value` in the first free slot; its index.
+    pub fn insert(&self, value: T) -> usize {
+        self.insert_from(0, value)
+    }
+
+    /// [`Table::insert`] at index `first` or above.
+    pub fn insert_from(&self, first: usize, value: T) -> usize {
+        let mut v = self.lock();
+        match v.iter().skip(first).position(Option::is_none) {
+            Some(i) => {
+                v[first + i] = Some(value);
+                first + i
+            }
+            None => {
+                v.push(Some(value));
+                v.len() - 1
+            }
+        }
+    }
+
+    /// Runs `f` on the object at `i`, if there is one.
+    pub fn with<R>(&self, i: usize, f: impl FnOnce(&mut T) -> R) -> Option<R> {
+        self.lock().get_mut(i).and_then(Option::as_mut).map(f)
+    }
+
+    /// A copy of the object at `i`, if there is one.
+    pub fn cloned(&self, i: usize) -> Option<T>
+    where
+        T: Clone,
+    {
+        self.with(i, |t| t.clone())
+    }
+
+    /// Takes the object at `i` out, if there is one.
+    pub fn remove(&self, i: usize) -> Option<T> {
+        self.lock().get_mut(i).and_then(Option::take)
+    }
+}
+
+/// The device of one VCI, held: a `RefMut` below `MPI_THREAD_MULTIPLE`, the VCI's lock at it.
+pub(crate) enum Dev<'a> {
+    /// The one device.
+    Single(DeviceGuard<'a, ProcessNetmod, ShmTransport, Single>),
+    /// One VCI's device.
+    Multiple(DeviceGuard<'a, ProcessNetmod, ShmTransport, Multiple>),
+}
+
+impl std::ops::Deref for Dev<'_> {
+    type Target = Device;
+    #[inline(always)]
+    fn deref(&self) -> &Device {
+        match self {
+            Dev::Single(d) => d,
+            Dev::Multiple(d) => d,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Dev<'_> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut Device {
+        match self {
+            Dev::Single(d) => d,
+            Dev::Multiple(d) => d,
+        }
+    }
+}
+
+/// A device request and the VCI whose device holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DevReq {
+    /// The device's handle.
+    pub h: ReqHandle,
+    /// The VCI (0 below `MPI_THREAD_MULTIPLE`).
+    pub vci: usize,
+}
+
+/// A communicator as calls use it: the device's id and its VCI.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CommRef {
+    /// The device's communicator on its VCI.
+    pub id: CommId,
+    /// The VCI the communicator is bound to.
+    pub vci: usize,
+}
+
 /// What the library keeps between calls.
 pub(crate) struct State {
-    /// The process's place in the job.
-    pub universe: Universe,
-    /// `MPI_COMM_WORLD`'s device communicator (also in `comms[0]`).
+    /// The process's place in the job, at its thread level.
+    pub rank: Rank,
+    /// The level provided (`MPI_Query_thread`).
+    pub level: c_int,
+    /// `MPI_COMM_WORLD`'s device communicator (also in `comms[0]`), on VCI 0.
     pub world: CommId,
-    /// `MPI_COMM_SELF`'s device communicator (also in `comms[1]`).
+    /// `MPI_COMM_SELF`'s device communicator (also in `comms[1]`), on VCI 0.
     pub me: CommId,
     /// By index: 0 is `MPI_COMM_WORLD`, 1 `MPI_COMM_SELF`, the rest the program's
     /// (`abi::COMM_BASE` + index), `None` once freed.
-    pub comms: Vec<Option<CommSlot>>,
+    pub comms: Table<Vec<Option<CommSlot>>>,
     /// Requests freed with `MPI_Request_free` while still active: completed in the background,
     /// their results dropped.
-    pub detached: Vec<ReqHandle>,
+    pub detached: Table<Vec<DevReq>>,
+    /// Whether `detached` may hold anything: read without its lock by every completion.
+    any_detached: AtomicBool,
     /// Persistent requests by index (`abi::persistent_out`), `None` once freed.
-    pub persistent: Vec<Option<Persistent>>,
-    /// Messages taken by a matched probe, by index (`abi::message_out`), until received.
-    pub messages: Vec<Option<ch4_core::Message>>,
-    /// The buffer attached for buffered sends: its address and size (`MPI_Buffer_attach`).
-    pub bsend_buffer: Option<(usize, usize)>,
-    /// Buffered sends in flight and the bytes of the attached buffer each holds.
-    pub bsends: Vec<(ReqHandle, usize)>,
+    pub persistent: Table<Vec<Option<Persistent>>>,
+    /// Messages taken by a matched probe, with their VCIs, by index (`abi::message_out`),
+    /// until received.
+    pub messages: Table<Vec<Option<(ch4_core::Message, usize)>>>,
+    /// Buffered sends: the attached buffer and the sends in flight.
+    pub bsend: Table<Bsend>,
     /// Derived datatypes by index (`derived::type_out`), `None` once freed.
-    pub types: Vec<Option<crate::derived::Desc>>,
+    pub types: Table<Vec<Option<crate::derived::Desc>>>,
     /// Groups by index (`groups::group_out`), `None` once freed.
-    pub groups: Vec<Option<ch4_core::rankmap::Group>>,
-    /// A working buffer kept between collectives (`MPI_Reduce_scatter`'s reduced vector).
-    pub scratch: Vec<u8>,
+    pub groups: Table<Vec<Option<ch4_core::rankmap::Group>>>,
+    /// A working buffer kept between collectives (`MPI_Reduce_scatter`'s reduced vector; a
+    /// fresh one page-faults on every call). A call takes it out while it works.
+    pub scratch: Table<Vec<u8>>,
 }
+
+/// The buffer attached for buffered sends and what uses it.
+#[derive(Default)]
+pub(crate) struct Bsend {
+    /// Its address and size (`MPI_Buffer_attach`).
+    pub buffer: Option<(usize, usize)>,
+    /// Buffered sends in flight and the bytes of the buffer each holds.
+    pub sends: Vec<(DevReq, usize)>,
+}
+
+/// The device type of this build's process mode.
+pub(crate) type Device = ch4_core::Device<ProcessNetmod, ShmTransport>;
 
 impl State {
     /// The state of a newly joined process.
-    pub fn new(universe: Universe) -> State {
-        let world = universe.world().id();
-        let me = universe.context().self_comm().id();
+    fn new(rank: Rank, level: c_int) -> State {
+        let (world, me) = match &rank {
+            Rank::Single(u) => (u.0.world().id(), u.0.context().self_comm().id()),
+            Rank::Multiple(u) => (u.world().id(), u.context().self_comm().id()),
+        };
+        let predefined = |id| {
+            Some(CommSlot {
+                id,
+                vci: 0,
+                fatal: true,
+                cart: None,
+            })
+        };
         State {
-            universe,
+            rank,
+            level,
             world,
             me,
-            comms: vec![
-                Some(CommSlot {
-                    id: world,
-                    fatal: true,
-                    cart: None,
-                }),
-                Some(CommSlot {
-                    id: me,
-                    fatal: true,
-                    cart: None,
-                }),
-            ],
-            detached: Vec::new(),
-            persistent: Vec::new(),
-            messages: Vec::new(),
-            bsend_buffer: None,
-            bsends: Vec::new(),
-            types: Vec::new(),
-            groups: Vec::new(),
-            scratch: Vec::new(),
+            comms: Table::new(vec![predefined(world), predefined(me)]),
+            detached: Table::new(Vec::new()),
+            any_detached: AtomicBool::new(false),
+            persistent: Table::new(Vec::new()),
+            messages: Table::new(Vec::new()),
+            bsend: Table::new(Bsend::default()),
+            types: Table::new(Vec::new()),
+            groups: Table::new(Vec::new()),
+            scratch: Table::new(Vec::new()),
         }
     }
 
-    /// The slot of communicator handle `h`.
-    #[inline(always)]
-    pub fn slot(&mut self, h: Handle) -> ch4::Result<&mut CommSlot> {
-        let i = match h {
-            abi::COMM_WORLD => 0,
-            abi::COMM_SELF => 1,
-            h if h >= abi::COMM_BASE => h - abi::COMM_BASE,
-            _ => usize::MAX,
-        };
-        match self.comms.get_mut(i) {
-            Some(Some(s)) => Ok(s),
-            _ => Err(bad_comm(h)),
-        }
+    /// Runs `f` on the slot of communicator handle `h`.
+    pub fn with_slot<R>(&self, h: Handle, f: impl FnOnce(&mut CommSlot) -> R) -> ch4::Result<R> {
+        self.comms.with(slot_index(h), f).ok_or_else(|| bad_comm(h))
     }
 
-    /// The device's communicator behind handle `h`. `MPI_COMM_WORLD` and `MPI_COMM_SELF`, which
-    /// most calls name and which cannot be freed, are answered from copies without the table
-    /// lookup.
+    /// The device's communicator behind handle `h`, and its VCI. `MPI_COMM_WORLD` and
+    /// `MPI_COMM_SELF`, which most calls name and which cannot be freed, are answered from
+    /// copies without the table.
     #[inline(always)]
-    pub fn comm(&mut self, h: Handle) -> ch4::Result<CommId> {
+    pub fn comm(&self, h: Handle) -> ch4::Result<CommRef> {
         if h == abi::COMM_WORLD {
-            return Ok(self.world);
+            return Ok(CommRef {
+                id: self.world,
+                vci: 0,
+            });
         }
         if h == abi::COMM_SELF {
-            return Ok(self.me);
+            return Ok(CommRef {
+                id: self.me,
+                vci: 0,
+            });
         }
-        self.slot(h).map(|s| s.id)
+        self.comm_in_table(h)
+    }
+
+    #[inline(never)]
+    fn comm_in_table(&self, h: Handle) -> ch4::Result<CommRef> {
+        self.with_slot(h, |s| CommRef {
+            id: s.id,
+            vci: s.vci,
+        })
     }
 
     /// Whether errors on communicator `h` end the job (a handle that names no communicator:
     /// `MPI_COMM_WORLD`'s choice, as for errors that belong to no communicator).
-    pub fn fatal(&mut self, h: Handle) -> bool {
-        match self.slot(h) {
-            Ok(s) => s.fatal,
-            Err(_) => self.comms[0].as_ref().map_or(true, |s| s.fatal),
+    pub fn fatal(&self, h: Handle) -> bool {
+        let comms = self.comms.lock();
+        match comms.get(slot_index(h)) {
+            Some(Some(s)) => s.fatal,
+            _ => comms[0].as_ref().map_or(true, |s| s.fatal),
         }
     }
 
-    /// A handle for a new communicator.
-    pub fn add_comm(&mut self, id: CommId, fatal: bool) -> Handle {
-        let slot = Some(CommSlot {
+    /// A handle for a new communicator on VCI `vci`.
+    pub fn add_comm(&self, id: CommId, vci: usize, fatal: bool) -> Handle {
+        let slot = CommSlot {
             id,
+            vci,
             fatal,
             cart: None,
-        });
-        match self.comms.iter().skip(2).position(Option::is_none) {
-            Some(i) => {
-                self.comms[i + 2] = slot;
-                abi::COMM_BASE + i + 2
-            }
-            None => {
-                self.comms.push(slot);
-                abi::COMM_BASE + self.comms.len() - 1
-            }
-        }
+        };
+        abi::COMM_BASE + self.comms.insert_from(2, slot)
     }
 
-    /// Persistent request `i`.
-    pub fn persistent(&mut self, i: usize) -> ch4::Result<&mut Persistent> {
-        match self.persistent.get_mut(i) {
-            Some(Some(p)) => Ok(p),
-            _ => Err(ch4::Error::new(
-                ErrorKind::Request,
-                "a persistent request that was freed",
-            )),
-        }
+    /// Runs `f` on persistent request `i`.
+    pub fn with_persistent<R>(
+        &self,
+        i: usize,
+        f: impl FnOnce(&mut Persistent) -> R,
+    ) -> ch4::Result<R> {
+        self.persistent.with(i, f).ok_or_else(|| {
+            ch4::Error::new(ErrorKind::Request, "a persistent request that was freed")
+        })
     }
 
     /// A handle index for a new persistent request.
-    pub fn add_persistent(&mut self, p: Persistent) -> usize {
-        match self.persistent.iter().position(Option::is_none) {
-            Some(i) => {
-                self.persistent[i] = Some(p);
-                i
-            }
-            None => {
-                self.persistent.push(Some(p));
-                self.persistent.len() - 1
+    pub fn add_persistent(&self, p: Persistent) -> usize {
+        self.persistent.insert(p)
+    }
+
+    /// The device of VCI `vci`, held for a step that does not wait (a blocking one goes through
+    /// [`on_device`](crate::call::on_device), which lets other threads in between polls).
+    #[inline(always)]
+    pub fn device(&self, vci: usize) -> ch4::Result<Dev<'_>> {
+        match &self.rank {
+            Rank::Single(u) => Ok(Dev::Single(u.0.context().device()?)),
+            Rank::Multiple(u) => Ok(Dev::Multiple(u.context().device_at(vci)?)),
+        }
+    }
+
+    /// The rank's VCIs.
+    pub fn vcis(&self) -> usize {
+        match &self.rank {
+            Rank::Single(_) => 1,
+            Rank::Multiple(u) => u.context().vcis(),
+        }
+    }
+
+    /// One round of progress on every VCI (a wait over requests of several).
+    pub fn progress(&self) -> ch4::Result<usize> {
+        let mut n = 0;
+        for vci in 0..self.vcis() {
+            n += self.device(vci)?.progress()?;
+        }
+        Ok(n)
+    }
+
+    /// Between two passes of a waiting loop that found nothing: the device's pause below
+    /// `MPI_THREAD_MULTIPLE`; a backoff with no lock held at it.
+    pub fn pause(&self, idle: u32) -> ch4::Result<()> {
+        match &self.rank {
+            Rank::Single(_) => self.device(0)?.pause(idle, None),
+            Rank::Multiple(_) => ch4_core::device::backoff(idle),
+        }
+        Ok(())
+    }
+
+    /// Adds a communicator agreed on by its members to its VCI's device.
+    pub fn adopt_comm(&self, c: ch4_core::comm::Comm) -> ch4::Result<CommRef> {
+        match &self.rank {
+            Rank::Single(u) => Ok(CommRef {
+                id: u.0.context().device()?.adopt_comm(c)?,
+                vci: 0,
+            }),
+            Rank::Multiple(u) => {
+                let (vci, id) = u.context().adopt_comm(c)?;
+                Ok(CommRef { id, vci })
             }
         }
     }
 
-    /// The device.
+    /// Ends the whole job (PMI abort).
+    pub fn abort(&self, code: i32, message: &str) -> ! {
+        match &self.rank {
+            Rank::Single(u) => u.0.abort(code, message),
+            Rank::Multiple(u) => u.abort(code, message),
+        }
+    }
+
+    /// Whether requests freed while active may still wait to be completed.
     #[inline(always)]
-    pub fn device(&self) -> ch4::Result<std::cell::RefMut<'_, ch4::Device>> {
-        self.universe.context().device()
+    pub fn any_detached(&self) -> bool {
+        self.any_detached.load(Ordering::Relaxed)
+    }
+
+    /// Keeps `r`, freed while active, to be completed in the background.
+    pub fn detach(&self, r: DevReq) {
+        self.detached.lock().push(r);
+        self.any_detached.store(true, Ordering::Relaxed);
     }
 
     /// Completes what it can of the requests freed while active.
     #[cold]
-    pub fn reap_detached(&mut self) {
-        if self.detached.is_empty() {
-            return;
-        }
-        let Ok(mut dev) = self.universe.context().device() else {
-            return;
-        };
-        self.detached
-            .retain(|&h| matches!(dev.test_status(h), Ok(None)));
+    pub fn reap_detached(&self) {
+        let mut detached = self.detached.lock();
+        detached.retain(|r| match self.device(r.vci) {
+            Ok(mut dev) => matches!(dev.test_status(r.h), Ok(None)),
+            Err(_) => true,
+        });
+        self.any_detached
+            .store(!detached.is_empty(), Ordering::Relaxed);
+    }
+}
+
+/// The table index of communicator handle `h` (out of range for anything else).
+#[inline(always)]
+fn slot_index(h: Handle) -> usize {
+    match h {
+        abi::COMM_WORLD => 0,
+        abi::COMM_SELF => 1,
+        h if h >= abi::COMM_BASE => h - abi::COMM_BASE,
+        _ => usize::MAX,
     }
 }
 
@@ -246,25 +460,31 @@ pub(crate) enum Phase {
 }
 
 /// Where the process stands, who may call, and whether a call is using the state, in one word
-/// so that the check on every call is one load and one compare: `BEFORE` (0), `AFTER` (2),
-/// the owner thread's identity while MPI runs and no call is in progress, and that identity
-/// with bit 0 set while a call is in progress. A thread identity is the address of its thread
-/// control block, which is aligned, so it is never 0 or 2 and never has bit 0 set. Only the
-/// owner thread moves the word between idle and busy.
+/// so that the check on every call is one load and one compare:
+///
+/// - `BEFORE` (0) and `AFTER` (2): outside MPI.
+/// - At `MPI_THREAD_SINGLE` and `FUNNELED`: the owner thread's identity while no call is in
+///   progress, and that identity with bit 0 set while one is. A thread identity is the address
+///   of its thread control block, which is aligned, so it is never one of the small values
+///   here and never has bit 0 set. Only the owner thread moves the word between idle and busy.
+/// - At `MPI_THREAD_SERIALIZED`: `SERIALIZED` while no call is in progress, with bit 0 set
+///   while one is; any thread may take it, by a compare-and-swap.
+/// - At `MPI_THREAD_MULTIPLE`: `MULTIPLE`, for good: calls run at once, and the state's own
+///   locks (the tables', each VCI's) keep them apart.
 static GATE: AtomicUsize = AtomicUsize::new(BEFORE);
 const BEFORE: usize = 0;
 const AFTER: usize = 2;
+const MULTIPLE: usize = 4;
+const SERIALIZED: usize = 6;
 const BUSY_BIT: usize = 1;
 
-struct Cell(UnsafeCell<Option<State>>);
+/// The thread that initialized MPI (`MPI_Is_thread_main`).
+static MAIN_THREAD: AtomicUsize = AtomicUsize::new(0);
 
-// SAFETY: the cell is only reached through `enter`, `install` and `take`, which check that the
-// caller is the thread recorded in GATE (the one that initialized MPI) and that no other use
-// is in progress (GATE holds the bare identity; they set the busy bit while they hold the
-// reference), so at most one `&mut State` exists at a time, on one thread.
-unsafe impl Sync for Cell {}
-
-static STATE: Cell = Cell(UnsafeCell::new(None));
+/// The state, made once by `MPI_Init` and kept until the process ends: at
+/// `MPI_THREAD_MULTIPLE` another thread may still be in a call when `MPI_Finalize` runs (an
+/// erroneous program, which gets errors rather than a freed state).
+static STATE: OnceLock<State> = OnceLock::new();
 
 /// Where the process stands.
 pub(crate) fn phase() -> Phase {
@@ -306,43 +526,69 @@ fn this_thread() -> usize {
 /// Whether the caller is the thread that initialized MPI (`MPI_Is_thread_main`; false before
 /// `MPI_Init` and after `MPI_Finalize`).
 pub(crate) fn on_main_thread() -> bool {
-    GATE.load(Ordering::Relaxed) & !BUSY_BIT == this_thread()
+    phase() == Phase::Running && MAIN_THREAD.load(Ordering::Relaxed) == this_thread()
 }
 
-/// Makes `st` the process's state, owned by the calling thread.
-pub(crate) fn install(st: State) {
-    // SAFETY: called once, from MPI_Init while GATE is BEFORE: no call can be using the cell
-    // (`enter` refuses until GATE holds an owner).
-    unsafe { *STATE.0.get() = Some(st) };
-    GATE.store(this_thread(), Ordering::Release);
+/// Joins the job at the thread level `required` asks for (`MPI_THREAD_SINGLE` ..
+/// `MPI_THREAD_MULTIPLE`) and makes the state; returns the level provided, which is the one
+/// asked for.
+pub(crate) fn install(required: c_int) -> ch4::Result<c_int> {
+    let level = required.clamp(abi::THREAD_SINGLE, abi::THREAD_MULTIPLE);
+    let (rank, gate) = if level == abi::THREAD_MULTIPLE {
+        (
+            Rank::Multiple(ch4::process::init_thread(Multiple)?),
+            MULTIPLE,
+        )
+    } else {
+        let u = Gated(ch4::process::init()?);
+        let gate = if level == abi::THREAD_SERIALIZED {
+            SERIALIZED
+        } else {
+            this_thread()
+        };
+        (Rank::Single(u), gate)
+    };
+    if STATE.set(State::new(rank, level)).is_err() {
+        return Err(ch4::Error::new(
+            ErrorKind::Arg,
+            "MPI was already initialized",
+        ));
+    }
+    MAIN_THREAD.store(this_thread(), Ordering::Relaxed);
+    GATE.store(gate, Ordering::Release);
+    Ok(level)
 }
 
-/// Takes the state out (MPI_Finalize); later calls find MPI finalized.
-pub(crate) fn take() -> Result<State, c_int> {
-    check_caller()?;
-    GATE.store(AFTER, Ordering::Release);
-    // SAFETY: the owner thread, with no use in progress (checked above).
-    let st = unsafe { (*STATE.0.get()).take() };
-    st.ok_or_else(|| errors::refuse("MPI_Finalize", "MPI is not initialized"))
-}
-
-/// The caller's identity if it is the owner and no call is in progress.
-#[inline(always)]
-fn check_caller() -> Result<usize, c_int> {
-    let me = this_thread();
-    if GATE.load(Ordering::Acquire) != me {
+/// Closes the gate for `MPI_Finalize`: later calls find MPI finalized. Below
+/// `MPI_THREAD_MULTIPLE` the caller must be one the gate would let in, with no call in
+/// progress.
+pub(crate) fn leave() -> Result<&'static State, c_int> {
+    let g = GATE.load(Ordering::Acquire);
+    let admitted = match g {
+        MULTIPLE | SERIALIZED => GATE
+            .compare_exchange(g, AFTER, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok(),
+        g if g == this_thread() => {
+            GATE.store(AFTER, Ordering::Release);
+            true
+        }
+        _ => false,
+    };
+    if !admitted {
         return Err(refused());
     }
-    Ok(me)
+    STATE
+        .get()
+        .ok_or_else(|| errors::refuse("MPI_Finalize", "MPI is not initialized"))
 }
 
-/// The state, held by one call: while it lives the gate's busy bit is set, so no other reference to
-/// the state can be made (another thread is refused by the owner check, a nested call by the
-/// gate).
+/// The state, held by one call. Below `MPI_THREAD_MULTIPLE` the gate is busy while it lives,
+/// so no other call can enter (another thread is refused, a nested call too); at
+/// `MPI_THREAD_MULTIPLE` the state is shared and its locks keep calls apart.
 pub(crate) struct Entered {
-    st: &'static mut State,
-    /// The caller's identity, which the gate gets back when the call ends.
-    me: usize,
+    st: &'static State,
+    /// What the gate gets back when the call ends (0: nothing, at `MPI_THREAD_MULTIPLE`).
+    restore: usize,
 }
 
 impl std::ops::Deref for Entered {
@@ -353,33 +599,57 @@ impl std::ops::Deref for Entered {
     }
 }
 
-impl std::ops::DerefMut for Entered {
-    #[inline(always)]
-    fn deref_mut(&mut self) -> &mut State {
-        self.st
-    }
-}
-
 impl Drop for Entered {
     #[inline(always)]
     fn drop(&mut self) {
-        GATE.store(self.me, Ordering::Release);
+        if self.restore != 0 {
+            GATE.store(self.restore, Ordering::Release);
+        }
     }
 }
 
-/// Enters the state for one call, on the initializing thread; the error code of a refusal
-/// otherwise (MPI not running, another thread, a nested call).
+/// Enters the state for one call; the error code of a refusal otherwise (MPI not running,
+/// another thread below `MPI_THREAD_SERIALIZED`, two at once at it, a nested call).
 #[inline(always)]
 pub(crate) fn enter() -> Result<Entered, c_int> {
-    let me = check_caller()?;
-    GATE.store(me | BUSY_BIT, Ordering::Relaxed);
-    // SAFETY: the owner thread (the only one that touches the cell), with no other use in
-    // progress: GATE held the bare identity and keeps the busy bit until the returned guard is dropped, and every
-    // way to the cell goes through this check, so this is the only reference while it lives.
-    match unsafe { (*STATE.0.get()).as_mut() } {
-        Some(st) => Ok(Entered { st, me }),
+    let me = this_thread();
+    let g = GATE.load(Ordering::Acquire);
+    let restore = if g == me {
+        GATE.store(me | BUSY_BIT, Ordering::Relaxed);
+        me
+    } else if g == MULTIPLE {
+        0
+    } else {
+        return enter_serialized(g);
+    };
+    match STATE.get() {
+        Some(st) => Ok(Entered { st, restore }),
+        None => Err(not_running()),
+    }
+}
+
+/// [`enter`] at `MPI_THREAD_SERIALIZED` (or a refusal).
+#[inline(never)]
+fn enter_serialized(g: usize) -> Result<Entered, c_int> {
+    if g != SERIALIZED
+        || GATE
+            .compare_exchange(
+                SERIALIZED,
+                SERIALIZED | BUSY_BIT,
+                Ordering::Acquire,
+                Ordering::Acquire,
+            )
+            .is_err()
+    {
+        return Err(refused());
+    }
+    match STATE.get() {
+        Some(st) => Ok(Entered {
+            st,
+            restore: SERIALIZED,
+        }),
         None => {
-            GATE.store(me, Ordering::Release);
+            GATE.store(SERIALIZED, Ordering::Release);
             Err(not_running())
         }
     }
@@ -387,9 +657,9 @@ pub(crate) fn enter() -> Result<Entered, c_int> {
 
 /// Runs `f` on the state (see [`enter`]).
 #[inline(always)]
-pub(crate) fn with<R>(f: impl FnOnce(&mut State) -> R) -> Result<R, c_int> {
-    let mut st = enter()?;
-    Ok(f(&mut st))
+pub(crate) fn with<R>(f: impl FnOnce(&State) -> R) -> Result<R, c_int> {
+    let st = enter()?;
+    Ok(f(&st))
 }
 
 /// Why a call was refused.
@@ -401,6 +671,11 @@ fn refused() -> c_int {
         g if g == this_thread() | BUSY_BIT => errors::refuse(
             "MPI",
             "an MPI call made from inside another one (a callback): not supported",
+        ),
+        g if g == SERIALIZED | BUSY_BIT => errors::refuse(
+            "MPI",
+            "two threads called at once, or a call was made from inside another one \
+             (this process was initialized at MPI_THREAD_SERIALIZED)",
         ),
         _ => wrong_thread(),
     }
@@ -420,6 +695,7 @@ fn wrong_thread() -> c_int {
     errors::refuse(
         "MPI",
         "called from a thread other than the one that initialized MPI \
-         (this library provides MPI_THREAD_FUNNELED)",
+         (this process was initialized at MPI_THREAD_FUNNELED or below: \
+         MPI_Init_thread with MPI_THREAD_MULTIPLE lets every thread call)",
     )
 }

@@ -12,7 +12,7 @@ use std::ffi::c_int;
 use ch4_core::ErrorKind;
 
 use crate::abi::{self, Handle, CART};
-use crate::call::{call, null_arg, put};
+use crate::call::{call, null_arg, on_device, put};
 use crate::groups::rank_list;
 use crate::state::{Cart, State};
 
@@ -42,10 +42,10 @@ pub unsafe extern "C" fn MPI_Cart_create(
             ));
         }
         let points: i64 = d.iter().map(|&x| i64::from(x)).product();
-        let slot = st.slot(comm_old)?;
-        let (id, fatal) = (slot.id, slot.fatal);
+        let (c, fatal) = crate::comm::parent(st, comm_old)?;
+        let id = c.id;
         let (me, size) = {
-            let dev = st.device()?;
+            let dev = st.device(c.vci)?;
             (dev.rank(id)?, dev.size(id)?)
         };
         if points > i64::from(size) {
@@ -59,14 +59,17 @@ pub unsafe extern "C" fn MPI_Cart_create(
         } else {
             abi::UNDEFINED
         };
-        let new = st.device()?.comm_split(id, color, me)?;
+        let new = on_device!(st, c.vci, |b| ch4_core::coll::new_split(b, id, color, me))?;
         let h = match new {
             Some(c) => {
-                let h = st.add_comm(c, fatal);
-                st.slot(h)?.cart = Some(Cart {
-                    dims: d.to_vec(),
-                    periods: p.iter().map(|&x| x != 0).collect(),
-                });
+                let c = st.adopt_comm(c)?;
+                let h = st.add_comm(c.id, c.vci, fatal);
+                st.with_slot(h, |s| {
+                    s.cart = Some(Cart {
+                        dims: d.to_vec(),
+                        periods: p.iter().map(|&x| x != 0).collect(),
+                    })
+                })?;
                 h
             }
             None => abi::COMM_NULL,
@@ -77,8 +80,8 @@ pub unsafe extern "C" fn MPI_Cart_create(
     })
 }
 
-fn cart_of(st: &mut State, comm: Handle) -> ch4::Result<Cart> {
-    st.slot(comm)?.cart.clone().ok_or_else(|| {
+fn cart_of(st: &State, comm: Handle) -> ch4::Result<Cart> {
+    st.with_slot(comm, |s| s.cart.clone())?.ok_or_else(|| {
         ch4::Error::new(
             ErrorKind::Comm,
             "the communicator has no Cartesian topology",
@@ -186,8 +189,8 @@ pub unsafe extern "C" fn MPI_Cart_shift(
 ) -> c_int {
     call(comm, "MPI_Cart_shift", |st| {
         let c = cart_of(st, comm)?;
-        let id = st.comm(comm)?;
-        let me = st.device()?.rank(id)?;
+        let cr = st.comm(comm)?;
+        let me = st.device(cr.vci)?.rank(cr.id)?;
         let d = usize::try_from(direction)
             .ok()
             .filter(|&d| d < c.dims.len())
@@ -234,8 +237,8 @@ pub unsafe extern "C" fn MPI_Cart_get(
 ) -> c_int {
     call(comm, "MPI_Cart_get", |st| {
         let c = cart_of(st, comm)?;
-        let id = st.comm(comm)?;
-        let me = st.device()?.rank(id)?;
+        let cr = st.comm(comm)?;
+        let me = st.device(cr.vci)?.rank(cr.id)?;
         let n = c.dims.len();
         if (maxdims as usize) < n {
             return Err(ch4::Error::new(
@@ -263,7 +266,7 @@ pub unsafe extern "C" fn MPI_Cart_get(
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Topo_test(comm: Handle, status: *mut c_int) -> c_int {
     call(comm, "MPI_Topo_test", |st| {
-        let t = if st.slot(comm)?.cart.is_some() {
+        let t = if st.with_slot(comm, |s| s.cart.is_some())? {
             CART
         } else {
             abi::UNDEFINED

@@ -1,9 +1,15 @@
 //! MPICH's own point-to-point test programs (`mpich-test-pt2pt` of the third-party folder,
-//! `$THIRD_PARTY_DIR`, by default `../shared/third_party`; unmodified), built with
-//! `c-abi/bin/mpicc` and our MTest harness (`c-abi/mtest`), each run under `ch4run` with the
-//! process count and arguments of its `testlist` line. A program passes when it prints
-//! ` No Errors` and exits 0. Every case must pass except those MPICH itself marks `xfail`,
-//! which are run and reported. Without the programs the test is skipped, and says so.
+//! `$THIRD_PARTY_DIR`, by default `../shared/third_party`; unmodified) and its multithreaded
+//! ones (`mpich-test-threads`, at `MPI_THREAD_MULTIPLE`), built with `c-abi/bin/mpicc` and
+//! our MTest harness (`c-abi/mtest`, with its thread helpers for the second set), each run
+//! under `ch4run` with the process count and arguments of its `testlist` line; a program
+//! whose `Makefile.am` names its sources and preprocessor flags (`mt_sendrecv_SOURCES`,
+//! `_CPPFLAGS`) is built from those. A program passes when it prints ` No Errors` and exits 0.
+//! Every case must pass except those MPICH itself marks `xfail`, which are run and reported.
+//! Without the programs the test is skipped, and says so.
+//!
+//! `CH4_NODE_SIZE=1` in the environment runs every case over the network (each rank its own
+//! node); `CH4_ABI_NETMOD=ofi` or `ucx` builds the library over that netmod (`common::built`).
 
 mod common;
 
@@ -17,6 +23,8 @@ struct Case {
     ranks: u32,
     args: Vec<String>,
     xfail: bool,
+    /// The run's limit (`timeLimit=`, in seconds; 120 unless the line says).
+    limit: u64,
 }
 
 fn cases(sources: &Path) -> Vec<Case> {
@@ -27,12 +35,14 @@ fn cases(sources: &Path) -> Vec<Case> {
             let mut f = l.split_whitespace();
             let program = f.next().unwrap().to_string();
             let ranks = f.next().and_then(|n| n.parse().ok()).unwrap_or(1);
-            let (mut args, mut xfail) = (Vec::new(), false);
+            let (mut args, mut xfail, mut limit) = (Vec::new(), false, 120);
             for w in f {
                 if let Some(a) = w.strip_prefix("arg=") {
                     args.push(a.to_string());
                 } else if w.starts_with("xfail=") {
                     xfail = true;
+                } else if let Some(t) = w.strip_prefix("timeLimit=") {
+                    limit = t.parse().unwrap_or(limit);
                 }
             }
             Case {
@@ -40,39 +50,73 @@ fn cases(sources: &Path) -> Vec<Case> {
                 ranks,
                 args,
                 xfail,
+                limit,
             }
         })
         .collect()
 }
 
-/// Builds the harness and every program of the testlist into `target/<profile>/mpi-abi-test/mpich`.
-fn build(sources: &Path) -> PathBuf {
+/// The sources and preprocessor flags of `program`: its `Makefile.am` lines
+/// (`<program>_SOURCES`, `<program>_CPPFLAGS`) if it has them, else `<program>.c`.
+fn recipe(sources: &Path, program: &str) -> (Vec<PathBuf>, Vec<String>) {
+    let makefile = std::fs::read_to_string(sources.join("Makefile.am")).unwrap_or_default();
+    let value = |var: &str| {
+        makefile.lines().find_map(|l| {
+            let (name, v) = l.split_once('=')?;
+            (name.trim() == var).then(|| {
+                v.split_whitespace()
+                    .filter(|w| !w.starts_with("$("))
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+        })
+    };
+    let files = value(&format!("{program}_SOURCES"))
+        .unwrap_or_else(|| vec![format!("{program}.c")])
+        .iter()
+        .map(|f| sources.join(f))
+        .collect();
+    let flags = value(&format!("{program}_CPPFLAGS")).unwrap_or_default();
+    (files, flags)
+}
+
+/// Builds the harness (`harness`, the C files of `c-abi/mtest` it needs) and every program of
+/// the testlist into `target/<profile>/mpi-abi-test/<suite>`.
+fn build(sources: &Path, suite: &str, harness: &[&str]) -> PathBuf {
     let lib = common::built();
-    let dir = common::bin_dir().join("mpi-abi-test/mpich");
+    let dir = common::bin_dir().join("mpi-abi-test").join(suite);
     std::fs::create_dir_all(&dir).unwrap();
     let mtest = common::root().join("c-abi/mtest");
-    let harness = dir.join("mtest.o");
-    common::run_ok(
-        common::mpicc(&lib)
-            .arg(format!("-I{}", mtest.display()))
-            .arg("-c")
-            .arg(mtest.join("mtest.c"))
-            .arg("-o")
-            .arg(&harness),
-    );
+    let mut objects = Vec::new();
+    for c in harness {
+        let object = dir.join(c.replace(".c", ".o"));
+        common::run_ok(
+            common::mpicc(&lib)
+                .arg(format!("-I{}", mtest.display()))
+                .arg("-c")
+                .arg(mtest.join(c))
+                .arg("-o")
+                .arg(&object),
+        );
+        objects.push(object);
+    }
     let mut built = std::collections::BTreeSet::new();
     for c in cases(sources) {
         if !built.insert(c.program.clone()) {
             continue;
         }
+        let (files, flags) = recipe(sources, &c.program);
         common::run_ok(
             common::mpicc(&lib)
                 .arg("-O1")
                 .arg(format!("-I{}", mtest.display()))
+                .arg(format!("-I{}", sources.display()))
+                .args(&flags)
                 .arg("-o")
                 .arg(dir.join(&c.program))
-                .arg(sources.join(format!("{}.c", c.program)))
-                .arg(&harness),
+                .args(&files)
+                .args(&objects)
+                .arg("-lpthread"),
         );
     }
     dir
@@ -94,7 +138,7 @@ fn run(dir: &Path, c: &Case) -> (bool, String) {
         if child.try_wait().unwrap().is_some() {
             break;
         }
-        if start.elapsed() > Duration::from_secs(120) {
+        if start.elapsed() > Duration::from_secs(c.limit) {
             let _ = child.kill();
             break;
         }
@@ -116,16 +160,33 @@ fn every_mpich_pt2pt_test_prints_no_errors() {
     let Some(sources) = common::third_party("mpich-test-pt2pt", test) else {
         return;
     };
-    let dir = build(&sources);
+    run_suite(&sources, "mpich", &["mtest.c"]);
+}
+
+#[test]
+fn every_mpich_thread_test_prints_no_errors() {
+    let test = "mpich: every_mpich_thread_test_prints_no_errors";
+    let Some(sources) = common::third_party("mpich-test-threads", test) else {
+        return;
+    };
+    run_suite(&sources, "mpich-threads", &["mtest.c", "mtest_thread.c"]);
+}
+
+/// Builds and runs every case of the suite in `sources`, failing with the output of each that
+/// failed (and MPICH does not expect to fail).
+fn run_suite(sources: &Path, suite: &str, harness: &[&str]) {
+    let dir = build(sources, suite, harness);
     let mut failed = Vec::new();
     let mut report = Vec::new();
-    for c in cases(&sources) {
+    for c in cases(sources) {
+        let started = std::time::Instant::now();
         let (passed, out) = run(&dir, &c);
         let name = format!("{} -n {} {}", c.program, c.ranks, c.args.join(" "));
         report.push(format!(
-            "{} {name}{}",
+            "{} {name}{} ({:.1} s)",
             if passed { "pass" } else { "FAIL" },
-            if c.xfail { " (MPICH: xfail)" } else { "" }
+            if c.xfail { " (MPICH: xfail)" } else { "" },
+            started.elapsed().as_secs_f64()
         ));
         if !passed && !c.xfail {
             failed.push(format!("{name}:\n{out}"));

@@ -64,6 +64,20 @@ pub trait Blocking {
     /// Waits for `h` and frees it; an error status is returned as that error. A request that
     /// cannot finish is removed, so nothing refers to its buffer afterwards.
     fn wait_or_abandon(&mut self, h: ReqHandle) -> Result<Status>;
+
+    /// Waits for `h` and frees it; an error status comes back as a value (`status.error`), as
+    /// [`Device::wait_status`] (MPI_Wait, which reports the error in the status).
+    fn wait_status(&mut self, h: ReqHandle) -> Result<Status>;
+
+    /// Makes progress until `ready` gives an answer: `ready` runs before and after each
+    /// progress step, and `idle_check` every 256th step that found nothing to do (to fail
+    /// requests whose peers are gone). The waits over several requests (MPI_Waitall,
+    /// MPI_Waitany, MPI_Waitsome) and the blocking probes are this loop.
+    fn block_until<R>(
+        &mut self,
+        ready: impl FnMut(&mut Device<Self::Net, Self::Shm>) -> Result<Option<R>>,
+        idle_check: impl FnMut(&mut Device<Self::Net, Self::Shm>),
+    ) -> Result<R>;
 }
 
 impl<N: Netmod, S: Shm> Blocking for Device<N, S> {
@@ -103,6 +117,36 @@ impl<N: Netmod, S: Shm> Blocking for Device<N, S> {
     #[inline(always)]
     fn wait_or_abandon(&mut self, h: ReqHandle) -> Result<Status> {
         Device::wait_or_abandon(self, h)
+    }
+
+    #[inline(always)]
+    fn wait_status(&mut self, h: ReqHandle) -> Result<Status> {
+        Device::wait_status(self, h)
+    }
+
+    fn block_until<R>(
+        &mut self,
+        mut ready: impl FnMut(&mut Device<N, S>) -> Result<Option<R>>,
+        mut idle_check: impl FnMut(&mut Device<N, S>),
+    ) -> Result<R> {
+        let mut idle = 0u32;
+        loop {
+            if let Some(r) = ready(self)? {
+                return Ok(r);
+            }
+            if self.progress()? == 0 {
+                idle += 1;
+                if idle % PEER_CHECK_EVERY == 0 {
+                    idle_check(self);
+                }
+                if let Some(r) = ready(self)? {
+                    return Ok(r);
+                }
+                self.pause(idle, None);
+            } else {
+                idle = 0;
+            }
+        }
     }
 }
 
@@ -299,5 +343,17 @@ impl<L: DeviceLock> Blocking for Shared<'_, L> {
 
     fn wait_or_abandon(&mut self, h: ReqHandle) -> Result<Status> {
         status_result(self.wait_status_or_abandon(h)?)
+    }
+
+    fn wait_status(&mut self, h: ReqHandle) -> Result<Status> {
+        Shared::wait_status(self, h)
+    }
+
+    fn block_until<R>(
+        &mut self,
+        ready: impl FnMut(&mut Device<L::Net, L::Shm>) -> Result<Option<R>>,
+        idle_check: impl FnMut(&mut Device<L::Net, L::Shm>),
+    ) -> Result<R> {
+        Shared::block_until(self, ready, idle_check)
     }
 }

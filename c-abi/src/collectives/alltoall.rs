@@ -10,7 +10,7 @@ use std::ffi::{c_int, c_void};
 use super::{packed, packed_len, rank_size, scaled, span, type_size, unpack};
 use crate::abi::{self, Handle};
 use crate::buffers::plain;
-use crate::call::{call, null_arg};
+use crate::call::{call, null_arg, on_device};
 use crate::datatype::{raw, raw_mut};
 use crate::state;
 
@@ -31,8 +31,9 @@ pub unsafe extern "C" fn MPI_Alltoallv(
     comm: Handle,
 ) -> c_int {
     call(comm, "MPI_Alltoallv", |st| {
-        let id = st.comm(comm)?;
-        let (_, size) = rank_size(st, id)?;
+        let c = st.comm(comm)?;
+        let id = c.id;
+        let (_, size) = rank_size(st, c)?;
         let (rs, ss) = (type_size(recvtype)?, type_size(sendtype)?);
         // SAFETY: the caller's contract.
         let (rc, rd) = unsafe {
@@ -56,7 +57,9 @@ pub unsafe extern "C" fn MPI_Alltoallv(
                 raw(sendbuf, span(&sc, &sd))?
             }
         };
-        st.device()?.alltoallv(id, send, &sc, &sd, recv, &rc, &rd)
+        on_device!(st, c.vci, |b| ch4_core::coll::alltoallv(
+            b, id, send, &sc, &sd, recv, &rc, &rd
+        ))
     })
 }
 
@@ -76,8 +79,9 @@ pub unsafe extern "C" fn MPI_Alltoall(
 ) -> c_int {
     if !plain(sendtype, sendcount) || !plain(recvtype, recvcount) {
         return call(comm, "MPI_Alltoall", |st| {
-            let id = st.comm(comm)?;
-            let (_, size) = rank_size(st, id)?;
+            let c = st.comm(comm)?;
+            let id = c.id;
+            let (_, size) = rank_size(st, c)?;
             let all = recvcount.saturating_mul(size as c_int);
             let out = if sendbuf as usize == abi::IN_PLACE {
                 // SAFETY: the caller's contract.
@@ -97,13 +101,14 @@ pub unsafe extern "C" fn MPI_Alltoall(
             let counts = vec![block; size];
             let displs: Vec<usize> = (0..size).map(|r| r * block).collect();
             let mut back = vec![0u8; block * size];
-            st.device()?
-                .alltoallv(id, &out, &counts, &displs, &mut back, &counts, &displs)?;
+            on_device!(st, c.vci, |b| ch4_core::coll::alltoallv(
+                b, id, &out, &counts, &displs, &mut back, &counts, &displs
+            ))?;
             // SAFETY: the caller's contract.
             unsafe { unpack(st, recvbuf, all, recvtype, &back) }
         });
     }
-    let n = state::with(|st| st.comm(comm).and_then(|id| rank_size(st, id)))
+    let n = state::with(|st| st.comm(comm).and_then(|c| rank_size(st, c)))
         .ok()
         .and_then(Result::ok)
         .map_or(0, |(_, n)| n);
@@ -143,8 +148,9 @@ pub unsafe extern "C" fn MPI_Alltoallw(
     comm: Handle,
 ) -> c_int {
     call(comm, "MPI_Alltoallw", |st| {
-        let id = st.comm(comm)?;
-        let (_, size) = rank_size(st, id)?;
+        let c = st.comm(comm)?;
+        let id = c.id;
+        let (_, size) = rank_size(st, c)?;
         let in_place = sendbuf as usize == abi::IN_PLACE;
         if size > 0 && (recvtypes.is_null() || (!in_place && sendtypes.is_null())) {
             return Err(null_arg("the datatype arrays"));
@@ -179,6 +185,8 @@ pub unsafe extern "C" fn MPI_Alltoallw(
             // SAFETY: the caller's contract.
             unsafe { raw(sendbuf, span(&sc, &sd)) }?
         };
-        st.device()?.alltoallv(id, send, &sc, &sd, recv, &rc, &rd)
+        on_device!(st, c.vci, |b| ch4_core::coll::alltoallv(
+            b, id, send, &sc, &sd, recv, &rc, &rd
+        ))
     })
 }

@@ -8,15 +8,16 @@ use std::ffi::{c_int, c_void};
 use super::{packed, packed_len, unpack};
 use crate::abi::Handle;
 use crate::buffers::plain;
-use crate::call::call;
+use crate::call::{call, on_device};
 use crate::datatype::recv_bytes;
 
 /// `MPI_Barrier`.
 #[no_mangle]
 pub extern "C" fn MPI_Barrier(comm: Handle) -> c_int {
     call(comm, "MPI_Barrier", |st| {
-        let id = st.comm(comm)?;
-        st.device()?.barrier(id)
+        let c = st.comm(comm)?;
+        let id = c.id;
+        on_device!(st, c.vci, |b| ch4_core::coll::barrier(b, id))
     })
 }
 
@@ -33,16 +34,17 @@ pub unsafe extern "C" fn MPI_Bcast(
     comm: Handle,
 ) -> c_int {
     call(comm, "MPI_Bcast", |st| {
-        let id = st.comm(comm)?;
+        let c = st.comm(comm)?;
+        let id = c.id;
         if !plain(datatype, count) {
-            let me = st.device()?.rank(id)?;
+            let me = st.device(c.vci)?.rank(id)?;
             let mut data = if me == root {
                 // SAFETY: the caller's contract.
                 unsafe { packed(st, buffer, count, datatype) }?
             } else {
                 vec![0u8; packed_len(st, count, datatype)?]
             };
-            st.device()?.bcast(id, root, &mut data)?;
+            on_device!(st, c.vci, |b| ch4_core::coll::bcast(b, id, root, &mut data))?;
             if me != root {
                 // SAFETY: the caller's contract.
                 unsafe { unpack(st, buffer, count, datatype, &data) }?;
@@ -51,6 +53,6 @@ pub unsafe extern "C" fn MPI_Bcast(
         }
         // SAFETY: the caller's contract.
         let buf = unsafe { recv_bytes(buffer, count, datatype) }?;
-        st.device()?.bcast(id, root, buf)
+        on_device!(st, c.vci, |b| ch4_core::coll::bcast(b, id, root, buf))
     })
 }

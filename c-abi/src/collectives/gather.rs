@@ -12,7 +12,7 @@ use ch4_core::ErrorKind;
 use super::{packed, packed_len, rank_size, scaled, span, type_size, unpack};
 use crate::abi::{self, Handle};
 use crate::buffers::plain;
-use crate::call::call;
+use crate::call::{call, on_device};
 use crate::datatype::{self, raw_mut, recv_bytes, send_bytes};
 
 /// `MPI_Gather`.
@@ -32,9 +32,10 @@ pub unsafe extern "C" fn MPI_Gather(
     comm: Handle,
 ) -> c_int {
     call(comm, "MPI_Gather", |st| {
-        let id = st.comm(comm)?;
+        let c = st.comm(comm)?;
+        let id = c.id;
         let (me, size) = {
-            let dev = st.device()?;
+            let dev = st.device(c.vci)?;
             (dev.rank(id)?, dev.size(id)?)
         };
         if !plain(sendtype, sendcount) || !plain(recvtype, recvcount) {
@@ -55,7 +56,13 @@ pub unsafe extern "C" fn MPI_Gather(
                 // SAFETY: the caller's contract.
                 unsafe { packed(st, sendbuf, sendcount, sendtype) }?
             };
-            st.device()?.gather(id, root, &mine, &mut gathered)?;
+            on_device!(st, c.vci, |b| ch4_core::coll::gather(
+                b,
+                id,
+                root,
+                &mine,
+                &mut gathered
+            ))?;
             if me == root {
                 // SAFETY: the caller's contract.
                 unsafe { unpack(st, recvbuf, all, recvtype, &gathered) }?;
@@ -81,7 +88,9 @@ pub unsafe extern "C" fn MPI_Gather(
             // SAFETY: the caller's contract.
             unsafe { send_bytes(sendbuf, sendcount, sendtype) }?
         };
-        st.device()?.gather(id, root, send, recv)
+        on_device!(st, c.vci, |b| ch4_core::coll::gather(
+            b, id, root, send, recv
+        ))
     })
 }
 
@@ -101,9 +110,10 @@ pub unsafe extern "C" fn MPI_Allgather(
     comm: Handle,
 ) -> c_int {
     call(comm, "MPI_Allgather", |st| {
-        let id = st.comm(comm)?;
+        let c = st.comm(comm)?;
+        let id = c.id;
         let (me, size) = {
-            let dev = st.device()?;
+            let dev = st.device(c.vci)?;
             (dev.rank(id)?, dev.size(id)?)
         };
         if !plain(sendtype, sendcount) || !plain(recvtype, recvcount) {
@@ -118,7 +128,12 @@ pub unsafe extern "C" fn MPI_Allgather(
                 // SAFETY: the caller's contract.
                 unsafe { packed(st, sendbuf, sendcount, sendtype) }?
             };
-            st.device()?.allgather(id, &mine, &mut gathered)?;
+            on_device!(st, c.vci, |b| ch4_core::coll::allgather(
+                b,
+                id,
+                &mine,
+                &mut gathered
+            ))?;
             // SAFETY: the caller's contract.
             return unsafe { unpack(st, recvbuf, all, recvtype, &gathered) };
         }
@@ -134,7 +149,7 @@ pub unsafe extern "C" fn MPI_Allgather(
             // SAFETY: the caller's contract.
             unsafe { send_bytes(sendbuf, sendcount, sendtype) }?.to_vec()
         };
-        st.device()?.allgather(id, &send, recv)
+        on_device!(st, c.vci, |b| ch4_core::coll::allgather(b, id, &send, recv))
     })
 }
 
@@ -156,12 +171,21 @@ pub unsafe extern "C" fn MPI_Gatherv(
     comm: Handle,
 ) -> c_int {
     call(comm, "MPI_Gatherv", |st| {
-        let id = st.comm(comm)?;
-        let (me, size) = rank_size(st, id)?;
+        let c = st.comm(comm)?;
+        let id = c.id;
+        let (me, size) = rank_size(st, c)?;
         if me != root {
             // SAFETY: the caller's contract.
             let send = unsafe { send_bytes(sendbuf, sendcount, sendtype) }?;
-            return st.device()?.gatherv(id, root, send, &mut [], &[], &[]);
+            return on_device!(st, c.vci, |b| ch4_core::coll::gatherv(
+                b,
+                id,
+                root,
+                send,
+                &mut [],
+                &[],
+                &[]
+            ));
         }
         let es = type_size(recvtype)?;
         // SAFETY: the caller's contract.
@@ -180,7 +204,9 @@ pub unsafe extern "C" fn MPI_Gatherv(
             // SAFETY: the caller's contract.
             unsafe { send_bytes(sendbuf, sendcount, sendtype) }?.to_vec()
         };
-        st.device()?.gatherv(id, root, &send, recv, &counts, &offs)
+        on_device!(st, c.vci, |b| ch4_core::coll::gatherv(
+            b, id, root, &send, recv, &counts, &offs
+        ))
     })
 }
 
@@ -200,8 +226,9 @@ pub unsafe extern "C" fn MPI_Allgatherv(
     comm: Handle,
 ) -> c_int {
     call(comm, "MPI_Allgatherv", |st| {
-        let id = st.comm(comm)?;
-        let (me, size) = rank_size(st, id)?;
+        let c = st.comm(comm)?;
+        let id = c.id;
+        let (me, size) = rank_size(st, c)?;
         let es = type_size(recvtype)?;
         // SAFETY: the caller's contract.
         let (counts, offs) = unsafe {
@@ -219,6 +246,8 @@ pub unsafe extern "C" fn MPI_Allgatherv(
             // SAFETY: the caller's contract.
             unsafe { send_bytes(sendbuf, sendcount, sendtype) }?.to_vec()
         };
-        st.device()?.allgatherv(id, &send, recv, &counts, &offs)
+        on_device!(st, c.vci, |b| ch4_core::coll::allgatherv(
+            b, id, &send, recv, &counts, &offs
+        ))
     })
 }

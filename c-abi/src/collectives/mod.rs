@@ -28,7 +28,7 @@ use crate::buffers::{rbuf, sbuf};
 use crate::call::null_arg;
 use crate::datatype;
 use crate::derived;
-use crate::state::State;
+use crate::state::{CommRef, State};
 
 /// The elements of a collective's buffers packed into bytes (for a derived datatype: the
 /// device's collectives move contiguous bytes).
@@ -100,9 +100,9 @@ fn span(counts: &[usize], displs: &[usize]) -> usize {
 }
 
 /// Rank and size of `id`.
-fn rank_size(st: &State, id: ch4_core::CommId) -> ch4::Result<(c_int, usize)> {
-    let dev = st.device()?;
-    Ok((dev.rank(id)?, dev.size(id)? as usize))
+fn rank_size(st: &State, c: CommRef) -> ch4::Result<(c_int, usize)> {
+    let dev = st.device(c.vci)?;
+    Ok((dev.rank(c.id)?, dev.size(c.id)? as usize))
 }
 
 fn type_size(dt: Handle) -> ch4::Result<usize> {

@@ -10,7 +10,7 @@ use std::ffi::{c_int, c_void};
 
 use super::{rank_size, scaled};
 use crate::abi::{self, Handle};
-use crate::call::call;
+use crate::call::{call, on_device};
 use crate::datatype::{self, raw, raw_mut};
 
 /// The contribution of a reduction: the send buffer, or with `MPI_IN_PLACE` a copy of the
@@ -48,9 +48,10 @@ pub unsafe extern "C" fn MPI_Reduce(
     comm: Handle,
 ) -> c_int {
     call(comm, "MPI_Reduce", |st| {
-        let id = st.comm(comm)?;
+        let c = st.comm(comm)?;
+        let id = c.id;
         let fold = datatype::reduction(op, datatype)?;
-        let me = st.device()?.rank(id)?;
+        let me = st.device(c.vci)?.rank(id)?;
         // Only the root's receive buffer is used (the device's reduction keeps its own
         // working buffers).
         let recv: &mut [u8] = if me == root {
@@ -61,7 +62,9 @@ pub unsafe extern "C" fn MPI_Reduce(
         };
         // SAFETY: the caller's contract.
         let send = unsafe { contribution(sendbuf, recv, count, datatype) }?;
-        st.device()?.reduce(id, root, &send, recv, fold)
+        on_device!(st, c.vci, |b| ch4_core::coll::reduce(
+            b, id, root, &send, recv, fold
+        ))
     })
 }
 
@@ -80,13 +83,16 @@ pub unsafe extern "C" fn MPI_Allreduce(
     comm: Handle,
 ) -> c_int {
     call(comm, "MPI_Allreduce", |st| {
-        let id = st.comm(comm)?;
+        let c = st.comm(comm)?;
+        let id = c.id;
         let fold = datatype::reduction(op, datatype)?;
         // SAFETY: the caller's contract.
         let recv = unsafe { datatype::reduce_out(recvbuf, count, datatype) }?;
         // SAFETY: the caller's contract.
         let send = unsafe { contribution(sendbuf, recv, count, datatype) }?;
-        st.device()?.allreduce(id, &send, recv, fold)
+        on_device!(st, c.vci, |b| ch4_core::coll::allreduce(
+            b, id, &send, recv, fold
+        ))
     })
 }
 
@@ -105,8 +111,9 @@ pub unsafe extern "C" fn MPI_Reduce_scatter(
     comm: Handle,
 ) -> c_int {
     call(comm, "MPI_Reduce_scatter", |st| {
-        let id = st.comm(comm)?;
-        let (me, size) = rank_size(st, id)?;
+        let c = st.comm(comm)?;
+        let id = c.id;
+        let (me, size) = rank_size(st, c)?;
         let es = datatype::reduce_elem(datatype).ok_or_else(|| datatype::bad_type(datatype))?;
         let fold = datatype::reduction(op, datatype)?;
         // SAFETY: the caller's contract.
@@ -142,14 +149,14 @@ pub unsafe extern "C" fn MPI_Reduce_scatter(
         };
         // The reduced vector, at rank 0 only, in a buffer the library keeps between calls
         // (a fresh one page-faults on every call).
-        let mut whole = std::mem::take(&mut st.scratch);
+        let mut whole = std::mem::take(&mut *st.scratch.lock());
         whole.resize(if me == 0 { total } else { 0 }, 0);
-        let result = {
-            let mut dev = st.device()?;
-            dev.reduce(id, 0, send, &mut whole, fold)
-                .and_then(|()| dev.scatterv(id, 0, &whole, &counts, &offs, &mut recv[..mine]))
-        };
-        st.scratch = whole;
+        let result = on_device!(st, c.vci, |b| {
+            ch4_core::coll::reduce(b, id, 0, send, &mut whole, fold).and_then(|()| {
+                ch4_core::coll::scatterv(b, id, 0, &whole, &counts, &offs, &mut recv[..mine])
+            })
+        });
+        *st.scratch.lock() = whole;
         result
     })
 }

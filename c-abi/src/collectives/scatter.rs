@@ -8,7 +8,7 @@ use std::ffi::{c_int, c_void};
 use super::{packed, packed_len, rank_size, scaled, span, type_size, unpack};
 use crate::abi::{self, Handle};
 use crate::buffers::plain;
-use crate::call::call;
+use crate::call::{call, on_device};
 use crate::datatype::{raw, recv_bytes};
 use crate::state;
 
@@ -29,12 +29,21 @@ pub unsafe extern "C" fn MPI_Scatterv(
     comm: Handle,
 ) -> c_int {
     call(comm, "MPI_Scatterv", |st| {
-        let id = st.comm(comm)?;
-        let (me, size) = rank_size(st, id)?;
+        let c = st.comm(comm)?;
+        let id = c.id;
+        let (me, size) = rank_size(st, c)?;
         if me != root {
             // SAFETY: the caller's contract.
             let recv = unsafe { recv_bytes(recvbuf, recvcount, recvtype) }?;
-            return st.device()?.scatterv(id, root, &[], &[], &[], recv);
+            return on_device!(st, c.vci, |b| ch4_core::coll::scatterv(
+                b,
+                id,
+                root,
+                &[],
+                &[],
+                &[],
+                recv
+            ));
         }
         let es = type_size(sendtype)?;
         // SAFETY: the caller's contract.
@@ -55,7 +64,9 @@ pub unsafe extern "C" fn MPI_Scatterv(
             // SAFETY: the caller's contract.
             unsafe { recv_bytes(recvbuf, recvcount, recvtype) }?
         };
-        st.device()?.scatterv(id, root, send, &counts, &offs, recv)
+        on_device!(st, c.vci, |b| ch4_core::coll::scatterv(
+            b, id, root, send, &counts, &offs, recv
+        ))
     })
 }
 
@@ -76,8 +87,9 @@ pub unsafe extern "C" fn MPI_Scatter(
 ) -> c_int {
     if !plain(sendtype, sendcount) || !plain(recvtype, recvcount) {
         return call(comm, "MPI_Scatter", |st| {
-            let id = st.comm(comm)?;
-            let (me, size) = rank_size(st, id)?;
+            let c = st.comm(comm)?;
+            let id = c.id;
+            let (me, size) = rank_size(st, c)?;
             let block = packed_len(st, recvcount, recvtype)?;
             let all = if me == root {
                 // SAFETY: the caller's contract: the root's send buffer.
@@ -95,8 +107,9 @@ pub unsafe extern "C" fn MPI_Scatter(
             let counts = vec![block; size];
             let displs: Vec<usize> = (0..size).map(|r| r * block).collect();
             let mut mine = vec![0u8; block];
-            st.device()?
-                .scatterv(id, root, &all, &counts, &displs, &mut mine)?;
+            on_device!(st, c.vci, |b| ch4_core::coll::scatterv(
+                b, id, root, &all, &counts, &displs, &mut mine
+            ))?;
             if recvbuf as usize == abi::IN_PLACE {
                 return Ok(());
             }
@@ -104,7 +117,7 @@ pub unsafe extern "C" fn MPI_Scatter(
             unsafe { unpack(st, recvbuf, recvcount, recvtype, &mine) }
         });
     }
-    let n = state::with(|st| st.comm(comm).and_then(|id| rank_size(st, id)))
+    let n = state::with(|st| st.comm(comm).and_then(|c| rank_size(st, c)))
         .ok()
         .and_then(Result::ok)
         .map_or(0, |(_, n)| n);

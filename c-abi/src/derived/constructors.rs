@@ -311,11 +311,8 @@ pub unsafe extern "C" fn MPI_Type_commit(datatype: *mut Handle) -> c_int {
         if Desc::predefined(h).is_some() {
             return Ok(());
         }
-        match type_in(h).and_then(|i| st.types.get_mut(i).and_then(Option::as_mut)) {
-            Some(d) => {
-                d.committed = true;
-                Ok(())
-            }
+        match type_in(h).and_then(|i| st.types.with(i, |d| d.committed = true)) {
+            Some(()) => Ok(()),
             None => Err(datatype::bad_type(h)),
         }
     })
@@ -333,9 +330,8 @@ pub unsafe extern "C" fn MPI_Type_free(datatype: *mut Handle) -> c_int {
         }
         // SAFETY: the caller's contract.
         let h = unsafe { datatype.read() };
-        match type_in(h).filter(|&i| st.types.get(i).is_some_and(Option::is_some)) {
-            Some(i) => {
-                st.types[i] = None;
+        match type_in(h).and_then(|i| st.types.remove(i)) {
+            Some(_) => {
                 // SAFETY: the caller's contract.
                 unsafe { datatype.write(0x200) };
                 Ok(())

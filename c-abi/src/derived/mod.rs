@@ -207,22 +207,12 @@ pub(crate) fn desc(st: &State, dt: Handle) -> ch4::Result<Desc> {
         return Ok(d);
     }
     type_in(dt)
-        .and_then(|i| st.types.get(i).and_then(Option::as_ref))
-        .cloned()
+        .and_then(|i| st.types.cloned(i))
         .ok_or_else(|| datatype::bad_type(dt))
 }
 
-fn add_type(st: &mut State, d: Desc) -> Handle {
-    match st.types.iter().position(Option::is_none) {
-        Some(i) => {
-            st.types[i] = Some(d);
-            type_out(i)
-        }
-        None => {
-            st.types.push(Some(d));
-            type_out(st.types.len() - 1)
-        }
-    }
+fn add_type(st: &State, d: Desc) -> Handle {
+    type_out(st.types.insert(d))
 }
 
 fn count_of(n: c_int, what: &str) -> ch4::Result<usize> {
@@ -369,6 +359,12 @@ mod tests {
         assert!(!di.contiguous());
         assert_eq!(type_in(type_out(7)), Some(7));
         assert_eq!(type_in(0x209), None);
-        assert_eq!(type_in(abi::request_out(ch4_core::ReqHandle::DONE)), None);
+        assert_eq!(
+            type_in(abi::request_out(crate::state::DevReq {
+                h: ch4_core::ReqHandle::DONE,
+                vci: 0,
+            })),
+            None
+        );
     }
 }

@@ -138,11 +138,8 @@ pub unsafe extern "C" fn MPI_Type_set_name(datatype: Handle, type_name: *const c
         let name = unsafe { std::ffi::CStr::from_ptr(type_name) }
             .to_string_lossy()
             .into_owned();
-        match type_in(datatype).and_then(|i| st.types.get_mut(i).and_then(Option::as_mut)) {
-            Some(d) => {
-                d.name = Some(name);
-                Ok(())
-            }
+        match type_in(datatype).and_then(|i| st.types.with(i, |d| d.name = Some(name))) {
+            Some(()) => Ok(()),
             None => Err(ch4::Error::new(
                 ErrorKind::Arg,
                 "a predefined datatype's name cannot be changed",

@@ -12,10 +12,11 @@ use std::ffi::{c_int, c_void};
 use ch4_core::{SendMode, Status};
 
 use crate::abi::{self, rank_in, tag_in, Handle, MpiStatus};
-use crate::call::finish_call;
+use crate::call::{finish_call, on_device};
 use crate::datatype::{self, raw, raw_mut};
 use crate::derived;
-use crate::state::{self, State};
+use crate::state::{self, CommRef, State};
+use ch4_core::blocking::Blocking;
 
 /// A blocking send in `mode`.
 ///
@@ -32,20 +33,20 @@ unsafe fn send_in(
     tag: c_int,
     comm: Handle,
 ) -> c_int {
-    let mut st = match state::enter() {
+    let st = match state::enter() {
         Ok(st) => st,
         Err(code) => return code,
     };
     // SAFETY: the caller's contract.
-    let r = unsafe { send_body(&mut st, mode, buf, count, dt, dest, tag, comm) };
-    finish_call(&mut st, comm, func, r)
+    let r = unsafe { send_body(&st, mode, buf, count, dt, dest, tag, comm) };
+    finish_call(&st, comm, func, r)
 }
 
 /// # Safety
 /// As [`send_in`].
 #[inline(always)]
 unsafe fn send_body(
-    st: &mut State,
+    st: &State,
     mode: SendMode,
     buf: *const c_void,
     count: c_int,
@@ -54,15 +55,22 @@ unsafe fn send_body(
     tag: c_int,
     comm: Handle,
 ) -> ch4::Result<()> {
-    let id = st.comm(comm)?;
+    let c = st.comm(comm)?;
     let Some(size) = datatype::size_of(dt) else {
         // SAFETY: the caller's contract.
-        return unsafe { send_other(st, id, mode, buf, count, dt, dest, tag) };
+        return unsafe { send_other(st, c, mode, buf, count, dt, dest, tag) };
     };
     // SAFETY: the caller's contract; the send completes before this returns.
     let bytes = unsafe { raw(buf, datatype::elements(count)? * size) }?;
-    st.device()?
-        .send(id, rank_in(dest), tag_in(tag), bytes, mode)
+    on_device!(st, c.vci, |b| Blocking::send_on(
+        b,
+        c.id,
+        rank_in(dest),
+        tag_in(tag),
+        bytes,
+        mode,
+        false
+    ))
 }
 
 /// A blocking send of a derived datatype, or of nothing of `MPI_DATATYPE_NULL`.
@@ -72,8 +80,8 @@ unsafe fn send_body(
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn send_other(
-    st: &mut State,
-    id: ch4_core::CommId,
+    st: &State,
+    c: CommRef,
     mode: SendMode,
     buf: *const c_void,
     count: c_int,
@@ -81,14 +89,24 @@ unsafe fn send_other(
     dest: c_int,
     tag: c_int,
 ) -> ch4::Result<()> {
+    let (dest, tag) = (rank_in(dest), tag_in(tag));
     if count == 0 && dt == abi::DATATYPE_NULL {
-        return st.device()?.send(id, rank_in(dest), tag_in(tag), &[], mode);
+        return on_device!(st, c.vci, |b| Blocking::send_on(
+            b,
+            c.id,
+            dest,
+            tag,
+            &[],
+            mode,
+            false
+        ));
     }
     // SAFETY: the caller's contract; the send completes before this returns.
-    let b = unsafe { derived::send_buf(st, buf.cast(), count, dt) }?;
-    let mut dev = st.device()?;
-    let h = dev.isend(id, rank_in(dest), tag_in(tag), b, mode)?;
-    dev.wait(h).map(drop)
+    let sb = unsafe { derived::send_buf(st, buf.cast(), count, dt) }?;
+    on_device!(st, c.vci, |b| {
+        let h = b.visit(|d| d.isend(c.id, dest, tag, sb, mode))?;
+        Blocking::wait_or_abandon(b, h).map(drop)
+    })
 }
 
 /// `MPI_Send`.
@@ -190,13 +208,13 @@ pub unsafe extern "C" fn MPI_Recv(
     comm: Handle,
     status: *mut MpiStatus,
 ) -> c_int {
-    let mut st = match state::enter() {
+    let st = match state::enter() {
         Ok(st) => st,
         Err(code) => return code,
     };
     // SAFETY: the caller's contract.
-    let r = unsafe { recv_body(&mut st, buf, count, datatype, source, tag, comm, status) };
-    finish_call(&mut st, comm, "MPI_Recv", r)
+    let r = unsafe { recv_body(&st, buf, count, datatype, source, tag, comm, status) };
+    finish_call(&st, comm, "MPI_Recv", r)
 }
 
 /// # Safety
@@ -204,7 +222,7 @@ pub unsafe extern "C" fn MPI_Recv(
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn recv_body(
-    st: &mut State,
+    st: &State,
     buf: *mut c_void,
     count: c_int,
     datatype: Handle,
@@ -213,14 +231,21 @@ unsafe fn recv_body(
     comm: Handle,
     status: *mut MpiStatus,
 ) -> ch4::Result<()> {
-    let id = st.comm(comm)?;
+    let c = st.comm(comm)?;
     let Some(size) = datatype::size_of(datatype) else {
         // SAFETY: the caller's contract.
-        return unsafe { recv_other(st, id, buf, count, datatype, source, tag, status) };
+        return unsafe { recv_other(st, c, buf, count, datatype, source, tag, status) };
     };
     // SAFETY: the caller's contract; the receive completes before this returns.
     let bytes = unsafe { raw_mut(buf, datatype::elements(count)? * size) }?;
-    let got = st.device()?.recv(id, rank_in(source), tag_in(tag), bytes);
+    let got = on_device!(st, c.vci, |b| Ok::<_, ch4::Error>(Blocking::recv_on(
+        b,
+        c.id,
+        rank_in(source),
+        tag_in(tag),
+        bytes,
+        false
+    )))?;
     // SAFETY: the caller's contract.
     unsafe { recv_done(got, status) }
 }
@@ -232,8 +257,8 @@ unsafe fn recv_body(
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
 unsafe fn recv_other(
-    st: &mut State,
-    id: ch4_core::CommId,
+    st: &State,
+    c: CommRef,
     buf: *mut c_void,
     count: c_int,
     datatype: Handle,
@@ -241,14 +266,23 @@ unsafe fn recv_other(
     tag: c_int,
     status: *mut MpiStatus,
 ) -> ch4::Result<()> {
+    let (source, tag) = (rank_in(source), tag_in(tag));
     let got = if count == 0 && datatype == abi::DATATYPE_NULL {
-        st.device()?.recv(id, rank_in(source), tag_in(tag), &mut [])
+        on_device!(st, c.vci, |b| Ok::<_, ch4::Error>(Blocking::recv_on(
+            b,
+            c.id,
+            source,
+            tag,
+            &mut [],
+            false
+        )))?
     } else {
         // SAFETY: the caller's contract; the receive completes before this returns.
-        let b = unsafe { derived::recv_buf(st, buf.cast(), count, datatype) }?;
-        let mut dev = st.device()?;
-        let h = dev.irecv(id, rank_in(source), tag_in(tag), b)?;
-        dev.wait(h)
+        let rb = unsafe { derived::recv_buf(st, buf.cast(), count, datatype) }?;
+        on_device!(st, c.vci, |b| {
+            let h = b.visit(|d| d.irecv(c.id, source, tag, rb))?;
+            Ok::<_, ch4::Error>(Blocking::wait_or_abandon(b, h))
+        })?
     };
     // SAFETY: the caller's contract.
     unsafe { recv_done(got, status) }

@@ -12,8 +12,8 @@ use ch4_core::buffer::SendBuf;
 use ch4_core::{ErrorKind, SendMode};
 
 use crate::abi::{self, rank_in, tag_in, Handle};
-use crate::call::{call, null_arg, put};
-use crate::state::State;
+use crate::call::{call, null_arg, on_device, put};
+use crate::state::{DevReq, State};
 
 /// What MPI reserves in the attached buffer per buffered message (`MPI_BSEND_OVERHEAD`).
 const BSEND_OVERHEAD: usize = 512;
@@ -25,15 +25,16 @@ const BSEND_OVERHEAD: usize = 512;
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> c_int {
     call(abi::COMM_WORLD, "MPI_Buffer_attach", |st| {
-        if st.bsend_buffer.is_some() {
+        let size = usize::try_from(size)
+            .map_err(|_| ch4::Error::new(ErrorKind::Count, "a negative buffer size"))?;
+        let mut bs = st.bsend.lock();
+        if bs.buffer.is_some() {
             return Err(ch4::Error::new(
                 ErrorKind::Buffer,
                 "a buffer is already attached (detach it first)",
             ));
         }
-        let size = usize::try_from(size)
-            .map_err(|_| ch4::Error::new(ErrorKind::Count, "a negative buffer size"))?;
-        st.bsend_buffer = Some((buffer as usize, size));
+        bs.buffer = Some((buffer as usize, size));
         Ok(())
     })
 }
@@ -46,7 +47,11 @@ pub unsafe extern "C" fn MPI_Buffer_attach(buffer: *mut c_void, size: c_int) -> 
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut c_int) -> c_int {
     call(abi::COMM_WORLD, "MPI_Buffer_detach", |st| {
-        let Some((addr, len)) = st.bsend_buffer.take() else {
+        let (buffer, pending) = {
+            let mut bs = st.bsend.lock();
+            (bs.buffer.take(), std::mem::take(&mut bs.sends))
+        };
+        let Some((addr, len)) = buffer else {
             // SAFETY: the caller's contract.
             unsafe {
                 put(buffer_addr.cast::<usize>(), 0);
@@ -54,12 +59,8 @@ pub unsafe extern "C" fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut 
             }
             return Ok(());
         };
-        let pending = std::mem::take(&mut st.bsends);
-        {
-            let mut dev = st.device()?;
-            for (h, _) in pending {
-                dev.wait_status(h)?;
-            }
+        for (r, _) in pending {
+            on_device!(st, r.vci, |b| b.wait_status(r.h))?;
         }
         // SAFETY: the caller's contract (C passes the address of a pointer as void*).
         unsafe {
@@ -74,32 +75,36 @@ pub unsafe extern "C" fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut 
 /// requires: a message that does not fit is an error) and sent from the copy; the request
 /// returned (for `MPI_Ibsend`) is complete at once.
 fn bsend(
-    st: &mut State,
+    st: &State,
     bytes: &[u8],
     dest: c_int,
     tag: c_int,
     comm: Handle,
 ) -> ch4::Result<ch4_core::ReqHandle> {
-    let id = st.comm(comm)?;
+    let c = st.comm(comm)?;
+    let id = c.id;
+    let mut bs = st.bsend.lock();
     // Messages that have left give their room back.
-    let inflight = std::mem::take(&mut st.bsends);
-    let mut still = Vec::with_capacity(inflight.len());
-    {
-        let mut dev = st.device()?;
-        for (h, n) in inflight {
-            if dev.test_status(h)?.is_none() {
-                still.push((h, n));
+    let mut failed = None;
+    bs.sends.retain(
+        |(r, _)| match st.device(r.vci).and_then(|mut dev| dev.test_status(r.h)) {
+            Ok(pending) => pending.is_none(),
+            Err(e) => {
+                failed.get_or_insert(e);
+                true
             }
-        }
+        },
+    );
+    if let Some(e) = failed {
+        return Err(e);
     }
-    st.bsends = still;
-    let Some((_, capacity)) = st.bsend_buffer else {
+    let Some((_, capacity)) = bs.buffer else {
         return Err(ch4::Error::new(
             ErrorKind::Buffer,
             "a buffered send with no buffer attached (MPI_Buffer_attach)",
         ));
     };
-    let used: usize = st.bsends.iter().map(|(_, n)| n).sum();
+    let used: usize = bs.sends.iter().map(|(_, n)| n).sum();
     let need = bytes.len() + BSEND_OVERHEAD;
     if used + need > capacity {
         return Err(ch4::Error::new(
@@ -112,14 +117,14 @@ fn bsend(
             ),
         ));
     }
-    let h = st.device()?.isend(
+    let h = st.device(c.vci)?.isend(
         id,
         rank_in(dest),
         tag_in(tag),
         SendBuf::owned(bytes.to_vec()),
         SendMode::Standard,
     )?;
-    st.bsends.push((h, need));
+    bs.sends.push((DevReq { h, vci: c.vci }, need));
     Ok(ch4_core::ReqHandle::DONE)
 }
 
@@ -165,7 +170,7 @@ pub unsafe extern "C" fn MPI_Ibsend(
         let bytes = unsafe { crate::buffers::sbuf(st, buf, count, datatype) }?.to_vec()?;
         let h = bsend(st, &bytes, dest, tag, comm)?;
         // SAFETY: checked non-null.
-        unsafe { request.write(abi::request_out(h)) };
+        unsafe { request.write(abi::request_out(DevReq { h, vci: 0 })) };
         Ok(())
     })
 }

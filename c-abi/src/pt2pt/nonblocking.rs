@@ -13,7 +13,7 @@ use ch4_core::SendMode;
 use crate::abi::{rank_in, request_out, tag_in, Handle};
 use crate::buffers::{rbuf, sbuf};
 use crate::call::{finish_call, null_arg};
-use crate::state::{self, State};
+use crate::state::{self, DevReq, State};
 
 /// A nonblocking send in `mode`.
 ///
@@ -31,20 +31,20 @@ unsafe fn isend_in(
     comm: Handle,
     request: *mut Handle,
 ) -> c_int {
-    let mut st = match state::enter() {
+    let st = match state::enter() {
         Ok(st) => st,
         Err(code) => return code,
     };
     // SAFETY: the caller's contract.
-    let r = unsafe { isend_body(&mut st, mode, buf, count, dt, dest, tag, comm, request) };
-    finish_call(&mut st, comm, func, r)
+    let r = unsafe { isend_body(&st, mode, buf, count, dt, dest, tag, comm, request) };
+    finish_call(&st, comm, func, r)
 }
 
 /// # Safety
 /// As [`isend_in`].
 #[inline(always)]
 unsafe fn isend_body(
-    st: &mut State,
+    st: &State,
     mode: SendMode,
     buf: *const c_void,
     count: c_int,
@@ -57,15 +57,16 @@ unsafe fn isend_body(
     if request.is_null() {
         return Err(null_arg("the request"));
     }
-    let id = st.comm(comm)?;
+    let c = st.comm(comm)?;
+    let id = c.id;
     // SAFETY: the caller's contract: the buffer stays valid and unwritten until the request
     // completes (MPI's rule), which is what a borrowed SendBuf asks.
     let sbuf = unsafe { sbuf(st, buf, count, dt) }?;
     let h = st
-        .device()?
+        .device(c.vci)?
         .isend_inline(id, rank_in(dest), tag_in(tag), sbuf, mode)?;
     // SAFETY: checked non-null; the caller's contract.
-    unsafe { request.write(request_out(h)) };
+    unsafe { request.write(request_out(DevReq { h, vci: c.vci })) };
     Ok(())
 }
 
@@ -174,20 +175,20 @@ pub unsafe extern "C" fn MPI_Irecv(
     comm: Handle,
     request: *mut Handle,
 ) -> c_int {
-    let mut st = match state::enter() {
+    let st = match state::enter() {
         Ok(st) => st,
         Err(code) => return code,
     };
     // SAFETY: the caller's contract.
-    let r = unsafe { irecv_body(&mut st, buf, count, datatype, source, tag, comm, request) };
-    finish_call(&mut st, comm, "MPI_Irecv", r)
+    let r = unsafe { irecv_body(&st, buf, count, datatype, source, tag, comm, request) };
+    finish_call(&st, comm, "MPI_Irecv", r)
 }
 
 /// # Safety
 /// As `MPI_Irecv`.
 #[inline(always)]
 unsafe fn irecv_body(
-    st: &mut State,
+    st: &State,
     buf: *mut c_void,
     count: c_int,
     datatype: Handle,
@@ -199,13 +200,14 @@ unsafe fn irecv_body(
     if request.is_null() {
         return Err(null_arg("the request"));
     }
-    let id = st.comm(comm)?;
+    let c = st.comm(comm)?;
+    let id = c.id;
     // SAFETY: the caller's contract: the buffer is the request's alone until it completes.
     let rbuf = unsafe { rbuf(st, buf, count, datatype) }?;
     let h = st
-        .device()?
+        .device(c.vci)?
         .irecv_inline(id, rank_in(source), tag_in(tag), rbuf)?;
     // SAFETY: checked non-null; the caller's contract.
-    unsafe { request.write(request_out(h)) };
+    unsafe { request.write(request_out(DevReq { h, vci: c.vci })) };
     Ok(())
 }

@@ -32,7 +32,7 @@ unsafe fn persistent_init(
         if request.is_null() {
             return Err(null_arg("the request"));
         }
-        st.comm(comm)?;
+        let vci = st.comm(comm)?.vci;
         let d = derived::desc(st, p.datatype)?;
         if p.count < 0 || !d.committed {
             return Err(ch4::Error::new(
@@ -40,7 +40,7 @@ unsafe fn persistent_init(
                 "a negative count or an uncommitted datatype",
             ));
         }
-        let i = st.add_persistent(p);
+        let i = st.add_persistent(Persistent { vci, ..p });
         // SAFETY: checked non-null; the caller's contract.
         unsafe { request.write(abi::persistent_out(i)) };
         Ok(())
@@ -72,6 +72,7 @@ macro_rules! send_init {
                 peer: dest,
                 tag,
                 comm,
+                vci: 0,
                 active: None,
             };
             // SAFETY: the caller's contract.
@@ -107,6 +108,7 @@ pub unsafe extern "C" fn MPI_Recv_init(
         peer: source,
         tag,
         comm,
+        vci: 0,
         active: None,
     };
     // SAFETY: the caller's contract.
@@ -114,35 +116,46 @@ pub unsafe extern "C" fn MPI_Recv_init(
 }
 
 /// Starts persistent request `c`.
-fn start(st: &mut State, c: Handle) -> ch4::Result<()> {
+fn start(st: &State, c: Handle) -> ch4::Result<()> {
     let Req::Persistent(i) = decode(c)? else {
         return Err(ch4::Error::new(
             ErrorKind::Request,
             "only a persistent request can be started",
         ));
     };
-    let p = st.persistent(i)?;
-    if p.active.is_some() {
+    let (active, send, buf, count, dt, peer, tag, comm) = st.with_persistent(i, |p| {
+        (
+            p.active.is_some(),
+            p.send,
+            p.buf,
+            p.count,
+            p.datatype,
+            p.peer,
+            p.tag,
+            p.comm,
+        )
+    })?;
+    if active {
         return Err(ch4::Error::new(
             ErrorKind::Request,
             "the persistent request is already active",
         ));
     }
-    let (send, buf, count, dt, peer, tag, comm) =
-        (p.send, p.buf, p.count, p.datatype, p.peer, p.tag, p.comm);
-    let id = st.comm(comm)?;
+    let c = st.comm(comm)?;
+    let id = c.id;
     let h = if let Some(mode) = send {
         // SAFETY: the program promised (MPI_Send_init) that the buffer holds the elements and
         // stays untouched while the request is active, which lasts until it completes.
         let sbuf = unsafe { sbuf(st, buf as *const c_void, count, dt) }?;
-        st.device()?
+        st.device(c.vci)?
             .isend(id, rank_in(peer), tag_in(tag), sbuf, mode)?
     } else {
         // SAFETY: as above, for a receive buffer (MPI_Recv_init).
         let rbuf = unsafe { rbuf(st, buf as *mut c_void, count, dt) }?;
-        st.device()?.irecv(id, rank_in(peer), tag_in(tag), rbuf)?
+        st.device(c.vci)?
+            .irecv(id, rank_in(peer), tag_in(tag), rbuf)?
     };
-    st.persistent(i)?.active = Some(h);
+    st.with_persistent(i, |p| p.active = Some(h))?;
     Ok(())
 }
 

@@ -13,9 +13,10 @@ use ch4_core::SendMode;
 
 use crate::abi::{self, rank_in, tag_in, Handle, MpiStatus};
 use crate::buffers::{rbuf, sbuf};
-use crate::call::{call, null_arg};
+use crate::call::{call, null_arg, on_device};
 use crate::requests::status_error;
-use crate::state::State;
+use crate::state::{DevReq, State};
+use ch4_core::blocking::Blocking;
 
 /// `MPI_Sendrecv`.
 ///
@@ -38,7 +39,8 @@ pub unsafe extern "C" fn MPI_Sendrecv(
     status: *mut MpiStatus,
 ) -> c_int {
     call(comm, "MPI_Sendrecv", |st| {
-        let id = st.comm(comm)?;
+        let c = st.comm(comm)?;
+        let id = c.id;
         // SAFETY: the caller's contract; both complete before this returns.
         let (sb, rb) = unsafe {
             (
@@ -46,15 +48,21 @@ pub unsafe extern "C" fn MPI_Sendrecv(
                 rbuf(st, recvbuf, recvcount, recvtype)?,
             )
         };
-        let mut dev = st.device()?;
-        let r = dev.irecv(id, rank_in(source), tag_in(recvtag), rb)?;
-        let sent = dev
-            .isend(id, rank_in(dest), tag_in(sendtag), sb, SendMode::Standard)
-            .and_then(|h| dev.wait(h));
-        let got = dev.wait_status(r);
-        sent?;
-        let s = got?;
-        drop(dev);
+        let (source, recvtag, dest, sendtag) = (
+            rank_in(source),
+            tag_in(recvtag),
+            rank_in(dest),
+            tag_in(sendtag),
+        );
+        let s = on_device!(st, c.vci, |b| {
+            let r = b.visit(|d| d.irecv(id, source, recvtag, rb))?;
+            let sent = b
+                .visit(|d| d.isend(id, dest, sendtag, sb, SendMode::Standard))
+                .and_then(|h| Blocking::wait_or_abandon(b, h));
+            let got = b.wait_status(r);
+            sent?;
+            got
+        })?;
         status_error(&s)?;
         // SAFETY: the caller's contract.
         unsafe { MpiStatus::put(status, &s) };
@@ -66,22 +74,17 @@ pub unsafe extern "C" fn MPI_Sendrecv(
 /// background: a standard-mode send may buffer its message, and with the copy the caller's
 /// send buffer (or, for `_replace`, the buffer the receive then fills) is free at once, so the
 /// send-receive's request is its receive's.
-fn send_copy(
-    st: &mut State,
-    data: Vec<u8>,
-    dest: c_int,
-    tag: c_int,
-    comm: Handle,
-) -> ch4::Result<()> {
-    let id = st.comm(comm)?;
-    let h = st.device()?.isend(
+fn send_copy(st: &State, data: Vec<u8>, dest: c_int, tag: c_int, comm: Handle) -> ch4::Result<()> {
+    let c = st.comm(comm)?;
+    let id = c.id;
+    let h = st.device(c.vci)?.isend(
         id,
         rank_in(dest),
         tag_in(tag),
         SendBuf::owned(data),
         SendMode::Standard,
     )?;
-    st.detached.push(h);
+    st.detach(DevReq { h, vci: c.vci });
     Ok(())
 }
 
@@ -109,17 +112,18 @@ pub unsafe extern "C" fn MPI_Isendrecv(
         if request.is_null() {
             return Err(null_arg("the request"));
         }
-        let id = st.comm(comm)?;
+        let c = st.comm(comm)?;
+        let id = c.id;
         // SAFETY: the caller's contract: the receive buffer is the request's alone.
         let rb = unsafe { crate::buffers::rbuf(st, recvbuf, recvcount, recvtype) }?;
         // SAFETY: the caller's contract; the data is copied before this returns.
         let data = unsafe { crate::buffers::sbuf(st, sendbuf, sendcount, sendtype) }?.to_vec()?;
         let h = st
-            .device()?
+            .device(c.vci)?
             .irecv(id, rank_in(source), tag_in(recvtag), rb)?;
         send_copy(st, data, dest, sendtag, comm)?;
         // SAFETY: checked non-null.
-        unsafe { request.write(abi::request_out(h)) };
+        unsafe { request.write(abi::request_out(DevReq { h, vci: c.vci })) };
         Ok(())
     })
 }
@@ -141,26 +145,27 @@ pub unsafe extern "C" fn MPI_Sendrecv_replace(
     status: *mut MpiStatus,
 ) -> c_int {
     call(comm, "MPI_Sendrecv_replace", |st| {
-        let id = st.comm(comm)?;
+        let c = st.comm(comm)?;
+        let id = c.id;
         // SAFETY: the caller's contract; the data is copied before the receive fills `buf`.
         let data = unsafe { crate::buffers::sbuf(st, buf, count, datatype) }?.to_vec()?;
         // SAFETY: the caller's contract; the receive completes before this returns.
         let rb = unsafe { crate::buffers::rbuf(st, buf, count, datatype) }?;
-        let mut dev = st.device()?;
-        let r = dev.irecv(id, rank_in(source), tag_in(recvtag), rb)?;
-        let sent = dev
-            .isend(
-                id,
-                rank_in(dest),
-                tag_in(sendtag),
-                SendBuf::owned(data),
-                SendMode::Standard,
-            )
-            .and_then(|h| dev.wait(h));
-        let got = dev.wait_status(r);
-        sent?;
-        let s = got?;
-        drop(dev);
+        let (source, recvtag, dest, sendtag) = (
+            rank_in(source),
+            tag_in(recvtag),
+            rank_in(dest),
+            tag_in(sendtag),
+        );
+        let s = on_device!(st, c.vci, |b| {
+            let r = b.visit(|d| d.irecv(id, source, recvtag, rb))?;
+            let sent = b
+                .visit(|d| d.isend(id, dest, sendtag, SendBuf::owned(data), SendMode::Standard))
+                .and_then(|h| Blocking::wait_or_abandon(b, h));
+            let got = b.wait_status(r);
+            sent?;
+            got
+        })?;
         // SAFETY: the caller's contract.
         unsafe { MpiStatus::put(status, &s) };
         status_error(&s)
@@ -188,17 +193,18 @@ pub unsafe extern "C" fn MPI_Isendrecv_replace(
         if request.is_null() {
             return Err(null_arg("the request"));
         }
-        let id = st.comm(comm)?;
+        let c = st.comm(comm)?;
+        let id = c.id;
         // SAFETY: the caller's contract; the data is copied before the receive can fill `buf`.
         let data = unsafe { crate::buffers::sbuf(st, buf, count, datatype) }?.to_vec()?;
         // SAFETY: the caller's contract: the buffer is the request's alone from now on.
         let rb = unsafe { crate::buffers::rbuf(st, buf, count, datatype) }?;
         let h = st
-            .device()?
+            .device(c.vci)?
             .irecv(id, rank_in(source), tag_in(recvtag), rb)?;
         send_copy(st, data, dest, sendtag, comm)?;
         // SAFETY: checked non-null.
-        unsafe { request.write(abi::request_out(h)) };
+        unsafe { request.write(abi::request_out(DevReq { h, vci: c.vci })) };
         Ok(())
     })
 }

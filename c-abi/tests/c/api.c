@@ -28,7 +28,7 @@ static int errs = 0;
 int main(int argc, char **argv)
 {
     int rank, size, provided, flag, r, n;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     CHECK(provided == MPI_THREAD_FUNNELED);
