@@ -11,9 +11,10 @@
 //! What every chapter uses:
 //!
 //! - `abi`: the ABI's handles, constants and `MPI_Status` (the values of `include/mpi.h`).
-//! - `state`: the process's universe and communicator table, and the thread rule
-//!   (`MPI_THREAD_FUNNELED`).
-//! - `call`: entering the state, reporting an error, writing results through C pointers.
+//! - `state`: the process's universe and handle tables, and the thread level's rule (up to
+//!   `MPI_THREAD_MULTIPLE`, over VCIs).
+//! - `call`: entering the state, running blocking device work on a communicator's VCI,
+//!   reporting an error, writing results through C pointers.
 //! - `buffers`: a C buffer (pointer, count, datatype) as the device's send or receive buffer.
 //!
 //! The chapters:

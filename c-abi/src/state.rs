@@ -1,11 +1,24 @@
-//! The one MPI process this library serves: its ch4 universe, the communicators the program
-//! holds handles to, and whose thread may call.
+//! The one MPI process this library serves: its ch4 universe, the tables behind the program's
+//! handles, and which threads may call.
 //!
-//! The library provides `MPI_THREAD_FUNNELED`: the thread that initialized MPI makes every
-//! call. That is checked on each call (one load of the thread's identity and a compare), and
-//! a call from another thread fails with an error instead of racing on the device. The state sits in a
-//! static cell that only that thread touches, and a call that would re-enter it (none of the
-//! library's own code does) fails the same way.
+//! The level is the one `MPI_Init_thread` asked for. Below `MPI_THREAD_MULTIPLE` the rank is
+//! the single-threaded one (no lock on the device) and a gate on every call keeps the level's
+//! rule: at `SINGLE` and `FUNNELED` only the thread that initialized MPI enters (one load of the
+//! thread's identity and a compare, no atomic read-modify-write); at `SERIALIZED` any thread,
+//! one at a time (a compare-and-swap). A call that breaks the rule, or re-enters from inside
+//! another, fails with an error instead of racing on the device.
+//!
+//! At `MPI_THREAD_MULTIPLE` the rank has VCIs (`CH4_NUM_VCIS`), each device behind its own
+//! lock, and every communicator is bound to one when it is made (the facade's rule: from its
+//! context id, so every member picks the same). A call takes only the lock of its
+//! communicator's VCI, and a blocking call lets go of it between polls (`call::on_device`), so
+//! threads on different communicators never wait for each other and threads on one take
+//! turns. The handle tables (communicators, persistent requests, datatypes, groups, probed
+//! messages, buffered sends) each sit behind a short lock of their own.
+//!
+//! Lock order, which keeps the library free of deadlock: a table's lock may be held while a
+//! VCI's is taken (completing requests freed while active does), never the other way round; no
+//! call holds two tables' locks at once, or any lock while it waits on the network.
 
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

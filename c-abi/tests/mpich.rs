@@ -9,7 +9,7 @@
 //! Without the programs the test is skipped, and says so.
 //!
 //! `CH4_NODE_SIZE=1` in the environment runs every case over the network (each rank its own
-//! node); `CH4_ABI_NETMOD=ofi` or `ucx` builds the library over that netmod (`common::built`).
+//! node); `ABI_TEST_NETMOD=ofi` or `ucx` builds the library over that netmod (`common::built`).
 
 mod common;
 

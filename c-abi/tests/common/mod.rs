@@ -25,31 +25,60 @@ pub fn bin_dir() -> PathBuf {
         .to_path_buf()
 }
 
+/// The netmod the library is built over for this run: `ABI_TEST_NETMOD` (`tcp`, the default
+/// build's, or `ofi` or `ucx`).
+fn abi_netmod() -> String {
+    std::env::var("ABI_TEST_NETMOD").unwrap_or_else(|_| "tcp".into())
+}
+
 /// Builds `ch4run` and `libmpi_abi.so` once (in this test's profile), and returns the directory
-/// that holds `libmpi_abi.so.1` for programs to load.
+/// that holds `libmpi_abi.so.1` for programs to load. With `ABI_TEST_NETMOD=ofi` or `ucx` the
+/// library is built over that netmod, in a target directory of its own
+/// (`target/abi-<netmod>`), so the default build's library is left alone.
 pub fn built() -> PathBuf {
     static BUILD: Once = Once::new();
-    let lib_dir = bin_dir().join("mpi-abi-test/lib");
+    let netmod = abi_netmod();
+    let default = netmod == "tcp";
+    let lib_dir = if default {
+        bin_dir().join("mpi-abi-test/lib")
+    } else {
+        bin_dir().join(format!("mpi-abi-test/lib-{netmod}"))
+    };
     BUILD.call_once(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let profile = if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        };
+        let target_dir = root().join(format!("target/abi-{netmod}"));
+        let features = ["--no-default-features", "--features", netmod.as_str()];
         // Two builds: `--bin` would narrow the other package's targets too.
-        for target in [
-            &["-p", "pmi", "--bin", "ch4run"][..],
-            &["-p", "ch4-mpi-abi", "--lib"],
+        for (target, own) in [
+            (&["-p", "pmi", "--bin", "ch4run"][..], false),
+            (&["-p", "ch4-mpi-abi", "--lib"], !default),
         ] {
             let mut cmd = Command::new(&cargo);
             cmd.args(["build", "-q"]).args(target);
+            if own {
+                cmd.args(features).arg("--target-dir").arg(&target_dir);
+            }
             if !cfg!(debug_assertions) {
                 cmd.arg("--release");
             }
             let st = cmd.status().expect("run cargo build");
             assert!(st.success(), "building {target:?} failed");
         }
+        let lib = if default {
+            bin_dir().join("libmpi_abi.so")
+        } else {
+            target_dir.join(profile).join("libmpi_abi.so")
+        };
         std::fs::create_dir_all(&lib_dir).unwrap();
         for name in ["libmpi_abi.so.1", "libmpi_abi.so"] {
             let link = lib_dir.join(name);
             let _ = std::fs::remove_file(&link);
-            std::os::unix::fs::symlink(bin_dir().join("libmpi_abi.so"), &link).unwrap();
+            std::os::unix::fs::symlink(&lib, &link).unwrap();
         }
     });
     lib_dir
