@@ -9,6 +9,7 @@ use ch4_core::rankmap::Group;
 use ch4_core::transport::{Netmod, Shm};
 use ch4_core::{Error, ErrorKind, Rank, Result, SendMode, Status, Tag};
 
+use crate::level::VciSet;
 use crate::owned::OwnedRequest;
 use crate::request::{Request, Scope};
 use crate::{blocking, Context, RankState, SelectedNetmod, SelectedShm, Single, ThreadLevel};
@@ -618,6 +619,27 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
             b, self.id
         ))?;
         self.adopt(c)
+    }
+
+    /// A duplicate bound to VCI `vci` rather than the one its context id picks (the default
+    /// spreads communicators round the VCIs; a program that knows which threads will share
+    /// which communicators places them itself). Every member must name the same VCI, which is
+    /// checked (an [`ErrorKind::Arg`] error on every member otherwise); below [`crate::Multiple`]
+    /// the rank has one VCI, and only 0 is valid.
+    pub fn dup_on_vci(&self, vci: usize) -> Result<Communicator<N, S, L>> {
+        let vcis = self.rank_state.vcis.len();
+        if vci >= vcis {
+            return Err(Error::new(
+                ErrorKind::Arg,
+                format!("VCI {vci} of a rank with {vcis} (CH4_NUM_VCIS)"),
+            ));
+        }
+        let c = blocking!(L, self.rank_state, self.vci, |b| {
+            ch4_core::coll::agree(b, self.id, "VCI", vci as u64)
+                .and_then(|()| ch4_core::coll::new_dup(b, self.id))
+        })?;
+        let id = self.rank_state.device(vci)?.adopt_comm(c)?;
+        Ok(Communicator::new(self.rank_state.clone(), vci, id))
     }
 
     /// Splits by `color`, ordered by `key` (MPI_Comm_split); [`crate::UNDEFINED`] opts out.

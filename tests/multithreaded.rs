@@ -1,8 +1,8 @@
 //! Several threads per rank at `MPI_THREAD_MULTIPLE`, over every route (see `common`): threads
 //! each on a communicator of their own (spread over the rank's VCIs) and several on one
 //! communicator, blocking and nonblocking, with every message's order and content checked per
-//! thread; communicators made by threads at once; requests handed between threads; and a
-//! stalled VCI that does not stop the others.
+//! thread; communicators made by threads at once, and placed on a VCI by name; requests handed
+//! between threads; and a stalled VCI that does not stop the others.
 
 mod common;
 
@@ -266,3 +266,38 @@ fn several_vcis_need_the_multiple_level() {
     assert_eq!(e.kind(), ErrorKind::Arg);
     assert!(e.to_string().contains("multiple"), "{e}");
 }
+
+/// A communicator placed on a VCI by name (`dup_on_vci`): it is there on every member, its
+/// traffic flows, and members that name different VCIs all get an error instead of a
+/// communicator whose halves could never meet.
+fn communicators_placed_by_name<N: Netmod + Send, S: Shm + Send>(
+    ctx: Context<N, S, Multiple>,
+) -> Result<()> {
+    let world = ctx.world();
+    let last = ctx.vcis() - 1;
+    let placed = world.dup_on_vci(last)?;
+    assert_eq!(placed.vci(), last);
+    let mut total = [0u32];
+    placed.allreduce(&[1u32], &mut total, ch4::op::sum)?;
+    assert_eq!(total[0], world.size() as u32);
+    let peer = (world.rank() + 1) % world.size();
+    let from = (world.rank() + world.size() - 1) % world.size();
+    let mut got = [0u32];
+    let st = placed.sendrecv(&[world.rank() as u32], peer, 5, &mut got, from, 5)?;
+    assert_eq!((st.source, got[0]), (from, from as u32));
+    if ctx.vcis() > 1 {
+        let e = world
+            .dup_on_vci(world.rank() as usize % ctx.vcis())
+            .err()
+            .expect("members naming different VCIs");
+        assert_eq!(e.kind(), ErrorKind::Arg);
+        assert!(e.to_string().contains("different VCIs"), "{e}");
+    }
+    let e = world
+        .dup_on_vci(ctx.vcis())
+        .err()
+        .expect("a VCI past the last");
+    assert_eq!(e.kind(), ErrorKind::Arg);
+    Ok(())
+}
+on_all_routes_multiple!(placed_by_name, 3, communicators_placed_by_name);

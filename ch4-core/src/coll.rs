@@ -566,6 +566,40 @@ pub fn new_dup<B: Blocking + ?Sized>(b: &mut B, comm: CommId) -> Result<Comm> {
     .inspect_err(|_| release_context(b, context))
 }
 
+/// Fails on every member unless all passed the same `value` (a choice the members must make
+/// alike, such as the VCI of a communicator being made: MPI asks the same of info hints that
+/// change a communicator's behaviour). Collective over `comm`: one allreduce of the largest
+/// value and of the largest complement, which are each other's complements only when every
+/// member named one value.
+pub fn agree<B: Blocking + ?Sized>(b: &mut B, comm: CommId, what: &str, value: u64) -> Result<()> {
+    let mine = [value.to_le_bytes(), (!value).to_le_bytes()].concat();
+    let mut all = [0u8; 16];
+    let max = |acc: &mut [u8], other: &[u8]| {
+        for (a, o) in acc.chunks_exact_mut(8).zip(other.chunks_exact(8)) {
+            let (x, y) = (
+                u64::from_le_bytes(a.try_into().unwrap_or_default()),
+                u64::from_le_bytes(o.try_into().unwrap_or_default()),
+            );
+            a.copy_from_slice(&x.max(y).to_le_bytes());
+        }
+    };
+    allreduce(b, comm, &mine, &mut all, max)?;
+    let (hi, lo) = all.split_at(8);
+    let hi = u64::from_le_bytes(hi.try_into().unwrap_or_default());
+    let not_lo = u64::from_le_bytes(lo.try_into().unwrap_or_default());
+    if hi == !not_lo {
+        Ok(())
+    } else {
+        Err(Error::new(
+            ErrorKind::Arg,
+            format!(
+                "the members named different {what}s (from {} to {hi}); all must name the same",
+                !not_lo
+            ),
+        ))
+    }
+}
+
 /// Splits `comm` by `color` into disjoint communicators, ordering each by `key` then by rank
 /// in `comm` (MPI_Comm_split): this member's new communicator as [`new_dup`] gives it, `None`
 /// for [`UNDEFINED`]. Collective over `comm`.
