@@ -9,7 +9,7 @@
 
 use std::ffi::c_int;
 
-use ch4_core::{ReqHandle, Status};
+use ch4_core::Status;
 
 pub(crate) use crate::state::DevReq;
 
@@ -275,11 +275,11 @@ pub fn persistent_out(i: usize) -> Handle {
 /// below the generation (bit 32 up). The one index the ceiling does not bound,
 /// [`ReqHandle::DONE`]'s, has all 32 bits set; it names no request on any VCI, so it travels
 /// as it is, on VCI 0.
-const VCI_SHIFT: u32 = 24;
+pub(crate) const VCI_SHIFT: u32 = 24;
 /// The VCI bits (up to 64 VCIs, `CH4_NUM_VCIS`'s maximum).
-const VCI_MASK: u64 = 0x3f << VCI_SHIFT;
+pub(crate) const VCI_MASK: u64 = 0x3f << VCI_SHIFT;
 /// The index bits of a handle.
-const INDEX_MASK: u64 = 0xffff_ffff;
+pub(crate) const INDEX_MASK: u64 = 0xffff_ffff;
 
 /// What C handle `h` is; an error for anything that was never a request.
 #[inline(always)]
@@ -301,38 +301,19 @@ pub fn req_in(h: Handle) -> Result<Req, ()> {
 #[inline(always)]
 pub fn device_request(h: Handle) -> Option<DevReq> {
     let raw = h as u64;
-    if raw & REQUEST_BIT == 0 {
-        return None;
-    }
-    let raw = raw & !REQUEST_BIT;
-    Some(if raw & INDEX_MASK == INDEX_MASK {
-        DevReq {
-            h: ReqHandle::from_raw(raw),
-            vci: 0,
-        }
-    } else {
-        DevReq {
-            h: ReqHandle::from_raw(raw & !VCI_MASK),
-            vci: ((raw & VCI_MASK) >> VCI_SHIFT) as usize,
-        }
-    })
+    (raw & REQUEST_BIT != 0).then(|| DevReq::from_packed(raw & !REQUEST_BIT))
 }
 
 /// The C handle of a device request.
 #[inline(always)]
 pub fn request_out(r: DevReq) -> Handle {
-    let raw = r.h.to_raw();
-    let vci = if raw & INDEX_MASK == INDEX_MASK {
-        0
-    } else {
-        ((r.vci as u64) << VCI_SHIFT) & VCI_MASK
-    };
-    (raw | vci | REQUEST_BIT) as Handle
+    (r.packed() | REQUEST_BIT) as Handle
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ch4_core::ReqHandle;
 
     #[test]
     fn the_wildcards_and_sentinels_cross_both_ways() {
@@ -354,10 +335,16 @@ mod tests {
             ReqHandle::from_raw((7 << 32) | 0x3f_ffff),
         ] {
             for vci in [0, 1, 63] {
-                let c = request_out(DevReq { h, vci });
+                let c = request_out(DevReq::new(h, vci));
                 assert_ne!(c, REQUEST_NULL);
+                let Ok(Req::Device(r)) = req_in(c) else {
+                    panic!("{c:#x} is not a device request");
+                };
                 let vci = if h == ReqHandle::DONE { 0 } else { vci };
-                assert_eq!(req_in(c), Ok(Req::Device(DevReq { h, vci })));
+                assert_eq!((r.handle(), r.vci()), (h, vci));
+                if vci == 0 {
+                    assert_eq!(r.handle_at::<false>(), h);
+                }
             }
         }
         assert_eq!(req_in(REQUEST_NULL), Ok(Req::Null));

@@ -36,8 +36,23 @@ pub(crate) fn call(
 /// [`ch4_core::blocking::Blocking`]: below `MPI_THREAD_MULTIPLE` the one device, held for the
 /// whole call as it always was; at it, the VCI shared, let go between polls so that the other
 /// threads of the rank (which may be the ones this wait needs) get in. Steps that do not wait
-/// run through `$b.visit`. The body is compiled for both; the rank's level picks one.
+/// run through `$b.visit`. The body is compiled for both; the rank's level picks one. The body
+/// is a `ch4::Result`: at `MPI_THREAD_MULTIPLE` it runs in a closure (`on_shared`), where a
+/// `?` ends the body, not the function around it.
 macro_rules! on_device {
+    // The hot functions' form: the body's captures move into the closure of the shared path,
+    // so that the single-threaded path keeps its values in registers (captured by reference,
+    // they would live on the stack on both paths).
+    (move $st:expr, $vci:expr, |$b:ident| $body:expr) => {{
+        match &$st.rank {
+            $crate::state::Rank::Single(u) => {
+                let mut dev = u.0.context().device()?;
+                let $b: &mut $crate::state::Device = &mut dev;
+                $body
+            }
+            $crate::state::Rank::Multiple(u) => $crate::call::on_shared(u, $vci, move |$b| $body),
+        }
+    }};
     ($st:expr, $vci:expr, |$b:ident| $body:expr) => {{
         match &$st.rank {
             $crate::state::Rank::Single(u) => {
@@ -45,16 +60,95 @@ macro_rules! on_device {
                 let $b: &mut $crate::state::Device = &mut dev;
                 $body
             }
-            $crate::state::Rank::Multiple(u) => {
-                let lock = u.context().vci_lock($vci);
-                let mut shared = ch4_core::blocking::Shared(&lock);
-                let $b = &mut shared;
-                $body
-            }
+            $crate::state::Rank::Multiple(u) => $crate::call::on_shared(u, $vci, |$b| $body),
         }
     }};
 }
 pub(crate) use on_device;
+
+/// [`on_device`] in a body compiled once per level, `$mt` its constant (`false`: below
+/// `MPI_THREAD_MULTIPLE`), so that each copy holds one path only. The hot functions (send,
+/// receive, wait) dispatch on the level once, at their top ([`State::single`]): their
+/// single-threaded copy is then the code it was before levels existed.
+macro_rules! on_device_at {
+    ($mt:expr, $st:expr, $vci:expr, |$b:ident| $body:expr) => {{
+        match (&$st.rank, $mt) {
+            ($crate::state::Rank::Single(u), false) => {
+                let mut dev = u.0.context().device()?;
+                let $b: &mut $crate::state::Device = &mut dev;
+                $body
+            }
+            ($crate::state::Rank::Multiple(u), true) => {
+                $crate::call::on_shared(u, $vci, move |$b| $body)
+            }
+            _ => return Err($crate::call::wrong_copy()),
+        }
+    }};
+}
+pub(crate) use on_device_at;
+
+/// The shape of the hot functions (send, receive, wait): the owner of a single-threaded rank
+/// enters with one compare and runs `$body::<false>` (the single-threaded copy); every other
+/// caller goes out of line to [`hot_any`], which enters as [`call`] does and runs the copy of
+/// the rank's level. Use it inside `unsafe` when the body is an `unsafe fn`: the closure of the
+/// out-of-line path is inside that block too.
+macro_rules! hot_call {
+    ($func:expr, $comm:expr, $body:ident($($arg:expr),* $(,)?)) => {{
+        match $crate::state::enter_owner() {
+            Some(st) => {
+                let r = $body::<false>(&st, $($arg),*);
+                $crate::call::finish_call(&st, $comm, $func, r)
+            }
+            None => $crate::call::hot_any($func, $comm, move |st| {
+                if st.single() {
+                    $body::<false>(st, $($arg),*)
+                } else {
+                    $body::<true>(st, $($arg),*)
+                }
+            }),
+        }
+    }};
+}
+pub(crate) use hot_call;
+
+/// The out-of-line path of [`hot_call`]: any thread at `MPI_THREAD_MULTIPLE` or `SERIALIZED`,
+/// or a call to refuse.
+#[inline(never)]
+pub(crate) fn hot_any(
+    func: &'static str,
+    comm: Handle,
+    body: impl FnOnce(&State) -> ch4::Result<()>,
+) -> c_int {
+    let st = match state::enter() {
+        Ok(st) => st,
+        Err(code) => return code,
+    };
+    let r = body(&st);
+    finish_call(&st, comm, func, r)
+}
+
+/// A body compiled for one level ran on a rank of the other (a bug of the library's).
+#[cold]
+pub(crate) fn wrong_copy() -> ch4::Error {
+    ch4::Error::new(
+        ch4_core::ErrorKind::Internal,
+        "a call ran the code of another thread level",
+    )
+}
+
+/// The device of VCI `vci` of a rank at `MPI_THREAD_MULTIPLE`, shared, for the body of
+/// [`on_device`]. Out of line, so that the single-threaded path of a hot function (`MPI_Isend`)
+/// carries none of this path's code: inlined, it made those functions save and restore more
+/// registers, a few instructions a call.
+#[inline(never)]
+pub(crate) fn on_shared<R>(
+    u: &ch4::process::Universe<ch4::Multiple>,
+    vci: usize,
+    body: impl FnOnce(&mut ch4_core::blocking::Shared<'_, crate::state::VciLock<'_>>) -> R,
+) -> R {
+    let lock = u.context().vci_lock(vci);
+    body(&mut ch4_core::blocking::Shared(&lock))
+}
 
 /// Ends a call whose body ran on the entered state: success, or the error through
 /// communicator `comm`'s handler. The hot functions (send, receive, wait) use it with a body

@@ -76,7 +76,9 @@ pub extern "C" fn MPI_Finalize() -> c_int {
     };
     let detached = std::mem::take(&mut *st.detached.lock());
     for r in detached {
-        let _ = st.device(r.vci).and_then(|mut dev| dev.wait_status(r.h));
+        let _ = st
+            .device(r.vci())
+            .and_then(|mut dev| dev.wait_status(r.handle()));
     }
     let left = match &st.rank {
         Rank::Single(u) => u.0.finalize_shared(),

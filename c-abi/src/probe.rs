@@ -223,7 +223,7 @@ pub unsafe extern "C" fn MPI_Imrecv(
         // SAFETY: checked non-null; the caller's contract.
         unsafe {
             message.write(abi::MESSAGE_NULL);
-            request.write(abi::request_out(DevReq { h, vci }));
+            request.write(abi::request_out(DevReq::new(h, vci)));
         }
         Ok(())
     })
@@ -245,12 +245,12 @@ pub unsafe extern "C" fn MPI_Cancel(request: *mut Handle) -> c_int {
         let r = match decode(c)? {
             Req::Device(r) => Some(r),
             Req::Persistent(i) => {
-                st.with_persistent(i, |p| p.active.map(|h| DevReq { h, vci: p.vci }))?
+                st.with_persistent(i, |p| p.active.map(|h| DevReq::new(h, p.vci)))?
             }
             Req::Null => None,
         };
         match r {
-            Some(r) => st.device(r.vci)?.cancel(r.h),
+            Some(r) => st.device(r.vci())?.cancel(r.handle()),
             None => Err(ch4::Error::new(
                 ErrorKind::Request,
                 "an inactive request cannot be cancelled",
@@ -287,10 +287,10 @@ mod tests {
         assert_eq!(message_in(abi::MESSAGE_NO_PROC), None);
         assert_eq!(message_in(abi::persistent_out(5)), None);
         assert_eq!(
-            message_in(abi::request_out(crate::state::DevReq {
-                h: ch4_core::ReqHandle::DONE,
-                vci: 0,
-            })),
+            message_in(abi::request_out(crate::state::DevReq::new(
+                ch4_core::ReqHandle::DONE,
+                0
+            ))),
             None
         );
     }

@@ -12,10 +12,10 @@ use std::ffi::c_int;
 use ch4_core::{ErrorKind, Status};
 
 use crate::abi::{self, class, Handle, MpiStatus, Req};
-use crate::call::{call, null_arg, put};
+use crate::call::{call, hot_call, null_arg, put};
 use crate::datatype;
 use crate::errors;
-use crate::requests::{after, complete, decode, device_of, status_error, INACTIVE};
+use crate::requests::{after, complete, complete_at, decode, device_of, status_error, INACTIVE};
 use crate::state::State;
 
 /// Completes every request of `requests` (`test`: only if all are complete), filling
@@ -23,7 +23,7 @@ use crate::state::State;
 ///
 /// # Safety
 /// `requests` has `count` handles; `statuses` is null or has `count` writable statuses.
-unsafe fn complete_all(
+unsafe fn complete_all<const MT: bool>(
     st: &State,
     count: c_int,
     requests: *mut Handle,
@@ -49,14 +49,14 @@ unsafe fn complete_all(
             let Some(r) = device_of(st, req)? else {
                 continue;
             };
-            if !st.device(r.vci)?.is_done(r.h)? {
+            if !st.device(r.vci())?.is_done(r.handle())? {
                 return Ok(false);
             }
         }
     }
     let mut failed = None;
     for (i, req) in decoded.into_iter().enumerate() {
-        let done = complete(st, req, true)?.unwrap_or(Status::EMPTY);
+        let done = complete_at::<MT>(st, req, true)?.unwrap_or(Status::EMPTY);
         let err = match done.error {
             None => class::SUCCESS,
             Some(kind) => {
@@ -84,6 +84,21 @@ unsafe fn complete_all(
     }
 }
 
+/// [`complete_all`], waiting, for `MPI_Waitall`.
+///
+/// # Safety
+/// As [`complete_all`].
+#[inline(always)]
+unsafe fn wait_all<const MT: bool>(
+    st: &State,
+    count: c_int,
+    requests: *mut Handle,
+    statuses: *mut MpiStatus,
+) -> ch4::Result<()> {
+    // SAFETY: the caller's contract.
+    unsafe { complete_all::<MT>(st, count, requests, statuses, false) }.map(drop)
+}
+
 /// `MPI_Waitall`.
 ///
 /// # Safety
@@ -95,10 +110,14 @@ pub unsafe extern "C" fn MPI_Waitall(
     array_of_requests: *mut Handle,
     array_of_statuses: *mut MpiStatus,
 ) -> c_int {
-    call(abi::COMM_WORLD, "MPI_Waitall", |st| {
-        // SAFETY: the caller's contract.
-        unsafe { complete_all(st, count, array_of_requests, array_of_statuses, false) }.map(drop)
-    })
+    // SAFETY: the caller's contract.
+    unsafe {
+        hot_call!(
+            "MPI_Waitall",
+            abi::COMM_WORLD,
+            wait_all(count, array_of_requests, array_of_statuses)
+        )
+    }
 }
 
 /// `MPI_Testall`.
@@ -114,7 +133,13 @@ pub unsafe extern "C" fn MPI_Testall(
 ) -> c_int {
     call(abi::COMM_WORLD, "MPI_Testall", |st| {
         // SAFETY: the caller's contract.
-        let all = unsafe { complete_all(st, count, array_of_requests, array_of_statuses, true) }?;
+        let all = unsafe {
+            if st.single() {
+                complete_all::<false>(st, count, array_of_requests, array_of_statuses, true)
+            } else {
+                complete_all::<true>(st, count, array_of_requests, array_of_statuses, true)
+            }
+        }?;
         // SAFETY: the caller's contract.
         unsafe { put(flag, c_int::from(all)) };
         Ok(())

@@ -11,11 +11,12 @@
 
 use std::ffi::c_int;
 
+use ch4_core::blocking::Blocking;
 use ch4_core::{ErrorKind, Status};
 
 use crate::abi::{self, req_in, Handle, MpiStatus, Req};
-use crate::call::{call, finish_call, null_arg, on_device, put};
-use crate::state::{self, DevReq, State};
+use crate::call::{call, hot_call, null_arg, on_device_at, put};
+use crate::state::{DevReq, State};
 
 #[cold]
 fn bad_request(h: Handle) -> ch4::Error {
@@ -46,18 +47,38 @@ pub(crate) fn decode(c: Handle) -> ch4::Result<Req> {
 /// completes at once with an empty status.
 #[inline(always)]
 pub(crate) fn complete(st: &State, req: Req, blocking: bool) -> ch4::Result<Option<Status>> {
+    if st.single() {
+        complete_at::<false>(st, req, blocking)
+    } else {
+        complete_at::<true>(st, req, blocking)
+    }
+}
+
+/// [`complete`] in the copy of one level (`MT`: `MPI_THREAD_MULTIPLE`).
+#[inline(always)]
+pub(crate) fn complete_at<const MT: bool>(
+    st: &State,
+    req: Req,
+    blocking: bool,
+) -> ch4::Result<Option<Status>> {
     if st.any_detached() {
         st.reap_detached();
     }
-    let Some(r) = device_of(st, req)? else {
-        return Ok(Some(INACTIVE));
+    // A device request, almost every one, with one test of the kind.
+    let (r, persistent) = match req {
+        Req::Device(r) => (r, None),
+        other => match device_of(st, other)? {
+            Some(r) => (r, Some(other)),
+            None => return Ok(Some(INACTIVE)),
+        },
     };
     let done = if blocking {
-        Some(on_device!(st, r.vci, |b| b.wait_status(r.h))?)
+        Some(on_device_at!(MT, st, r.vci(), |b| b.wait_status(r.handle_at::<MT>()))?)
     } else {
-        st.device(r.vci)?.test_status(r.h)?
+        on_device_at!(MT, st, r.vci(), |b| b
+            .visit(|d| d.test_status(r.handle_at::<MT>())))?
     };
-    if let (Some(_), Req::Persistent(i)) = (done, req) {
+    if let (Some(_), Some(Req::Persistent(i))) = (done, persistent) {
         st.with_persistent(i, |p| p.active = None)?;
     }
     Ok(done)
@@ -70,9 +91,7 @@ pub(crate) fn device_of(st: &State, req: Req) -> ch4::Result<Option<DevReq>> {
     Ok(match req {
         Req::Null => None,
         Req::Device(r) => Some(r),
-        Req::Persistent(i) => {
-            st.with_persistent(i, |p| p.active.map(|h| DevReq { h, vci: p.vci }))?
-        }
+        Req::Persistent(i) => st.with_persistent(i, |p| p.active.map(|h| DevReq::new(h, p.vci)))?,
     })
 }
 
@@ -124,19 +143,18 @@ pub(crate) fn status_error(s: &Status) -> ch4::Result<()> {
 /// `request` is valid for a read and a write; `status` is null or writable.
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Wait(request: *mut Handle, status: *mut MpiStatus) -> c_int {
-    let st = match state::enter() {
-        Ok(st) => st,
-        Err(code) => return code,
-    };
     // SAFETY: the caller's contract.
-    let r = unsafe { wait_body(&st, request, status) };
-    finish_call(&st, abi::COMM_WORLD, "MPI_Wait", r)
+    unsafe { hot_call!("MPI_Wait", abi::COMM_WORLD, wait_body(request, status)) }
 }
 
 /// # Safety
 /// As `MPI_Wait`.
 #[inline(always)]
-unsafe fn wait_body(st: &State, request: *mut Handle, status: *mut MpiStatus) -> ch4::Result<()> {
+unsafe fn wait_body<const MT: bool>(
+    st: &State,
+    request: *mut Handle,
+    status: *mut MpiStatus,
+) -> ch4::Result<()> {
     if request.is_null() {
         return Err(null_arg("the request"));
     }
@@ -146,7 +164,7 @@ unsafe fn wait_body(st: &State, request: *mut Handle, status: *mut MpiStatus) ->
     // straight to the device, and the handle becomes MPI_REQUEST_NULL.
     if let Some(r) = abi::device_request(c) {
         if !st.any_detached() {
-            let done = on_device!(st, r.vci, |b| b.wait_status(r.h))?;
+            let done = on_device_at!(MT, st, r.vci(), |b| b.wait_status(r.handle_at::<MT>()))?;
             // SAFETY: the caller's contract.
             unsafe {
                 request.write(abi::REQUEST_NULL);
@@ -160,7 +178,7 @@ unsafe fn wait_body(st: &State, request: *mut Handle, status: *mut MpiStatus) ->
         }
     }
     // SAFETY: the caller's contract.
-    unsafe { wait_other(st, request, status, c) }
+    unsafe { wait_other::<MT>(st, request, status, c) }
 }
 
 /// `MPI_Wait` on anything but a plain device request: null, persistent, or with requests freed
@@ -169,14 +187,14 @@ unsafe fn wait_body(st: &State, request: *mut Handle, status: *mut MpiStatus) ->
 /// # Safety
 /// As `MPI_Wait`; `c` is the handle `request` holds.
 #[inline(never)]
-unsafe fn wait_other(
+unsafe fn wait_other<const MT: bool>(
     st: &State,
     request: *mut Handle,
     status: *mut MpiStatus,
     c: Handle,
 ) -> ch4::Result<()> {
     let req = decode(c)?;
-    let done = complete(st, req, true)?.unwrap_or(Status::EMPTY);
+    let done = complete_at::<MT>(st, req, true)?.unwrap_or(Status::EMPTY);
     // SAFETY: the caller's contract.
     unsafe {
         request.write(after(req, c));
@@ -244,7 +262,7 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut Handle) -> c_int {
                     ch4::Error::new(ErrorKind::Request, "a persistent request that was freed")
                 })?;
                 if let Some(h) = p.active {
-                    st.detach(DevReq { h, vci: p.vci });
+                    st.detach(DevReq::new(h, p.vci));
                 }
             }
         }
@@ -274,13 +292,13 @@ pub unsafe extern "C" fn MPI_Request_get_status(
             }
             return Ok(());
         };
-        let mut dev = st.device(r.vci)?;
+        let mut dev = st.device(r.vci())?;
         dev.progress()?;
-        let done = dev.is_done(r.h)?;
+        let done = dev.is_done(r.handle())?;
         // SAFETY: the caller's contract.
         unsafe { put(flag, c_int::from(done)) };
         if done {
-            if let Some(s) = dev.peek_status(r.h) {
+            if let Some(s) = dev.peek_status(r.handle()) {
                 // SAFETY: the caller's contract.
                 unsafe { MpiStatus::put(status, &s) };
             }

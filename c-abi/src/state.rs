@@ -20,9 +20,11 @@
 //! VCI's is taken (completing requests freed while active does), never the other way round; no
 //! call holds two tables' locks at once, or any lock while it waits on the network.
 
+use std::cell::UnsafeCell;
 use std::ffi::c_int;
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard};
 
 use ch4::process::{ProcessNetmod, Universe};
 use ch4::SelectedShm as ShmTransport;
@@ -187,13 +189,76 @@ impl std::ops::DerefMut for Dev<'_> {
     }
 }
 
-/// A device request and the VCI whose device holds it.
+/// A device request and the VCI whose device holds it, packed as its C handle carries them
+/// (`abi::request_out`): decoding a handle is then a test of its kind, and the single-threaded
+/// copies of the hot functions, where every VCI is 0, read the device's handle with no
+/// unpacking at all ([`DevReq::handle_at`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct DevReq {
+    /// The device handle's 64 bits with the VCI in bits 24..30 of its index
+    /// (`abi::VCI_SHIFT`), except for `ReqHandle::DONE`, whose index has every bit set already
+    /// (it names no request on any VCI).
+    packed: u64,
+}
+
+impl DevReq {
+    /// Request `h` of VCI `vci`.
+    #[inline(always)]
+    pub fn new(h: ReqHandle, vci: usize) -> DevReq {
+        DevReq {
+            packed: h.to_raw() | ((vci as u64) << abi::VCI_SHIFT) & abi::VCI_MASK,
+        }
+    }
+
+    /// From the bits of a C handle (its kind bits cleared).
+    #[inline(always)]
+    pub fn from_packed(packed: u64) -> DevReq {
+        DevReq { packed }
+    }
+
+    /// The bits a C handle carries.
+    #[inline(always)]
+    pub fn packed(self) -> u64 {
+        self.packed
+    }
+
+    /// Whether this is `ReqHandle::DONE`, whose index bits are all set.
+    #[inline(always)]
+    fn done(self) -> bool {
+        self.packed & abi::INDEX_MASK == abi::INDEX_MASK
+    }
+
     /// The device's handle.
-    pub h: ReqHandle,
-    /// The VCI (0 below `MPI_THREAD_MULTIPLE`).
-    pub vci: usize,
+    #[inline(always)]
+    pub fn handle(self) -> ReqHandle {
+        let vci_bits = if self.done() {
+            0
+        } else {
+            self.packed & abi::VCI_MASK
+        };
+        ReqHandle::from_raw(self.packed & !vci_bits)
+    }
+
+    /// The device's handle in the copy of a level: below `MPI_THREAD_MULTIPLE` (`MT` false)
+    /// every request is VCI 0's, so the bits are the handle as they are.
+    #[inline(always)]
+    pub fn handle_at<const MT: bool>(self) -> ReqHandle {
+        if MT {
+            self.handle()
+        } else {
+            ReqHandle::from_raw(self.packed)
+        }
+    }
+
+    /// The VCI whose device holds it.
+    #[inline(always)]
+    pub fn vci(self) -> usize {
+        if self.done() {
+            0
+        } else {
+            ((self.packed & abi::VCI_MASK) >> abi::VCI_SHIFT) as usize
+        }
+    }
 }
 
 /// A communicator as calls use it: the device's id and its VCI.
@@ -248,6 +313,9 @@ pub(crate) struct Bsend {
     pub sends: Vec<(DevReq, usize)>,
 }
 
+/// The lock of one VCI of a rank at `MPI_THREAD_MULTIPLE`.
+pub(crate) type VciLock<'r> = ch4::VciLock<'r, ProcessNetmod, ShmTransport, Multiple>;
+
 /// The device type of this build's process mode.
 pub(crate) type Device = ch4_core::Device<ProcessNetmod, ShmTransport>;
 
@@ -283,6 +351,12 @@ impl State {
         }
     }
 
+    /// Whether the rank is below `MPI_THREAD_MULTIPLE` (the hot functions' one dispatch).
+    #[inline(always)]
+    pub fn single(&self) -> bool {
+        matches!(self.rank, Rank::Single(_))
+    }
+
     /// Runs `f` on the slot of communicator handle `h`.
     pub fn with_slot<R>(&self, h: Handle, f: impl FnOnce(&mut CommSlot) -> R) -> ch4::Result<R> {
         self.comms.with(slot_index(h), f).ok_or_else(|| bad_comm(h))
@@ -306,6 +380,30 @@ impl State {
             });
         }
         self.comm_in_table(h)
+    }
+
+    /// [`State::comm`] in the copy of one level (`MT`: `MPI_THREAD_MULTIPLE`). Below it every
+    /// communicator is VCI 0's, and only the id is looked up: returned alone it travels in a
+    /// register, where the pair went through memory (stored as two halves and read back
+    /// whole, a store-forwarding stall that cost `MPI_Isend` a fifth of its time).
+    #[inline(always)]
+    pub fn comm_at<const MT: bool>(&self, h: Handle) -> ch4::Result<CommRef> {
+        if MT {
+            return self.comm(h);
+        }
+        let id = if h == abi::COMM_WORLD {
+            self.world
+        } else if h == abi::COMM_SELF {
+            self.me
+        } else {
+            self.comm_id_in_table(h)?
+        };
+        Ok(CommRef { id, vci: 0 })
+    }
+
+    #[inline(never)]
+    fn comm_id_in_table(&self, h: Handle) -> ch4::Result<CommId> {
+        self.with_slot(h, |s| s.id)
     }
 
     #[inline(never)]
@@ -428,8 +526,8 @@ impl State {
     #[cold]
     pub fn reap_detached(&self) {
         let mut detached = self.detached.lock();
-        detached.retain(|r| match self.device(r.vci) {
-            Ok(mut dev) => matches!(dev.test_status(r.h), Ok(None)),
+        detached.retain(|r| match self.device(r.vci()) {
+            Ok(mut dev) => matches!(dev.test_status(r.handle()), Ok(None)),
             Err(_) => true,
         });
         self.any_detached
@@ -496,8 +594,32 @@ static MAIN_THREAD: AtomicUsize = AtomicUsize::new(0);
 
 /// The state, made once by `MPI_Init` and kept until the process ends: at
 /// `MPI_THREAD_MULTIPLE` another thread may still be in a call when `MPI_Finalize` runs (an
-/// erroneous program, which gets errors rather than a freed state).
-static STATE: OnceLock<State> = OnceLock::new();
+/// erroneous program, which gets errors rather than a freed state). A static in place rather
+/// than a pointer or a `OnceLock`: the hot functions then find `MPI_COMM_WORLD`'s id at a fixed
+/// address, with no load of a pointer and no check of a once-flag.
+static STATE: StateCell = StateCell(UnsafeCell::new(MaybeUninit::uninit()));
+
+/// Whether `MPI_Init` has begun making the state (two threads that call it at once: the second
+/// is refused).
+static INSTALLING: AtomicBool = AtomicBool::new(false);
+
+struct StateCell(UnsafeCell<MaybeUninit<State>>);
+
+// SAFETY: the cell is written once, by `install`, before the gate leaves BEFORE (a release
+// store), and never again; it is read only through `state`, by callers that saw the gate past
+// BEFORE with an acquire load (or a successful compare-and-swap). `State` is `Sync` (its
+// tables are behind locks, its universe behind the gate or its VCIs' locks).
+unsafe impl Sync for StateCell {}
+
+/// The state.
+///
+/// # Safety
+/// The caller saw the gate past `BEFORE` with an acquire load: `install` has written the state.
+#[inline(always)]
+unsafe fn state() -> &'static State {
+    // SAFETY: the caller's contract: initialized, and never written again.
+    unsafe { (*STATE.0.get()).assume_init_ref() }
+}
 
 /// Where the process stands.
 pub(crate) fn phase() -> Phase {
@@ -546,6 +668,12 @@ pub(crate) fn on_main_thread() -> bool {
 /// `MPI_THREAD_MULTIPLE`) and makes the state; returns the level provided, which is the one
 /// asked for.
 pub(crate) fn install(required: c_int) -> ch4::Result<c_int> {
+    if INSTALLING.swap(true, Ordering::AcqRel) {
+        return Err(ch4::Error::new(
+            ErrorKind::Arg,
+            "MPI was already initialized",
+        ));
+    }
     let level = required.clamp(abi::THREAD_SINGLE, abi::THREAD_MULTIPLE);
     let (rank, gate) = if level == abi::THREAD_MULTIPLE {
         (
@@ -561,12 +689,9 @@ pub(crate) fn install(required: c_int) -> ch4::Result<c_int> {
         };
         (Rank::Single(u), gate)
     };
-    if STATE.set(State::new(rank, level)).is_err() {
-        return Err(ch4::Error::new(
-            ErrorKind::Arg,
-            "MPI was already initialized",
-        ));
-    }
+    // SAFETY: the INSTALLING flag (taken above) makes this the only write ever, and no call
+    // reads the cell before the gate's release store below.
+    unsafe { (*STATE.0.get()).write(State::new(rank, level)) };
     MAIN_THREAD.store(this_thread(), Ordering::Relaxed);
     GATE.store(gate, Ordering::Release);
     Ok(level)
@@ -590,9 +715,8 @@ pub(crate) fn leave() -> Result<&'static State, c_int> {
     if !admitted {
         return Err(refused());
     }
-    STATE
-        .get()
-        .ok_or_else(|| errors::refuse("MPI_Finalize", "MPI is not initialized"))
+    // SAFETY: admitted: the gate was past BEFORE.
+    Ok(unsafe { state() })
 }
 
 /// The state, held by one call. Below `MPI_THREAD_MULTIPLE` the gate is busy while it lives,
@@ -627,45 +751,60 @@ impl Drop for Entered {
 pub(crate) fn enter() -> Result<Entered, c_int> {
     let me = this_thread();
     let g = GATE.load(Ordering::Acquire);
-    let restore = if g == me {
-        GATE.store(me | BUSY_BIT, Ordering::Relaxed);
-        me
-    } else if g == MULTIPLE {
-        0
-    } else {
-        return enter_serialized(g);
-    };
-    match STATE.get() {
-        Some(st) => Ok(Entered { st, restore }),
-        None => Err(not_running()),
+    if g != me {
+        return enter_other(g);
     }
+    GATE.store(me | BUSY_BIT, Ordering::Relaxed);
+    Ok(Entered {
+        // SAFETY: the gate held this thread's identity: past BEFORE.
+        st: unsafe { state() },
+        restore: me,
+    })
 }
 
-/// [`enter`] at `MPI_THREAD_SERIALIZED` (or a refusal).
+/// [`enter`] for the thread that owns a rank below `MPI_THREAD_SERIALIZED`, `None` for every
+/// other case. The hot functions (send, receive, wait) start with it and hand every other case
+/// to an out-of-line copy of themselves that calls [`enter`]: the compare is then their only
+/// branch before the body, and their arguments stay in the registers they came in.
+#[inline(always)]
+pub(crate) fn enter_owner() -> Option<Entered> {
+    let me = this_thread();
+    if GATE.load(Ordering::Acquire) != me {
+        return None;
+    }
+    GATE.store(me | BUSY_BIT, Ordering::Relaxed);
+    Some(Entered {
+        // SAFETY: the gate held this thread's identity: past BEFORE.
+        st: unsafe { state() },
+        restore: me,
+    })
+}
+
+/// [`enter`] at `MPI_THREAD_MULTIPLE` and `SERIALIZED` (or a refusal), out of line so that
+/// the single-threaded check stays one compare.
 #[inline(never)]
-fn enter_serialized(g: usize) -> Result<Entered, c_int> {
-    if g != SERIALIZED
-        || GATE
-            .compare_exchange(
-                SERIALIZED,
-                SERIALIZED | BUSY_BIT,
-                Ordering::Acquire,
-                Ordering::Acquire,
-            )
-            .is_err()
-    {
-        return Err(refused());
-    }
-    match STATE.get() {
-        Some(st) => Ok(Entered {
-            st,
-            restore: SERIALIZED,
-        }),
-        None => {
-            GATE.store(SERIALIZED, Ordering::Release);
-            Err(not_running())
+fn enter_other(g: usize) -> Result<Entered, c_int> {
+    let restore = match g {
+        MULTIPLE => 0,
+        SERIALIZED
+            if GATE
+                .compare_exchange(
+                    SERIALIZED,
+                    SERIALIZED | BUSY_BIT,
+                    Ordering::Acquire,
+                    Ordering::Acquire,
+                )
+                .is_ok() =>
+        {
+            SERIALIZED
         }
-    }
+        _ => return Err(refused()),
+    };
+    Ok(Entered {
+        // SAFETY: the gate was MULTIPLE or SERIALIZED (acquire load or CAS): past BEFORE.
+        st: unsafe { state() },
+        restore,
+    })
 }
 
 /// Runs `f` on the state (see [`enter`]).

@@ -360,10 +360,10 @@ mod tests {
         assert_eq!(type_in(type_out(7)), Some(7));
         assert_eq!(type_in(0x209), None);
         assert_eq!(
-            type_in(abi::request_out(crate::state::DevReq {
-                h: ch4_core::ReqHandle::DONE,
-                vci: 0,
-            })),
+            type_in(abi::request_out(crate::state::DevReq::new(
+                ch4_core::ReqHandle::DONE,
+                0
+            ))),
             None
         );
     }

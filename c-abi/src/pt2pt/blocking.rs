@@ -12,10 +12,10 @@ use std::ffi::{c_int, c_void};
 use ch4_core::{SendMode, Status};
 
 use crate::abi::{self, rank_in, tag_in, Handle, MpiStatus};
-use crate::call::{finish_call, on_device};
+use crate::call::{hot_call, on_device_at};
 use crate::datatype::{self, raw, raw_mut};
 use crate::derived;
-use crate::state::{self, CommRef, State};
+use crate::state::{CommRef, State};
 use ch4_core::blocking::Blocking;
 
 /// A blocking send in `mode`.
@@ -33,19 +33,14 @@ unsafe fn send_in(
     tag: c_int,
     comm: Handle,
 ) -> c_int {
-    let st = match state::enter() {
-        Ok(st) => st,
-        Err(code) => return code,
-    };
     // SAFETY: the caller's contract.
-    let r = unsafe { send_body(&st, mode, buf, count, dt, dest, tag, comm) };
-    finish_call(&st, comm, func, r)
+    unsafe { hot_call!(func, comm, send_body(mode, buf, count, dt, dest, tag, comm)) }
 }
 
 /// # Safety
 /// As [`send_in`].
 #[inline(always)]
-unsafe fn send_body(
+unsafe fn send_body<const MT: bool>(
     st: &State,
     mode: SendMode,
     buf: *const c_void,
@@ -55,14 +50,14 @@ unsafe fn send_body(
     tag: c_int,
     comm: Handle,
 ) -> ch4::Result<()> {
-    let c = st.comm(comm)?;
+    let c = st.comm_at::<MT>(comm)?;
     let Some(size) = datatype::size_of(dt) else {
         // SAFETY: the caller's contract.
-        return unsafe { send_other(st, c, mode, buf, count, dt, dest, tag) };
+        return unsafe { send_other::<MT>(st, c, mode, buf, count, dt, dest, tag) };
     };
     // SAFETY: the caller's contract; the send completes before this returns.
     let bytes = unsafe { raw(buf, datatype::elements(count)? * size) }?;
-    on_device!(st, c.vci, |b| Blocking::send_on(
+    on_device_at!(MT, st, c.vci, |b| Blocking::send_on(
         b,
         c.id,
         rank_in(dest),
@@ -79,7 +74,7 @@ unsafe fn send_body(
 /// As [`send_in`].
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn send_other(
+unsafe fn send_other<const MT: bool>(
     st: &State,
     c: CommRef,
     mode: SendMode,
@@ -91,7 +86,7 @@ unsafe fn send_other(
 ) -> ch4::Result<()> {
     let (dest, tag) = (rank_in(dest), tag_in(tag));
     if count == 0 && dt == abi::DATATYPE_NULL {
-        return on_device!(st, c.vci, |b| Blocking::send_on(
+        return on_device_at!(MT, st, c.vci, |b| Blocking::send_on(
             b,
             c.id,
             dest,
@@ -103,7 +98,7 @@ unsafe fn send_other(
     }
     // SAFETY: the caller's contract; the send completes before this returns.
     let sb = unsafe { derived::send_buf(st, buf.cast(), count, dt) }?;
-    on_device!(st, c.vci, |b| {
+    on_device_at!(MT, st, c.vci, |b| {
         let h = b.visit(|d| d.isend(c.id, dest, tag, sb, mode))?;
         Blocking::wait_or_abandon(b, h).map(drop)
     })
@@ -208,20 +203,21 @@ pub unsafe extern "C" fn MPI_Recv(
     comm: Handle,
     status: *mut MpiStatus,
 ) -> c_int {
-    let st = match state::enter() {
-        Ok(st) => st,
-        Err(code) => return code,
-    };
     // SAFETY: the caller's contract.
-    let r = unsafe { recv_body(&st, buf, count, datatype, source, tag, comm, status) };
-    finish_call(&st, comm, "MPI_Recv", r)
+    unsafe {
+        hot_call!(
+            "MPI_Recv",
+            comm,
+            recv_body(buf, count, datatype, source, tag, comm, status)
+        )
+    }
 }
 
 /// # Safety
 /// As `MPI_Recv`.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn recv_body(
+unsafe fn recv_body<const MT: bool>(
     st: &State,
     buf: *mut c_void,
     count: c_int,
@@ -231,14 +227,14 @@ unsafe fn recv_body(
     comm: Handle,
     status: *mut MpiStatus,
 ) -> ch4::Result<()> {
-    let c = st.comm(comm)?;
+    let c = st.comm_at::<MT>(comm)?;
     let Some(size) = datatype::size_of(datatype) else {
         // SAFETY: the caller's contract.
-        return unsafe { recv_other(st, c, buf, count, datatype, source, tag, status) };
+        return unsafe { recv_other::<MT>(st, c, buf, count, datatype, source, tag, status) };
     };
     // SAFETY: the caller's contract; the receive completes before this returns.
     let bytes = unsafe { raw_mut(buf, datatype::elements(count)? * size) }?;
-    let got = on_device!(st, c.vci, |b| Ok::<_, ch4::Error>(Blocking::recv_on(
+    let got = on_device_at!(MT, st, c.vci, |b| Ok::<_, ch4::Error>(Blocking::recv_on(
         b,
         c.id,
         rank_in(source),
@@ -256,7 +252,7 @@ unsafe fn recv_body(
 /// As `MPI_Recv`.
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn recv_other(
+unsafe fn recv_other<const MT: bool>(
     st: &State,
     c: CommRef,
     buf: *mut c_void,
@@ -268,7 +264,7 @@ unsafe fn recv_other(
 ) -> ch4::Result<()> {
     let (source, tag) = (rank_in(source), tag_in(tag));
     let got = if count == 0 && datatype == abi::DATATYPE_NULL {
-        on_device!(st, c.vci, |b| Ok::<_, ch4::Error>(Blocking::recv_on(
+        on_device_at!(MT, st, c.vci, |b| Ok::<_, ch4::Error>(Blocking::recv_on(
             b,
             c.id,
             source,
@@ -279,7 +275,7 @@ unsafe fn recv_other(
     } else {
         // SAFETY: the caller's contract; the receive completes before this returns.
         let rb = unsafe { derived::recv_buf(st, buf.cast(), count, datatype) }?;
-        on_device!(st, c.vci, |b| {
+        on_device_at!(MT, st, c.vci, |b| {
             let h = b.visit(|d| d.irecv(c.id, source, tag, rb))?;
             Ok::<_, ch4::Error>(Blocking::wait_or_abandon(b, h))
         })?

@@ -60,7 +60,7 @@ pub unsafe extern "C" fn MPI_Buffer_detach(buffer_addr: *mut c_void, size: *mut 
             return Ok(());
         };
         for (r, _) in pending {
-            on_device!(st, r.vci, |b| b.wait_status(r.h))?;
+            on_device!(st, r.vci(), |b| b.wait_status(r.handle()))?;
         }
         // SAFETY: the caller's contract (C passes the address of a pointer as void*).
         unsafe {
@@ -86,15 +86,18 @@ fn bsend(
     let mut bs = st.bsend.lock();
     // Messages that have left give their room back.
     let mut failed = None;
-    bs.sends.retain(
-        |(r, _)| match st.device(r.vci).and_then(|mut dev| dev.test_status(r.h)) {
+    bs.sends.retain(|(r, _)| {
+        match st
+            .device(r.vci())
+            .and_then(|mut dev| dev.test_status(r.handle()))
+        {
             Ok(pending) => pending.is_none(),
             Err(e) => {
                 failed.get_or_insert(e);
                 true
             }
-        },
-    );
+        }
+    });
     if let Some(e) = failed {
         return Err(e);
     }
@@ -124,7 +127,7 @@ fn bsend(
         SendBuf::owned(bytes.to_vec()),
         SendMode::Standard,
     )?;
-    bs.sends.push((DevReq { h, vci: c.vci }, need));
+    bs.sends.push((DevReq::new(h, c.vci), need));
     Ok(ch4_core::ReqHandle::DONE)
 }
 
@@ -170,7 +173,7 @@ pub unsafe extern "C" fn MPI_Ibsend(
         let bytes = unsafe { crate::buffers::sbuf(st, buf, count, datatype) }?.to_vec()?;
         let h = bsend(st, &bytes, dest, tag, comm)?;
         // SAFETY: checked non-null.
-        unsafe { request.write(abi::request_out(DevReq { h, vci: 0 })) };
+        unsafe { request.write(abi::request_out(DevReq::new(h, 0))) };
         Ok(())
     })
 }

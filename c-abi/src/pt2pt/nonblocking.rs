@@ -12,8 +12,9 @@ use ch4_core::SendMode;
 
 use crate::abi::{rank_in, request_out, tag_in, Handle};
 use crate::buffers::{rbuf, sbuf};
-use crate::call::{finish_call, null_arg};
-use crate::state::{self, DevReq, State};
+use crate::call::{hot_call, null_arg, on_device_at};
+use crate::state::{DevReq, State};
+use ch4_core::blocking::Blocking;
 
 /// A nonblocking send in `mode`.
 ///
@@ -31,19 +32,20 @@ unsafe fn isend_in(
     comm: Handle,
     request: *mut Handle,
 ) -> c_int {
-    let st = match state::enter() {
-        Ok(st) => st,
-        Err(code) => return code,
-    };
     // SAFETY: the caller's contract.
-    let r = unsafe { isend_body(&st, mode, buf, count, dt, dest, tag, comm, request) };
-    finish_call(&st, comm, func, r)
+    unsafe {
+        hot_call!(
+            func,
+            comm,
+            isend_body(mode, buf, count, dt, dest, tag, comm, request)
+        )
+    }
 }
 
 /// # Safety
 /// As [`isend_in`].
 #[inline(always)]
-unsafe fn isend_body(
+unsafe fn isend_body<const MT: bool>(
     st: &State,
     mode: SendMode,
     buf: *const c_void,
@@ -57,16 +59,17 @@ unsafe fn isend_body(
     if request.is_null() {
         return Err(null_arg("the request"));
     }
-    let c = st.comm(comm)?;
+    let c = st.comm_at::<MT>(comm)?;
     let id = c.id;
     // SAFETY: the caller's contract: the buffer stays valid and unwritten until the request
     // completes (MPI's rule), which is what a borrowed SendBuf asks.
     let sbuf = unsafe { sbuf(st, buf, count, dt) }?;
-    let h = st
-        .device(c.vci)?
-        .isend_inline(id, rank_in(dest), tag_in(tag), sbuf, mode)?;
+    let (dest, tag) = (rank_in(dest), tag_in(tag));
+    let h = on_device_at!(MT, st, c.vci, |b| b
+        .visit(|d| d.isend_inline(id, dest, tag, sbuf, mode)))?;
+    let vci = if MT { c.vci } else { 0 };
     // SAFETY: checked non-null; the caller's contract.
-    unsafe { request.write(request_out(DevReq { h, vci: c.vci })) };
+    unsafe { request.write(request_out(DevReq::new(h, vci))) };
     Ok(())
 }
 
@@ -175,19 +178,20 @@ pub unsafe extern "C" fn MPI_Irecv(
     comm: Handle,
     request: *mut Handle,
 ) -> c_int {
-    let st = match state::enter() {
-        Ok(st) => st,
-        Err(code) => return code,
-    };
     // SAFETY: the caller's contract.
-    let r = unsafe { irecv_body(&st, buf, count, datatype, source, tag, comm, request) };
-    finish_call(&st, comm, "MPI_Irecv", r)
+    unsafe {
+        hot_call!(
+            "MPI_Irecv",
+            comm,
+            irecv_body(buf, count, datatype, source, tag, comm, request)
+        )
+    }
 }
 
 /// # Safety
 /// As `MPI_Irecv`.
 #[inline(always)]
-unsafe fn irecv_body(
+unsafe fn irecv_body<const MT: bool>(
     st: &State,
     buf: *mut c_void,
     count: c_int,
@@ -200,14 +204,15 @@ unsafe fn irecv_body(
     if request.is_null() {
         return Err(null_arg("the request"));
     }
-    let c = st.comm(comm)?;
+    let c = st.comm_at::<MT>(comm)?;
     let id = c.id;
     // SAFETY: the caller's contract: the buffer is the request's alone until it completes.
     let rbuf = unsafe { rbuf(st, buf, count, datatype) }?;
-    let h = st
-        .device(c.vci)?
-        .irecv_inline(id, rank_in(source), tag_in(tag), rbuf)?;
+    let (source, tag) = (rank_in(source), tag_in(tag));
+    let h = on_device_at!(MT, st, c.vci, |b| b
+        .visit(|d| d.irecv_inline(id, source, tag, rbuf)))?;
+    let vci = if MT { c.vci } else { 0 };
     // SAFETY: checked non-null; the caller's contract.
-    unsafe { request.write(request_out(DevReq { h, vci: c.vci })) };
+    unsafe { request.write(request_out(DevReq::new(h, vci))) };
     Ok(())
 }

@@ -84,7 +84,7 @@ fn send_copy(st: &State, data: Vec<u8>, dest: c_int, tag: c_int, comm: Handle) -
         SendBuf::owned(data),
         SendMode::Standard,
     )?;
-    st.detach(DevReq { h, vci: c.vci });
+    st.detach(DevReq::new(h, c.vci));
     Ok(())
 }
 
@@ -123,7 +123,7 @@ pub unsafe extern "C" fn MPI_Isendrecv(
             .irecv(id, rank_in(source), tag_in(recvtag), rb)?;
         send_copy(st, data, dest, sendtag, comm)?;
         // SAFETY: checked non-null.
-        unsafe { request.write(abi::request_out(DevReq { h, vci: c.vci })) };
+        unsafe { request.write(abi::request_out(DevReq::new(h, c.vci))) };
         Ok(())
     })
 }
@@ -204,7 +204,7 @@ pub unsafe extern "C" fn MPI_Isendrecv_replace(
             .irecv(id, rank_in(source), tag_in(recvtag), rb)?;
         send_copy(st, data, dest, sendtag, comm)?;
         // SAFETY: checked non-null.
-        unsafe { request.write(abi::request_out(DevReq { h, vci: c.vci })) };
+        unsafe { request.write(abi::request_out(DevReq::new(h, c.vci))) };
         Ok(())
     })
 }
