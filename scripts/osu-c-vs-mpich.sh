@@ -11,7 +11,8 @@
 # rounds (ch4, MPICH 5, [MPICH 4, Open MPI,] ch4, ...), two processes on this host, medians with
 # the spread, ratios and charts in target/osu-c-vs-mpich/.
 #
-#   ./scripts/osu-c-vs-mpich.sh [--debian] [--busy pinned|free] [--record LABEL] [rounds] [bench...]
+#   ./scripts/osu-c-vs-mpich.sh [--debian] [--only IMPLS] [--busy pinned|free] [--record LABEL]
+#       [rounds] [bench...]
 #   (default 3 rounds and latency bw bibw mbw_mr allreduce; any OSU blocking collective works
 #   too: bcast, gather, allgather, alltoall, reduce_scatter, ...)
 #
@@ -20,6 +21,10 @@
 #
 # --record LABEL keeps the run in the results record: docs/results/c-library/<today>-LABEL/
 # (under-load/ with --busy), see scripts/lib/record.sh.
+#
+# --only ch4,mpich5,mpich runs only the libraries named (of ch4, mpich5, and with --debian
+# mpich and openmpi). Open MPI 4.1's osu_latency_mt, for one, takes milliseconds a message at
+# MPI_THREAD_MULTIPLE on this host and exits with an error after printing them.
 #
 # --debian installs Debian's mpich and openmpi-bin with their -dev packages when missing and
 # running as root.
@@ -32,7 +37,14 @@
 # it.
 #
 # OSU_ARGS_<bench> replaces a benchmark's arguments (e.g. OSU_ARGS_latency="-m 1:4096");
-# several sets separated by ';' run one after the other in the same round.
+# several sets separated by ';' run one after the other in the same round. A set with OSU's
+# thread option (-t N or -t S:R, the _mt programs) is its own line in the tables, the bench's
+# name with the threads appended (latency_mt_t2x2).
+#
+# The multithreaded programs (latency_mt at MPI_THREAD_MULTIPLE) run on MPICH 5 with its VCIs
+# switched on as its documentation says (MPIR_CVAR_CH4_NUM_VCIS, 4 like ch4's default
+# CH4_NUM_VCIS at that level). Debian's MPICH 4.0.2 is built with one VCI (asking for more
+# fails its start-up assertion MPIDI_global.n_vcis <= MPIDI_CH4_MAX_VCIS), so it runs as built.
 #
 # Every run is stopped after OSU_RUN_TIMEOUT seconds (default 600; 0 = never), and each bench of
 # each round is bracketed by a probe of the host's mode (the real osu_latency at 8 bytes on
@@ -44,11 +56,17 @@ cd "$(dirname "$0")/.."
 rounds=3
 benches=()
 impls=(ch4 mpich5)
+only=""
 busy=""
 dry_run=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --debian) impls=(ch4 mpich5 mpich openmpi) ;;
+        --only)
+            [ $# -ge 2 ] || { echo "--only takes a list such as ch4,mpich5" >&2; exit 2; }
+            only="$2"
+            shift
+            ;;
         --busy)
             [ $# -ge 2 ] || { echo "--busy takes pinned or free" >&2; exit 2; }
             busy="$2"
@@ -70,6 +88,14 @@ case "$busy" in
     *) echo "--busy takes pinned or free, not '$busy'" >&2; exit 2 ;;
 esac
 [ ${#benches[@]} -gt 0 ] || benches=(latency bw bibw mbw_mr allreduce)
+if [ -n "$only" ]; then
+    chosen=()
+    for i in "${impls[@]}"; do
+        [[ ",$only," != *",$i,"* ]] || chosen+=("$i")
+    done
+    [ ${#chosen[@]} -gt 0 ] || { echo "--only names none of ${impls[*]}" >&2; exit 2; }
+    impls=("${chosen[@]}")
+fi
 if [ -z "$busy" ]; then record_begin c-library; else record_begin under-load; fi
 [ "$rounds" -gt 0 ] || { echo "rounds is a positive number" >&2; exit 2; }
 osu=${THIRD_PARTY_DIR:-../shared/third_party}/osu-micro-benchmarks-7.2/c
@@ -179,17 +205,21 @@ run() {
     local var="OSU_ARGS_$b"
     local sets="${!var:-}"
     [ -n "$sets" ] || [ -z "$busy" ] || sets=$(long_args "$b")
-    # The table's name for it: collectives are latencies.
-    local name="$b"
-    ! is_collective "$b" || name="${b}_latency"
-    local bin
+    local name bin
+    # MPICH 5's VCIs for the multithreaded programs only: the others compare as they always did.
+    local vcis=()
+    [[ "$b" != *_mt ]] || vcis=(MPIR_CVAR_CH4_NUM_VCIS=4)
     bin=$(bindir "$impl")
-    local set args status
+    local set args status threads
     option_sets "$sets"
     # No options at all: one run with OSU's defaults.
     [ ${#option_sets[@]} -ne 0 ] || option_sets=("")
     for set in "${option_sets[@]}"; do
         read -r -a args <<<"$set"
+        threads=$(awk '{ for (i = 1; i < NF; i++) if ($i == "-t") { t = $(i + 1); gsub(":", "x", t); print "_t" t } }' <<<"$set")
+        # The table's name for it: collectives are latencies.
+        name="$b$threads"
+        ! is_collective "$b" || name="${b}_latency"
         busy_start "$busy"
         status=0
         case "$impl" in
@@ -197,8 +227,8 @@ run() {
             # only when asked; unbound, two spinning ranks are sometimes moved and lose up to
             # 20%).
             ch4) "${limit[@]}" target/release/ch4run --bind-to core -n 2 "$bin/osu_$b" "${args[@]}" ;;
-            mpich5) LD_LIBRARY_PATH="$PWD/$venv/lib" "${limit[@]}" "$venv/bin/mpiexec" -bind-to core \
-                -n 2 "$bin/osu_$b" "${args[@]}" ;;
+            mpich5) env LD_LIBRARY_PATH="$PWD/$venv/lib" "${vcis[@]}" "${limit[@]}" \
+                "$venv/bin/mpiexec" -bind-to core -n 2 "$bin/osu_$b" "${args[@]}" ;;
             mpich) "${limit[@]}" mpiexec.mpich -bind-to core -n 2 "$bin/osu_$b" "${args[@]}" ;;
             openmpi) "${limit[@]}" mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to core \
                 -n 2 "$bin/osu_$b" "${args[@]}" ;;
