@@ -8,6 +8,10 @@
 #   ./scripts/osu-vs-peers.sh [--tcp | --ofi | --ucx] [--record LABEL] [rounds] [bench...]
 #       (default: 5 rounds; latency bw bibw mbw_mr)
 #
+# mt_mr is the multithreaded message rate (benches/osu/mt_mr.rs, every library at
+# MPI_THREAD_MULTIPLE): its tables' "size" column is the number of thread pairs, its value the
+# aggregate rate.
+#
 # --dry-run checks the arguments and prints what would run, without installing, building or
 # running anything (the README's test runs every comparison command of the README this way).
 #
@@ -94,8 +98,8 @@ case "$np" in
 esac
 for b in "${benches[@]}"; do
     case "$b" in
-        latency | bw | bibw | mbw_mr | multi_lat) ;;
-        *) echo "no bench '$b': latency, bw, bibw, mbw_mr or multi_lat" >&2; exit 2 ;;
+        latency | bw | bibw | mbw_mr | multi_lat | mt_mr) ;;
+        *) echo "no bench '$b': latency, bw, bibw, mbw_mr, multi_lat or mt_mr" >&2; exit 2 ;;
     esac
 done
 if [ -n "$dry_run" ]; then
@@ -154,6 +158,7 @@ default_args() {
         bw | bibw) echo "-m 1:4194304" ;;
         mbw_mr) echo "-m 1:65536" ;;
         multi_lat) echo "-m 0:65536" ;;
+        mt_mr) echo "-p 1,2,4,8" ;;
     esac
 }
 
@@ -165,6 +170,7 @@ long_args() {
         bw | bibw) echo "-m 1:8192 -i 20000; -m 16384:262144 -i 10000; -m 524288:4194304 -i 1000" ;;
         mbw_mr) echo "-m 1:65536 -i 20000" ;;
         multi_lat) echo "-m 0:65536 -i 100000" ;;
+        mt_mr) echo "-p 1,2,4,8 -i 20000" ;;
     esac
 }
 under_load=""
