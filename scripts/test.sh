@@ -113,12 +113,12 @@ CH4_UCX_ERR_MODE=peer UCX_TLS=tcp UCX_NET_DEVICES=lo cargo test --features ucx -
 UCX_TLS=posix,sysv,cma,self cargo test --features ucx --test pt2pt --test multithreaded ucx
 cargo test --features ucx --test pt2pt ucx
 UCX_TLS=tcp UCX_NET_DEVICES=lo cargo test --features ucx --test process --test flood
-# MPICH's multithreaded tests on the C library at MPI_THREAD_MULTIPLE over the network, each
+# The C library at MPI_THREAD_MULTIPLE (tests/c/threads.c and MPICH's multithreaded tests) over the network, each
 # rank its own node (over shared memory they ran with the workspace above): TCP, libfabric's
 # tcp;ofi_rxm, UCX's tcp. The OFI and UCX libraries are built in target/abi-<netmod>.
-CH4_NODE_SIZE=1 cargo test -p ch4-mpi-abi --test mpich every_mpich_thread
-ABI_TEST_NETMOD=ofi CH4_NODE_SIZE=1 cargo test -p ch4-mpi-abi --test mpich every_mpich_thread
+CH4_NODE_SIZE=1 cargo test -p ch4-mpi-abi --test threads --test mpich thread
+ABI_TEST_NETMOD=ofi CH4_NODE_SIZE=1 cargo test -p ch4-mpi-abi --test threads --test mpich thread
 ABI_TEST_NETMOD=ucx UCX_TLS=tcp UCX_NET_DEVICES=lo CH4_NODE_SIZE=1 \
-    cargo test -p ch4-mpi-abi --test mpich every_mpich_thread
+    cargo test -p ch4-mpi-abi --test threads --test mpich thread
 ./scripts/loom.sh
 ./scripts/tsan.sh

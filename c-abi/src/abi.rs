@@ -100,6 +100,14 @@ pub mod class {
     pub const PENDING: c_int = 18;
     /// `MPI_ERR_IN_STATUS`.
     pub const IN_STATUS: c_int = 19;
+    /// `MPI_ERR_INFO_KEY`.
+    pub const INFO_KEY: c_int = 31;
+    /// `MPI_ERR_INFO_NOKEY`.
+    pub const INFO_NOKEY: c_int = 32;
+    /// `MPI_ERR_INFO_VALUE`.
+    pub const INFO_VALUE: c_int = 33;
+    /// `MPI_ERR_INFO`.
+    pub const INFO: c_int = 34;
     /// `MPI_ERR_NO_MEM`.
     pub const NO_MEM: c_int = 39;
     /// `MPI_ERR_UNSUPPORTED_OPERATION`.
@@ -109,6 +117,13 @@ pub mod class {
     /// `MPI_ERR_LASTCODE`: codes run up to here.
     pub const LASTCODE: c_int = 0x3fff;
 }
+
+/// `MPI_INFO_NULL`.
+pub const INFO_NULL: Handle = 0x130;
+/// `MPI_MAX_INFO_KEY`: a key's buffer, its NUL included.
+pub const MAX_INFO_KEY: usize = 256;
+/// `MPI_MAX_INFO_VAL`: a value's buffer, its NUL included.
+pub const MAX_INFO_VAL: usize = 1024;
 
 /// `MPI_ANY_SOURCE`.
 pub const ANY_SOURCE: c_int = -1;
