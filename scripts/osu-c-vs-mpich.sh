@@ -39,7 +39,8 @@
 # OSU_ARGS_<bench> replaces a benchmark's arguments (e.g. OSU_ARGS_latency="-m 1:4096");
 # several sets separated by ';' run one after the other in the same round. A set with OSU's
 # thread option (-t N or -t S:R, the _mt programs) is its own line in the tables, the bench's
-# name with the threads appended (latency_mt_t2x2).
+# name with the threads appended (latency_mt_t2x2). latency_mt runs at 2 and 4 threads a rank,
+# 8 bytes, unless OSU_ARGS_latency_mt says otherwise.
 #
 # The multithreaded programs (latency_mt at MPI_THREAD_MULTIPLE) run on MPICH 5 with its VCIs
 # switched on as its documentation says (MPIR_CVAR_CH4_NUM_VCIS, 4 like ch4's default
@@ -205,6 +206,9 @@ run() {
     local var="OSU_ARGS_$b"
     local sets="${!var:-}"
     [ -n "$sets" ] || [ -z "$busy" ] || sets=$(long_args "$b")
+    # The multithreaded latency at 2 and 4 threads a rank, 8 bytes (OSU's -t S:R).
+    [ -n "$sets" ] || [ "$b" != latency_mt ] ||
+        sets="-t 2:2 -m 8:8 -i 20000; -t 4:4 -m 8:8 -i 20000"
     local name bin
     # MPICH 5's VCIs for the multithreaded programs only: the others compare as they always did.
     local vcis=()

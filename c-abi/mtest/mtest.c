@@ -12,13 +12,8 @@ static int next_comm = 0;
 
 void MTest_Init(int *argc, char ***argv)
 {
-    int flag = 0;
-    const char *v = getenv("MTEST_VERBOSE");
-    if (v)
-        verbose = atoi(v);
-    MPI_Initialized(&flag);
-    if (!flag)
-        MPI_Init(argc, argv);
+    int provided;
+    MTest_Init_thread(argc, argv, MPI_THREAD_SINGLE, &provided);
 }
 
 void MTest_Init_thread(int *argc, char ***argv, int required, int *provided)

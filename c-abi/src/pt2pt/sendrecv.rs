@@ -8,14 +8,14 @@
 
 use std::ffi::{c_int, c_void};
 
-use ch4_core::buffer::SendBuf;
-use ch4_core::SendMode;
+use ch4_core::buffer::{RecvBuf, SendBuf};
+use ch4_core::{SendMode, Status};
 
 use crate::abi::{self, rank_in, tag_in, Handle, MpiStatus};
 use crate::buffers::{rbuf, sbuf};
 use crate::call::{call, null_arg, on_device};
 use crate::requests::status_error;
-use crate::state::{DevReq, State};
+use crate::state::{CommRef, DevReq, State};
 use ch4_core::blocking::Blocking;
 
 /// `MPI_Sendrecv`.
@@ -40,7 +40,6 @@ pub unsafe extern "C" fn MPI_Sendrecv(
 ) -> c_int {
     call(comm, "MPI_Sendrecv", |st| {
         let c = st.comm(comm)?;
-        let id = c.id;
         // SAFETY: the caller's contract; both complete before this returns.
         let (sb, rb) = unsafe {
             (
@@ -48,25 +47,41 @@ pub unsafe extern "C" fn MPI_Sendrecv(
                 rbuf(st, recvbuf, recvcount, recvtype)?,
             )
         };
-        let (source, recvtag, dest, sendtag) = (
-            rank_in(source),
-            tag_in(recvtag),
-            rank_in(dest),
-            tag_in(sendtag),
-        );
-        let s = on_device!(st, c.vci, |b| {
-            let r = b.visit(|d| d.irecv(id, source, recvtag, rb))?;
-            let sent = b
-                .visit(|d| d.isend(id, dest, sendtag, sb, SendMode::Standard))
-                .and_then(|h| Blocking::wait_or_abandon(b, h));
-            let got = b.wait_status(r);
-            sent?;
-            got
-        })?;
+        let s = exchange(st, c, sb, dest, sendtag, rb, source, recvtag)?;
         status_error(&s)?;
         // SAFETY: the caller's contract.
         unsafe { MpiStatus::put(status, &s) };
         Ok(())
+    })
+}
+
+/// A send-receive: the receive posted first, then the send, each completed before this
+/// returns; the receive's status, an error in it as a value.
+#[allow(clippy::too_many_arguments)]
+fn exchange(
+    st: &State,
+    c: CommRef,
+    sb: SendBuf,
+    dest: c_int,
+    sendtag: c_int,
+    rb: RecvBuf,
+    source: c_int,
+    recvtag: c_int,
+) -> ch4::Result<Status> {
+    let (source, recvtag, dest, sendtag) = (
+        rank_in(source),
+        tag_in(recvtag),
+        rank_in(dest),
+        tag_in(sendtag),
+    );
+    on_device!(st, c.vci, |b| {
+        let r = b.visit(|d| d.irecv(c.id, source, recvtag, rb))?;
+        let sent = b
+            .visit(|d| d.isend(c.id, dest, sendtag, sb, SendMode::Standard))
+            .and_then(|h| Blocking::wait_or_abandon(b, h));
+        let got = b.wait_status(r);
+        sent?;
+        got
     })
 }
 
@@ -146,26 +161,20 @@ pub unsafe extern "C" fn MPI_Sendrecv_replace(
 ) -> c_int {
     call(comm, "MPI_Sendrecv_replace", |st| {
         let c = st.comm(comm)?;
-        let id = c.id;
         // SAFETY: the caller's contract; the data is copied before the receive fills `buf`.
         let data = unsafe { crate::buffers::sbuf(st, buf, count, datatype) }?.to_vec()?;
         // SAFETY: the caller's contract; the receive completes before this returns.
         let rb = unsafe { crate::buffers::rbuf(st, buf, count, datatype) }?;
-        let (source, recvtag, dest, sendtag) = (
-            rank_in(source),
-            tag_in(recvtag),
-            rank_in(dest),
-            tag_in(sendtag),
-        );
-        let s = on_device!(st, c.vci, |b| {
-            let r = b.visit(|d| d.irecv(id, source, recvtag, rb))?;
-            let sent = b
-                .visit(|d| d.isend(id, dest, sendtag, SendBuf::owned(data), SendMode::Standard))
-                .and_then(|h| Blocking::wait_or_abandon(b, h));
-            let got = b.wait_status(r);
-            sent?;
-            got
-        })?;
+        let s = exchange(
+            st,
+            c,
+            SendBuf::owned(data),
+            dest,
+            sendtag,
+            rb,
+            source,
+            recvtag,
+        )?;
         // SAFETY: the caller's contract.
         unsafe { MpiStatus::put(status, &s) };
         status_error(&s)
