@@ -40,19 +40,6 @@ pub(crate) fn call(
 /// is a `ch4::Result`: at `MPI_THREAD_MULTIPLE` it runs in a closure (`on_shared`), where a
 /// `?` ends the body, not the function around it.
 macro_rules! on_device {
-    // The hot functions' form: the body's captures move into the closure of the shared path,
-    // so that the single-threaded path keeps its values in registers (captured by reference,
-    // they would live on the stack on both paths).
-    (move $st:expr, $vci:expr, |$b:ident| $body:expr) => {{
-        match &$st.rank {
-            $crate::state::Rank::Single(u) => {
-                let mut dev = u.0.context().device()?;
-                let $b: &mut $crate::state::Device = &mut dev;
-                $body
-            }
-            $crate::state::Rank::Multiple(u) => $crate::call::on_shared(u, $vci, move |$b| $body),
-        }
-    }};
     ($st:expr, $vci:expr, |$b:ident| $body:expr) => {{
         match &$st.rank {
             $crate::state::Rank::Single(u) => {
