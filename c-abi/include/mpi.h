@@ -417,16 +417,20 @@ int MPI_Comm_dup_with_info(MPI_Comm comm, MPI_Info info, MPI_Comm *newcomm);
 int MPI_Comm_set_info(MPI_Comm comm, MPI_Info info);
 int MPI_Comm_get_info(MPI_Comm comm, MPI_Info *info_used);
 
-/* Info objects. The library reads one hint: "ch4_vci" in MPI_Comm_dup_with_info places the new
- * communicator on that VCI (MPI_THREAD_MULTIPLE; every member names the same). */
+/* Info objects (callable before MPI_Init and after MPI_Finalize too). The library reads one
+ * hint: "ch4_vci" in MPI_Comm_dup_with_info places the new communicator on that VCI
+ * (MPI_THREAD_MULTIPLE; every member names the same). */
 int MPI_Info_create(MPI_Info *info);
+int MPI_Info_create_env(int argc, char *argv[], MPI_Info *info);
 int MPI_Info_dup(MPI_Info info, MPI_Info *newinfo);
 int MPI_Info_free(MPI_Info *info);
 int MPI_Info_set(MPI_Info info, const char *key, const char *value);
 int MPI_Info_delete(MPI_Info info, const char *key);
 int MPI_Info_get_string(MPI_Info info, const char *key, int *buflen, char *value, int *flag);
-int MPI_Info_get(MPI_Info info, const char *key, int valuelen, char *value, int *flag);
-int MPI_Info_get_valuelen(MPI_Info info, const char *key, int *valuelen, int *flag);
+int MPI_Info_get(MPI_Info info, const char *key, int valuelen, char *value,
+                 int *flag); /* deprecated: MPI-4.0 */
+int MPI_Info_get_valuelen(MPI_Info info, const char *key, int *valuelen,
+                          int *flag); /* deprecated: MPI-4.0 */
 int MPI_Info_get_nkeys(MPI_Info info, int *nkeys);
 int MPI_Info_get_nthkey(MPI_Info info, int n, char *key);
 int MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm *newcomm);

@@ -120,6 +120,8 @@ pub mod class {
 
 /// `MPI_INFO_NULL`.
 pub const INFO_NULL: Handle = 0x130;
+/// `MPI_INFO_ENV`: the library's info of how the process was started (see `info`).
+pub const INFO_ENV: Handle = 0x131;
 /// `MPI_MAX_INFO_KEY`: a key's buffer, its NUL included.
 pub const MAX_INFO_KEY: usize = 256;
 /// `MPI_MAX_INFO_VAL`: a value's buffer, its NUL included.

@@ -37,8 +37,8 @@
 //! - `comm`: `MPI_Comm_rank`, `_size`, `_dup`, `_split`, `_create`, `_compare`, `_free`,
 //!   `_get_attr`.
 //! - `groups`: `MPI_Comm_group` and the `MPI_Group_` functions.
-//! - `info`: info objects (`MPI_Info_`) and a communicator's hints (`MPI_Comm_dup_with_info`,
-//!   whose `ch4_vci` places it on a VCI).
+//! - `info`: info objects (`MPI_Info_`, `MPI_INFO_ENV`) and a communicator's hints
+//!   (`MPI_Comm_dup_with_info`, whose `ch4_vci` places it on a VCI).
 //! - `datatype`: the predefined datatypes and reduction operations.
 //! - `derived`: derived datatypes flattened to byte blocks; the `MPI_Type_` constructors
 //!   (`derived::constructors`) and queries, `MPI_Get_address`, `MPI_Pack_size`
