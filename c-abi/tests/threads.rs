@@ -5,26 +5,7 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
-
 #[test]
 fn threads_info_and_placed_communicators_pass_on_two_processes() {
-    let lib = common::built();
-    let dir = common::bin_dir().join("mpi-abi-test");
-    std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join("threads");
-    common::run_ok(
-        common::mpicc(&lib)
-            .args(["-Wall", "-Werror", "-O1", "-o"])
-            .arg(&exe)
-            .arg(common::root().join("c-abi/tests/c/threads.c"))
-            .arg("-lpthread"),
-    );
-    let out = common::run_ok(
-        Command::new(common::ch4run())
-            .args(["-n", "2"])
-            .arg(&exe)
-            .stdin(Stdio::null()),
-    );
-    assert!(out.lines().any(|l| l == " No Errors"), "{out}");
+    common::run_c_checks("threads", 2, &[]);
 }

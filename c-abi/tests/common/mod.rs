@@ -102,6 +102,31 @@ pub fn run_ok(cmd: &mut Command) -> String {
     stdout
 }
 
+/// Builds `c-abi/tests/c/<name>.c` with our mpicc (warnings are errors, pthreads linked) and
+/// runs it under ch4run as `ranks` processes with `args`; fails the test unless the program
+/// printed ` No Errors` (the C checks' convention, as MPICH's tests).
+pub fn run_c_checks(name: &str, ranks: u32, args: &[&str]) {
+    let lib = built();
+    let dir = bin_dir().join("mpi-abi-test");
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join(name);
+    run_ok(
+        mpicc(&lib)
+            .args(["-Wall", "-Werror", "-O1", "-o"])
+            .arg(&exe)
+            .arg(root().join(format!("c-abi/tests/c/{name}.c")))
+            .arg("-lpthread"),
+    );
+    let out = run_ok(
+        Command::new(ch4run())
+            .args(["-n", &ranks.to_string()])
+            .arg(&exe)
+            .args(args)
+            .stdin(std::process::Stdio::null()),
+    );
+    assert!(out.lines().any(|l| l == " No Errors"), "{out}");
+}
+
 /// `c-abi/bin/mpicc`, linking the library in `lib_dir`.
 pub fn mpicc(lib_dir: &Path) -> Command {
     let mut cmd = Command::new(root().join("c-abi/bin/mpicc"));
