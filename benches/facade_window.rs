@@ -5,12 +5,14 @@
 //! `cargo bench -p shm --bench roundtrip -- N window`, the same pattern on the bare device: the
 //! difference is what the facade costs.
 //!
-//! `cargo bench --bench facade_window [-- windows]`
+//! `cargo bench --bench facade_window [-- windows] [--multiple]`: with `--multiple` both ranks
+//! run at MPI_THREAD_MULTIPLE (one thread still communicates), so the difference between the
+//! two counts is what the multiple level's locks and bookkeeping cost one thread.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use ch4::Context;
+use ch4::{Context, ThreadLevel};
 use ch4_core::core::DeviceConfig;
 use ch4_core::{Device, NoNetmod};
 use shm::{Segment, ShmTransport};
@@ -28,10 +30,30 @@ fn main() -> ch4::Result<()> {
         } else {
             200
         });
+    let multiple = std::env::args().any(|a| a == "--multiple");
+    let elapsed = if multiple {
+        windows_at::<ch4::Multiple>(windows)?
+    } else {
+        windows_at::<ch4::Single>(windows)?
+    };
+    let ns = elapsed.as_nanos() as f64 / (windows * WINDOW) as f64;
+    let level = if multiple {
+        ", MPI_THREAD_MULTIPLE"
+    } else {
+        ""
+    };
+    println!("# ch4 facade, windows of {WINDOW} isend/irecv of 8 bytes, one thread{level}");
+    println!("ns/message {ns:.1}");
+    Ok(())
+}
+
+/// Steps `windows` windows between two ranks at level `L`, both on this thread; returns the
+/// time the windows took.
+fn windows_at<L: ThreadLevel>(windows: usize) -> ch4::Result<Duration> {
     let seg = Arc::new(Segment::anonymous(2, shm::Geometry::with_ring(1 << 16))?);
-    let mk = |me: usize| -> ch4::Result<Context<NoNetmod, ShmTransport>> {
+    let mk = |me: usize| -> ch4::Result<Context<NoNetmod, ShmTransport, L>> {
         let t = ShmTransport::new(seg.clone(), me, &[0, 1], 2, 16 << 10, 0)?;
-        Ok(Context::new(Device::new(
+        Ok(Context::at_level(Device::new(
             NoNetmod,
             t,
             me as u32,
@@ -66,8 +88,5 @@ fn main() -> ch4::Result<()> {
         // wait for a rank 1 that this one thread does not step meanwhile).
         a.progress()?;
     }
-    let ns = start.elapsed().as_nanos() as f64 / (windows * WINDOW) as f64;
-    println!("# ch4 facade, windows of {WINDOW} isend/irecv of 8 bytes, one thread");
-    println!("ns/message {ns:.1}");
-    Ok(())
+    Ok(start.elapsed())
 }
