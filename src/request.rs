@@ -25,7 +25,7 @@
 //! [`Scope::wait_all`] consumes its requests instead (slots or plain requests) and returns every
 //! status in order.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
@@ -48,11 +48,21 @@ pub(crate) struct ScopeCore<N: Netmod, S: Shm, L: ThreadLevel> {
     pub(crate) rank: L::Shared<RankState<N, S, L>>,
     /// The handles of the scope's requests not yet finished.
     pending: RefCell<Vec<ReqHandle>>,
-    /// At the multiple level, the VCI of each of `pending` (same index): a handle names a
-    /// request of its VCI's device. Below it there is one VCI, and this list stays empty, so
-    /// the single-threaded scope keeps the list it had before there were VCIs.
+    /// The VCI whose device holds every request of `pending` ([`NO_VCI_YET`] before the
+    /// first), or [`MIXED`] once the scope has had requests on two VCIs: a handle names a
+    /// request of one VCI's device. Nearly every scope uses one communicator, or several on
+    /// one VCI, so its list stays one of handles alone, as below the multiple level, and a
+    /// request costs one compare more there (a list of VCIs beside it cost ~25 instructions a
+    /// message in the facade's window benchmark). Unused below the multiple level: one VCI.
+    vci: Cell<u32>,
+    /// Once [`MIXED`], the VCI of each of `pending` (same index).
     pending_vcis: RefCell<Vec<u32>>,
 }
+
+/// [`ScopeCore::vci`] before the scope's first request.
+const NO_VCI_YET: u32 = u32::MAX;
+/// [`ScopeCore::vci`] of a scope with requests on several VCIs.
+const MIXED: u32 = u32::MAX - 1;
 
 /// A request of a scope not yet finished: its handle on the device of its VCI.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,8 +77,6 @@ thread_local! {
     /// operations then grows no vector. Measured on the message-rate pattern, growing a fresh
     /// list in every scope cost ~60 instructions per message.
     static SPARE_LISTS: RefCell<Vec<Vec<ReqHandle>>> = const { RefCell::new(Vec::new()) };
-    /// The same for the VCI lists of scopes at the multiple level.
-    static SPARE_VCI_LISTS: RefCell<Vec<Vec<u32>>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A list from `spares`, or a new one.
@@ -105,20 +113,14 @@ pub(crate) fn scope<'a, N: Netmod, S: Shm, L: ThreadLevel, R>(
         core: ScopeCore {
             rank,
             pending: RefCell::new(spare(&SPARE_LISTS)),
-            pending_vcis: RefCell::new(if L::YIELDS {
-                spare(&SPARE_VCI_LISTS)
-            } else {
-                Vec::new()
-            }),
+            vci: Cell::new(if L::YIELDS { NO_VCI_YET } else { 0 }),
+            pending_vcis: RefCell::new(Vec::new()),
         },
         _buffers: PhantomData,
     };
     let result = catch_unwind(AssertUnwindSafe(|| f(&scope)));
     scope.core.finish_all();
     keep(&SPARE_LISTS, scope.core.pending.take());
-    if L::YIELDS {
-        keep(&SPARE_VCI_LISTS, scope.core.pending_vcis.take());
-    }
     match result {
         Ok(r) => r,
         Err(panic) => resume_unwind(panic),
@@ -126,10 +128,63 @@ pub(crate) fn scope<'a, N: Netmod, S: Shm, L: ThreadLevel, R>(
 }
 
 impl<N: Netmod, S: Shm, L: ThreadLevel> ScopeCore<N, S, L> {
+    /// Whether the scope's requests are on several VCIs, so that `pending_vcis` says whose
+    /// each is (never below the multiple level).
+    #[inline(always)]
+    fn mixed(&self) -> bool {
+        L::YIELDS && self.vci.get() == MIXED
+    }
+
+    /// The VCI of the scope's request at `i` of `pending`.
+    #[inline(always)]
+    fn vci_at(&self, i: usize, vcis: &[u32]) -> usize {
+        if !L::YIELDS {
+            0
+        } else if self.mixed() {
+            vcis.get(i).map_or(0, |&v| v as usize)
+        } else {
+            self.vci.get() as usize
+        }
+    }
+
+    /// Lists request `h` of VCI `vci`.
+    #[inline(always)]
+    fn register(&self, vci: usize, h: ReqHandle) {
+        if L::YIELDS && self.vci.get() != vci as u32 {
+            self.register_on_another_vci(vci, h);
+        } else {
+            self.pending.borrow_mut().push(h);
+        }
+    }
+
+    /// [`ScopeCore::register`] of the scope's first request, or of one on a VCI other than
+    /// the scope's so far (which makes the scope mixed), or of any request of a mixed scope.
+    #[cold]
+    #[inline(never)]
+    fn register_on_another_vci(&self, vci: usize, h: ReqHandle) {
+        let mut p = self.pending.borrow_mut();
+        let mut vcis = self.pending_vcis.borrow_mut();
+        match self.vci.get() {
+            NO_VCI_YET => self.vci.set(vci as u32),
+            MIXED => vcis.push(vci as u32),
+            one => {
+                vcis.clear();
+                vcis.resize(p.len(), one);
+                vcis.push(vci as u32);
+                self.vci.set(MIXED);
+            }
+        }
+        p.push(h);
+    }
+
     fn forget_handle(&self, vci: usize, handle: ReqHandle) {
         let mut p = self.pending.borrow_mut();
         // The newest requests are at the end and are usually the ones finishing.
-        if !L::YIELDS {
+        if !self.mixed() {
+            if L::YIELDS && self.vci.get() != vci as u32 {
+                // Not a request of this scope: all of its are on another VCI.
+                return;
+            }
             if let Some(i) = p.iter().rposition(|&x| x == handle) {
                 p.swap_remove(i);
             }
@@ -155,7 +210,7 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> ScopeCore<N, S, L> {
             .enumerate()
             .map(|(i, handle)| Pending {
                 handle,
-                vci: vcis.get(i).map_or(0, |&v| v as usize),
+                vci: self.vci_at(i, &vcis),
             })
             .collect()
     }
@@ -193,11 +248,9 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> ScopeCore<N, S, L> {
 }
 
 impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
+    #[inline(always)]
     pub(crate) fn register(&self, vci: usize, h: ReqHandle) -> Request<'_, N, S, L> {
-        self.core.pending.borrow_mut().push(h);
-        if L::YIELDS {
-            self.core.pending_vcis.borrow_mut().push(vci as u32);
-        }
+        self.core.register(vci, h);
         Request {
             handle: h,
             vci: vci as u32,
@@ -228,49 +281,46 @@ impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
             let pending = self.core.pending.borrow();
             let vcis = self.core.pending_vcis.borrow();
             let from = pending.len().wrapping_sub(requests.len());
+            // A spent request's handle was taken off the list, so it cannot match.
+            let listed = |p: &ReqHandle, r: &R| {
+                r.peek()
+                    .is_some_and(|r| *p == r.handle && std::ptr::eq(r.scope, &self.core))
+            };
             pending.len() >= requests.len()
-                && pending[from..]
-                    .iter()
-                    .zip(&requests)
-                    .enumerate()
-                    .all(|(i, (p, r))| {
-                        // A spent request's handle was taken off the list, so it cannot match.
-                        r.peek().is_some_and(|r| {
-                            *p == r.handle
-                                && std::ptr::eq(r.scope, &self.core)
-                                && (!L::YIELDS || vcis.get(from + i) == Some(&r.vci))
-                        })
+                && if self.core.mixed() {
+                    pending[from..]
+                        .iter()
+                        .zip(&vcis[from..])
+                        .zip(&requests)
+                        .all(|((p, &v), r)| listed(p, r) && r.peek().is_some_and(|r| r.vci == v))
+                } else {
+                    // Every request of the scope is on its VCI.
+                    pending[from..].iter().zip(&requests).all(|(p, r)| {
+                        r.peek()
+                            .is_some_and(|r| *p == r.handle && std::ptr::eq(r.scope, &self.core))
                     })
+                }
         };
         let mut finished = Vec::new();
         let mut any_failed = false;
         if L::YIELDS {
             // Fails here, changing nothing, if the device cannot be entered at all.
-            drop(self.core.rank.device(0)?);
-            let rank = &*self.core.rank;
-            // Requests found complete are taken under one hold of their VCI's lock (a window of
-            // small messages is mostly complete by now); a pending one is waited for with the
-            // lock let go between polls.
-            let mut held: Option<(usize, crate::DeviceGuard<'_, N, S, L>)> = None;
-            let mut wait = |p: Pending| {
-                if held.as_ref().map(|(v, _)| *v) != Some(p.vci) {
-                    held = None;
-                    held = rank.device(p.vci).ok().map(|d| (p.vci, d));
-                }
-                if let Some((_, dev)) = held.as_mut() {
-                    if let Ok(Some(st)) = dev.take_completed(p.handle) {
-                        return st;
-                    }
-                }
-                held = None;
-                wait_one_shared(&Shared(&rank.vci(p.vci)), p.handle)
+            let first = if self.core.mixed() {
+                0
+            } else {
+                self.core.vci_at(0, &[])
+            };
+            let mut held = HeldVci {
+                rank: &self.core.rank,
+                vci: first,
+                dev: Some(self.core.rank.device(first)?),
             };
             if newest {
                 for r in requests.into_iter().flat_map(WaitAllItem::take) {
-                    out.push(wait(r.pending()));
+                    out.push(held.wait(r.pending()));
                 }
             } else {
-                self.wait_all_others(&mut wait, requests, &mut finished, &mut out);
+                self.wait_all_others(&mut |p| held.wait(p), requests, &mut finished, &mut out);
             }
             any_failed = out.iter().any(|st| st.error.is_some());
         } else {
@@ -307,7 +357,7 @@ impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
                     .binary_search_by_key(&(handle.to_raw(), vci), |f| (f.handle.to_raw(), f.vci))
                     .is_ok()
             };
-            if L::YIELDS {
+            if self.core.mixed() {
                 let mut kept = 0;
                 for i in 0..pending.len() {
                     if !done(pending[i], vcis[i] as usize) {
@@ -319,7 +369,8 @@ impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
                 pending.truncate(kept);
                 vcis.truncate(kept);
             } else {
-                pending.retain(|&h| !done(h, 0));
+                let vci = self.core.vci_at(0, &[]);
+                pending.retain(|&h| !done(h, vci));
             }
         }
         drop((pending, vcis));
@@ -596,6 +647,51 @@ fn in_status(out: Vec<Status>) -> Error {
         ),
         out,
     )
+}
+
+/// The waits of [`Scope::wait_all`] at the multiple level: requests found complete are taken
+/// under one hold of their VCI's lock (a window of small messages is mostly complete by then,
+/// and all of it on one VCI); a pending one is waited for with the lock let go between polls.
+struct HeldVci<'r, N: Netmod, S: Shm, L: ThreadLevel> {
+    rank: &'r RankState<N, S, L>,
+    /// The VCI of `dev`.
+    vci: usize,
+    dev: Option<crate::DeviceGuard<'r, N, S, L>>,
+}
+
+impl<N: Netmod, S: Shm, L: ThreadLevel> HeldVci<'_, N, S, L> {
+    /// Waits for `p` and returns its status, as [`wait_one`] does.
+    #[inline(always)]
+    fn wait(&mut self, p: Pending) -> Status {
+        if p.handle == ReqHandle::DONE {
+            return Status::EMPTY;
+        }
+        if p.vci == self.vci {
+            if let Some(dev) = self.dev.as_mut() {
+                if let Ok(Some(st)) = dev.take_completed(p.handle) {
+                    return st;
+                }
+            }
+        }
+        self.wait_slow(p)
+    }
+
+    /// [`HeldVci::wait`] of a request on another VCI, or not complete yet.
+    #[inline(never)]
+    fn wait_slow(&mut self, p: Pending) -> Status {
+        if p.vci != self.vci {
+            self.dev = None;
+            self.vci = p.vci;
+            self.dev = self.rank.device(p.vci).ok();
+            if let Some(Ok(Some(st))) = self.dev.as_mut().map(|d| d.take_completed(p.handle)) {
+                return st;
+            }
+        }
+        self.dev = None;
+        let st = wait_one_shared(&Shared(&self.rank.vci(p.vci)), p.handle);
+        self.dev = self.rank.device(p.vci).ok();
+        st
+    }
 }
 
 /// Waits for `h` and returns its status, an error status as a value: at once when it has
