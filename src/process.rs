@@ -210,11 +210,14 @@ pub fn init_with_level<L: ThreadLevel>(config: DeviceConfig, _level: L) -> Resul
         .iter()
         .position(|&g| g == rank)
         .ok_or_else(|| Error::new(ErrorKind::Internal, "rank missing from its node"))?;
-    // At the multiple level each VCI stands for a thread that may communicate: they all
-    // share the host's CPUs with the other ranks' (waiting loops then yield soon).
+    // The idle policy counts ranks; at the multiple level a rank also yields soon while more
+    // of its threads wait than the host has CPUs for (`RankState::crowded`). The
+    // shared-memory layer's choice between streaming and reading large messages counts each
+    // VCI as a thread that may communicate, as it did before.
     let vcis = crate::settings::num_vcis(L::LEVEL)?;
-    let crowded =
-        crate::settings::apply_idle_policy(ranks_on_host(&mut client, rank, size, &nodes)? * vcis)?;
+    let on_host = ranks_on_host(&mut client, rank, size, &nodes)?;
+    crate::settings::apply_idle_policy(on_host)?;
+    let crowded = crate::settings::outnumber_cpus(on_host * vcis);
     // Each VCI is a network of its own: a node segment and a netmod endpoint that connect it
     // to the same VCI of every other rank.
     let cfg = ShmConfig::for_node(local.len(), vcis)?;
@@ -247,6 +250,7 @@ pub fn init_with_level<L: ThreadLevel>(config: DeviceConfig, _level: L) -> Resul
         .next()
         .ok_or_else(|| Error::new(ErrorKind::Internal, "a rank without a VCI"))?;
     let ctx = Context::with_vcis(first, devices.collect())?;
+    ctx.set_long_waits_uncrowded(crate::settings::long_waits_uncrowded(on_host)?);
     if rank == 0 {
         crate::settings::print_summary_if_asked(&ctx);
     }

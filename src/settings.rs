@@ -130,10 +130,8 @@ fn yield_choice() -> Result<Option<u32>> {
 /// Sets after how many idle polls this process's waiting loops yield their core
 /// (`ch4_core::device::set_yield_after`): by `CH4_YIELD`, or with `auto` soon when the `ranks`
 /// that share this node's CPUs are more than the CPUs, and late otherwise; and how often they
-/// look for a peer on their own CPU (`ch4_core::device::set_cpu_mate_check`). Returns whether
-/// the host has more ranks than CPUs, which the shared-memory layer also wants to know
-/// (`ShmTransport::set_host_crowded`).
-pub(crate) fn apply_idle_policy(ranks: usize) -> Result<bool> {
+/// look for a peer on their own CPU (`ch4_core::device::set_cpu_mate_check`).
+pub(crate) fn apply_idle_policy(ranks: usize) -> Result<()> {
     let cpus = node_cpus();
     let choice = yield_choice()?;
     let polls = yield_after(choice, ranks, cpus);
@@ -155,7 +153,22 @@ pub(crate) fn apply_idle_policy(ranks: usize) -> Result<bool> {
         tight_spin = tight,
         "idle policy"
     );
-    Ok(ranks > cpus)
+    Ok(())
+}
+
+/// How many threads of one rank may wait at once before this host is crowded (a rank's
+/// `RankState::crowded`): the CPUs shared evenly among the host's `ranks`, none when the
+/// ranks alone outnumber them; unbounded when `CH4_YIELD` chose for every wait.
+pub(crate) fn long_waits_uncrowded(ranks: usize) -> Result<u32> {
+    if yield_choice()?.is_some() {
+        return Ok(u32::MAX);
+    }
+    Ok(u32::try_from(node_cpus() / ranks.max(1)).unwrap_or(u32::MAX))
+}
+
+/// Whether `threads` that may communicate outnumber this host's CPUs.
+pub(crate) fn outnumber_cpus(threads: usize) -> bool {
+    threads > node_cpus()
 }
 
 /// The idle policy this process set at start-up, for the summary's `CH4_YIELD` line.

@@ -237,9 +237,12 @@ impl<L: ThreadLevel> Threads<L> {
             })
             .collect::<Result<Vec<_>>>()?;
         let n = self.ranks;
-        // The ranks are this process's threads: they all share its CPUs.
-        // At the multiple level each VCI stands for a thread that may communicate.
-        let host_crowded = crate::settings::apply_idle_policy(n as usize * vcis)?;
+        // The ranks are this process's threads: they all share its CPUs. At the multiple
+        // level a rank also yields soon while more of its threads wait than the CPUs allow
+        // (`RankState::crowded`); the shared-memory layer counts each VCI as a thread.
+        crate::settings::apply_idle_policy(n as usize)?;
+        let host_crowded = crate::settings::outnumber_cpus(n as usize * vcis);
+        let long_waits_uncrowded = crate::settings::long_waits_uncrowded(n as usize)?;
         let device = match self.device_config {
             Some(c) => c,
             None => DeviceConfig::from_env()?,
@@ -256,6 +259,7 @@ impl<L: ThreadLevel> Threads<L> {
             shm_geometry: self.shm_geometry,
             ring_record_max: self.ring_record_max,
             host_crowded,
+            long_waits_uncrowded,
             first_failure: Mutex::new(None),
         };
         let job = &job;
@@ -329,7 +333,9 @@ impl ThreadJob {
             let first = devices
                 .next()
                 .ok_or_else(|| Error::new(ErrorKind::Internal, "a rank without a VCI"))?;
-            Context::with_vcis(first, devices.collect())
+            let ctx = Context::with_vcis(first, devices.collect())?;
+            ctx.set_long_waits_uncrowded(self.long_waits_uncrowded);
+            Ok(ctx)
         })();
         let ctx = match started {
             Ok(ctx) => ctx,
@@ -612,8 +618,10 @@ pub struct ThreadJob {
     single_copy: Option<bool>,
     shm_geometry: Option<Geometry>,
     ring_record_max: Option<usize>,
-    /// More ranks (this process's threads) than CPUs.
+    /// More ranks (this process's threads) times VCIs than CPUs.
     host_crowded: bool,
+    /// See `RankState::crowded`.
+    long_waits_uncrowded: u32,
     first_failure: Mutex<Option<Error>>,
 }
 

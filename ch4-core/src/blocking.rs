@@ -178,6 +178,32 @@ pub trait DeviceLock {
     fn contended(&self) -> bool {
         true
     }
+
+    /// The calling thread's wait has gone past its first idle polls (until
+    /// [`DeviceLock::long_wait_ends`]): a lock that counts how many threads of its rank wait
+    /// at once can then tell a crowded host (more of them than CPUs to run them, where each
+    /// should yield soon) from one thread alone (which should spin).
+    fn long_wait_begins(&self) {}
+
+    /// The wait [`DeviceLock::long_wait_begins`] marked has ended.
+    fn long_wait_ends(&self) {}
+}
+
+/// A long wait of the calling thread, marked on its lock until dropped
+/// ([`DeviceLock::long_wait_begins`]).
+struct LongWait<'l, L: DeviceLock>(&'l L);
+
+impl<'l, L: DeviceLock> LongWait<'l, L> {
+    fn begin(lock: &'l L) -> LongWait<'l, L> {
+        lock.long_wait_begins();
+        LongWait(lock)
+    }
+}
+
+impl<L: DeviceLock> Drop for LongWait<'_, L> {
+    fn drop(&mut self) {
+        self.0.long_wait_ends();
+    }
 }
 
 /// Idle polls a waiting loop keeps an uncontended lock at most before it lets go anyway (and
@@ -197,15 +223,18 @@ impl<L: DeviceLock> Shared<'_, L> {
         ready: impl FnMut(&mut Device<L::Net, L::Shm>) -> Result<Option<R>>,
         idle_check: impl FnMut(&mut Device<L::Net, L::Shm>),
     ) -> Result<R> {
-        self.block_holding(self.0.enter()?, ready, idle_check)
+        self.block_holding(self.0.enter()?, ready, idle_check, None)
     }
 
-    /// [`Shared::block_until`] with the lock already held as `dev`.
+    /// [`Shared::block_until`] with the lock already held as `dev`, and the wait perhaps
+    /// marked long already.
+    #[inline(never)]
     fn block_holding<'g, R>(
         &'g self,
         mut dev: L::Guard<'g>,
         mut ready: impl FnMut(&mut Device<L::Net, L::Shm>) -> Result<Option<R>>,
         mut idle_check: impl FnMut(&mut Device<L::Net, L::Shm>),
+        mut long_wait: Option<LongWait<'g, L>>,
     ) -> Result<R> {
         let mut idle = 0u32;
         loop {
@@ -225,6 +254,9 @@ impl<L: DeviceLock> Shared<'_, L> {
             }
             if (idle != 0 && idle % KEEP_LOCK_POLLS == 0) || self.0.contended() {
                 drop(dev);
+                if idle >= KEEP_LOCK_POLLS && long_wait.is_none() {
+                    long_wait = Some(LongWait::begin(self.0));
+                }
                 self.0.between_polls(idle);
                 dev = self.0.enter()?;
             } else {
@@ -255,18 +287,22 @@ impl<L: DeviceLock> Shared<'_, L> {
     /// Starts an operation with `start` and waits for it under the same hold of the lock
     /// (one lock taken for the call, not two, while no other thread wants it); an error status
     /// comes back as a value. A request whose wait fails is removed.
+    #[inline(always)]
     fn start_and_wait(
         &self,
         start: impl FnOnce(&mut Device<L::Net, L::Shm>) -> Result<ReqHandle>,
     ) -> Result<Status> {
-        self.start_and_wait_holding(self.0.enter()?, start)
+        self.start_and_wait_holding(self.0.enter()?, start, None)
     }
 
-    /// [`Shared::start_and_wait`] with the lock already held as `dev`.
+    /// [`Shared::start_and_wait`] with the lock already held as `dev`, and the wait perhaps
+    /// marked long already.
+    #[inline(always)]
     fn start_and_wait_holding<'g>(
         &'g self,
         mut dev: L::Guard<'g>,
         start: impl FnOnce(&mut Device<L::Net, L::Shm>) -> Result<ReqHandle>,
+        long_wait: Option<LongWait<'g, L>>,
     ) -> Result<Status> {
         let h = start(&mut dev)?;
         if h == ReqHandle::DONE {
@@ -278,6 +314,7 @@ impl<L: DeviceLock> Shared<'_, L> {
             |dev| {
                 dev.fail_if_peer_gone(h);
             },
+            long_wait,
         )
         .inspect_err(|_| self.abandon(h))
     }
@@ -300,6 +337,11 @@ impl<L: DeviceLock> Blocking for Shared<'_, L> {
         f(&mut *self.0.enter()?)
     }
 
+    // Inlined whole into the caller, the device's send included, as a single-threaded
+    // blocking send is: through calls the buffer went by the stack, and reading it back
+    // stalled behind the previous message's stores into the ring (see
+    // `Device::isend_inline`).
+    #[inline(always)]
     fn send_on(
         &mut self,
         comm: CommId,
@@ -313,8 +355,14 @@ impl<L: DeviceLock> Blocking for Shared<'_, L> {
         // SAFETY: `data` is borrowed for this whole call, and the request holding it is waited
         // for, or removed from the device when the wait fails, before we return.
         let buf = unsafe { SendBuf::borrowed(data) };
-        status_result(self.start_and_wait(|d| d.isend_on(comm, dest, tag, buf, mode, coll))?)
-            .map(drop)
+        status_result(self.start_and_wait(|d| {
+            if coll {
+                d.isend_on(comm, dest, tag, buf, mode, coll)
+            } else {
+                d.isend_inline(comm, dest, tag, buf, mode)
+            }
+        })?)
+        .map(drop)
     }
 
     fn recv_on(
@@ -327,18 +375,44 @@ impl<L: DeviceLock> Blocking for Shared<'_, L> {
     ) -> Result<Status> {
         let mut dev = self.0.enter()?;
         // From an on-node peer, watch for the message without a request while no other
-        // thread wants the device, as a single-threaded receive does.
-        let direct = dev.recv_direct_until(comm, src, tag, buf, coll, |idle| {
-            idle >= KEEP_LOCK_POLLS || self.0.contended()
-        })?;
-        if let Some(st) = direct {
-            return status_result(st);
+        // thread wants the device, as a single-threaded receive does: letting go of the lock
+        // every so often, as any waiting loop here does, but staying on the direct path (a
+        // ping-pong that fell back to a posted request after each such pause cost one thread
+        // at the multiple level ~15% of its 8-byte latency). Once another thread wants the
+        // device, the receive is posted, so that any thread's progress can complete it.
+        let mut idle = 0u32;
+        let mut long_wait = None;
+        loop {
+            let mut stopped = None;
+            let direct = dev.recv_direct_until(comm, src, tag, buf, coll, &mut idle, |idle| {
+                let contended = self.0.contended();
+                if idle % KEEP_LOCK_POLLS == 0 || contended {
+                    stopped = Some(contended);
+                    return true;
+                }
+                false
+            })?;
+            if let Some(st) = direct {
+                return status_result(st);
+            }
+            if stopped != Some(false) {
+                // Contended, or not a receive the direct path can take.
+                break;
+            }
+            drop(dev);
+            long_wait.get_or_insert_with(|| LongWait::begin(self.0));
+            self.0.between_polls(idle);
+            dev = self.0.enter()?;
         }
         #[allow(unsafe_code)]
         // SAFETY: `buf` is borrowed mutably for this whole call, and the request holding it is
         // waited for, or removed from the device when the wait fails, before we return.
         let rbuf = unsafe { RecvBuf::borrowed(buf) };
-        status_result(self.start_and_wait_holding(dev, |d| d.irecv_on(comm, src, tag, rbuf, coll))?)
+        status_result(self.start_and_wait_holding(
+            dev,
+            |d| d.irecv_on(comm, src, tag, rbuf, coll),
+            long_wait,
+        )?)
     }
 
     fn wait_or_abandon(&mut self, h: ReqHandle) -> Result<Status> {

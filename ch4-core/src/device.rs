@@ -621,7 +621,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         if S::PRESENT {
             if let Some((want, Some(g))) = self.recv_target(comm, src, tag, coll)? {
                 if self.route_of(g) == Route::Shm {
-                    if let Some(st) = self.recv_direct(&want, g, buf, |_| false)? {
+                    if let Some(st) = self.recv_direct(&want, g, buf, &mut 0, |_| false)? {
                         return status_result(st);
                     }
                 }
@@ -640,7 +640,10 @@ impl<N: Netmod, S: Shm> Device<N, S> {
     /// `stop(idle polls)` says to let go (another thread wants the device). `Ok(None)` when the
     /// message did not come by then or the receive cannot go this way (not an on-node peer, a
     /// wildcard source, a receive already posted): nothing is consumed then, and the caller
-    /// posts the receive the ordinary way. A status with an error is returned as a value.
+    /// posts the receive the ordinary way, or calls again. `idle` counts the idle polls of the
+    /// whole wait across such calls (the failed-peer check and the back-off go by it). A
+    /// status with an error is returned as a value.
+    #[allow(clippy::too_many_arguments)]
     pub fn recv_direct_until(
         &mut self,
         comm: CommId,
@@ -648,6 +651,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         tag: Tag,
         buf: &mut [u8],
         coll: bool,
+        idle: &mut u32,
         stop: impl FnMut(u32) -> bool,
     ) -> Result<Option<Status>> {
         if !S::PRESENT {
@@ -655,7 +659,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         }
         match self.recv_target(comm, src, tag, coll)? {
             Some((want, Some(g))) if self.route_of(g) == Route::Shm => {
-                self.recv_direct(&want, g, buf, stop)
+                self.recv_direct(&want, g, buf, idle, stop)
             }
             _ => Ok(None),
         }
@@ -663,17 +667,19 @@ impl<N: Netmod, S: Shm> Device<N, S> {
 
     /// A blocking receive from an on-node peer without a request: the shm engine watches for
     /// the message and copies it straight into `buf`. `None` when the engine says the ordinary
-    /// path is needed (nothing has been consumed then).
+    /// path is needed (nothing has been consumed then). `idle_polls` counts the wait's idle
+    /// polls, on entry and on return.
     #[inline(always)]
     fn recv_direct(
         &mut self,
         want: &Envelope,
         peer: Gpid,
         buf: &mut [u8],
+        idle_polls: &mut u32,
         mut stop: impl FnMut(u32) -> bool,
     ) -> Result<Option<Status>> {
         use crate::transport::Direct;
-        let mut idle = 0u32;
+        let mut idle = *idle_polls;
         loop {
             match on_shm!(self, |cx| ShmP2p::<S>::recv_direct(cx, want, buf))? {
                 Direct::Done(st) => {
@@ -697,6 +703,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
                 idle += 1;
                 if stop(idle) {
                     // Nothing is consumed between two steps: the ordinary path takes over.
+                    *idle_polls = idle;
                     return Ok(None);
                 }
                 if idle % 256 == 0 && self.shm.peer_failed(peer) {
