@@ -7,7 +7,9 @@
 //!
 //! `cargo bench --bench facade_window [-- windows] [--multiple]`: with `--multiple` both ranks
 //! run at MPI_THREAD_MULTIPLE (one thread still communicates), so the difference between the
-//! two counts is what the multiple level's locks and bookkeeping cost one thread.
+//! two counts is what the multiple level's locks and bookkeeping cost one thread. With
+//! `--blocking` the pattern is a ping-pong of blocking 8-byte sends and receives instead (each
+//! receive finds its message already there), the path of `osu_latency`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,10 +33,11 @@ fn main() -> ch4::Result<()> {
             200
         });
     let multiple = std::env::args().any(|a| a == "--multiple");
+    let blocking = std::env::args().any(|a| a == "--blocking");
     let elapsed = if multiple {
-        windows_at::<ch4::Multiple>(windows)?
+        windows_at::<ch4::Multiple>(windows, blocking)?
     } else {
-        windows_at::<ch4::Single>(windows)?
+        windows_at::<ch4::Single>(windows, blocking)?
     };
     let ns = elapsed.as_nanos() as f64 / (windows * WINDOW) as f64;
     let level = if multiple {
@@ -42,14 +45,18 @@ fn main() -> ch4::Result<()> {
     } else {
         ""
     };
-    println!("# ch4 facade, windows of {WINDOW} isend/irecv of 8 bytes, one thread{level}");
+    if blocking {
+        println!("# ch4 facade, blocking send and recv of 8 bytes both ways, one thread{level}");
+    } else {
+        println!("# ch4 facade, windows of {WINDOW} isend/irecv of 8 bytes, one thread{level}");
+    }
     println!("ns/message {ns:.1}");
     Ok(())
 }
 
-/// Steps `windows` windows between two ranks at level `L`, both on this thread; returns the
-/// time the windows took.
-fn windows_at<L: ThreadLevel>(windows: usize) -> ch4::Result<Duration> {
+/// Steps `windows` windows (or, `blocking`, as many round trips of `WINDOW` messages) between
+/// two ranks at level `L`, both on this thread; returns the time they took.
+fn windows_at<L: ThreadLevel>(windows: usize, blocking: bool) -> ch4::Result<Duration> {
     let seg = Arc::new(Segment::anonymous(2, shm::Geometry::with_ring(1 << 16))?);
     let mk = |me: usize| -> ch4::Result<Context<NoNetmod, ShmTransport, L>> {
         let t = ShmTransport::new(seg.clone(), me, &[0, 1], 2, 16 << 10, 0)?;
@@ -66,6 +73,16 @@ fn windows_at<L: ThreadLevel>(windows: usize) -> ch4::Result<Duration> {
     let msg = [7u8; 8];
     let mut bufs = vec![[0u8; 8]; WINDOW];
     let start = Instant::now();
+    if blocking {
+        let mut buf = [0u8; 8];
+        for _ in 0..windows * WINDOW / 2 {
+            wa.send(&msg, 1, 2)?;
+            wb.recv(&mut buf, 0, 2)?;
+            wb.send(&msg, 0, 2)?;
+            wa.recv(&mut buf, 1, 2)?;
+        }
+        return Ok(start.elapsed());
+    }
     for _ in 0..windows {
         b.scope(|rs| {
             // Sized up front: `collect` into a Vec of Results cannot know the length and grows.

@@ -284,30 +284,33 @@ impl<L: DeviceLock> Shared<'_, L> {
         self.wait_status(h).inspect_err(|_| self.abandon(h))
     }
 
-    /// Starts an operation with `start` and waits for it under the same hold of the lock
-    /// (one lock taken for the call, not two, while no other thread wants it); an error status
-    /// comes back as a value. A request whose wait fails is removed.
+    /// Waits for `h`, which the caller started under its hold of the lock `dev` (one lock
+    /// taken for the call, not two, while no other thread wants it); an error status comes
+    /// back as a value. A request whose wait fails is removed. The operations are started by
+    /// the callers themselves, not by a closure passed here: the compiler kept such a closure
+    /// out of line, and a blocking send at the multiple level cost 59 instructions more than
+    /// the single-threaded one (its buffer went by the closure's captures).
     #[inline(always)]
-    fn start_and_wait(
-        &self,
-        start: impl FnOnce(&mut Device<L::Net, L::Shm>) -> Result<ReqHandle>,
-    ) -> Result<Status> {
-        self.start_and_wait_holding(self.0.enter()?, start, None)
-    }
-
-    /// [`Shared::start_and_wait`] with the lock already held as `dev`, and the wait perhaps
-    /// marked long already.
-    #[inline(always)]
-    fn start_and_wait_holding<'g>(
+    fn wait_started<'g>(
         &'g self,
-        mut dev: L::Guard<'g>,
-        start: impl FnOnce(&mut Device<L::Net, L::Shm>) -> Result<ReqHandle>,
+        dev: L::Guard<'g>,
+        h: ReqHandle,
         long_wait: Option<LongWait<'g, L>>,
     ) -> Result<Status> {
-        let h = start(&mut dev)?;
         if h == ReqHandle::DONE {
             return Ok(Status::EMPTY);
         }
+        self.wait_pending(dev, h, long_wait)
+    }
+
+    /// [`Shared::wait_started`] of a request that did not finish when it started.
+    #[inline(never)]
+    fn wait_pending<'g>(
+        &'g self,
+        dev: L::Guard<'g>,
+        h: ReqHandle,
+        long_wait: Option<LongWait<'g, L>>,
+    ) -> Result<Status> {
         self.block_holding(
             dev,
             |dev| dev.take_completed(h),
@@ -355,14 +358,13 @@ impl<L: DeviceLock> Blocking for Shared<'_, L> {
         // SAFETY: `data` is borrowed for this whole call, and the request holding it is waited
         // for, or removed from the device when the wait fails, before we return.
         let buf = unsafe { SendBuf::borrowed(data) };
-        status_result(self.start_and_wait(|d| {
-            if coll {
-                d.isend_on(comm, dest, tag, buf, mode, coll)
-            } else {
-                d.isend_inline(comm, dest, tag, buf, mode)
-            }
-        })?)
-        .map(drop)
+        let mut dev = self.0.enter()?;
+        let h = if coll {
+            dev.isend_on(comm, dest, tag, buf, mode, coll)?
+        } else {
+            dev.isend_inline(comm, dest, tag, buf, mode)?
+        };
+        status_result(self.wait_started(dev, h, None)?).map(drop)
     }
 
     fn recv_on(
@@ -408,11 +410,8 @@ impl<L: DeviceLock> Blocking for Shared<'_, L> {
         // SAFETY: `buf` is borrowed mutably for this whole call, and the request holding it is
         // waited for, or removed from the device when the wait fails, before we return.
         let rbuf = unsafe { RecvBuf::borrowed(buf) };
-        status_result(self.start_and_wait_holding(
-            dev,
-            |d| d.irecv_on(comm, src, tag, rbuf, coll),
-            long_wait,
-        )?)
+        let h = dev.irecv_on(comm, src, tag, rbuf, coll)?;
+        status_result(self.wait_started(dev, h, long_wait)?)
     }
 
     fn wait_or_abandon(&mut self, h: ReqHandle) -> Result<Status> {
