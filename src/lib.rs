@@ -386,8 +386,8 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> RankState<N, S, L> {
     }
 
     /// Whether more threads of this rank wait at once than the host has CPUs for (at the
-    /// multiple level): each waiting loop then yields at every idle poll past its first
-    /// ones, and posts a blocking receive rather than watching for it. The idle policy set
+    /// multiple level): each waiting loop of the rank then pauses as on a host with more
+    /// ranks than CPUs, yielding at every idle poll past its first 64. The idle policy set
     /// at start-up counts ranks, not threads, so a rank with one communicating thread spins
     /// as a single-threaded one does: counting each VCI as a thread instead made one
     /// thread's waits yield and cost it 15-25% of its 8-byte latency and message rate.
@@ -568,7 +568,16 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> DeviceLock for VciLock<'_, N, S, L> {
 
     #[inline(always)]
     fn contended(&self) -> bool {
-        self.rank.vcis.get(self.vci).contended() || self.rank.crowded()
+        self.rank.vcis.get(self.vci).contended()
+    }
+
+    #[inline]
+    fn pause(&self, idle: u32) {
+        if self.rank.crowded() {
+            crowded_pause(idle);
+        } else {
+            ch4_core::device::backoff(idle);
+        }
     }
 
     #[inline]
@@ -579,7 +588,7 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> DeviceLock for VciLock<'_, N, S, L> {
         let crowded = self.rank.crowded();
         self.rank.vcis.get(self.vci).between_polls(idle, |idle| {
             if crowded {
-                std::thread::yield_now();
+                crowded_pause(idle);
             } else {
                 ch4_core::device::backoff(idle)
             }
@@ -596,6 +605,18 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> DeviceLock for VciLock<'_, N, S, L> {
         if L::YIELDS {
             self.rank.long_waits.fetch_sub(1, Ordering::Relaxed);
         }
+    }
+}
+
+/// An idle poll's pause while more threads of the rank wait than the host has CPUs for: what
+/// every waiting loop does on a host with more ranks than CPUs (`CH4_YIELD=auto`), a pause at
+/// each poll and a yield past the first 64.
+#[inline]
+fn crowded_pause(idle: u32) {
+    if idle > ch4_core::device::YIELD_SOON {
+        std::thread::yield_now();
+    } else {
+        std::hint::spin_loop();
     }
 }
 

@@ -179,6 +179,12 @@ pub trait DeviceLock {
         true
     }
 
+    /// One idle poll's pause of a waiting loop that keeps the lock ([`backoff`] unless the
+    /// lock knows better).
+    fn pause(&self, idle: u32) {
+        backoff(idle)
+    }
+
     /// The calling thread's wait has gone past its first idle polls (until
     /// [`DeviceLock::long_wait_ends`]): a lock that counts how many threads of its rank wait
     /// at once can then tell a crowded host (more of them than CPUs to run them, where each
@@ -260,7 +266,7 @@ impl<L: DeviceLock> Shared<'_, L> {
                 self.0.between_polls(idle);
                 dev = self.0.enter()?;
             } else {
-                backoff(idle);
+                self.0.pause(idle);
             }
         }
     }
