@@ -27,7 +27,7 @@
 use std::cell::{RefCell, RefMut};
 use std::ops::{Deref, DerefMut};
 use std::rc::Rc;
-use std::sync::{Arc, PoisonError, TryLockError};
+use std::sync::Arc;
 
 use sync::{AtomicBool, AtomicU32, AtomicUsize, Mutex, MutexGuard, Ordering};
 
@@ -37,13 +37,37 @@ mod sync {
     #[cfg(loom)]
     pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
     #[cfg(loom)]
-    pub(crate) use loom::sync::{Mutex, MutexGuard};
+    pub(crate) use loom::sync::MutexGuard;
     #[cfg(loom)]
     pub(crate) use loom::thread::yield_now;
+    /// parking_lot's mutex rather than std's: a lock here guards a device for one call, and
+    /// std's checks for poisoning (whether the thread is panicking, on every lock and unlock)
+    /// were about 20 of the 120 instructions a message one thread paid at the multiple
+    /// level (`cargo bench --bench facade_window -- --blocking --multiple` under callgrind).
+    /// A panic while the lock is held (a reduction operator's) leaves the device as
+    /// consistent as a `RefCell` borrow that unwound does, so poisoning was ignored anyway.
+    #[cfg(not(loom))]
+    pub(crate) use parking_lot::{Mutex, MutexGuard};
     #[cfg(not(loom))]
     pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-    #[cfg(not(loom))]
-    pub(crate) use std::sync::{Mutex, MutexGuard};
+
+    /// loom's model of a mutex, with parking_lot's interface (no poisoning: the models do not
+    /// panic while holding it).
+    #[cfg(loom)]
+    pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
+
+    #[cfg(loom)]
+    impl<T> Mutex<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Mutex(loom::sync::Mutex::new(value))
+        }
+        pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+            self.0.try_lock().ok()
+        }
+        pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+            self.0.lock().unwrap_or_else(|p| p.into_inner())
+        }
+    }
     #[cfg(not(loom))]
     pub(crate) use std::thread::yield_now;
 
@@ -329,11 +353,8 @@ impl<T> RankLock<T> for TryLock<T> {
     fn enter(&self) -> Result<OwnedGuard<'_, T>, Refused> {
         let me = thread_token();
         let guard = match self.inner.try_lock() {
-            Ok(g) => g,
-            // A panic while it was held (a reduction operator's) left the device as consistent
-            // as a `RefCell` borrow that unwound does.
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => {
+            Some(g) => g,
+            None => {
                 return Err(if self.closed.load(Ordering::Relaxed) {
                     Refused::Closed
                 } else if self.owner.load(Ordering::Relaxed) == me {
@@ -395,18 +416,13 @@ impl<T> RankLock<T> for WaitLock<T> {
     fn enter(&self) -> Result<OwnedGuard<'_, T>, Refused> {
         let me = thread_token();
         let guard = match self.inner.try_lock() {
-            Ok(g) => g,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => self.enter_slow(me)?,
+            Some(g) => g,
+            None => self.enter_slow(me)?,
         };
         admit(guard, me, &self.owner, &self.closed).ok_or(Refused::Closed)
     }
     fn try_enter(&self) -> Option<OwnedGuard<'_, T>> {
-        let guard = match self.inner.try_lock() {
-            Ok(g) => g,
-            Err(TryLockError::Poisoned(p)) => p.into_inner(),
-            Err(TryLockError::WouldBlock) => return None,
-        };
+        let guard = self.inner.try_lock()?;
         admit(guard, thread_token(), &self.owner, &self.closed)
     }
     fn close(guard: OwnedGuard<'_, T>) {
@@ -446,7 +462,7 @@ impl<T> WaitLock<T> {
             return Err(Refused::Reentrant);
         }
         self.queued.fetch_add(1, Ordering::Relaxed);
-        let guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let guard = self.inner.lock();
         self.queued.fetch_sub(1, Ordering::Relaxed);
         Ok(guard)
     }
