@@ -342,8 +342,8 @@ pub(crate) struct RankState<N: Netmod, S: Shm, L: ThreadLevel> {
     /// At the multiple level, the threads of this rank in a wait past its first idle polls.
     long_waits: AtomicU32,
     /// The most `long_waits` this host runs without crowding its CPUs: its CPUs shared
-    /// evenly among its ranks (`u32::MAX`, never crowded, unless a launcher said how many
-    /// ranks share them, or when `CH4_YIELD` chose for every wait).
+    /// evenly among its ranks, set at launch; `u32::MAX` (never crowded) for a context made
+    /// from devices by hand, and when `CH4_YIELD` chose for every wait.
     long_waits_uncrowded: AtomicU32,
 }
 
@@ -390,7 +390,7 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> RankState<N, S, L> {
     /// ranks than CPUs, yielding at every idle poll past its first 64. The idle policy set
     /// at start-up counts ranks, not threads, so a rank with one communicating thread spins
     /// as a single-threaded one does: counting each VCI as a thread instead made one
-    /// thread's waits yield and cost it 15-25% of its 8-byte latency and message rate.
+    /// thread's waits yield (a quarter of a one-thread ping-pong went to `sched_yield`).
     #[inline(always)]
     fn crowded(&self) -> bool {
         L::YIELDS
@@ -585,14 +585,10 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> DeviceLock for VciLock<'_, N, S, L> {
         if idle != 0 && idle % OTHER_VCIS_EVERY == 0 && self.rank.vcis.len() > 1 {
             self.rank.progress_others(self.vci);
         }
-        let crowded = self.rank.crowded();
-        self.rank.vcis.get(self.vci).between_polls(idle, |idle| {
-            if crowded {
-                crowded_pause(idle);
-            } else {
-                ch4_core::device::backoff(idle)
-            }
-        })
+        self.rank
+            .vcis
+            .get(self.vci)
+            .between_polls(idle, |idle| self.pause(idle))
     }
 
     fn long_wait_begins(&self) {

@@ -384,10 +384,11 @@ impl<L: DeviceLock> Blocking for Shared<'_, L> {
         let mut dev = self.0.enter()?;
         // From an on-node peer, watch for the message without a request while no other
         // thread wants the device, as a single-threaded receive does: letting go of the lock
-        // every so often, as any waiting loop here does, but staying on the direct path (a
-        // ping-pong that fell back to a posted request after each such pause cost one thread
-        // at the multiple level ~15% of its 8-byte latency). Once another thread wants the
-        // device, the receive is posted, so that any thread's progress can complete it.
+        // every so often, as any waiting loop here does, but staying on the direct path (one
+        // that fell back to a posted request at the first such pause made a one-thread
+        // ping-pong post, match and free a request whenever a reply took more than 64 idle
+        // polls). Once another thread wants the device, the receive is posted, so that any
+        // thread's progress can complete it.
         let mut idle = 0u32;
         let mut long_wait = None;
         loop {
