@@ -1,7 +1,7 @@
 //! A clone of the project alone has no third-party programs (they live beside it, in
 //! `../shared/third_party`, or wherever `$THIRD_PARTY_DIR` says): the tests that build them
 //! must then skip, and say which folder they looked for and where, rather than fail or pass
-//! in silence. This runs the lookup the OSU and MPICH suites use in a child process whose
+//! in silence. This runs the lookup the OSU, MPICH and HPCG tests use in a child process whose
 //! `THIRD_PARTY_DIR` names a folder that does not exist.
 
 mod common;
@@ -9,7 +9,7 @@ mod common;
 use std::process::Command;
 
 /// The folders the C tests build programs from.
-const FOLDERS: [&str; 2] = ["osu-micro-benchmarks-7.2", "mpich-test-pt2pt"];
+const FOLDERS: [&str; 3] = ["osu-micro-benchmarks-7.2", "mpich-test-pt2pt", "hpcg-3.1"];
 
 /// What the child runs: every folder looked up as the suites do. Ignored in a normal run (the
 /// test below runs it with a folder that is not there); with the folders present it checks
