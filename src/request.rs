@@ -135,15 +135,24 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> ScopeCore<N, S, L> {
         L::YIELDS && self.vci.get() == MIXED
     }
 
+    /// The VCI all of the scope's requests are on: 0 below the multiple level, before the
+    /// first request, and once the scope mixes VCIs (then `pending_vcis` says whose each is).
+    #[inline(always)]
+    fn home_vci(&self) -> usize {
+        match self.vci.get() {
+            _ if !L::YIELDS => 0,
+            NO_VCI_YET | MIXED => 0,
+            one => one as usize,
+        }
+    }
+
     /// The VCI of the scope's request at `i` of `pending`.
     #[inline(always)]
     fn vci_at(&self, i: usize, vcis: &[u32]) -> usize {
-        if !L::YIELDS {
-            0
-        } else if self.mixed() {
+        if self.mixed() {
             vcis.get(i).map_or(0, |&v| v as usize)
         } else {
-            self.vci.get() as usize
+            self.home_vci()
         }
     }
 
@@ -295,21 +304,17 @@ impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
                         .all(|((p, &v), r)| listed(p, r) && r.peek().is_some_and(|r| r.vci == v))
                 } else {
                     // Every request of the scope is on its VCI.
-                    pending[from..].iter().zip(&requests).all(|(p, r)| {
-                        r.peek()
-                            .is_some_and(|r| *p == r.handle && std::ptr::eq(r.scope, &self.core))
-                    })
+                    pending[from..]
+                        .iter()
+                        .zip(&requests)
+                        .all(|(p, r)| listed(p, r))
                 }
         };
         let mut finished = Vec::new();
         let mut any_failed = false;
         if L::YIELDS {
             // Fails here, changing nothing, if the device cannot be entered at all.
-            let first = if self.core.mixed() {
-                0
-            } else {
-                self.core.vci_at(0, &[])
-            };
+            let first = self.core.home_vci();
             let mut held = HeldVci {
                 rank: &self.core.rank,
                 vci: first,
@@ -369,7 +374,7 @@ impl<'a, N: Netmod, S: Shm, L: ThreadLevel> Scope<'a, N, S, L> {
                 pending.truncate(kept);
                 vcis.truncate(kept);
             } else {
-                let vci = self.core.vci_at(0, &[]);
+                let vci = self.core.home_vci();
                 pending.retain(|&h| !done(h, vci));
             }
         }
