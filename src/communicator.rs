@@ -589,6 +589,41 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
         ))
     }
 
+    /// Member `r`'s `recv` gets `send` of members 0 to `r` combined element-wise with `op`, in
+    /// rank order (MPI_Scan): `op(acc, other)` folds a higher rank's `other` into `acc`, so it
+    /// must be associative but need not commute.
+    pub fn scan<T: Pod>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: impl FnMut(&mut T, &T),
+    ) -> Result<()> {
+        blocking!(L, self.rank_state, self.vci, |b| ch4_core::coll::scan(
+            b,
+            self.id,
+            as_bytes(send),
+            as_bytes_mut(recv),
+            elementwise(op),
+        ))
+    }
+
+    /// As [`Communicator::scan`] without the member's own `send` (MPI_Exscan): member `r > 0`
+    /// gets members 0 to `r - 1` combined; member 0's `recv` is left as it was.
+    pub fn exscan<T: Pod>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        op: impl FnMut(&mut T, &T),
+    ) -> Result<()> {
+        blocking!(L, self.rank_state, self.vci, |b| ch4_core::coll::exscan(
+            b,
+            self.id,
+            as_bytes(send),
+            as_bytes_mut(recv),
+            elementwise(op),
+        ))
+    }
+
     /// Collects every member's `send` at `root`, in rank order (MPI_Gather). `recv` is only
     /// used at the root and must hold `size * send.len()` elements there.
     pub fn gather<T: Pod>(&self, root: Rank, send: &[T], recv: &mut [T]) -> Result<()> {

@@ -556,6 +556,45 @@ fn collectives<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
     let mut custom = [0u32];
     w.allreduce(&[1u32 << r], &mut custom, |a, b| *a |= *b)?;
     assert_eq!(custom[0], (1u32 << n) - 1);
+    // Prefix reductions with an operation that does not commute: (m, c) stands for
+    // x -> m x + c, and folding a higher rank's map applies it after the lower ones'.
+    let compose = |acc: &mut [u64; 2], later: &[u64; 2]| {
+        *acc = [
+            acc[0].wrapping_mul(later[0]),
+            acc[1].wrapping_mul(later[0]).wrapping_add(later[1]),
+        ]
+    };
+    let map_of = |q: i32| [q as u64 + 2, q as u64 + 1];
+    let serial = |upto: i32| {
+        (1..upto).fold(map_of(0), |mut acc, q| {
+            compose(&mut acc, &map_of(q));
+            acc
+        })
+    };
+    let mut inclusive = [[0u64; 2]];
+    w.scan(&[map_of(r)], &mut inclusive, compose)?;
+    assert_eq!(inclusive[0], serial(r + 1), "scan at rank {r}");
+    let mut exclusive = [[7u64; 2]];
+    w.exscan(&[map_of(r)], &mut exclusive, compose)?;
+    let want = if r == 0 { [7, 7] } else { serial(r) };
+    assert_eq!(exclusive[0], want, "exscan at rank {r}");
+    // A reduction of it at a root other than 0 keeps rank order too.
+    let mut folded = [0u8; 16];
+    ctx.device()?.reduce_in_order(
+        w.id(),
+        n - 1,
+        bytemuck::bytes_of(&map_of(r)),
+        if r == n - 1 { &mut folded[..] } else { &mut [] },
+        |acc: &mut [u8], later: &[u8]| {
+            let mut a: [u64; 2] = bytemuck::pod_read_unaligned(acc);
+            compose(&mut a, &bytemuck::pod_read_unaligned(later));
+            acc.copy_from_slice(bytemuck::bytes_of(&a));
+        },
+    )?;
+    if r == n - 1 {
+        let got: [u64; 2] = bytemuck::pod_read_unaligned(&folded);
+        assert_eq!(got, serial(n));
+    }
     let mut all = vec![0u16; 2 * n as usize];
     w.allgather(&[r as u16, 100 + r as u16], &mut all)?;
     for q in 0..n as usize {

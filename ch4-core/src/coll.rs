@@ -28,6 +28,7 @@ const TAG_CONTEXT: Tag = 5;
 const TAG_SPLIT: Tag = 6;
 const TAG_SCATTER: Tag = 7;
 const TAG_ALLTOALL: Tag = 8;
+const TAG_SCAN: Tag = 9;
 
 /// Color for [`Device::comm_split`] meaning "not a member of any new communicator".
 pub const UNDEFINED: i32 = -32766;
@@ -170,9 +171,11 @@ fn bcast_on<B: Blocking + ?Sized>(
 
 /// Combines every member's `send` with `op` into `recv` at `root` (binomial tree).
 ///
-/// `op(acc, other)` folds `other` into `acc`; it must be associative and commutative
-/// (sum, min, max, bitwise ops). `recv` is only written at the root, and must have the
-/// length of `send` there.
+/// `op(acc, other)` folds `other` into `acc`; it must be associative, and commutative unless
+/// `root` is 0: with root 0 the tree folds the members in rank order (`acc` holds the lower
+/// ranks' contributions, `other` the higher ones'), which is the order MPI prescribes for an
+/// operation that does not commute ([`reduce_in_order`] does it for any root). `recv` is only
+/// written at the root, and must have the length of `send` there.
 pub fn reduce<B: Blocking + ?Sized, F: FnMut(&mut [u8], &[u8])>(
     b: &mut B,
     comm: CommId,
@@ -237,6 +240,137 @@ fn reduce_on<B: Blocking + ?Sized, F: FnMut(&mut [u8], &[u8])>(
         Ok(())
     });
     result
+}
+
+/// [`reduce`] for an operation that does not commute, at any root: the members' contributions
+/// are folded in rank order at rank 0, which then passes the result to `root` (MPICH does the
+/// same for non-commutative operations: the tree's order is rank order only from rank 0).
+pub fn reduce_in_order<B: Blocking + ?Sized, F: FnMut(&mut [u8], &[u8])>(
+    b: &mut B,
+    comm: CommId,
+    root: Rank,
+    send: &[u8],
+    recv: &mut [u8],
+    op: F,
+) -> Result<()> {
+    let (rank, size) = rank_size(b, comm)?;
+    check_root(root, size)?;
+    if root == 0 {
+        return reduce_on(b, comm, 0, send, recv, op, TAG_REDUCE);
+    }
+    if rank == root && recv.len() != send.len() {
+        return Err(Error::new(
+            ErrorKind::Count,
+            format!(
+                "reduce: receive buffer of {} bytes for {} bytes of data",
+                recv.len(),
+                send.len()
+            ),
+        ));
+    }
+    let mut at_zero = if rank == 0 {
+        vec![0u8; send.len()]
+    } else {
+        Vec::new()
+    };
+    reduce_on(b, comm, 0, send, &mut at_zero, op, TAG_REDUCE)?;
+    if rank == 0 {
+        csend(b, comm, root, TAG_REDUCE, &at_zero)?;
+    } else if rank == root {
+        crecv(b, comm, 0, TAG_REDUCE, recv)?;
+    }
+    Ok(())
+}
+
+/// The inclusive prefix reduction (MPI_Scan): member `r`'s `recv` gets the fold of the
+/// contributions of members 0 to `r`, in rank order, so `op` need not commute.
+pub fn scan<B: Blocking + ?Sized, F: FnMut(&mut [u8], &[u8])>(
+    b: &mut B,
+    comm: CommId,
+    send: &[u8],
+    recv: &mut [u8],
+    op: F,
+) -> Result<()> {
+    prefix(b, comm, send, recv, op, true)
+}
+
+/// The exclusive prefix reduction (MPI_Exscan): member `r > 0`'s `recv` gets the fold of the
+/// contributions of members 0 to `r - 1`, in rank order; member 0's `recv` is left as it was
+/// (MPI leaves it undefined).
+pub fn exscan<B: Blocking + ?Sized, F: FnMut(&mut [u8], &[u8])>(
+    b: &mut B,
+    comm: CommId,
+    send: &[u8],
+    recv: &mut [u8],
+    op: F,
+) -> Result<()> {
+    prefix(b, comm, send, recv, op, false)
+}
+
+/// Both prefix reductions by recursive doubling (the algorithm of MPICH's `MPIR_Scan`): in
+/// round `k` each member trades the fold of its block of 2^k members with the partner whose
+/// rank differs in bit `k`, so ceil(log2 n) exchanges. A fold from lower ranks goes in front
+/// of what a member holds (`lower op mine`), one from higher ranks behind it.
+fn prefix<B: Blocking + ?Sized, F: FnMut(&mut [u8], &[u8])>(
+    b: &mut B,
+    comm: CommId,
+    send: &[u8],
+    recv: &mut [u8],
+    mut op: F,
+    inclusive: bool,
+) -> Result<()> {
+    let (rank, size) = rank_size(b, comm)?;
+    if recv.len() != send.len() {
+        return Err(Error::new(
+            ErrorKind::Count,
+            "scan: send and receive buffers differ in length",
+        ));
+    }
+    let n = send.len();
+    // `partial`: the fold of this member's block so far; `incoming`: the partner's.
+    let mut partial = send.to_vec();
+    let mut incoming = vec![0u8; n];
+    let mut front = vec![0u8; n];
+    // Whether `recv` holds a fold yet (at once for the inclusive scan: this member's own).
+    let mut have = inclusive;
+    if inclusive {
+        recv.copy_from_slice(send);
+    }
+    let mut mask = 1;
+    while mask < size {
+        let partner = rank ^ mask;
+        if partner < size {
+            sendrecv_on(
+                b,
+                comm,
+                &partial,
+                partner,
+                TAG_SCAN,
+                &mut incoming,
+                partner,
+                TAG_SCAN,
+                true,
+            )?;
+            if partner < rank {
+                // incoming op partial, and incoming op recv.
+                front.copy_from_slice(&incoming);
+                op(&mut front, &partial);
+                std::mem::swap(&mut partial, &mut front);
+                if have {
+                    front.copy_from_slice(&incoming);
+                    op(&mut front, recv);
+                    recv.copy_from_slice(&front);
+                } else {
+                    recv.copy_from_slice(&incoming);
+                    have = true;
+                }
+            } else {
+                op(&mut partial, &incoming);
+            }
+        }
+        mask <<= 1;
+    }
+    Ok(())
 }
 
 /// Combines every member's `send` with `op` into `recv` at every member.
@@ -779,6 +913,40 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         op: F,
     ) -> Result<()> {
         reduce(self, comm, root, send, recv, op)
+    }
+
+    /// [`reduce_in_order`] on this device.
+    pub fn reduce_in_order<F: FnMut(&mut [u8], &[u8])>(
+        &mut self,
+        comm: CommId,
+        root: Rank,
+        send: &[u8],
+        recv: &mut [u8],
+        op: F,
+    ) -> Result<()> {
+        reduce_in_order(self, comm, root, send, recv, op)
+    }
+
+    /// [`scan`] on this device.
+    pub fn scan<F: FnMut(&mut [u8], &[u8])>(
+        &mut self,
+        comm: CommId,
+        send: &[u8],
+        recv: &mut [u8],
+        op: F,
+    ) -> Result<()> {
+        scan(self, comm, send, recv, op)
+    }
+
+    /// [`exscan`] on this device.
+    pub fn exscan<F: FnMut(&mut [u8], &[u8])>(
+        &mut self,
+        comm: CommId,
+        send: &[u8],
+        recv: &mut [u8],
+        op: F,
+    ) -> Result<()> {
+        exscan(self, comm, send, recv, op)
     }
 
     /// [`allreduce`] on this device.
