@@ -401,6 +401,7 @@ int MPI_Get_library_version(char *version, int *resultlen);
 int MPI_Get_processor_name(char *name, int *resultlen);
 double MPI_Wtime(void);
 double MPI_Wtick(void);
+int MPI_Pcontrol(const int level, ...);
 
 /* errors */
 int MPI_Error_string(int errorcode, char *string, int *resultlen);
@@ -561,6 +562,17 @@ int MPI_Alltoallw(const void *sendbuf, const int sendcounts[], const int sdispls
                   const int rdispls[], const MPI_Datatype recvtypes[], MPI_Comm comm);
 int MPI_Reduce_scatter(const void *sendbuf, void *recvbuf, const int recvcounts[],
                        MPI_Datatype datatype, MPI_Op op, MPI_Comm comm);
+int MPI_Scan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+             MPI_Comm comm);
+int MPI_Exscan(const void *sendbuf, void *recvbuf, int count, MPI_Datatype datatype, MPI_Op op,
+               MPI_Comm comm);
+
+/* reduction operations */
+int MPI_Op_create(MPI_User_function *user_fn, int commute, MPI_Op *op);
+int MPI_Op_free(MPI_Op *op);
+int MPI_Op_commutative(MPI_Op op, int *commute);
+int MPI_Reduce_local(const void *inbuf, void *inoutbuf, int count, MPI_Datatype datatype,
+                     MPI_Op op);
 
 /* datatypes */
 int MPI_Type_size(MPI_Datatype datatype, int *size);

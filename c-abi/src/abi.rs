@@ -45,6 +45,8 @@ pub const REQUEST_NULL: Handle = 0x180;
 /// The predefined reduction operations (`MPI_SUM` ...).
 pub mod op {
     use super::Handle;
+    /// `MPI_OP_NULL`.
+    pub const NULL: Handle = 0x20;
     /// `MPI_SUM`.
     pub const SUM: Handle = 0x21;
     /// `MPI_MIN`.
@@ -69,6 +71,14 @@ pub mod op {
     pub const MINLOC: Handle = 0x38;
     /// `MPI_MAXLOC`.
     pub const MAXLOC: Handle = 0x39;
+
+    /// Whether `h` is one of the predefined reduction operations above (`MPI_OP_NULL` is not).
+    pub fn is_predefined(h: Handle) -> bool {
+        matches!(
+            h,
+            SUM | MIN | MAX | PROD | BAND | BOR | BXOR | LAND | LOR | LXOR | MINLOC | MAXLOC
+        )
+    }
 }
 
 /// Error classes (the standard's numbering).

@@ -33,13 +33,16 @@
 //!   setters.
 //! - `probe`: `MPI_Probe`, `MPI_Iprobe`, the matched probes and their receives, `MPI_Cancel`,
 //!   `MPI_Test_cancelled`.
-//! - `collectives`: barrier, broadcast, reductions, gathers, scatters, all-to-all.
+//! - `collectives`: barrier, broadcast, reductions and prefix reductions, gathers, scatters,
+//!   all-to-all.
 //! - `comm`: `MPI_Comm_rank`, `_size`, `_dup`, `_split`, `_create`, `_compare`, `_free`,
 //!   `_get_attr`.
 //! - `groups`: `MPI_Comm_group` and the `MPI_Group_` functions.
 //! - `info`: info objects (`MPI_Info_`, `MPI_INFO_ENV`) and a communicator's hints
 //!   (`MPI_Comm_dup_with_info`, whose `ch4_vci` places it on a VCI).
 //! - `datatype`: the predefined datatypes and reduction operations.
+//! - `ops`: the program's reduction operations (`MPI_Op_create`, `MPI_Op_free`,
+//!   `MPI_Op_commutative`) and `MPI_Reduce_local`.
 //! - `derived`: derived datatypes flattened to byte blocks; the `MPI_Type_` constructors
 //!   (`derived::constructors`) and queries, `MPI_Get_address`, `MPI_Pack_size`
 //!   (`derived::queries`).
@@ -67,6 +70,7 @@ mod errors;
 mod groups;
 mod info;
 mod not_implemented;
+mod ops;
 mod probe;
 mod pt2pt;
 mod request_sets;

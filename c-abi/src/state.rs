@@ -299,6 +299,8 @@ pub(crate) struct State {
     pub types: Table<Vec<Option<crate::derived::Desc>>>,
     /// Groups by index (`groups::group_out`), `None` once freed.
     pub groups: Table<Vec<Option<ch4_core::rankmap::Group>>>,
+    /// The program's reduction operations by index (`ops::op_out`), `None` once freed.
+    pub ops: Table<Vec<Option<crate::ops::UserOp>>>,
     /// A working buffer kept between collectives (`MPI_Reduce_scatter`'s reduced vector; a
     /// fresh one page-faults on every call). A call takes it out while it works.
     pub scratch: Table<Vec<u8>>,
@@ -347,6 +349,7 @@ impl State {
             bsend: Table::new(Bsend::default()),
             types: Table::new(Vec::new()),
             groups: Table::new(Vec::new()),
+            ops: Table::new(Vec::new()),
             scratch: Table::new(Vec::new()),
         }
     }

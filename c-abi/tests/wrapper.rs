@@ -40,3 +40,26 @@ fn cc_naming_a_compiler_is_used() {
         "{cmd}"
     );
 }
+
+/// `mpicxx` (a link to the same wrapper) compiles with `CXX`, `c++` by default, and links the
+/// library; `make CXX=mpicxx` is handled as `make CC=mpicc` is.
+#[test]
+fn mpicxx_compiles_with_cxx() {
+    let lib = common::built();
+    let mpicxx = common::root().join("c-abi/bin/mpicxx");
+    let show = |cxx: Option<&str>| {
+        let mut cmd = std::process::Command::new(&mpicxx);
+        cmd.env("CH4_ABI_LIBDIR", &lib).env_remove("CXX");
+        if let Some(c) = cxx {
+            cmd.env("CXX", c);
+        }
+        common::run_ok(cmd.args(["-show", "x.cpp"]))
+    };
+    let cmd = show(None);
+    assert!(
+        cmd.starts_with("c++ -I") && cmd.contains("-lmpi_abi"),
+        "{cmd}"
+    );
+    assert!(show(Some("clang++")).starts_with("clang++ -I"));
+    assert!(show(Some(&mpicxx.to_string_lossy())).starts_with("c++ -I"));
+}

@@ -1,10 +1,13 @@
-//! Reductions, the standard's "Global Reduction Operations" and "Reduce-Scatter": `MPI_Reduce`,
-//! `MPI_Allreduce` and `MPI_Reduce_scatter`, with the predefined operations.
+//! Reductions, the standard's "Global Reduction Operations", "Reduce-Scatter" and "Scan":
+//! `MPI_Reduce`, `MPI_Allreduce`, `MPI_Reduce_scatter`, `MPI_Scan` and `MPI_Exscan`, with the
+//! predefined operations and the program's own (`ops`).
 //!
-//! The device reduces, applying the byte-level fold the library hands it
-//! (`datatype::reduction`), so the library's part is the buffers: `MPI_IN_PLACE` becomes a
-//! copy of the receive buffer, and `MPI_Reduce_scatter` is a reduction at rank 0 followed by a
-//! scatter of its blocks, in a buffer kept between calls.
+//! The device reduces, applying the byte-level fold the library hands it (`ops::reduction`),
+//! so the library's part is the buffers: `MPI_IN_PLACE` becomes a copy of the receive buffer,
+//! and `MPI_Reduce_scatter` is a reduction at rank 0 followed by a scatter of its blocks, in a
+//! buffer kept between calls. An operation that does not commute is reduced in rank order
+//! (`ch4_core::coll::reduce_in_order` when the root is not rank 0; the others keep that
+//! order by construction).
 
 use std::ffi::{c_int, c_void};
 
@@ -12,6 +15,7 @@ use super::{rank_size, scaled};
 use crate::abi::{self, Handle};
 use crate::call::{call, on_device};
 use crate::datatype::{self, raw, raw_mut};
+use crate::ops;
 
 /// The contribution of a reduction: the send buffer, or with `MPI_IN_PLACE` a copy of the
 /// receive buffer.
@@ -32,7 +36,7 @@ unsafe fn contribution(
     Ok(std::borrow::Cow::Borrowed(s))
 }
 
-/// `MPI_Reduce` with the predefined operations.
+/// `MPI_Reduce`.
 ///
 /// # Safety
 /// `sendbuf` holds `count` elements of `datatype` (or is `MPI_IN_PLACE` at the root);
@@ -50,7 +54,7 @@ pub unsafe extern "C" fn MPI_Reduce(
     call(comm, "MPI_Reduce", |st| {
         let c = st.comm(comm)?;
         let id = c.id;
-        let fold = datatype::reduction(op, datatype)?;
+        let (fold, commutes) = ops::reduction(st, op, datatype)?;
         let me = st.device(c.vci)?.rank(id)?;
         // Only the root's receive buffer is used (the device's reduction keeps its own
         // working buffers).
@@ -62,13 +66,19 @@ pub unsafe extern "C" fn MPI_Reduce(
         };
         // SAFETY: the caller's contract.
         let send = unsafe { contribution(sendbuf, recv, count, datatype) }?;
-        on_device!(st, c.vci, |b| ch4_core::coll::reduce(
-            b, id, root, &send, recv, fold
-        ))
+        if commutes {
+            on_device!(st, c.vci, |b| ch4_core::coll::reduce(
+                b, id, root, &send, recv, fold
+            ))
+        } else {
+            on_device!(st, c.vci, |b| ch4_core::coll::reduce_in_order(
+                b, id, root, &send, recv, fold
+            ))
+        }
     })
 }
 
-/// `MPI_Allreduce` with the predefined operations.
+/// `MPI_Allreduce`.
 ///
 /// # Safety
 /// `sendbuf` holds `count` elements of `datatype` (or is `MPI_IN_PLACE`); `recvbuf` has room
@@ -85,7 +95,8 @@ pub unsafe extern "C" fn MPI_Allreduce(
     call(comm, "MPI_Allreduce", |st| {
         let c = st.comm(comm)?;
         let id = c.id;
-        let fold = datatype::reduction(op, datatype)?;
+        // Reduced at rank 0 and broadcast: rank order for any operation.
+        let (fold, _) = ops::reduction(st, op, datatype)?;
         // SAFETY: the caller's contract.
         let recv = unsafe { datatype::reduce_out(recvbuf, count, datatype) }?;
         // SAFETY: the caller's contract.
@@ -115,7 +126,8 @@ pub unsafe extern "C" fn MPI_Reduce_scatter(
         let id = c.id;
         let (me, size) = rank_size(st, c)?;
         let es = datatype::reduce_elem(datatype).ok_or_else(|| datatype::bad_type(datatype))?;
-        let fold = datatype::reduction(op, datatype)?;
+        // Reduced at rank 0: rank order for any operation.
+        let (fold, _) = ops::reduction(st, op, datatype)?;
         // SAFETY: the caller's contract.
         let counts = unsafe { scaled(recvcounts, size, es, "recvcounts") }?;
         let total: usize = counts.iter().sum();
@@ -158,5 +170,90 @@ pub unsafe extern "C" fn MPI_Reduce_scatter(
         });
         *st.scratch.lock() = whole;
         result
+    })
+}
+
+/// `MPI_Scan`.
+///
+/// # Safety
+/// `sendbuf` holds `count` elements of `datatype` (or is `MPI_IN_PLACE`); `recvbuf` has room
+/// for them.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Scan(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    op: Handle,
+    comm: Handle,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        prefix(
+            "MPI_Scan", sendbuf, recvbuf, count, datatype, op, comm, true,
+        )
+    }
+}
+
+/// `MPI_Exscan`: rank 0's `recvbuf` is left as it was (the standard leaves it undefined).
+///
+/// # Safety
+/// As [`MPI_Scan`].
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Exscan(
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    op: Handle,
+    comm: Handle,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        prefix(
+            "MPI_Exscan",
+            sendbuf,
+            recvbuf,
+            count,
+            datatype,
+            op,
+            comm,
+            false,
+        )
+    }
+}
+
+/// Both prefix reductions (the device's recursive doubling keeps rank order for any
+/// operation).
+///
+/// # Safety
+/// As [`MPI_Scan`].
+unsafe fn prefix(
+    func: &'static str,
+    sendbuf: *const c_void,
+    recvbuf: *mut c_void,
+    count: c_int,
+    datatype: Handle,
+    op: Handle,
+    comm: Handle,
+    inclusive: bool,
+) -> c_int {
+    call(comm, func, |st| {
+        let c = st.comm(comm)?;
+        let id = c.id;
+        let (fold, _) = ops::reduction(st, op, datatype)?;
+        // SAFETY: the caller's contract.
+        let recv = unsafe { datatype::reduce_out(recvbuf, count, datatype) }?;
+        // SAFETY: the caller's contract.
+        let send = unsafe { contribution(sendbuf, recv, count, datatype) }?;
+        if inclusive {
+            on_device!(st, c.vci, |b| ch4_core::coll::scan(
+                b, id, &send, recv, fold
+            ))
+        } else {
+            on_device!(st, c.vci, |b| ch4_core::coll::exscan(
+                b, id, &send, recv, fold
+            ))
+        }
     })
 }
