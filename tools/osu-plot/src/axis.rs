@@ -15,6 +15,10 @@ pub enum Kind {
     Bandwidth,
     /// Messages per second (`mbw_mr`): linear y axis, higher is better.
     MessageRate,
+    /// An application's time in seconds (a name ending in `_seconds`): lower is better.
+    Seconds,
+    /// An application's floating-point rate (a name ending in `_gflops`): higher is better.
+    Gflops,
     /// Anything else: linear y axis, no claim about which way is better.
     Other,
 }
@@ -27,6 +31,8 @@ impl Kind {
             "latency" | "multi_lat" => Kind::Latency,
             "bw" | "bibw" => Kind::Bandwidth,
             "mbw_mr" => Kind::MessageRate,
+            _ if bench.ends_with("_seconds") => Kind::Seconds,
+            _ if bench.ends_with("_gflops") => Kind::Gflops,
             _ if bench.contains("lat") => Kind::Latency,
             _ if bench.contains("mr") || bench.contains("rate") => Kind::MessageRate,
             _ if bench.contains("bw") => Kind::Bandwidth,
@@ -41,6 +47,8 @@ impl Kind {
             Kind::Latency => format!("latency (µs{scale}) — lower is better"),
             Kind::Bandwidth => format!("bandwidth (MB/s{scale}) — higher is better"),
             Kind::MessageRate => format!("message rate (messages/s{scale}) — higher is better"),
+            Kind::Seconds => format!("time (s{scale}) — lower is better"),
+            Kind::Gflops => format!("GFLOP/s{scale} — higher is better"),
             Kind::Other => format!("value{}", if log { " (log scale)" } else { "" }),
         }
     }
@@ -51,6 +59,8 @@ impl Kind {
             Kind::Latency => "µs, lower is better",
             Kind::Bandwidth => "MB/s, higher is better",
             Kind::MessageRate => "messages/s, higher is better",
+            Kind::Seconds => "s, lower is better",
+            Kind::Gflops => "GFLOP/s, higher is better",
             Kind::Other => "value",
         }
     }
@@ -63,8 +73,8 @@ impl Kind {
     /// What a ch4/other ratio below 1 means, for the table footer.
     pub fn ratio_note(self) -> &'static str {
         match self {
-            Kind::Latency => "ratio < 1: ch4 is faster",
-            Kind::Bandwidth | Kind::MessageRate => "ratio > 1: ch4 is faster",
+            Kind::Latency | Kind::Seconds => "ratio < 1: ch4 is faster",
+            Kind::Bandwidth | Kind::MessageRate | Kind::Gflops => "ratio > 1: ch4 is faster",
             Kind::Other => "",
         }
     }
@@ -381,6 +391,10 @@ mod tests {
         assert_eq!(Kind::of("mbw_mr"), Kind::MessageRate);
         assert_eq!(Kind::of("put_latency"), Kind::Latency);
         assert_eq!(Kind::of("allreduce"), Kind::Other);
+        assert_eq!(Kind::of("miniamr_seconds"), Kind::Seconds);
+        assert_eq!(Kind::of("hpcg_gflops"), Kind::Gflops);
+        assert!(Kind::Seconds.ratio_note().contains("< 1: ch4 is faster"));
+        assert!(Kind::Gflops.ratio_note().contains("> 1: ch4 is faster"));
         assert!(Kind::of("latency").y_desc(true).contains("lower is better"));
         assert!(Kind::of("bw").y_desc(false).contains("higher is better"));
         assert!(Kind::of("mbw_mr").y_desc(false).contains("messages/s"));

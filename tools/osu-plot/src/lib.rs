@@ -55,7 +55,7 @@ pub mod table;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-pub use render::RenderOptions;
+pub use render::{RenderOptions, XQuantity};
 
 /// Everything that can go wrong between reading the data and writing the last chart.
 #[derive(Debug)]
@@ -171,7 +171,7 @@ pub fn run(
         if !report.tables.is_empty() {
             report.tables.push('\n');
         }
-        report.tables.push_str(&table::format_table(&bench));
+        report.tables.push_str(&table::format_table(&bench, opts.x));
     }
     Ok(report)
 }
@@ -297,6 +297,7 @@ pub(crate) mod tests {
             width: 640,
             height: 480,
             setup: None,
+            ..RenderOptions::default()
         };
         let report = run(&data, &dir, &font, &opts).unwrap();
         assert_eq!(report.charts, [dir.join("allreduce.png")]);

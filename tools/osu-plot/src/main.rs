@@ -21,6 +21,8 @@ options:
   --setup TEXT     how the benchmark ran, shown in the title (default: \"shm, 2 processes\";
                    an empty TEXT leaves it out)
   --size WxH       image size in pixels (default: 1000x650)
+  --x ranks        the size column counts ranks (an application's figure at several job
+                   sizes), not message bytes
   -h, --help       print this help";
 
 /// Parsed command line.
@@ -60,6 +62,14 @@ fn parse_args(mut args: impl Iterator<Item = std::ffi::OsString>) -> Result<Opti
                     .ok_or_else(|| format!("--size wants WxH, e.g. 1000x650, got {v:?}"))?;
                 opts.width = w;
                 opts.height = h;
+            }
+            Some("--x") => {
+                let v = value("--x")?;
+                opts.x = match v.to_str() {
+                    Some("ranks") => osu_plot::XQuantity::Ranks,
+                    Some("size") => osu_plot::XQuantity::MessageSize,
+                    _ => return Err(format!("--x takes ranks or size, got {v:?}")),
+                };
             }
             Some(s) if s.starts_with('-') && s.len() > 1 => {
                 return Err(format!("unknown option {s}"));

@@ -28,6 +28,37 @@ pub struct RenderOptions {
     /// How the benchmark was run, shown in parentheses in the title (`shm, 2 processes`);
     /// `None` leaves the parentheses out. The data file does not say, so the caller must.
     pub setup: Option<String>,
+    /// What the data's `size` column counts: message sizes (the OSU programs) or ranks (an
+    /// application run at several job sizes), for the x axis, the table and the title.
+    pub x: XQuantity,
+}
+
+/// What the x axis counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum XQuantity {
+    /// Message size in bytes; the bench is an OSU program (`osu_` in the title).
+    #[default]
+    MessageSize,
+    /// Ranks of the job; the bench is an application's figure, named as it is.
+    Ranks,
+}
+
+impl XQuantity {
+    /// The axis description.
+    pub fn desc(self) -> &'static str {
+        match self {
+            XQuantity::MessageSize => "message size (bytes, log2 scale)",
+            XQuantity::Ranks => "ranks (processes, log2 scale)",
+        }
+    }
+
+    /// The table's first column.
+    pub fn column(self) -> &'static str {
+        match self {
+            XQuantity::MessageSize => "size",
+            XQuantity::Ranks => "ranks",
+        }
+    }
 }
 
 impl Default for RenderOptions {
@@ -36,13 +67,19 @@ impl Default for RenderOptions {
             width: 1000,
             height: 650,
             setup: None,
+            x: XQuantity::MessageSize,
         }
     }
 }
 
 /// The chart title: "ch4 vs MPICH vs Open MPI — osu_latency (shm, 2 processes), median of 5
 /// rounds". A varying round count is shown as a range so a missed round is visible.
-pub fn title(bench: &Bench, styles: &BTreeMap<String, ImplStyle>, setup: Option<&str>) -> String {
+pub fn title(
+    bench: &Bench,
+    styles: &BTreeMap<String, ImplStyle>,
+    setup: Option<&str>,
+    x: XQuantity,
+) -> String {
     let impls: Vec<&str> = bench
         .series
         .iter()
@@ -52,7 +89,7 @@ pub fn title(bench: &Bench, styles: &BTreeMap<String, ImplStyle>, setup: Option<
                 .map_or(s.impl_name.as_str(), |st| st.label.as_str())
         })
         .collect();
-    let osu = if bench.name.starts_with("osu_") {
+    let osu = if bench.name.starts_with("osu_") || x == XQuantity::Ranks {
         bench.name.clone()
     } else {
         format!("osu_{}", bench.name)
@@ -148,7 +185,7 @@ pub fn render_bench(
     root.fill(&WHITE).map_err(|e| fail("fill", &e))?;
 
     // Shrink the title until it fits; long implementation lists must not be clipped.
-    let title = title(bench, styles, opts.setup.as_deref());
+    let title = title(bench, styles, opts.setup.as_deref(), opts.x);
     let mut title_px = 22.0;
     while title_px > 12.0 {
         let (w, _) = root
@@ -175,7 +212,7 @@ pub fn render_bench(
     let y_label = |p: &f64| ya.label(*p);
     chart
         .configure_mesh()
-        .x_desc("message size (bytes, log2 scale)")
+        .x_desc(opts.x.desc())
         .y_desc(kind.y_desc(ya.log))
         .x_label_formatter(&x_label)
         .y_label_formatter(&y_label)
@@ -418,14 +455,29 @@ mod tests {
         let b = bench("latency\tmpich\t1\t2\nlatency\tch4\t1\t1\nlatency\tch4\t1\t1\n");
         let styles = assign(&["ch4".to_string(), "mpich".to_string()]);
         assert_eq!(
-            title(&b, &styles, Some("shm, 2 processes")),
+            title(
+                &b,
+                &styles,
+                Some("shm, 2 processes"),
+                XQuantity::MessageSize
+            ),
             "ch4 vs MPICH — osu_latency (shm, 2 processes), median of 1–2 rounds"
         );
         let b = bench("osu_bw\topenmpi\t1\t2\nosu_bw\topenmpi\t1\t3\n");
         let styles = assign(&["openmpi".to_string()]);
         assert_eq!(
-            title(&b, &styles, Some("")),
+            title(&b, &styles, Some(""), XQuantity::MessageSize),
             "Open MPI — osu_bw, median of 2 rounds"
+        );
+        // An application's figure at several job sizes keeps its own name.
+        let b = bench(
+            "hpcg_gflops	ch4	8	6.1
+",
+        );
+        let styles = assign(&["ch4".to_string()]);
+        assert_eq!(
+            title(&b, &styles, None, XQuantity::Ranks),
+            "ch4 — hpcg_gflops, 1 round"
         );
     }
 
@@ -462,6 +514,7 @@ mod tests {
             width: 10,
             height: 10,
             setup: None,
+            ..RenderOptions::default()
         };
         let e = render_bench(&b, &styles, Path::new("/nonexistent/x.png"), &opts).unwrap_err();
         assert!(e.to_string().contains("at least"), "{e}");

@@ -3,6 +3,7 @@
 
 use crate::axis::{sig3, size_label, Kind};
 use crate::data::Bench;
+use crate::render::XQuantity;
 use std::fmt::Write as _;
 
 /// Format the table for one benchmark.
@@ -11,10 +12,10 @@ use std::fmt::Write as _;
 /// implementation when one is named `ch4`. A missing measurement is `-`. Columns carry the
 /// implementation names as written in the data (no spaces), so the table splits on
 /// whitespace.
-pub fn format_table(bench: &Bench) -> String {
+pub fn format_table(bench: &Bench, x: XQuantity) -> String {
     let kind = Kind::of(&bench.name);
     let ch4 = bench.series.iter().position(|s| s.impl_name == "ch4");
-    let mut header: Vec<String> = vec!["size".to_string()];
+    let mut header: Vec<String> = vec![x.column().to_string()];
     header.extend(bench.series.iter().map(|s| s.impl_name.clone()));
     if let Some(c) = ch4 {
         header.extend(
@@ -96,7 +97,7 @@ mod tests {
             latency\tmpich\t0\t0.6\nlatency\tmpich\t0\t0.6\nlatency\tmpich\t0\t0.6\n\
             latency\topenmpi\t1024\t2\n";
         let bench = &parse(text).unwrap().benches()[0];
-        let t = format_table(bench);
+        let t = format_table(bench, XQuantity::MessageSize);
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(
             lines[0],
@@ -122,9 +123,21 @@ mod tests {
     }
 
     #[test]
+    fn ranks_head_the_first_column_of_an_applications_table() {
+        let text = "bench\timpl\tsize\tvalue\nminife_cg_seconds\tch4\t8\t2.0\nminife_cg_seconds\topenmpi\t8\t2.5\n";
+        let t = format_table(&parse(text).unwrap().benches()[0], XQuantity::Ranks);
+        let head = t.lines().nth(1).unwrap();
+        assert!(head.trim_start().starts_with("ranks"), "{t}");
+        assert!(
+            t.contains("0.80") && t.contains("ratio < 1: ch4 is faster"),
+            "{t}"
+        );
+    }
+
+    #[test]
     fn no_ratio_columns_without_ch4() {
         let text = "bench\timpl\tsize\tvalue\nbw\tmpich\t8\t100\nbw\topenmpi\t8\t50\n";
-        let t = format_table(&parse(text).unwrap().benches()[0]);
+        let t = format_table(&parse(text).unwrap().benches()[0], XQuantity::MessageSize);
         assert!(!t.contains("ch4/"), "{t}");
         assert!(!t.contains("faster"), "{t}");
     }
