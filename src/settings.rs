@@ -206,12 +206,22 @@ fn facade_in_force() -> Vec<(&'static str, String)> {
 }
 
 /// Every how many idle polls waiting loops ask whether their peer shares their CPU (0: never):
-/// every poll when `ranks` outnumber the `cpus`, else now and then; a `choice`
-/// (`CH4_YIELD=soon` or `never`) turns it off.
+/// every poll when `ranks` outnumber the `cpus` by up to two a CPU, now and then when each
+/// may have one; never when more than two share a CPU, or when a `choice` (`CH4_YIELD=soon`
+/// or `never`) was made. With two ranks a CPU (OSU's multi-pair programs at 4 ranks on 2
+/// cores) the rank waited for is either on this CPU, and giving way lets it run, or on the
+/// other, and spinning catches its answer. With more, every CPU is crowded: a peer shares this
+/// one at almost every check, and moving to another CPU (`Shm::move_off_cpu`) lands among as
+/// many ranks with a cold cache. Measured on this project's 2-core host with three proxy
+/// applications at 8 ranks (`scripts/apps-vs-peers.sh`'s problems), 6 interleaved rounds,
+/// checking every poll against not checking at all: miniAMR 15.4-19.3 s against 14.1-17.9,
+/// miniFE's CG 1.32-1.61 s against 1.02-1.38, HPCG 2.29-2.81 GFLOP/s against 2.68-2.96; the
+/// check lost every round on miniFE and HPCG and all but one on miniAMR.
 fn cpu_mate_check(choice: Option<u32>, ranks: usize, cpus: usize) -> u32 {
     use ch4_core::device::{CPU_MATE_EVERY_POLL, CPU_MATE_SOMETIMES};
     match choice {
         Some(_) => 0,
+        None if ranks > 2 * cpus => 0,
         None if ranks > cpus => CPU_MATE_EVERY_POLL,
         None => CPU_MATE_SOMETIMES,
     }
@@ -390,6 +400,10 @@ mod tests {
     fn ranks_look_for_a_cpu_mate_at_every_poll_only_when_they_outnumber_the_cpus() {
         use ch4_core::device::{CPU_MATE_EVERY_POLL, CPU_MATE_SOMETIMES};
         assert_eq!(super::cpu_mate_check(None, 4, 2), CPU_MATE_EVERY_POLL);
+        assert_eq!(super::cpu_mate_check(None, 3, 2), CPU_MATE_EVERY_POLL);
+        // More than two a CPU: every CPU is crowded, and nothing is gained by looking.
+        assert_eq!(super::cpu_mate_check(None, 5, 2), 0);
+        assert_eq!(super::cpu_mate_check(None, 8, 2), 0);
         assert_eq!(super::cpu_mate_check(None, 2, 2), CPU_MATE_SOMETIMES);
         assert_eq!(super::cpu_mate_check(Some(64), 4, 2), 0);
         assert_eq!(super::cpu_mate_check(Some(u32::MAX), 2, 2), 0);

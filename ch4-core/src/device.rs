@@ -1312,8 +1312,10 @@ pub fn set_yield_after(polls: u32) {
 /// rank's CPU, and gives way if so (0: never); see [`set_cpu_mate_check`].
 static CPU_MATE_CHECK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
-/// [`set_cpu_mate_check`] when ranks outnumber CPUs: every idle poll. Two ranks that talk and
-/// share one CPU can only take turns, and each poll before the yield delays the other.
+/// [`set_cpu_mate_check`] when ranks outnumber CPUs, two a CPU at most (with more, the facade
+/// does not check: every CPU is crowded, see its `cpu_mate_check`): every idle poll. Two
+/// ranks that talk and share one CPU can only take turns, and each poll before the yield
+/// delays the other.
 /// Measured on this project's 2-core host with 4 ranks, the two of each pair pinned to one CPU:
 /// osu_multi_lat 8 B 2.3-3.3 µs polling 64 times first, 1.3 µs yielding at once; with the two
 /// of each pair on different CPUs, yielding at once whatever the peer's CPU made it 1.3-1.5 µs
