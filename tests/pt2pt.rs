@@ -578,6 +578,9 @@ fn collectives<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
     w.exscan(&[map_of(r)], &mut exclusive, compose)?;
     let want = if r == 0 { [7, 7] } else { serial(r) };
     assert_eq!(exclusive[0], want, "exscan at rank {r}");
+    let mut everywhere = [[0u64; 2]];
+    w.allreduce(&[map_of(r)], &mut everywhere, compose)?;
+    assert_eq!(everywhere[0], serial(n), "allreduce at rank {r}");
     // A reduction of it at a root other than 0 keeps rank order too.
     let mut folded = [0u8; 16];
     ctx.device()?.reduce_in_order(

@@ -352,14 +352,9 @@ fn prefix<B: Blocking + ?Sized, F: FnMut(&mut [u8], &[u8])>(
                 true,
             )?;
             if partner < rank {
-                // incoming op partial, and incoming op recv.
-                front.copy_from_slice(&incoming);
-                op(&mut front, &partial);
-                std::mem::swap(&mut partial, &mut front);
+                fold_from_lower(&mut op, &mut partial, &incoming, &mut front);
                 if have {
-                    front.copy_from_slice(&incoming);
-                    op(&mut front, recv);
-                    recv.copy_from_slice(&front);
+                    fold_from_lower(&mut op, recv, &incoming, &mut front);
                 } else {
                     recv.copy_from_slice(&incoming);
                     have = true;
@@ -373,7 +368,22 @@ fn prefix<B: Blocking + ?Sized, F: FnMut(&mut [u8], &[u8])>(
     Ok(())
 }
 
-/// Combines every member's `send` with `op` into `recv` at every member.
+/// `lower op acc` into `acc`, through `front` (all three of one length): how a fold from
+/// lower ranks joins what a member holds, so that an operation that does not commute keeps
+/// rank order (`op(acc, other)` computes `acc op other`).
+fn fold_from_lower<F: FnMut(&mut [u8], &[u8])>(
+    op: &mut F,
+    acc: &mut [u8],
+    lower: &[u8],
+    front: &mut [u8],
+) {
+    front.copy_from_slice(lower);
+    op(front, acc);
+    acc.copy_from_slice(front);
+}
+
+/// Combines every member's `send` with `op` into `recv` at every member, in rank order (so
+/// `op` need not commute).
 pub fn allreduce<B: Blocking + ?Sized, F: FnMut(&mut [u8], &[u8])>(
     b: &mut B,
     comm: CommId,
@@ -381,14 +391,99 @@ pub fn allreduce<B: Blocking + ?Sized, F: FnMut(&mut [u8], &[u8])>(
     recv: &mut [u8],
     op: F,
 ) -> Result<()> {
+    allreduce_on(b, comm, send, recv, op, TAG_REDUCE)
+}
+
+/// The allreduce by recursive doubling (MPICH's `MPIR_Allreduce_intra_recursive_doubling`):
+/// ceil(log2 n) exchanges of the whole vector, each member folding its partner's half of the
+/// job into its own, where a reduction to rank 0 and a broadcast take twice as many steps one
+/// after the other. Every step costs a wake-up when ranks outnumber the cores, so the count
+/// of steps is what an 8-byte allreduce costs there. With n not a power of two, the first
+/// `2 * (n - p)` members (p the power of two below n) pair up first, the even one of each
+/// pair handing its vector to the odd one and sitting out, which gives it the result at the
+/// end. A fold from lower ranks goes in front (`lower op mine`), so rank order holds.
+fn allreduce_on<B: Blocking + ?Sized, F: FnMut(&mut [u8], &[u8])>(
+    b: &mut B,
+    comm: CommId,
+    send: &[u8],
+    recv: &mut [u8],
+    mut op: F,
+    tag: Tag,
+) -> Result<()> {
     if recv.len() != send.len() {
         return Err(Error::new(
             ErrorKind::Count,
             "allreduce: send and receive buffers differ in length",
         ));
     }
-    reduce(b, comm, 0, send, recv, op)?;
-    bcast(b, comm, 0, recv)
+    let (rank, size) = rank_size(b, comm)?;
+    recv.copy_from_slice(send);
+    if size == 1 {
+        return Ok(());
+    }
+    let n = send.len();
+    let pof2 = 1 << (31 - (size as u32).leading_zeros());
+    let rem = size - pof2;
+    // The working buffers are the core's, reused from one reduction to the next.
+    let [mut incoming, mut front] = b.visit(|d| Ok(std::mem::take(&mut d.core.coll_scratch)))?;
+    incoming.resize(n, 0);
+    front.resize(n, 0);
+    let result = (|| {
+        let new_rank = if rank < 2 * rem {
+            if rank % 2 == 0 {
+                csend(b, comm, rank + 1, tag, recv)?;
+                None
+            } else {
+                crecv(b, comm, rank - 1, tag, &mut incoming[..n])?;
+                fold_from_lower(&mut op, recv, &incoming[..n], &mut front);
+                Some(rank / 2)
+            }
+        } else {
+            Some(rank - rem)
+        };
+        if let Some(new_rank) = new_rank {
+            let mut mask = 1;
+            while mask < pof2 {
+                let new_partner = new_rank ^ mask;
+                let partner = if new_partner < rem {
+                    new_partner * 2 + 1
+                } else {
+                    new_partner + rem
+                };
+                sendrecv_on(
+                    b,
+                    comm,
+                    recv,
+                    partner,
+                    tag,
+                    &mut incoming[..n],
+                    partner,
+                    tag,
+                    true,
+                )?;
+                if partner < rank {
+                    fold_from_lower(&mut op, recv, &incoming[..n], &mut front);
+                } else {
+                    op(recv, &incoming[..n]);
+                }
+                mask <<= 1;
+            }
+        }
+        if rank < 2 * rem {
+            if rank % 2 == 1 {
+                csend(b, comm, rank - 1, tag, recv)?;
+            } else {
+                crecv(b, comm, rank + 1, tag, recv)?;
+            }
+        }
+        Ok(())
+    })();
+    // A failed visit (the device gone) only loses the buffers for reuse.
+    let _ = b.visit(|d| {
+        d.core.coll_scratch = [incoming, front];
+        Ok(())
+    });
+    result
 }
 
 /// Collects every member's `send` (all of one length) into `recv` at `root`, in rank order.
@@ -679,8 +774,7 @@ fn allreduce_tagged<B: Blocking + ?Sized>(
             *a &= b;
         }
     };
-    reduce_on(b, comm, 0, send, recv, and, tag)?;
-    bcast_on(b, comm, 0, recv, tag)
+    allreduce_on(b, comm, send, recv, and, tag)
 }
 
 /// A new communicator with the same members as `comm` and its own context (MPI_Comm_dup):
