@@ -192,6 +192,7 @@ fn facade_in_force() -> Vec<(&'static str, String)> {
     let choice = env::raw("CH4_YIELD").ok().flatten();
     let after = match p.yield_after {
         u32::MAX => "never yield".to_string(),
+        0 => "yield at once".to_string(),
         n => format!("yield after {n} idle polls"),
     };
     vec![(
@@ -239,11 +240,18 @@ fn tight_spin(ranks: usize, cpus: usize, yield_after: u32) -> u32 {
     }
 }
 
-/// The idle polls before yielding: `choice` (`CH4_YIELD`) if given, else soon when `ranks`
-/// outnumber `cpus` and late when they do not.
+/// The idle polls before yielding: `choice` (`CH4_YIELD`) if given, else at once when more
+/// than two `ranks` share each of the `cpus`, soon when they outnumber them by less, late when
+/// they do not.
 fn yield_after(choice: Option<u32>, ranks: usize, cpus: usize) -> u32 {
-    use ch4_core::device::{YIELD_LATE, YIELD_SOON};
-    choice.unwrap_or(if ranks > cpus { YIELD_SOON } else { YIELD_LATE })
+    use ch4_core::device::{YIELD_AT_ONCE, YIELD_LATE, YIELD_SOON};
+    choice.unwrap_or(if ranks > 2 * cpus {
+        YIELD_AT_ONCE
+    } else if ranks > cpus {
+        YIELD_SOON
+    } else {
+        YIELD_LATE
+    })
 }
 
 /// The CPUs this node's ranks can run on: the ones this process may use, or, when a launcher
@@ -424,9 +432,11 @@ mod tests {
 
     #[test]
     fn ranks_yield_soon_only_when_they_outnumber_the_cpus() {
-        use ch4_core::device::{YIELD_LATE, YIELD_SOON};
+        use ch4_core::device::{YIELD_AT_ONCE, YIELD_LATE, YIELD_SOON};
         assert_eq!(super::yield_after(None, 2, 2), YIELD_LATE);
         assert_eq!(super::yield_after(None, 4, 2), YIELD_SOON);
+        assert_eq!(super::yield_after(None, 8, 2), YIELD_AT_ONCE);
+        assert_eq!(super::yield_after(Some(YIELD_SOON), 8, 2), YIELD_SOON);
         assert_eq!(super::yield_after(None, 1, 1), YIELD_LATE);
         assert_eq!(super::yield_after(Some(u32::MAX), 4, 2), u32::MAX);
         assert_eq!(super::yield_after(Some(YIELD_SOON), 2, 8), YIELD_SOON);
