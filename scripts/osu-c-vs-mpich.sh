@@ -11,10 +11,14 @@
 # rounds (ch4, MPICH 5, [MPICH 4, Open MPI,] ch4, ...), two processes on this host, medians with
 # the spread, ratios and charts in target/osu-c-vs-mpich/.
 #
-#   ./scripts/osu-c-vs-mpich.sh [--debian] [--only IMPLS] [--busy pinned|free] [--record LABEL]
-#       [rounds] [bench...]
+#   ./scripts/osu-c-vs-mpich.sh [--debian] [--only IMPLS] [--busy pinned|free] [--np N]
+#       [--record LABEL] [rounds] [bench...]
 #   (default 3 rounds and latency bw bibw mbw_mr allreduce; any OSU blocking collective works
 #   too: bcast, gather, allgather, alltoall, reduce_scatter, ...)
+#
+# --np N runs every program on N ranks instead of 2 (the collectives at 8, say). With more ranks
+# than this host's cores nothing is bound (Open MPI is told --bind-to none: its default then
+# refuses to start); results go to target/osu-c-vs-mpich-np<N>/.
 #
 # --dry-run checks the arguments and prints what would run, without installing, building or
 # running anything.
@@ -60,6 +64,7 @@ impls=(ch4 mpich5)
 only=""
 busy=""
 dry_run=""
+np=2
 while [ $# -gt 0 ]; do
     case "$1" in
         --debian) impls=(ch4 mpich5 mpich openmpi) ;;
@@ -77,6 +82,11 @@ while [ $# -gt 0 ]; do
             record_option "${2:-}"
             shift
             ;;
+        --np)
+            [ $# -ge 2 ] || { echo "--np takes a number of ranks" >&2; exit 2; }
+            np="$2"
+            shift
+            ;;
         --dry-run) dry_run=yes ;;
         -*) echo "no option '$1' (see the script's first lines)" >&2; exit 2 ;;
         [0-9]*) rounds="$1" ;;
@@ -84,6 +94,9 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
+case "$np" in
+    '' | *[!0-9]* | 0 | 1) echo "--np takes a number of ranks, 2 or more, not '$np'" >&2; exit 2 ;;
+esac
 case "$busy" in
     '' | pinned | free) ;;
     *) echo "--busy takes pinned or free, not '$busy'" >&2; exit 2 ;;
@@ -110,7 +123,7 @@ for b in "${benches[@]}"; do
         { echo "no OSU benchmark '$b' in $osu" >&2; exit 2; }
 done
 if [ -n "$dry_run" ]; then
-    echo "would run $rounds rounds of ${benches[*]} on ${impls[*]}${busy:+, a busy process $busy}${record_dir:+, recorded in $record_dir}"
+    echo "would run $rounds rounds of ${benches[*]} on ${impls[*]} at $np ranks${busy:+, a busy process $busy}${record_dir:+, recorded in $record_dir}"
     exit 0
 fi
 
@@ -195,6 +208,15 @@ long_args() {
 
 out=target/osu-c-vs-mpich
 [ -z "$busy" ] || out="target/osu-c-vs-mpich-busy-$busy"
+[ "$np" = 2 ] || out="$out-np$np"
+# One rank per core while there are cores enough (ch4run binds only when asked; unbound, two
+# spinning ranks are sometimes moved and lose up to 20%); none bound beyond.
+cores=$(nproc)
+if [ "$np" -le "$cores" ]; then
+    bind_ch4=(--bind-to core) bind_mpich=(-bind-to core) bind_openmpi=(--bind-to core)
+else
+    bind_ch4=() bind_mpich=() bind_openmpi=(--bind-to none)
+fi
 mkdir -p "$out"
 tsv="$out/results.tsv"
 printf 'bench\timpl\tsize\tvalue\n' >"$tsv"
@@ -227,16 +249,16 @@ run() {
         busy_start "$busy"
         status=0
         case "$impl" in
-            # Bound one rank per core, as the peers' launchers are asked to below (ch4run binds
-            # only when asked; unbound, two spinning ranks are sometimes moved and lose up to
-            # 20%).
-            ch4) "${limit[@]}" target/release/ch4run --bind-to core -n 2 "$bin/osu_$b" "${args[@]}" ;;
+            ch4) "${limit[@]}" target/release/ch4run "${bind_ch4[@]}" -n "$np" "$bin/osu_$b" "${args[@]}" ;;
             mpich5) env LD_LIBRARY_PATH="$PWD/$venv/lib" "${vcis[@]}" "${limit[@]}" \
-                "$venv/bin/mpiexec" -bind-to core -n 2 "$bin/osu_$b" "${args[@]}" ;;
-            mpich) "${limit[@]}" mpiexec.mpich -bind-to core -n 2 "$bin/osu_$b" "${args[@]}" ;;
-            openmpi) "${limit[@]}" mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to core \
-                -n 2 "$bin/osu_$b" "${args[@]}" ;;
-        esac | awk -v b="$name" -v i="$impl" '/^[0-9]/ { col = (b == "mbw_mr") ? $3 : $2; print b "\t" i "\t" $1 "\t" col }' >>"$tsv" \
+                "$venv/bin/mpiexec" "${bind_mpich[@]}" -n "$np" "$bin/osu_$b" "${args[@]}" ;;
+            mpich) "${limit[@]}" mpiexec.mpich "${bind_mpich[@]}" -n "$np" "$bin/osu_$b" "${args[@]}" ;;
+            openmpi) "${limit[@]}" mpirun.openmpi --allow-run-as-root --oversubscribe \
+                "${bind_openmpi[@]}" -n "$np" "$bin/osu_$b" "${args[@]}" ;;
+        esac | awk -v b="$name" -v i="$impl" '
+            /^[0-9]/ { col = (b == "mbw_mr") ? $3 : $2; print b "\t" i "\t" $1 "\t" col }
+            # osu_barrier prints its latency alone on a line: size 0 in the table.
+            /^ *[0-9.]+ *$/ { print b "\t" i "\t0\t" $1 }' >>"$tsv" \
             || status=$?
         busy_stop
         run_ended "$status" "$round" "$b" "$impl"
@@ -257,7 +279,7 @@ for round in $(seq "$rounds"); do
         note_mode "$round" "$b" "$before" "$(probe)"
     done
 done
-setup="the real OSU C programs (one binary on ch4 and MPICH 5), 2 processes, interleaved"
+setup="the real OSU C programs (one binary on ch4 and MPICH 5), $np processes, interleaved"
 [ -z "$busy" ] || setup="$setup, one busy process ($busy)"
 target/release/osu-plot --setup "$setup" "$tsv" "$out" | tee "$out/summary.txt" || plot_status=$?
 # The modes and the stopped runs even when nothing was left to plot.
