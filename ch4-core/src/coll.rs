@@ -4,8 +4,10 @@
 //! Every collective runs on its communicator's collective context, so it can never match a
 //! user's point-to-point message, and uses a fixed tag per operation: collectives are called in
 //! the same order by every member, and non-overtaking keeps consecutive ones apart. The
-//! algorithms are the classic latency-optimal ones (dissemination barrier, binomial trees); they
-//! are what benchmarks and frameworks need, not a tuned collective library.
+//! algorithms are the classic latency-optimal ones (dissemination barrier, binomial trees for
+//! broadcast and reduction, recursive doubling for allreduce and the prefix reductions, as
+//! MPICH's defaults for small messages); they are what benchmarks and frameworks need, not a
+//! tuned collective library.
 //!
 //! Each is written once over [`Blocking`], so it runs on a device one thread owns (the
 //! `Device` methods below) and on one that threads share behind a lock
