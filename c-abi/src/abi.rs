@@ -25,6 +25,19 @@ pub const COMM_SELF: Handle = 0x102;
 /// Communicators the program makes are this plus their index in the library's table.
 pub const COMM_BASE: Handle = 0x1000;
 
+/// The handle of object `i` of a kind the library makes (a derived datatype, a group, an
+/// operation): the kind's `bit`, one bit of its own above every predefined value and every
+/// other kind's bit, plus the object's index in its table.
+pub fn indexed(bit: u64, i: usize) -> Handle {
+    (i as u64 | bit) as Handle
+}
+
+/// The table index of `h` if [`indexed`] made it with `bit`: that bit set and none above it.
+pub fn index_of(h: Handle, bit: u64) -> Option<usize> {
+    let raw = h as u64;
+    (raw & bit != 0 && raw < bit << 1).then_some((raw & !bit) as usize)
+}
+
 /// `MPI_GROUP_NULL`.
 pub const GROUP_NULL: Handle = 0x108;
 /// `MPI_GROUP_EMPTY`.
@@ -340,6 +353,20 @@ pub fn request_out(r: DevReq) -> Handle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_indexed_handle_is_read_back_only_with_its_own_bit() {
+        let (low, high) = (1u64 << 58, 1u64 << 60);
+        let h = indexed(low, 7);
+        assert_eq!(index_of(h, low), Some(7));
+        assert_eq!(index_of(h, high), None, "another kind's bit");
+        assert_eq!(
+            index_of(indexed(high, 7), low),
+            None,
+            "a bit above the kind's"
+        );
+        assert_eq!(index_of(op::SUM, low), None, "a predefined handle");
+    }
     use ch4_core::ReqHandle;
 
     #[test]

@@ -26,9 +26,7 @@ pub(crate) fn group_in(st: &State, h: Handle) -> ch4::Result<Group> {
         return ch4_core::rankmap::RankMap::from_gpids(&[])
             .map(|m| Group::from_map(std::sync::Arc::new(m)));
     }
-    let raw = h as u64;
-    (raw & GROUP_BIT != 0 && raw >> 60 == 0)
-        .then_some((raw & !GROUP_BIT) as usize)
+    abi::index_of(h, GROUP_BIT)
         .and_then(|i| st.groups.cloned(i))
         .ok_or_else(|| {
             ch4::Error::new(
@@ -42,8 +40,7 @@ fn group_out(st: &State, g: Group) -> Handle {
     if g.size() == 0 {
         return GROUP_EMPTY;
     }
-    let i = st.groups.insert(g);
-    (i as u64 | GROUP_BIT) as Handle
+    abi::indexed(GROUP_BIT, st.groups.insert(g))
 }
 
 /// The members of `g` in rank order.
@@ -314,7 +311,9 @@ pub unsafe extern "C" fn MPI_Group_free(group: *mut Handle) -> c_int {
         let h = unsafe { group.read() };
         if h != GROUP_EMPTY {
             group_in(st, h)?;
-            st.groups.remove(((h as u64) & !GROUP_BIT) as usize);
+            if let Some(i) = abi::index_of(h, GROUP_BIT) {
+                st.groups.remove(i);
+            }
         }
         // SAFETY: the caller's contract.
         unsafe { group.write(GROUP_NULL) };

@@ -39,12 +39,11 @@ pub(crate) struct UserOp {
 const OP_BIT: u64 = 1 << 58;
 
 fn op_out(i: usize) -> Handle {
-    (i as u64 | OP_BIT) as Handle
+    abi::indexed(OP_BIT, i)
 }
 
 fn op_in(h: Handle) -> Option<usize> {
-    let raw = h as u64;
-    (raw & OP_BIT != 0 && raw >> 59 == 0).then_some((raw & !OP_BIT) as usize)
+    abi::index_of(h, OP_BIT)
 }
 
 fn bad_op(h: Handle) -> ch4::Error {

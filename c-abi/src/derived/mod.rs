@@ -29,7 +29,7 @@ use ch4_core::buffer::{RecvBuf, SendBuf};
 use ch4_core::datatype::Layout;
 use ch4_core::ErrorKind;
 
-use crate::abi::Handle;
+use crate::abi::{self, Handle};
 use crate::call::null_arg;
 use crate::datatype::{self, raw, raw_mut};
 use crate::state::State;
@@ -38,13 +38,12 @@ const TYPE_BIT: u64 = 1 << 60;
 
 /// The C handle of derived datatype `i`.
 fn type_out(i: usize) -> Handle {
-    (i as u64 | TYPE_BIT) as Handle
+    abi::indexed(TYPE_BIT, i)
 }
 
 /// The table index of a derived datatype handle.
 fn type_in(h: Handle) -> Option<usize> {
-    let raw = h as u64;
-    (raw & TYPE_BIT != 0 && raw >> 61 == 0).then_some((raw & !TYPE_BIT) as usize)
+    abi::index_of(h, TYPE_BIT)
 }
 
 /// One element of a datatype, in bytes.
