@@ -690,6 +690,119 @@ fn collectives<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
 }
 on_all_routes!(coll, 5, collectives, processes = 8);
 
+/// The collectives through the node's shared segment, where they reuse their outboxes every
+/// other operation: long runs of broadcasts from changing roots (which may run one operation
+/// ahead of the slowest member), reductions to changing roots, allreduces and barriers mixed;
+/// disjoint halves of a split sharing a slot number; more communicators than the segment has
+/// slots (the later ones go over messages); data larger than an outbox; and members that
+/// disagree on a length, which fails at every member instead of reading past the data.
+fn node_lanes<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
+    let w = ctx.world();
+    let (r, n) = (w.rank(), w.size());
+    w.barrier()?;
+    for i in 0..300i64 {
+        let root = (i % n as i64) as i32;
+        let mut v = [0i64; 3];
+        if r == root {
+            v = [i, root as i64, -i];
+        }
+        w.bcast(root, &mut v)?;
+        assert_eq!(v, [i, root as i64, -i], "bcast {i} at rank {r}");
+        let mut sum = [0i64; 2];
+        let to = ((i + 1) % n as i64) as i32;
+        w.reduce(to, &[i + r as i64, 1], &mut sum, ch4::op::sum)?;
+        if r == to {
+            let want = n as i64 * i + (0..n as i64).sum::<i64>();
+            assert_eq!(sum, [want, n as i64], "reduce {i} at rank {r}");
+        }
+        if i % 3 == 0 {
+            let mut mx = [0i64];
+            w.allreduce(&[i * 10 + r as i64], &mut mx, ch4::op::max)?;
+            assert_eq!(mx, [i * 10 + n as i64 - 1]);
+        }
+        if i % 7 == 0 {
+            w.barrier()?;
+        }
+    }
+    // Larger than an outbox: over messages, between operations through the lanes.
+    let mut big = vec![0u32; 4096];
+    if r == 0 {
+        big.iter_mut().enumerate().for_each(|(k, x)| *x = k as u32);
+    }
+    w.bcast(0, &mut big)?;
+    assert!(big.iter().enumerate().all(|(k, &x)| x == k as u32));
+    let mut big_sum = vec![0u32; 4096];
+    w.allreduce(&big, &mut big_sum, ch4::op::sum)?;
+    assert!(big_sum
+        .iter()
+        .enumerate()
+        .all(|(k, &x)| x == k as u32 * n as u32));
+    // Two halves, each its own communicator, agreeing on slots at the same time.
+    let half = w.split(r % 2, 0)?.expect("every rank has a color");
+    for i in 0..50u64 {
+        let mut total = [0u64];
+        half.allreduce(&[i + r as u64], &mut total, ch4::op::sum)?;
+        let members: Vec<u64> = (0..n as u64).filter(|q| q % 2 == r as u64 % 2).collect();
+        let want: u64 = members.iter().map(|q| i + q).sum();
+        assert_eq!(total, [want], "half of rank {r}, round {i}");
+    }
+    // More communicators than slots: every one still reduces correctly.
+    let dups = (0..40).map(|_| w.dup()).collect::<Result<Vec<_>>>()?;
+    for (k, d) in dups.iter().enumerate() {
+        let mut total = [0u64];
+        d.allreduce(&[k as u64 + r as u64], &mut total, ch4::op::sum)?;
+        let want = n as u64 * k as u64 + (0..n as u64).sum::<u64>();
+        assert_eq!(total, [want], "dup {k}");
+        d.barrier()?;
+    }
+    // Through the lanes, rank 0 giving 8 bytes and the others 16 is an error at every member,
+    // and the communicator goes on (over messages, MPI leaves the outcome undefined: a
+    // member may see a truncation, another nothing).
+    if ctx.device()?.collectives_on_node(w.id())? != Some(true) {
+        return w.barrier();
+    }
+    let len = if r == 0 { 1 } else { 2 };
+    let mut out = vec![0u64; len];
+    let err = w
+        .allreduce(&vec![1u64; len], &mut out, ch4::op::sum)
+        .expect_err("lengths that differ must fail");
+    assert_eq!(err.kind(), ErrorKind::Count, "{err}");
+    let mut total = [0u64];
+    w.allreduce(&[1u64], &mut total, ch4::op::sum)?;
+    assert_eq!(total, [n as u64]);
+    w.barrier()
+}
+on_all_routes!(lanes, 4, node_lanes, processes = 8);
+
+/// Ranks that share a node take the segment's lanes, and a communicator with a member on
+/// another node does not.
+#[test]
+fn lanes_only_within_a_node() {
+    common::small(4)
+        .ranks_per_node(4)
+        .run(|ctx| {
+            let w = ctx.world();
+            assert_eq!(ctx.device()?.collectives_on_node(w.id())?, None);
+            w.barrier()?;
+            assert_eq!(ctx.device()?.collectives_on_node(w.id())?, Some(true));
+            Ok::<_, ch4::Error>(())
+        })
+        .unwrap();
+    common::small(4)
+        .ranks_per_node(2)
+        .run(|ctx| {
+            let w = ctx.world();
+            w.barrier()?;
+            assert_eq!(ctx.device()?.collectives_on_node(w.id())?, Some(false));
+            // A half whose members share a node takes the lanes.
+            let node = w.split(w.rank() / 2, 0)?.expect("every rank has a color");
+            node.barrier()?;
+            assert_eq!(ctx.device()?.collectives_on_node(node.id())?, Some(true));
+            Ok::<_, ch4::Error>(())
+        })
+        .unwrap();
+}
+
 /// Noncontiguous layouts: a strided column is sent and lands in a strided column.
 fn layouts<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
     let w = ctx.world();

@@ -17,6 +17,7 @@ use crate::blocking::Blocking;
 use crate::buffer::SendBuf;
 use crate::comm::{Comm, CommId, Offer, CONTEXT_WORDS};
 use crate::device::Device;
+use crate::node_coll;
 use crate::rankmap::Group;
 use crate::transport::{Netmod, Shm};
 use crate::types::{ContextId, Rank, SendMode, Status, Tag};
@@ -31,6 +32,7 @@ const TAG_SPLIT: Tag = 6;
 const TAG_SCATTER: Tag = 7;
 const TAG_ALLTOALL: Tag = 8;
 const TAG_SCAN: Tag = 9;
+const TAG_LANES: Tag = 10;
 
 /// Color for [`Device::comm_split`] meaning "not a member of any new communicator".
 pub const UNDEFINED: i32 = -32766;
@@ -109,6 +111,9 @@ fn sendrecv_on<B: Blocking + ?Sized>(
 /// Blocks until every member of `comm` has called it (dissemination algorithm:
 /// ceil(log2 n) rounds of one zero-byte exchange).
 pub fn barrier<B: Blocking + ?Sized>(b: &mut B, comm: CommId) -> Result<()> {
+    if node_coll::barrier(b, comm)? {
+        return Ok(());
+    }
     let (rank, size) = rank_size(b, comm)?;
     let mut dist = 1;
     while dist < size {
@@ -137,6 +142,11 @@ pub fn bcast<B: Blocking + ?Sized>(
     root: Rank,
     buf: &mut [u8],
 ) -> Result<()> {
+    let (_, size) = rank_size(b, comm)?;
+    check_root(root, size)?;
+    if node_coll::bcast(b, comm, root, buf)? {
+        return Ok(());
+    }
     bcast_on(b, comm, root, buf, TAG_BCAST)
 }
 
@@ -184,8 +194,14 @@ pub fn reduce<B: Blocking + ?Sized, F: FnMut(&mut [u8], &[u8])>(
     root: Rank,
     send: &[u8],
     recv: &mut [u8],
-    op: F,
+    mut op: F,
 ) -> Result<()> {
+    let (rank, size) = rank_size(b, comm)?;
+    check_root(root, size)?;
+    check_reduce_buffers(rank == root, send, recv)?;
+    if node_coll::reduce(b, comm, root, send, recv, &mut op)? {
+        return Ok(());
+    }
     reduce_on(b, comm, root, send, recv, op, TAG_REDUCE)
 }
 
@@ -201,16 +217,7 @@ fn reduce_on<B: Blocking + ?Sized, F: FnMut(&mut [u8], &[u8])>(
 ) -> Result<()> {
     let (rank, size) = rank_size(b, comm)?;
     check_root(root, size)?;
-    if rank == root && recv.len() != send.len() {
-        return Err(Error::new(
-            ErrorKind::Count,
-            format!(
-                "reduce: receive buffer of {} bytes for {} bytes of data",
-                recv.len(),
-                send.len()
-            ),
-        ));
-    }
+    check_reduce_buffers(rank == root, send, recv)?;
     let rel = (rank - root + size) % size;
     // The working buffers are the core's, reused from one reduction to the next.
     let [mut acc, mut incoming] = b.visit(|d| Ok(std::mem::take(&mut d.core.coll_scratch)))?;
@@ -257,18 +264,14 @@ pub fn reduce_in_order<B: Blocking + ?Sized, F: FnMut(&mut [u8], &[u8])>(
 ) -> Result<()> {
     let (rank, size) = rank_size(b, comm)?;
     check_root(root, size)?;
+    check_reduce_buffers(rank == root, send, recv)?;
+    let mut op = op;
+    // The lanes fold in rank order at any root.
+    if node_coll::reduce(b, comm, root, send, recv, &mut op)? {
+        return Ok(());
+    }
     if root == 0 {
         return reduce_on(b, comm, 0, send, recv, op, TAG_REDUCE);
-    }
-    if rank == root && recv.len() != send.len() {
-        return Err(Error::new(
-            ErrorKind::Count,
-            format!(
-                "reduce: receive buffer of {} bytes for {} bytes of data",
-                recv.len(),
-                send.len()
-            ),
-        ));
     }
     let mut at_zero = if rank == 0 {
         vec![0u8; send.len()]
@@ -327,6 +330,9 @@ fn prefix<B: Blocking + ?Sized, F: FnMut(&mut [u8], &[u8])>(
             ErrorKind::Count,
             "scan: send and receive buffers differ in length",
         ));
+    }
+    if node_coll::prefix(b, comm, send, recv, &mut op, inclusive)? {
+        return Ok(());
     }
     let n = send.len();
     // `partial`: the fold of this member's block so far; `incoming`: the partner's.
@@ -391,8 +397,11 @@ pub fn allreduce<B: Blocking + ?Sized, F: FnMut(&mut [u8], &[u8])>(
     comm: CommId,
     send: &[u8],
     recv: &mut [u8],
-    op: F,
+    mut op: F,
 ) -> Result<()> {
+    if recv.len() == send.len() && node_coll::allreduce(b, comm, send, recv, &mut op)? {
+        return Ok(());
+    }
     allreduce_on(b, comm, send, recv, op, TAG_REDUCE)
 }
 
@@ -540,6 +549,9 @@ pub fn allgather<B: Blocking + ?Sized>(
                 send.len()
             ),
         ));
+    }
+    if node_coll::allgather(b, comm, send, recv)? {
+        return Ok(());
     }
     let n = send.len();
     let (right, left) = ((rank + 1) % size, (rank - 1 + size) % size);
@@ -779,6 +791,17 @@ fn allreduce_tagged<B: Blocking + ?Sized>(
     allreduce_on(b, comm, send, recv, and, tag)
 }
 
+/// A bitwise-AND allreduce over messages with a tag of its own: how the members of a
+/// communicator agree on its slot in the node's collective lanes ([`crate::node_coll`]).
+pub(crate) fn and_allreduce<B: Blocking + ?Sized>(
+    b: &mut B,
+    comm: CommId,
+    send: &[u8],
+    recv: &mut [u8],
+) -> Result<()> {
+    allreduce_tagged(b, comm, send, recv, TAG_LANES)
+}
+
 /// A new communicator with the same members as `comm` and its own context (MPI_Comm_dup):
 /// its description, with the context id taken, for the caller to add to the device that will
 /// carry its traffic ([`Device::adopt_comm`]). The rank map is shared with `comm`, not copied.
@@ -791,6 +814,7 @@ pub fn new_dup<B: Blocking + ?Sized>(b: &mut B, comm: CommId) -> Result<Comm> {
             context,
             rank: c.rank,
             group: c.group.clone(),
+            node: Default::default(),
         })
     })
     .inspect_err(|_| release_context(b, context))
@@ -881,6 +905,7 @@ pub fn new_split<B: Blocking + ?Sized>(
             context,
             rank: rank as Rank,
             group,
+            node: Default::default(),
         }))
     })
     .inspect_err(|_| release_context(b, context))
@@ -912,6 +937,7 @@ pub fn new_create<B: Blocking + ?Sized>(
             context,
             rank,
             group: group.clone(),
+            node: Default::default(),
         })),
         None => {
             release_context(b, context);
@@ -935,6 +961,16 @@ impl<N: Netmod, S: Shm> Device<N, S> {
     /// makes a communicator.
     pub fn share_context_ids(&mut self, other: &Device<N, S>) {
         self.core.contexts = other.core.contexts.clone();
+    }
+
+    /// Whether the small collectives of `comm` go through the node's shared segment
+    /// ([`crate::node_coll`]): `None` until its first collective has agreed on it.
+    pub fn collectives_on_node(&self, comm: CommId) -> Result<Option<bool>> {
+        Ok(match self.core.comm(comm)?.node {
+            node_coll::NodeLanes::Unknown => None,
+            node_coll::NodeLanes::Off => Some(false),
+            node_coll::NodeLanes::On { .. } => Some(true),
+        })
     }
 
     /// The group of `comm` (MPI_Comm_group).
@@ -1177,6 +1213,21 @@ fn check_blocks(
                 ),
             ));
         }
+    }
+    Ok(())
+}
+
+/// The root's receive buffer must hold what every member contributes.
+fn check_reduce_buffers(root: bool, send: &[u8], recv: &[u8]) -> Result<()> {
+    if root && recv.len() != send.len() {
+        return Err(Error::new(
+            ErrorKind::Count,
+            format!(
+                "reduce: receive buffer of {} bytes for {} bytes of data",
+                recv.len(),
+                send.len()
+            ),
+        ));
     }
     Ok(())
 }

@@ -26,6 +26,8 @@ pub struct Comm {
     pub rank: Rank,
     /// The members, shared with every dup.
     pub group: Group,
+    /// Whether its small collectives go through the node's shared segment.
+    pub(crate) node: crate::node_coll::NodeLanes,
 }
 
 impl Comm {

@@ -332,12 +332,14 @@ impl Core {
             context: 0,
             rank: gpid as i32,
             group: Group::world(world_size),
+            node: Default::default(),
         })?);
         let self_group = Group::world(world_size).incl(&[gpid as i32])?;
         let self_comm = CommId(comms.insert(Comm {
             context: 2,
             rank: 0,
             group: self_group,
+            node: Default::default(),
         })?);
         Ok(Core {
             gpid,
@@ -359,6 +361,16 @@ impl Core {
             world,
             self_comm,
             spare_buffers: Vec::new(),
+        })
+    }
+
+    /// The communicator `id`, to change.
+    pub(crate) fn comm_mut(&mut self, id: CommId) -> Result<&mut Comm> {
+        self.comms.get_mut(id.0).ok_or_else(|| {
+            Error::new(
+                ErrorKind::Comm,
+                "communicator was freed or does not belong to this device",
+            )
         })
     }
 

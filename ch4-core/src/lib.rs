@@ -20,6 +20,7 @@ pub mod error;
 pub mod match_bits;
 pub mod matching;
 pub mod native;
+pub mod node_coll;
 pub mod pool;
 pub mod rankmap;
 pub mod request;

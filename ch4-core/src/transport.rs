@@ -279,6 +279,53 @@ pub trait Shm: AmTransport {
     fn watch_for_arrival(&mut self, _peer: Gpid, _loads: usize) -> bool {
         true
     }
+
+    // The node's collective lanes ([`crate::node_coll`]): per slot and local rank an arrival
+    // word and two outboxes in the shared segment. A layer without them keeps the defaults,
+    // and every collective goes point to point.
+
+    /// Bytes of each collective outbox, the largest part of a collective that goes through the
+    /// lanes; 0 when this layer never has lanes. A constant, so that every member of a job
+    /// decides alike which collectives take the lanes (whether a node has them is for the
+    /// agreement to find out: [`Shm::coll_local`]).
+    const COLL_OUTBOX: usize = 0;
+
+    /// The local index of `gpid` in the collective lanes, when it has lanes on this node.
+    fn coll_local(&self, _gpid: Gpid) -> Option<u32> {
+        None
+    }
+
+    /// Offers the collective slots this process has never used and no other agreement holds
+    /// (bit `k` for slot `k`), and holds them until [`Shm::coll_conclude`].
+    fn coll_offer(&mut self) -> u64 {
+        0
+    }
+
+    /// Ends the agreement that `offered` came from: slot `taken` is used from now on (and
+    /// never offered again: a member of its last communicator may still read its outboxes),
+    /// the rest of the offer is free again.
+    fn coll_conclude(&mut self, _offered: u64, _taken: Option<u32>) {}
+
+    /// The number of the last collective operation local rank `local` entered on `slot`
+    /// (an acquire load: what it published before is visible after).
+    fn coll_arrived(&self, _slot: u32, _local: u32) -> u64 {
+        0
+    }
+
+    /// Says that this rank has entered operation `op` on `slot` (a release store: what it
+    /// published for `op` is visible to whoever sees the number).
+    fn coll_arrive(&self, _slot: u32, _op: u64) {}
+
+    /// Copies `data` (at most [`Shm::coll_outbox`] bytes) into this rank's outbox for
+    /// operation `op` on `slot`, with its length.
+    fn coll_publish(&self, _slot: u32, _op: u64, _data: &[u8]) {}
+
+    /// Runs `f` on what local rank `local` published for operation `op` on `slot`. Only
+    /// called once that rank's arrival number is `op` or more, and before this rank enters
+    /// `op + 1`: the outbox is not written meanwhile.
+    fn coll_read<R>(&self, _slot: u32, _local: u32, _op: u64, f: impl FnOnce(&[u8]) -> R) -> R {
+        f(&[])
+    }
 }
 
 /// What an engine call may borrow: the core's queues and pool, its own transport, and a way to

@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! [ header | alive[n] | pid[n] | cell queues[n] (256 B each) | ring indices[n*n] (256 B each)
-//!   | ring data[n*n] (ring capacity each) | cells[n*cells_per_rank] (cell size each) ]
+//!   | ring data[n*n] (ring capacity each) | cells[n*cells_per_rank] (cell size each)
+//!   | collective lanes[COLL_SLOTS*n] (COLL_LANE each, only up to COLL_MAX_RANKS ranks) ]
 //! ```
 //!
 //! Every position is an offset computed from `n` and the [`Geometry`], identical in every
@@ -24,7 +25,7 @@ use crate::cells::{CellQueue, CellReceiver, CellSender, CELL_HEADER, MAX_CELLS_P
 use crate::ring::{Consumer, Producer, RingIndices, MAX_CAPACITY};
 use crate::sync::{AtomicU64, Ordering};
 
-const MAGIC: u64 = 0x6368_345f_7368_6d33; // "ch4_shm3"
+const MAGIC: u64 = 0x6368_345f_7368_6d34; // "ch4_shm4"
 const HEADER: usize = 4096;
 const INDICES: usize = 256;
 const QUEUE: usize = 256;
@@ -35,6 +36,29 @@ const FAILED: u64 = 2;
 const LEFT: u64 = 3;
 const _: () = assert!(std::mem::size_of::<RingIndices>() <= INDICES);
 const _: () = assert!(std::mem::size_of::<CellQueue>() <= QUEUE);
+
+/// Collective slots in a segment: communicators that run their small collectives through the
+/// segment at once, each on a slot of its own ([`crate::transport`] hands them out).
+pub const COLL_SLOTS: usize = 32;
+/// Bytes of each outbox: the largest broadcast or contribution to a reduction that goes
+/// through the segment (two outboxes per lane, one for odd and one for even operations).
+pub const COLL_OUTBOX: usize = 2048;
+/// Nodes of up to this many ranks get collective lanes. Every member polls every other's
+/// arrival word, which stops paying beyond a few dozen ranks (MPICH's `release_gather` uses
+/// a tree of flags there); larger nodes keep the point-to-point collectives.
+pub const COLL_MAX_RANKS: usize = 64;
+/// One lane: an arrival word on a 128-byte line of its own (two cache lines, as the adjacent
+/// line prefetcher fetches pairs), then the two outboxes.
+const COLL_LANE: usize = 128 + 2 * COLL_OUTBOX;
+
+/// Bytes of the collective lanes of a segment for `ranks` local ranks.
+fn coll_area_size(ranks: usize) -> usize {
+    if ranks <= COLL_MAX_RANKS {
+        COLL_SLOTS * ranks * COLL_LANE
+    } else {
+        0
+    }
+}
 
 /// The segment's fixed header.
 #[repr(C)]
@@ -111,6 +135,8 @@ pub fn segment_size(ranks: usize, g: Geometry) -> Result<usize> {
         .checked_add(ranks * QUEUE)
         .and_then(|s| s.checked_add(rings))
         .and_then(|s| s.checked_add(cells))
+        .map(|s| s.next_multiple_of(128))
+        .and_then(|s| s.checked_add(coll_area_size(ranks)))
         .ok_or_else(too_large)
 }
 
@@ -462,8 +488,9 @@ impl Segment {
     }
 
     fn word(&self, offset: usize) -> &AtomicU64 {
-        // SAFETY: callers pass offsets of 8-aligned words inside the liveness table, which lies
-        // within the mapping (see `segment_size`); an atomic is valid for any bit pattern.
+        // SAFETY: callers pass offsets of 8-aligned words inside the liveness table or at the
+        // start of a collective lane (128-aligned), both within the mapping (see
+        // `segment_size`); an atomic is valid for any bit pattern.
         unsafe { &*(self.map.as_ptr().add(offset) as *const AtomicU64) }
     }
 
@@ -577,6 +604,45 @@ impl Segment {
 
     fn cells_base(&self) -> usize {
         self.rings_base() + self.ranks * self.ranks * (INDICES + self.geometry.ring_capacity)
+    }
+
+    fn coll_base(&self) -> usize {
+        let g = self.geometry;
+        (self.cells_base() + self.ranks * g.cells_per_rank * g.cell_size).next_multiple_of(128)
+    }
+
+    /// Whether the segment has collective lanes.
+    pub fn has_coll_lanes(&self) -> bool {
+        coll_area_size(self.ranks) != 0
+    }
+
+    /// Offset of the lane of local rank `local` in collective slot `slot`, if both exist.
+    fn coll_lane(&self, slot: usize, local: usize) -> Option<usize> {
+        (self.has_coll_lanes() && slot < COLL_SLOTS && local < self.ranks)
+            .then(|| self.coll_base() + (slot * self.ranks + local) * COLL_LANE)
+    }
+
+    /// The arrival word of local rank `local` in collective slot `slot`: the number of the
+    /// last collective operation it has entered on that slot (see `ch4_core::node_coll`).
+    pub(crate) fn coll_arrival(&self, slot: usize, local: usize) -> Option<&AtomicU64> {
+        self.coll_lane(slot, local).map(|at| self.word(at))
+    }
+
+    /// The length word of outbox `parity` (0 or 1) of local rank `local` in slot `slot`: how
+    /// many bytes its owner last published there.
+    pub(crate) fn coll_len(&self, slot: usize, local: usize, parity: usize) -> Option<&AtomicU64> {
+        self.coll_lane(slot, local)
+            .map(|at| self.word(at + 8 + 8 * (parity & 1)))
+    }
+
+    /// The outbox `parity` (0 or 1) of local rank `local` in collective slot `slot`:
+    /// [`COLL_OUTBOX`] bytes, written by that rank only and read by the others under the
+    /// protocol of `ch4_core::node_coll`.
+    pub(crate) fn coll_outbox(&self, slot: usize, local: usize, parity: usize) -> Option<*mut u8> {
+        let at = self.coll_lane(slot, local)? + 128 + (parity & 1) * COLL_OUTBOX;
+        // SAFETY: `coll_lane` checked slot and rank, so the lane, and both its outboxes, lie
+        // within the mapping by construction of `segment_size`.
+        Some(unsafe { (self.map.as_ptr() as *mut u8).add(at) })
     }
 
     /// Pointers to the cell queues and the cell area.

@@ -28,7 +28,8 @@ use ch4_core::{Error, ErrorKind, Gpid, Result};
 use crate::cells::{CellReceiver, CellSendError, CellSender, CELL_HEADER, MAX_CELLS_PER_RANK};
 use crate::cma::{self, CmaConfig, ReadFailure, ReadWhen};
 use crate::ring::{max_record_body, Consumer, Producer, PushError, MAX_CAPACITY};
-use crate::segment::{Geometry, Segment};
+use crate::segment::{Geometry, Segment, COLL_OUTBOX, COLL_SLOTS};
+use crate::sync::Ordering;
 
 /// `local_of` entry of a process on another node.
 const NOT_LOCAL: u32 = u32::MAX;
@@ -176,6 +177,10 @@ pub struct ShmTransport {
     host_crowded: bool,
     /// When this rank last moved off a CPU it shared with its peer (`Shm::move_off_cpu`).
     last_move: Option<std::time::Instant>,
+    /// Collective slots a communicator of this process has used (bit per slot).
+    coll_used: u64,
+    /// Collective slots offered by an agreement still under way.
+    coll_held: u64,
 }
 
 impl ShmTransport {
@@ -248,6 +253,8 @@ impl ShmTransport {
             cma,
             host_crowded: false,
             last_move: None,
+            coll_used: 0,
+            coll_held: 0,
             seg,
         };
         t.set_ring_record_max(ring_record_max.unwrap_or(usize::MAX));
@@ -663,6 +670,7 @@ impl AmTransport for ShmTransport {
 
 impl Shm for ShmTransport {
     type P2p = am_fallback::Am;
+    const COLL_OUTBOX: usize = COLL_OUTBOX;
 
     #[inline(always)]
     fn is_local(&self, gpid: Gpid) -> bool {
@@ -699,6 +707,81 @@ impl Shm for ShmTransport {
             }
             None => true,
         }
+    }
+
+    fn coll_local(&self, gpid: Gpid) -> Option<u32> {
+        self.local(gpid)
+            .filter(|_| self.seg.has_coll_lanes())
+            .map(|l| l as u32)
+    }
+
+    fn coll_offer(&mut self) -> u64 {
+        if !self.seg.has_coll_lanes() {
+            return 0;
+        }
+        let all = u64::MAX >> (64 - COLL_SLOTS);
+        let offer = all & !self.coll_used & !self.coll_held;
+        self.coll_held |= offer;
+        offer
+    }
+
+    fn coll_conclude(&mut self, offered: u64, taken: Option<u32>) {
+        self.coll_held &= !offered;
+        if let Some(slot) = taken.filter(|&s| (s as usize) < COLL_SLOTS) {
+            self.coll_used |= 1 << slot;
+        }
+    }
+
+    #[inline]
+    fn coll_arrived(&self, slot: u32, local: u32) -> u64 {
+        self.seg
+            .coll_arrival(slot as usize, local as usize)
+            .map_or(0, |w| w.load(Ordering::Acquire))
+    }
+
+    #[inline]
+    fn coll_arrive(&self, slot: u32, op: u64) {
+        if let Some(w) = self.seg.coll_arrival(slot as usize, self.me) {
+            w.store(op, Ordering::Release);
+        }
+    }
+
+    #[inline]
+    fn coll_publish(&self, slot: u32, op: u64, data: &[u8]) {
+        let parity = (op & 1) as usize;
+        let (Some(out), Some(len)) = (
+            self.seg.coll_outbox(slot as usize, self.me, parity),
+            self.seg.coll_len(slot as usize, self.me, parity),
+        ) else {
+            return;
+        };
+        let n = data.len().min(COLL_OUTBOX);
+        // SAFETY: `out` is this rank's own outbox of COLL_OUTBOX bytes in the mapping, which
+        // `self.seg` keeps alive; only this rank writes it, and only once every member has
+        // entered the operation after the last one that read this parity (the protocol of
+        // `ch4_core::node_coll`), so no reader overlaps the copy; `data` is a separate
+        // allocation of at least `n` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), out, n) };
+        len.store(n as u64, Ordering::Relaxed);
+    }
+
+    #[inline]
+    fn coll_read<R>(&self, slot: u32, local: u32, op: u64, f: impl FnOnce(&[u8]) -> R) -> R {
+        let parity = (op & 1) as usize;
+        let (Some(out), Some(len)) = (
+            self.seg.coll_outbox(slot as usize, local as usize, parity),
+            self.seg.coll_len(slot as usize, local as usize, parity),
+        ) else {
+            return f(&[]);
+        };
+        let n = (len.load(Ordering::Relaxed) as usize).min(COLL_OUTBOX);
+        // SAFETY: `out` points at an outbox of COLL_OUTBOX bytes in the mapping, alive while
+        // `self.seg` is; the caller saw the owner's arrival at `op` (an acquire load pairing
+        // with the release store after its publish), and the owner writes this parity again
+        // only after this rank has entered `op + 1`, which it does after `f` returns: the
+        // bytes do not change while the slice lives.
+        let view = unsafe { std::slice::from_raw_parts(out as *const u8, n) };
+        f(view)
     }
 
     fn move_off_cpu(&mut self) -> bool {
