@@ -376,10 +376,12 @@ impl<N: Netmod, S: Shm> Device<N, S> {
     ///
     /// The wait is bounded because credit comes back only as the receiver takes the earlier
     /// messages, and it may first be waiting for this one: a receive it posted for another
-    /// tag or a collective's context (a barrier after a burst of nonblocking sends). MPI
+    /// tag or a collective's context (a collective after a burst of nonblocking sends). MPI
     /// requires a send whose receive is posted to complete, so after the patience runs out
-    /// the send starts anyway, and the engine sends it as it does a nonblocking send beyond
-    /// credit (the AM fallback by rendezvous).
+    /// the message goes eagerly beyond the credit ([`Core::overdraw_credit`]). Not by
+    /// rendezvous, as a nonblocking send beyond credit goes: that would block this send
+    /// until its match, and a receiver that takes the sender's messages out of order, within
+    /// the credit, would then deadlock whenever it was off the CPU long enough.
     #[cold]
     #[inline(never)]
     fn wait_for_send_room(&mut self, dest: Gpid, total: usize) -> Result<()> {
@@ -388,6 +390,8 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             if self.progress()? == 0 {
                 idle += 1;
                 if idle >= SEND_ROOM_PATIENCE {
+                    let route = self.route_of(dest);
+                    self.core.overdraw_credit(route, dest, total);
                     return Ok(());
                 }
                 if idle % 256 == 0 && self.peer_state(dest) != PeerState::Alive {
@@ -1391,8 +1395,8 @@ pub fn set_tight_spin(polls: u32) {
     TIGHT_SPIN.store(polls, std::sync::atomic::Ordering::Relaxed);
 }
 
-/// Idle polls in a row that a blocking send waits for the receiver's credit before it starts
-/// anyway, beyond credit ([`Device::send`]'s wait for room): thousands of polls, most of
+/// Idle polls in a row that a blocking send waits for the receiver's credit before it goes
+/// beyond the credit ([`Device::send`]'s wait for room): thousands of polls, most of
 /// them yields, so that a receiver busy elsewhere or off the CPU has time to give credit
 /// back, while one that waits for this very send is not kept waiting for ever.
 const SEND_ROOM_PATIENCE: u32 = 4096;
