@@ -26,7 +26,8 @@
 //! - A slot, once used by a communicator of a process, is never offered by that process
 //!   again: a member of the freed communicator might still read an outbox of its last
 //!   operation, and freeing a communicator does not wait for the others (MPI_Comm_free is not
-//!   synchronizing). 32 slots give a program that many communicators on the fast path; later
+//!   synchronizing). A node's segment has up to 32 slots (fewer on large nodes, to keep the
+//!   lanes near 1 MiB), which gives a program that many communicators on the fast path; later
 //!   ones run the algorithms over messages, as do communicators that span nodes and
 //!   contributions larger than an outbox (2 KiB).
 //!

@@ -5,7 +5,7 @@
 //! ```text
 //! [ header | alive[n] | pid[n] | cell queues[n] (256 B each) | ring indices[n*n] (256 B each)
 //!   | ring data[n*n] (ring capacity each) | cells[n*cells_per_rank] (cell size each)
-//!   | collective lanes[COLL_SLOTS*n] (COLL_LANE each, only up to COLL_MAX_RANKS ranks) ]
+//!   | collective lanes[coll_slots(n)*n] (COLL_LANE each, only up to COLL_MAX_RANKS ranks) ]
 //! ```
 //!
 //! Every position is an offset computed from `n` and the [`Geometry`], identical in every
@@ -37,8 +37,9 @@ const LEFT: u64 = 3;
 const _: () = assert!(std::mem::size_of::<RingIndices>() <= INDICES);
 const _: () = assert!(std::mem::size_of::<CellQueue>() <= QUEUE);
 
-/// Collective slots in a segment: communicators that run their small collectives through the
-/// segment at once, each on a slot of its own ([`crate::transport`] hands them out).
+/// Collective slots in a segment at most: communicators that run their small collectives
+/// through the segment at once, each on a slot of its own ([`crate::transport`] hands them
+/// out). Fewer on large nodes: see [`coll_slots`].
 pub const COLL_SLOTS: usize = 32;
 /// Bytes of each outbox: the largest broadcast or contribution to a reduction that goes
 /// through the segment (two outboxes per lane, one for odd and one for even operations).
@@ -50,14 +51,23 @@ pub const COLL_MAX_RANKS: usize = 64;
 /// One lane: an arrival word on a 128-byte line of its own (two cache lines, as the adjacent
 /// line prefetcher fetches pairs), then the two outboxes.
 const COLL_LANE: usize = 128 + 2 * COLL_OUTBOX;
+/// Bytes of lanes a segment aims at: every VCI has a segment, so the lanes of a large node
+/// count eight times over where ranks have eight VCIs.
+const COLL_BUDGET: usize = 1 << 20;
+
+/// Collective slots of a segment for `ranks` local ranks: as many as [`COLL_BUDGET`] holds, 4
+/// to [`COLL_SLOTS`] (32 up to 7 ranks, 15 at 16, 4 at 64); none beyond [`COLL_MAX_RANKS`].
+pub fn coll_slots(ranks: usize) -> usize {
+    if ranks == 0 || ranks > COLL_MAX_RANKS {
+        0
+    } else {
+        (COLL_BUDGET / (ranks * COLL_LANE)).clamp(4, COLL_SLOTS)
+    }
+}
 
 /// Bytes of the collective lanes of a segment for `ranks` local ranks.
 fn coll_area_size(ranks: usize) -> usize {
-    if ranks <= COLL_MAX_RANKS {
-        COLL_SLOTS * ranks * COLL_LANE
-    } else {
-        0
-    }
+    coll_slots(ranks) * ranks * COLL_LANE
 }
 
 /// The segment's fixed header.
@@ -618,7 +628,7 @@ impl Segment {
 
     /// Offset of the lane of local rank `local` in collective slot `slot`, if both exist.
     fn coll_lane(&self, slot: usize, local: usize) -> Option<usize> {
-        (self.has_coll_lanes() && slot < COLL_SLOTS && local < self.ranks)
+        (slot < coll_slots(self.ranks) && local < self.ranks)
             .then(|| self.coll_base() + (slot * self.ranks + local) * COLL_LANE)
     }
 
