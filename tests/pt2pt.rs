@@ -354,36 +354,6 @@ fn beyond_credit<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
 }
 on_all_routes!(sends_beyond_credit, 2, beyond_credit);
 
-/// A burst of nonblocking sends beyond the receiver's credit, then a blocking send that the
-/// receiver takes first: the blocking send must not wait for credit that only comes back once
-/// the receiver has it (MPI: a send whose matching receive is posted completes).
-fn blocking_send_behind_burst<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
-    const COUNT: usize = 48;
-    let w = ctx.world();
-    let msgs: Vec<[u8; 16]> = (0..COUNT).map(|i| [i as u8; 16]).collect();
-    if w.rank() == 0 {
-        ctx.scope(|s| {
-            let reqs = msgs
-                .iter()
-                .map(|m| w.isend(s, m, 1, 7))
-                .collect::<Result<Vec<_>>>()?;
-            w.send(&[0xabu8; 40], 1, 8)?;
-            reqs.into_iter().try_for_each(|r| r.wait().map(drop))
-        })?;
-    } else if w.rank() == 1 {
-        let mut first = [0u8; 40];
-        w.recv(&mut first, 0, 8)?;
-        assert_eq!(first, [0xab; 40]);
-        for (i, m) in msgs.iter().enumerate() {
-            let mut b = [0u8; 16];
-            w.recv(&mut b, 0, 7)?;
-            assert_eq!(&b, m, "message {i} out of order or damaged");
-        }
-    }
-    w.barrier()
-}
-on_all_routes!(blocking_send_beyond_credit, 2, blocking_send_behind_burst);
-
 /// Self-sends, zero-byte messages and PROC_NULL.
 fn self_and_empty<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
     let w = ctx.world();

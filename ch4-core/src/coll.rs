@@ -37,6 +37,10 @@ const TAG_LANES: Tag = 10;
 /// Color for [`Device::comm_split`] meaning "not a member of any new communicator".
 pub const UNDEFINED: i32 = -32766;
 
+/// A collective's send. Started as a nonblocking send, which never waits for the receiver's
+/// eager credit (beyond it, it goes by rendezvous): the receiver has posted this receive, but
+/// may hold credit in a burst of the program's messages it takes only after the collective,
+/// and a blocking send would wait for that credit for ever.
 fn csend<B: Blocking + ?Sized>(
     b: &mut B,
     comm: CommId,
@@ -44,7 +48,12 @@ fn csend<B: Blocking + ?Sized>(
     tag: Tag,
     data: &[u8],
 ) -> Result<()> {
-    b.send_on(comm, dest, tag, data, SendMode::Standard, true)
+    #[allow(unsafe_code)]
+    // SAFETY: `data` is borrowed for this whole call and the request is waited for, or
+    // removed from the device when its wait fails, before we return.
+    let buf = unsafe { SendBuf::borrowed(data) };
+    let h = b.visit(|d| d.isend_on(comm, dest, tag, buf, SendMode::Standard, true))?;
+    b.wait_or_abandon(h).map(drop)
 }
 
 fn crecv<B: Blocking + ?Sized>(

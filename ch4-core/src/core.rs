@@ -491,17 +491,6 @@ impl Core {
         self.credit_returned(route, dest, local_credit_cost(total));
     }
 
-    /// Lets one eager message of `total` bytes to `dest` go beyond its credit: a blocking send
-    /// that waited in vain ([`crate::device::Device::send`]). The overdraft needs no record:
-    /// returned credit is capped at the initial credit, which absorbs the extra message's
-    /// return.
-    #[cold]
-    pub fn overdraw_credit(&mut self, route: Route, dest: Gpid, total: usize) {
-        if let Some(c) = self.am[route.index()].credit.get_mut(dest as usize) {
-            *c = (*c).max(local_credit_cost(total));
-        }
-    }
-
     /// Credit `dest` gave back (capped at the initial credit: more is a peer's mistake).
     pub fn credit_returned(&mut self, route: Route, dest: Gpid, amount: u64) {
         let st = &mut self.am[route.index()];

@@ -371,17 +371,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
     }
 
     /// Makes progress until a blocking send of `total` bytes to `dest` may start (flow
-    /// control: the receiver has given back enough credit), or until [`SEND_ROOM_PATIENCE`]
-    /// polls in a row found nothing to do; fails if `dest` is gone.
-    ///
-    /// The wait is bounded because credit comes back only as the receiver takes the earlier
-    /// messages, and it may first be waiting for this one: a receive it posted for another
-    /// tag or a collective's context (a collective after a burst of nonblocking sends). MPI
-    /// requires a send whose receive is posted to complete, so after the patience runs out
-    /// the message goes eagerly beyond the credit ([`Core::overdraw_credit`]). Not by
-    /// rendezvous, as a nonblocking send beyond credit goes: that would block this send
-    /// until its match, and a receiver that takes the sender's messages out of order, within
-    /// the credit, would then deadlock whenever it was off the CPU long enough.
+    /// control: the receiver has given back enough credit); fails if `dest` is gone.
     #[cold]
     #[inline(never)]
     fn wait_for_send_room(&mut self, dest: Gpid, total: usize) -> Result<()> {
@@ -389,11 +379,6 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         while !self.send_ready(dest, total) {
             if self.progress()? == 0 {
                 idle += 1;
-                if idle >= SEND_ROOM_PATIENCE {
-                    let route = self.route_of(dest);
-                    self.core.overdraw_credit(route, dest, total);
-                    return Ok(());
-                }
                 if idle % 256 == 0 && self.peer_state(dest) != PeerState::Alive {
                     return Err(Error::new(
                         ErrorKind::PeerFailed,
@@ -1394,12 +1379,6 @@ pub const TIGHT_SPIN_OWN_CPU: u32 = 1024;
 pub fn set_tight_spin(polls: u32) {
     TIGHT_SPIN.store(polls, std::sync::atomic::Ordering::Relaxed);
 }
-
-/// Idle polls in a row that a blocking send waits for the receiver's credit before it goes
-/// beyond the credit ([`Device::send`]'s wait for room): thousands of polls, most of
-/// them yields, so that a receiver busy elsewhere or off the CPU has time to give credit
-/// back, while one that waits for this very send is not kept waiting for ever.
-const SEND_ROOM_PATIENCE: u32 = 4096;
 
 /// Gives the other ranks' threads the core now and then while waiting, without sleeping on a
 /// busy path; `idle` counts the polls in a row that found nothing. The first polls of a wait

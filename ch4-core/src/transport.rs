@@ -451,11 +451,11 @@ impl Caps {
 /// Every engine bounds the memory a flood can take (the flow-control contract): what it copies
 /// aside for a peer that is not taking data, and what a receiver holds of messages it has not
 /// matched, stay within a documented limit per peer and in total, whatever the program sends.
-/// A blocking send beyond the limit waits for a while ([`P2p::send_ready`]); a nonblocking
-/// one keeps its data in the user's buffer (it is lent to the request anyway). The AM
-/// fallback does it with eager credit (`ch4_core::core::AmRouteState::credit`); a native
-/// engine relies on its network's own flow control where it has one (libfabric's resource
-/// management, UCX's rendezvous thresholds) and on the same credit scheme where it does not.
+/// A blocking send beyond the limit waits ([`P2p::send_ready`]); a nonblocking one keeps its
+/// data in the user's buffer (it is lent to the request anyway). The AM fallback does it with
+/// eager credit (`ch4_core::core::AmRouteState::credit`); a native engine relies on its
+/// network's own flow control where it has one (libfabric's resource management, UCX's
+/// rendezvous thresholds) and on the same credit scheme where it does not.
 pub trait P2p<T: AmTransport> {
     /// Whether this engine matches messages itself (in the network) instead of in the core.
     const NATIVE_MATCHING: bool;
@@ -496,9 +496,7 @@ pub trait P2p<T: AmTransport> {
     /// device to make progress and ask again: the engine's flow control (the AM fallback's eager
     /// credit) has no room, and a blocking send waits for room rather than switching protocol
     /// — it then keeps the eager protocol's buffering, so a receiver that takes a sender's
-    /// messages a little out of order still gets them all. The wait is bounded (the receiver
-    /// may be waiting for this very message); past it the send starts as a nonblocking one
-    /// would. Nonblocking sends never wait here;
+    /// messages a little out of order still gets them all. Nonblocking sends never wait here;
     /// an engine deals with them in `isend` (the AM fallback sends them by rendezvous, their
     /// data staying in the user's buffer).
     #[inline(always)]
