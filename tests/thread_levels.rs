@@ -60,17 +60,27 @@ fn serialized_refuses_a_second_thread_inside_a_call() {
                 world.send(&[42u32], 0, 7)?;
                 return Ok(None);
             }
-            std::thread::scope(|s| {
+            std::thread::scope(|s| loop {
                 let receiver = s.spawn(|| {
                     let mut got = [0u32];
                     world.recv(&mut got, 1, 7).map(|_| got[0])
                 });
                 // Until the receiver is inside its call, a probe succeeds; then it is refused.
+                // The race is symmetric: a receiver entering while a probe is inside is the one
+                // refused, and it ends at once (rank 1 has not sent yet); then try again.
                 let refused = loop {
+                    if receiver.is_finished() {
+                        break None;
+                    }
                     match ctx.self_comm().iprobe(0, 0) {
                         Ok(_) => std::thread::yield_now(),
-                        Err(e) => break e,
+                        Err(e) => break Some(e),
                     }
+                };
+                let Some(refused) = refused else {
+                    let lost = receiver.join().unwrap().unwrap_err();
+                    assert_eq!(lost.kind(), ch4::ErrorKind::Arg, "{lost}");
+                    continue;
                 };
                 refused_seen.store(true, Ordering::Release);
                 assert_eq!(refused.kind(), ch4::ErrorKind::Arg);
@@ -78,7 +88,7 @@ fn serialized_refuses_a_second_thread_inside_a_call() {
                     refused.to_string().contains("MPI_THREAD_SERIALIZED"),
                     "{refused}"
                 );
-                receiver.join().unwrap().map(Some)
+                break receiver.join().unwrap().map(Some);
             })
         })
         .unwrap();
