@@ -121,9 +121,9 @@ fn enter<B: Blocking + ?Sized>(b: &mut B, comm: CommId, len: usize) -> Result<Op
     Ok(next(b)?.flatten())
 }
 
-/// Agrees with the members on a slot free at all of them, when all are on this node; runs
-/// once per communicator, at its first collective (every member makes it, so every member
-/// agrees here), over messages.
+/// Agrees with the members on a slot free at all of them, when all are on this node (over
+/// messages, which then travel through the node's segment); runs once per communicator, at
+/// its first collective (every member makes it, so every member agrees here).
 fn agree<B: Blocking + ?Sized>(b: &mut B, comm: CommId) -> Result<()> {
     let (offer, members) = b.visit(|d| {
         let c = d.core.comm(comm)?;
@@ -143,6 +143,20 @@ fn agree<B: Blocking + ?Sized>(b: &mut B, comm: CommId) -> Result<()> {
         }
         Ok((d.shm.coll_offer(), Some((locals, gpids))))
     })?;
+    if members.is_none() {
+        // Not every member is on this node: then no member has them all on its node (a node
+        // is a class of processes: a member with all on its node would have this one there
+        // too), so every member decides this alone, with no message. An exchange here would
+        // also be one more receive for the network to hold: libfabric's rxm holds 2,048
+        // posted receives, and a program that posted more waits for this one behind them.
+        return b.visit(|d| {
+            let c = d.core.comm_mut(comm)?;
+            if matches!(c.node, NodeLanes::Unknown) {
+                c.node = NodeLanes::Off;
+            }
+            Ok(())
+        });
+    }
     let mut agreed = [0u8; 8];
     let exchanged = crate::coll::and_allreduce(b, comm, &offer.to_le_bytes(), &mut agreed);
     let agreed = u64::from_le_bytes(agreed);
