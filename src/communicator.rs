@@ -70,6 +70,12 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Communicator<N, S, L> {
         self.size
     }
 
+    /// The largest tag a message on this communicator may carry (MPI_TAG_UB, an attribute
+    /// of every communicator in MPI): [`Context::tag_ub`](crate::Context::tag_ub).
+    pub fn tag_ub(&self) -> Result<Tag> {
+        Ok(self.device()?.tag_ub())
+    }
+
     /// The device-level id, for use with [`Context::device`].
     pub fn id(&self) -> CommId {
         self.id

@@ -71,23 +71,27 @@ pub use request::{Request, Scope, WaitAllItem};
 pub use ch4_core::Device as GenericDevice;
 
 /// The netmod of this build, which both process mode and ranks as threads use for peers on
-/// other nodes, by priority: libfabric with the `ofi` feature, else UCX with the `ucx` feature,
-/// else TCP with the `tcp` feature (the default), else none (a job must then fit on one node).
-#[cfg(feature = "ofi")]
+/// other nodes: with more than one of the `tcp`, `ofi` and `ucx` features, the one `CH4_NETMOD`
+/// chooses when the job starts ([`netmod_any::AnyNetmod`]: an enum dispatched by `match`).
+#[cfg(any(
+    all(feature = "tcp", feature = "ofi"),
+    all(feature = "tcp", feature = "ucx"),
+    all(feature = "ofi", feature = "ucx")
+))]
+pub type SelectedNetmod = netmod_any::AnyNetmod;
+/// The netmod of this build, which both process mode and ranks as threads use for peers on
+/// other nodes: the libfabric netmod, the only one built in.
+#[cfg(all(feature = "ofi", not(any(feature = "tcp", feature = "ucx"))))]
 pub type SelectedNetmod = netmod_ofi::OfiNetmod;
 /// The netmod of this build, which both process mode and ranks as threads use for peers on
-/// other nodes, by priority: libfabric with the `ofi` feature, else UCX with the `ucx` feature,
-/// else TCP with the `tcp` feature (the default), else none (a job must then fit on one node).
-#[cfg(all(feature = "ucx", not(feature = "ofi")))]
+/// other nodes: the UCX netmod, the only one built in.
+#[cfg(all(feature = "ucx", not(any(feature = "tcp", feature = "ofi"))))]
 pub type SelectedNetmod = netmod_ucx::UcxNetmod;
 /// The netmod of this build, which both process mode and ranks as threads use for peers on
-/// other nodes, by priority: libfabric with the `ofi` feature, else UCX with the `ucx` feature,
-/// else TCP with the `tcp` feature (the default), else none (a job must then fit on one node).
+/// other nodes: the TCP netmod, the only one built in (the default).
 #[cfg(all(feature = "tcp", not(any(feature = "ofi", feature = "ucx"))))]
 pub type SelectedNetmod = netmod_tcp::TcpNetmod;
-/// The netmod of this build, which both process mode and ranks as threads use for peers on
-/// other nodes, by priority: libfabric with the `ofi` feature, else UCX with the `ucx` feature,
-/// else TCP with the `tcp` feature (the default), else none (a job must then fit on one node).
+/// The netmod of this build: none (a job must then fit on one node).
 #[cfg(not(any(feature = "tcp", feature = "ofi", feature = "ucx")))]
 pub type SelectedNetmod = ch4_core::transport::NoNetmod;
 /// The shared-memory layer of this build: lock-free per-pair rings in a node segment.
@@ -205,6 +209,14 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Context<N, S, L> {
     /// How many VCIs this rank has (`CH4_NUM_VCIS` at [`Multiple`], else 1).
     pub fn vcis(&self) -> usize {
         self.rank.vcis.len()
+    }
+
+    /// The largest tag a message may carry in this job (MPI_TAG_UB): what the networks this
+    /// rank runs on carry (2^24 - 1 over libfabric and UCX, whose match bits hold the tag
+    /// beside the context and the source), the same at every rank of the job. Fails only
+    /// after finalize. [`TAG_UB`] is ch4's own limit, an upper bound of this one.
+    pub fn tag_ub(&self) -> Result<Tag> {
+        Ok(self.rank.device(0)?.tag_ub())
     }
 
     /// The thread level this rank provides (MPI_Query_thread): the level of its type.

@@ -76,8 +76,8 @@ pub const FACADE: &[Setting] = &[
 
 /// Every setting of this build: the facade's, the shared-memory layer's and the netmod's.
 pub fn all() -> impl Iterator<Item = &'static Setting> + Clone {
-    // Every netmod built in (a program may run ranks over any of them), the selected one
-    // (`SelectedNetmod`: ofi, then ucx, then tcp) first.
+    // Every netmod built in (a program may run ranks over any of them), the choice among them
+    // first, then in `auto`'s order.
     #[cfg(feature = "ofi")]
     let ofi: &[Setting] = netmod_ofi::SETTINGS;
     #[cfg(not(feature = "ofi"))]
@@ -90,10 +90,15 @@ pub fn all() -> impl Iterator<Item = &'static Setting> + Clone {
     let tcp: &[Setting] = netmod_tcp::SETTINGS;
     #[cfg(not(feature = "tcp"))]
     let tcp: &[Setting] = &[];
+    #[cfg(any(feature = "tcp", feature = "ofi", feature = "ucx"))]
+    let any: &[Setting] = netmod_any::SETTINGS;
+    #[cfg(not(any(feature = "tcp", feature = "ofi", feature = "ucx")))]
+    let any: &[Setting] = &[];
     FACADE
         .iter()
         .chain(ch4_core::core::SETTINGS)
         .chain(shm::SETTINGS)
+        .chain(any)
         .chain(ofi)
         .chain(ucx)
         .chain(tcp)
@@ -108,6 +113,9 @@ pub(crate) fn check_environment() -> Result<()> {
     env::count("CH4_NP")?;
     env::switch("CH4_DEBUG_SUMMARY")?;
     yield_choice()?;
+    // A netmod this build lacks is refused here, also in a build of one netmod.
+    #[cfg(any(feature = "tcp", feature = "ofi", feature = "ucx"))]
+    netmod_any::requested()?;
     if let Some(v) = env::raw(crate::log::LOG_VAR)? {
         crate::log::check_filter(&v).map_err(|why| {
             env::bad(crate::log::LOG_VAR, &v, &format!("an event filter ({why})"))

@@ -566,6 +566,34 @@ impl FromFabric for netmod_ucx::UcxNetmod {
     }
 }
 
+/// The netmod `CH4_NETMOD` chooses, in a build with several: each rank opens it as it opens
+/// that netmod alone (with `auto`, the first of the build's that opens).
+#[cfg(any(feature = "tcp", feature = "ofi", feature = "ucx"))]
+impl FromFabric for netmod_any::AnyNetmod {
+    fn from_fabric(fabric: Arc<Fabric>, me: u32, job: &ThreadJob) -> Result<Self> {
+        use netmod_any::{AnyNetmod, Kind};
+        AnyNetmod::choose(|kind| match kind {
+            #[cfg(feature = "tcp")]
+            Kind::Tcp => {
+                netmod_tcp::TcpNetmod::from_fabric(fabric.clone(), me, job).map(Into::into)
+            }
+            #[cfg(feature = "ofi")]
+            Kind::Ofi => {
+                netmod_ofi::OfiNetmod::from_fabric(fabric.clone(), me, job).map(Into::into)
+            }
+            #[cfg(feature = "ucx")]
+            Kind::Ucx => {
+                netmod_ucx::UcxNetmod::from_fabric(fabric.clone(), me, job).map(Into::into)
+            }
+            #[allow(unreachable_patterns)] // with every netmod built in
+            other => Err(Error::new(
+                ErrorKind::Arg,
+                format!("the {} netmod is not built in", other.name()),
+            )),
+        })
+    }
+}
+
 /// No netmod (a build without a network feature): a thread job must fit on one node.
 impl FromFabric for ch4_core::transport::NoNetmod {
     fn from_fabric(fabric: Arc<Fabric>, _me: u32, _job: &ThreadJob) -> Result<Self> {

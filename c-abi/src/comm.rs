@@ -204,7 +204,8 @@ static TAG_UB: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
 
 static WTIME_IS_GLOBAL: c_int = 0;
 
-/// `MPI_Comm_get_attr` for the predefined keys: `MPI_TAG_UB` (the largest tag),
+/// `MPI_Comm_get_attr` for the predefined keys: `MPI_TAG_UB` (the largest tag the job's
+/// networks carry),
 /// `MPI_WTIME_IS_GLOBAL` (no); other keys are not set.
 ///
 /// # Safety
@@ -217,9 +218,13 @@ pub unsafe extern "C" fn MPI_Comm_get_attr(
     flag: *mut c_int,
 ) -> c_int {
     call(comm, "MPI_Comm_get_attr", |st| {
-        st.comm(comm)?;
+        let c = st.comm(comm)?;
         let value: Option<*const c_int> = match comm_keyval {
-            501 => Some(TAG_UB.get_or_init(|| ch4::Device::TAG_UB)),
+            501 => {
+                // The job's limit, from its network; the same for every communicator.
+                let ub = st.device(c.vci)?.tag_ub();
+                Some(TAG_UB.get_or_init(|| ub))
+            }
             504 => Some(&WTIME_IS_GLOBAL),
             _ => None,
         };

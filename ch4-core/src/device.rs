@@ -133,8 +133,33 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         })
     }
 
-    /// The largest tag a message may carry (MPI_TAG_UB): the smallest that the device's
-    /// engines carry, so a tag that is valid to one peer is valid to all.
+    /// Whether the netmod's engine matches messages in the network (for a netmod chosen at
+    /// run time, the one chosen); a constant after inlining for a netmod named at build time.
+    #[inline(always)]
+    fn net_native(&self) -> bool {
+        NetP2p::<N>::native_matching(&self.net)
+    }
+
+    /// The largest tag a message may carry in this job (MPI_TAG_UB): the smallest that the
+    /// device's engines carry, so a tag that is valid to one peer is valid to all. For a
+    /// netmod named at build time it is [`Device::TAG_UB`]; for one chosen at run time, that
+    /// of the one chosen.
+    #[inline(always)]
+    pub fn tag_ub(&self) -> Tag {
+        let (a, b) = (
+            NetP2p::<N>::tag_ub(&self.net),
+            ShmP2p::<S>::tag_ub(&self.shm),
+        );
+        if a < b {
+            a
+        } else {
+            b
+        }
+    }
+
+    /// The largest tag a message may carry over any netmod this device type can run on: for
+    /// a netmod named at build time, the job's limit ([`Device::tag_ub`]); for one chosen at
+    /// run time, an upper bound only.
     pub const TAG_UB: Tag = {
         let (a, b) = (<N::P2p as P2p<N>>::TAG_UB, <S::P2p as P2p<S>>::TAG_UB);
         if a < b {
@@ -158,7 +183,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             shm
         };
         Caps {
-            tag_ub: Self::TAG_UB,
+            tag_ub: self.tag_ub(),
             ..caps
         }
     }
@@ -266,8 +291,9 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         coll: bool,
     ) -> Result<Option<(Gpid, Envelope)>> {
         let c = self.core.comm(comm)?;
-        if !(0..=Self::TAG_UB).contains(&tag) {
-            return Err(bad_tag(tag, Self::TAG_UB, false));
+        let tag_ub = self.tag_ub();
+        if !(0..=tag_ub).contains(&tag) {
+            return Err(bad_tag(tag, tag_ub, false));
         }
         if dest == PROC_NULL {
             return Ok(None);
@@ -466,8 +492,9 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         coll: bool,
     ) -> Result<Option<(Envelope, Option<Gpid>)>> {
         let c = self.core.comm(comm)?;
-        if tag != ANY_TAG && !(0..=Self::TAG_UB).contains(&tag) {
-            return Err(bad_tag(tag, Self::TAG_UB, true));
+        let tag_ub = self.tag_ub();
+        if tag != ANY_TAG && !(0..=tag_ub).contains(&tag) {
+            return Err(bad_tag(tag, tag_ub, true));
         }
         if src == PROC_NULL {
             return Ok(None);
@@ -554,7 +581,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
                 on_shm!(self, |cx| ShmP2p::<S>::irecv(cx, h, want))
             }
             Some(_) => {
-                if NetP2p::<N>::NATIVE_MATCHING {
+                if self.net_native() {
                     self.post_native(h, false, want)
                 } else {
                     on_net!(self, |cx| NetP2p::<N>::irecv(cx, h, want))
@@ -566,11 +593,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
                 // ...then, for a natively matching netmod, its partner half in the network —
                 // only while the core's half is still unmatched (a matched rendezvous is not
                 // complete yet, but it is taken).
-                if S::PRESENT
-                    && NetP2p::<N>::NATIVE_MATCHING
-                    && self.net_in_use
-                    && self.still_posted(h)
-                {
+                if S::PRESENT && self.net_native() && self.net_in_use && self.still_posted(h) {
                     self.post_native(h, true, want)?;
                 }
                 Ok(())
@@ -917,7 +940,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         if is_recv {
             let _ = self.cancel_recv_halves(h);
         }
-        if NetP2p::<N>::NATIVE_MATCHING && self.net_holds(h) {
+        if self.net_native() && self.net_holds(h) {
             // Completing the request hands its buffer back to the program: the network must
             // have let go of it first (see `P2p::quiesce`).
             if let Err(e) = on_net!(self, |cx| NetP2p::<N>::quiesce(cx, h)) {
@@ -966,7 +989,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
 
     fn abandon(&mut self, h: ReqHandle) {
         let _ = self.cancel_recv_halves(h);
-        if NetP2p::<N>::NATIVE_MATCHING && self.net_holds(h) {
+        if self.net_native() && self.net_holds(h) {
             // The network may still read or write the request's buffer: make it let go first
             // (see `P2p::quiesce`). If it cannot, the engine has shut its endpoint down.
             if let Err(e) = on_net!(self, |cx| NetP2p::<N>::quiesce(cx, h)) {
@@ -1077,8 +1100,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             Some(_) => on_net!(self, |cx| NetP2p::<N>::iprobe(cx, &want)),
             None => {
                 let found = on_core_queues!(self, iprobe(&want))?;
-                if found.is_none() && S::PRESENT && NetP2p::<N>::NATIVE_MATCHING && self.net_in_use
-                {
+                if found.is_none() && S::PRESENT && self.net_native() && self.net_in_use {
                     return on_net!(self, |cx| NetP2p::<N>::iprobe(cx, &want));
                 }
                 Ok(found)
@@ -1126,8 +1148,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             Some(_) => on_net!(self, |cx| NetP2p::<N>::improbe(cx, &want)),
             None => {
                 let found = on_core_queues!(self, improbe(&want))?;
-                if found.is_none() && S::PRESENT && NetP2p::<N>::NATIVE_MATCHING && self.net_in_use
-                {
+                if found.is_none() && S::PRESENT && self.net_native() && self.net_in_use {
                     return on_net!(self, |cx| NetP2p::<N>::improbe(cx, &want));
                 }
                 Ok(found)

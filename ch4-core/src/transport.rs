@@ -457,11 +457,29 @@ impl Caps {
 /// network's own flow control where it has one (libfabric's resource management, UCX's
 /// rendezvous thresholds) and on the same credit scheme where it does not.
 pub trait P2p<T: AmTransport> {
-    /// Whether this engine matches messages itself (in the network) instead of in the core.
+    /// Whether this engine matches messages itself (in the network) instead of in the core;
+    /// for an engine that chooses among networks at run time, whether it *may*
+    /// ([`P2p::native_matching`] answers for the one chosen).
     const NATIVE_MATCHING: bool;
-    /// The largest tag this engine carries. A constant, so the device's tag check stays a
-    /// compare with an immediate: a natively matching engine fixes it with its match-bit layout.
+    /// The largest tag this engine carries; for an engine that chooses among networks at run
+    /// time, the largest any of them carries ([`P2p::tag_ub`] answers for the one chosen).
     const TAG_UB: Tag = TAG_UB;
+
+    /// Whether this engine, over `transport`, matches messages itself. The device asks this,
+    /// not the constant: an engine over one network keeps the default, which returns the
+    /// constant, so the question folds away after inlining.
+    #[inline(always)]
+    fn native_matching(_transport: &T) -> bool {
+        Self::NATIVE_MATCHING
+    }
+
+    /// The largest tag this engine carries over `transport`. The default returns
+    /// [`P2p::TAG_UB`], so the device's tag check stays a compare with an immediate for an
+    /// engine over one network.
+    #[inline(always)]
+    fn tag_ub(_transport: &T) -> Tag {
+        Self::TAG_UB
+    }
 
     /// Starts a send. Returns the request when one was made, else [`ReqHandle::DONE`]: only a
     /// send that cannot finish at once gets one (CH3's iStartMsg: most small sends create no

@@ -3,7 +3,8 @@
 
 /// A rank within a communicator. `i32` like MPI's `int`, so the wildcards fit.
 pub type Rank = i32;
-/// A message tag. Valid user tags are `0..=TAG_UB`; [`ANY_TAG`] only on receives.
+/// A message tag. Valid user tags are `0..=` the job's limit (at most [`TAG_UB`]);
+/// [`ANY_TAG`] only on receives.
 pub type Tag = i32;
 /// The context id that separates the traffic of communicators (and of their collectives).
 pub type ContextId = u32;
@@ -20,8 +21,12 @@ pub const ANY_SOURCE: Rank = -1;
 pub const ANY_TAG: Tag = -2;
 /// The null process: a send to it or a receive from it completes at once with no data.
 pub const PROC_NULL: Rank = -3;
-/// The largest valid tag (MPI_TAG_UB). MPI requires at least 32767; we allow 2^30 - 1 so that
-/// a native netmod can fit tag, source and context into 64 match bits.
+/// The largest tag ch4's core carries (over shared memory and the active-message netmods),
+/// an upper bound of a job's MPI_TAG_UB, not the job's limit itself: a netmod that matches
+/// in the network holds fewer tag bits beside the context and the source (2^24 - 1 over
+/// libfabric and UCX), and a job's limit is what all its engines carry — ask the job
+/// (`ch4::Context::tag_ub`, `Device::tag_ub`, `MPI_TAG_UB` in C). MPI requires at least
+/// 32767.
 pub const TAG_UB: Tag = (1 << 30) - 1;
 
 /// The matching key of a message: which communicator context, which sender (as a rank in

@@ -81,7 +81,7 @@ pub fn processes_on_nodes_of(module: &str, ranks: u32, node_size: u32) {
     let eager = super::EAGER.to_string();
     let node_size = node_size.to_string();
     let credit = super::CREDIT.to_string();
-    let mut child = test_as_ranks(
+    let child = test_as_ranks(
         &test,
         ranks,
         &[
@@ -92,25 +92,31 @@ pub fn processes_on_nodes_of(module: &str, ranks: u32, node_size: u32) {
             ("CH4_EAGER_CREDIT", &credit),
         ],
     );
+    let stdout = succeeded(finished(child, &format!("{test} on {ranks} processes")));
+    let passed = stdout
+        .lines()
+        .filter(|l| l.starts_with("test result: ok. 1 passed"))
+        .count();
+    assert_eq!(passed, ranks as usize, "every rank runs {test}:\n{stdout}");
+}
+
+/// Waits at most a minute for a launched job (`what` names it) and returns its output;
+/// panics with what it printed if it hangs.
+pub fn finished(mut child: std::process::Child, what: &str) -> Output {
     let start = std::time::Instant::now();
     while child.try_wait().expect("wait for ch4run").is_none() {
         if start.elapsed() > std::time::Duration::from_secs(60) {
             let _ = child.kill();
             let out = child.wait_with_output().expect("collect output");
             panic!(
-                "{test} on {ranks} processes hung:\n{}\n{}",
+                "{what} hung:\n{}\n{}",
                 String::from_utf8_lossy(&out.stdout),
                 String::from_utf8_lossy(&out.stderr)
             );
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let stdout = succeeded(child.wait_with_output().expect("collect output"));
-    let passed = stdout
-        .lines()
-        .filter(|l| l.starts_with("test result: ok. 1 passed"))
-        .count();
-    assert_eq!(passed, ranks as usize, "every rank runs {test}:\n{stdout}");
+    child.wait_with_output().expect("collect output")
 }
 
 /// Starts `ch4run -n ranks` over this test executable running only the ignored test `test`
