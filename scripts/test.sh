@@ -100,10 +100,11 @@ cargo test --workspace --doc
 # and as processes, each its own node and mixed with ch4's shared memory; again with the
 # provider's largest message forced down to 4 KiB, so that every longer message goes by RMA
 # read; and the process-mode tests (launchers, stress, killed and vanished ranks, floods under
-# eager credit) with OFI as the network.
+# eager credit) with OFI as the network. This build has tcp and ofi, so the netmod is chosen at
+# start (`netmod_choice`: each of them by CH4_NETMOD, auto, a name not built in).
 cargo test --features ofi --test pt2pt --test multithreaded ofi
 CH4_OFI_MAX_MSG_SIZE=4096 cargo test --features ofi --test pt2pt ofi
-cargo test --features ofi --test process --test flood
+cargo test --features ofi --test process --test flood --test netmod_choice
 # And over UCX (the `ucx` feature): the semantics suite over UCX's TCP transport on the
 # loopback device, over its shared-memory transports, and with UCX's own choice; the
 # process-mode tests with UCX as the network.
