@@ -7,10 +7,14 @@
 # isend alone is split into the enqueue — the shared-memory transport's am_send of the same
 # 8-byte eager message, measured on its own — and the path from the public call to it.
 #
-#   ./scripts/inlining-proof.sh [N] [--ofi] [--dry-run]        (default 20000)
+#   ./scripts/inlining-proof.sh [N] [--ofi | --network] [--dry-run]        (default 20000)
 #
 # --ofi builds with the libfabric netmod in the devices (unused: one node), to show what
 # building a natively matching netmod in costs the shared-memory path.
+# --network counts the network route instead (TCP on loopback, no shared memory): the device
+# over the TCP netmod itself, over the enum of the build's netmods (built with all three, so
+# the netmod is chosen at run time) and over the TCP netmod behind a vtable; and the
+# shared-memory route of the device over the enum against the one over TCP alone.
 #
 # Installs valgrind when missing and running as root on Debian.
 set -euo pipefail
@@ -20,6 +24,7 @@ features=()
 for a in "$@"; do
     case "$a" in
         --ofi) features=(--features ofi) ;;
+        --network) features=(--features ofi,ucx) network=yes ;;
         --dry-run) dry_run=yes ;;
         *[!0-9]* | 0) echo "N is a positive number, not '$a'" >&2; exit 2 ;;
         *) n="$a" ;;
@@ -46,15 +51,19 @@ for l in sys.stdin:
         print(m["executable"])')
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
-for v in generic dyn enqueue; do
+variants="generic dyn enqueue"
+if [ -n "${network:-}" ]; then
+    variants="net-generic net-enum net-dyn shm-tcp shm-enum"
+fi
+for v in $variants; do
     for k in 1 2; do
         valgrind --tool=callgrind --callgrind-out-file="$out/$v.$k" "$bin" $((k * n)) "$v" \
             >/dev/null 2>&1
     done
 done
-python3 - "$out" "$n" <<'EOF'
+python3 - "$out" "$n" "${network:-}" <<'EOF'
 import re, subprocess, sys
-out, n = sys.argv[1], int(sys.argv[2])
+out, n, network = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 
 def total(path):
     for line in open(path):
@@ -75,6 +84,19 @@ def probe(path, name, calls):
             return int(m.group(1).replace(",", "")) / calls
     raise SystemExit(f"{name} not found in {path}")
 
+if network:
+    g, e, d = per_pair("net-generic"), per_pair("net-enum"), per_pair("net-dyn")
+    st, se = per_pair("shm-tcp"), per_pair("shm-enum")
+    print("# instructions per 8-byte isend + irecv + wait pair over the network route")
+    print("# (TCP on loopback, no shared memory; callgrind, both devices in one thread)")
+    print(f"device over TcpNetmod (monomorphized):      {g:8.0f}")
+    print(f"device over the enum (tcp, ofi, ucx):       {e:8.0f}   ({e / g:.3f}x; target <= 1.05x)")
+    print(f"device over TcpNetmod behind a vtable:      {d:8.0f}   ({d / g:.3f}x)")
+    print()
+    print("# the shared-memory route in the same build")
+    print(f"device over TcpNetmod:                      {st:8.0f}")
+    print(f"device over the enum:                       {se:8.0f}   ({se / st:.3f}x; target 1.00 +- 0.01)")
+    raise SystemExit(0)
 g, d = per_pair("generic"), per_pair("dyn")
 whole = probe(f"{out}/generic.2", "isend_probe", 2 * n)
 enqueue = probe(f"{out}/enqueue.2", "enqueue_probe", 2 * n)

@@ -119,6 +119,8 @@ UCX_TLS=tcp UCX_NET_DEVICES=lo cargo test --features ucx --test process --test f
 # tcp;ofi_rxm, UCX's tcp. The OFI and UCX libraries are built in target/abi-<netmod>.
 CH4_NODE_SIZE=1 cargo test -p ch4-mpi-abi --test threads --test mpich thread
 ABI_TEST_NETMOD=ofi CH4_NODE_SIZE=1 cargo test -p ch4-mpi-abi --test threads --test mpich thread
+# The C library built with two netmods, the network chosen per job by CH4_NETMOD.
+ABI_TEST_NETMOD=tcp,ofi cargo test -p ch4-mpi-abi --test api chosen_at_start
 ABI_TEST_NETMOD=ucx UCX_TLS=tcp UCX_NET_DEVICES=lo CH4_NODE_SIZE=1 \
     cargo test -p ch4-mpi-abi --test threads --test mpich thread
 ./scripts/loom.sh

@@ -8,3 +8,33 @@ mod common;
 fn the_c_api_checks_pass_on_four_processes() {
     common::run_c_checks("api", 4, &[]);
 }
+
+/// A library built with several netmods (`ABI_TEST_NETMOD=tcp,ofi`) takes its network from
+/// `CH4_NETMOD` when the job starts, as a Rust program does: over each, every rank its own
+/// node, `MPI_TAG_UB` is that network's and the checks pass. Skipped for a library of one
+/// netmod (the other runs of this file cover it).
+#[test]
+fn a_c_program_runs_over_the_netmod_chosen_at_start() {
+    let netmods = common::abi_netmod();
+    if !netmods.contains(',') {
+        return;
+    }
+    for name in netmods.split(',') {
+        let tag_ub = if name == "tcp" {
+            (1 << 30) - 1
+        } else {
+            (1 << 24) - 1
+        }
+        .to_string();
+        common::run_c_checks_with(
+            "api",
+            4,
+            &[],
+            &[
+                ("CH4_NETMOD", name),
+                ("CH4_NODE_SIZE", "1"),
+                ("EXP_TAG_UB", &tag_ub),
+            ],
+        );
+    }
+}

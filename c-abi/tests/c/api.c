@@ -4,6 +4,7 @@
  * Run with 4 processes; prints " No Errors" when every check passes. */
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <mpi.h>
 
@@ -216,6 +217,15 @@ int main(int argc, char **argv)
     int *ub;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
     CHECK(flag && *ub >= 32767);
+    /* The limit is the network's (EXP_TAG_UB when the test names it), and a message with
+       that tag goes around the ring. */
+    const char *want_ub = getenv("EXP_TAG_UB");
+    if (want_ub)
+        CHECK(*ub == atoi(want_ub));
+    int from_left = -1;
+    MPI_Sendrecv(&rank, 1, MPI_INT, (rank + 1) % size, *ub, &from_left, 1, MPI_INT,
+                 (rank + size - 1) % size, *ub, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    CHECK(from_left == (rank + size - 1) % size);
 
     int total = 0;
     MPI_Allreduce(&errs, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

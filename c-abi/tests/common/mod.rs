@@ -26,8 +26,9 @@ pub fn bin_dir() -> PathBuf {
 }
 
 /// The netmod the library is built over for this run: `ABI_TEST_NETMOD` (`tcp`, the default
-/// build's, or `ofi` or `ucx`).
-fn abi_netmod() -> String {
+/// build's, or `ofi` or `ucx`, or several separated by commas: the network is then chosen when
+/// the job starts, by `CH4_NETMOD`).
+pub fn abi_netmod() -> String {
     std::env::var("ABI_TEST_NETMOD").unwrap_or_else(|_| "tcp".into())
 }
 
@@ -42,7 +43,7 @@ pub fn built() -> PathBuf {
     let lib_dir = if default {
         bin_dir().join("mpi-abi-test/lib")
     } else {
-        bin_dir().join(format!("mpi-abi-test/lib-{netmod}"))
+        bin_dir().join(format!("mpi-abi-test/lib-{}", netmod.replace(',', "-")))
     };
     BUILD.call_once(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -51,7 +52,8 @@ pub fn built() -> PathBuf {
         } else {
             "release"
         };
-        let target_dir = root().join(format!("target/abi-{netmod}"));
+        // No comma in the paths: they go into the linker's `-Wl,` options.
+        let target_dir = root().join(format!("target/abi-{}", netmod.replace(',', "-")));
         let features = ["--no-default-features", "--features", netmod.as_str()];
         // Two builds: `--bin` would narrow the other package's targets too.
         for (target, own) in [
@@ -106,10 +108,23 @@ pub fn run_ok(cmd: &mut Command) -> String {
 /// runs it under ch4run as `ranks` processes with `args`; fails the test unless the program
 /// printed ` No Errors` (the C checks' convention, as MPICH's tests).
 pub fn run_c_checks(name: &str, ranks: u32, args: &[&str]) {
+    run_c_checks_with(name, ranks, args, &[]);
+}
+
+/// [`run_c_checks`] with `env` set for the ranks.
+pub fn run_c_checks_with(name: &str, ranks: u32, args: &[&str], env: &[(&str, &str)]) {
     let lib = built();
     let dir = bin_dir().join("mpi-abi-test");
     std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join(name);
+    // A name of its own per call: tests of one file run side by side, and one must not run
+    // the program while another writes it.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let exe = dir.join(if call == 0 {
+        name.to_string()
+    } else {
+        format!("{name}.{call}")
+    });
     run_ok(
         mpicc(&lib)
             .args(["-Wall", "-Werror", "-O1", "-o"])
@@ -122,6 +137,7 @@ pub fn run_c_checks(name: &str, ranks: u32, args: &[&str]) {
             .args(["-n", &ranks.to_string()])
             .arg(&exe)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(std::process::Stdio::null()),
     );
     assert!(out.lines().any(|l| l == " No Errors"), "{out}");
