@@ -475,6 +475,51 @@ fn many_outstanding<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
 }
 on_all_routes!(ten_thousand_requests, 2, many_outstanding);
 
+/// Thousands of receives posted, then what the receiver's peer waits for before it sends
+/// them: collectives of several steps and a synchronous send (whose acknowledgement the
+/// sender must receive). A network that holds a bounded number of posted receives (libfabric's
+/// rxm: 2,048) must keep room for these rather than queue them behind the program's.
+fn outstanding_then_collectives<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
+    let w = ctx.world();
+    const COUNT: usize = 5_000;
+    let collectives = |w: &ch4::Communicator<N, S>| -> Result<()> {
+        w.barrier()?;
+        w.barrier()?;
+        let mut sum = [0i32];
+        w.allreduce(&[w.rank() + 1], &mut sum, ch4::op::sum)?;
+        assert_eq!(sum[0], w.size() * (w.size() + 1) / 2);
+        Ok(())
+    };
+    if w.rank() == 0 {
+        let mut bufs = vec![[0u32; 1]; COUNT];
+        ctx.scope(|s| {
+            let reqs = bufs
+                .iter_mut()
+                .enumerate()
+                .map(|(i, b)| w.irecv(s, b, 1, (i % 100) as i32))
+                .collect::<Result<Vec<_>>>()?;
+            collectives(&w)?;
+            w.ssend(&[7u8], 1, 200)?;
+            s.wait_all(reqs).map(drop)
+        })?;
+        for (i, b) in bufs.iter().enumerate() {
+            assert_eq!(b[0] as usize, i);
+        }
+    } else if w.rank() == 1 {
+        collectives(&w)?;
+        let mut got = [0u8];
+        w.recv(&mut got, 0, 200)?;
+        assert_eq!(got, [7]);
+        for i in 0..COUNT {
+            w.send(&[i as u32], 0, (i % 100) as i32)?;
+        }
+    } else {
+        collectives(&w)?;
+    }
+    Ok(())
+}
+on_all_routes!(posted_receives_leave_room, 2, outstanding_then_collectives);
+
 /// The same tag on a communicator and its dup never crosses; split groups are isolated.
 fn comm_isolation<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
     let w = ctx.world();

@@ -123,6 +123,7 @@ pub(crate) fn post_receive(net: &mut Net) -> Result<()> {
         cap: 0,
         bits: tag::CREDIT,
         ignore: 0,
+        program: false,
     })
     .inspect_err(|_| {
         net.ops.remove(op);

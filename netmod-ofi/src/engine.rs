@@ -132,6 +132,9 @@ impl P2p<Net> for OfiEngine {
             cap,
             bits,
             ignore,
+            // The program's traffic is on even context ids, each communicator's collectives
+            // on the odd one after (`ch4_core::comm::Comm::coll_context`).
+            program: want.context % 2 == 0,
         });
         if posted.is_err() {
             net.ops.remove(i);
@@ -155,9 +158,7 @@ impl P2p<Net> for OfiEngine {
             return Ok(true);
         };
         // Not yet handed to the provider: take it back, cancelled for certain.
-        let queued = net.recvs.len();
-        net.recvs.retain(|q| q.op != i);
-        if net.recvs.len() < queued {
+        if net.unqueue_recv(i) {
             net.ops.remove(i);
             native::released(r);
             return Ok(true);
@@ -433,6 +434,7 @@ fn post_send<P: Partner>(
             cap: 0,
             bits: tag::ack_tag(ack),
             ignore: 0,
+            program: false,
         })?;
     }
     let i = net.ops.insert(Op {
@@ -775,6 +777,7 @@ fn completed<P: Partner>(cx: &mut Cx<'_, Net, P>, e: &fi_cq_tagged_entry) -> Res
         }
         return Ok(());
     }
+    net.left_provider(i);
     let Some(op) = net.ops.remove(i) else {
         return Ok(());
     };
@@ -864,6 +867,7 @@ fn failed<P: Partner>(cx: &mut Cx<'_, Net, P>, e: &CqError) -> Result<()> {
         return Ok(());
     }
     let error = net.ep()?.completion_error(e);
+    net.left_provider(i);
     let Some(op) = net.ops.remove(i) else {
         return Ok(());
     };

@@ -171,6 +171,7 @@ fn post_send<P: Partner>(
         cap: 0,
         bits: tag::ack_tag(ack),
         ignore: 0,
+        program: false,
     }) {
         // Nothing was posted.
         take_back(net, a);
@@ -203,9 +204,7 @@ fn post_send<P: Partner>(
     if let Err(e) = sent {
         // The receiver may have the descriptor but never gets the stub, so nothing reads the
         // region: take the acknowledgement's receive back.
-        let queued = net.recvs.len();
-        net.recvs.retain(|q| q.op != a);
-        if net.recvs.len() < queued {
+        if net.unqueue_recv(a) {
             take_back(net, a);
         } else if let Some(ctx) = net.ops.context_ptr(a) {
             // In the provider: its cancelled completion closes the region; the request it
@@ -261,9 +260,7 @@ pub(crate) fn stop_waiting_for_ack(net: &mut Net, a: OpIndex) -> Result<bool> {
     if !matches!(net.ops.get(a).map(|o| &o.kind), Some(OpKind::LargeAck(_))) {
         return Ok(false);
     }
-    let queued = net.recvs.len();
-    net.recvs.retain(|q| q.op != a);
-    if net.recvs.len() < queued {
+    if net.unqueue_recv(a) {
         take_back(net, a);
         return Ok(true);
     }
@@ -463,6 +460,7 @@ fn fetch_descriptor(
         cap: Descriptor::SIZE,
         bits: tag::control_tag(src, ack),
         ignore: 0,
+        program: false,
     });
     if posted.is_err() {
         net.ops.remove(c);

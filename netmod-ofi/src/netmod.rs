@@ -167,6 +167,18 @@ pub(crate) struct QueuedRecv {
     pub cap: usize,
     pub bits: u64,
     pub ignore: u64,
+    /// A receive of the program's point-to-point traffic, posted within
+    /// [`OfiNetmod::program_cap`]; else one of the library's own (a collective's, an
+    /// acknowledgement's, returned credit, a large message's parts), posted within the rest.
+    pub program: bool,
+}
+
+/// The provider's receive slots kept from the program's point-to-point receives for the
+/// library's own: libfabric's rxm holds `rx_size` (2,048) posted receives and refuses more; a
+/// program that posts thousands must not leave none for the collectives, acknowledgements and
+/// credit its peers' progress depends on. An eighth of the provider's slots, 16 to 256.
+fn reserved_receive_slots(rx_size: usize) -> usize {
+    (rx_size / 8).clamp(16, 256)
 }
 
 /// The libfabric netmod of one rank.
@@ -177,7 +189,18 @@ pub struct OfiNetmod {
     pub(crate) ep: Option<Endpoint>,
     pub(crate) ops: OpContexts<fi_context2, Op>,
     pub(crate) sends: VecDeque<QueuedSend>,
+    /// The program's point-to-point receives waiting for a slot, in posting order.
     pub(crate) recvs: VecDeque<QueuedRecv>,
+    /// The library's own receives the provider refused for now, in posting order. The two
+    /// queues never hold receives that one message could match (other contexts, other tag
+    /// spaces), so neither waits for the other.
+    pub(crate) own_recvs: VecDeque<QueuedRecv>,
+    /// The program's receives in the provider now, and which operations they are.
+    program_posted: usize,
+    program_ops: Vec<bool>,
+    /// At most this many of the program's receives are in the provider at once (see
+    /// [`reserved_receive_slots`]).
+    program_cap: usize,
     pub(crate) me: Gpid,
     size: u32,
     /// Messages up to this size are injected (copied by the provider, no completion).
@@ -312,6 +335,9 @@ impl OfiNetmod {
         self.closed = Some(why);
         self.sends.clear();
         self.recvs.clear();
+        self.own_recvs.clear();
+        self.program_posted = 0;
+        self.program_ops.clear();
         self.ops = OpContexts::new();
         self.descriptors.clear();
         self.reading.clear();
@@ -329,13 +355,54 @@ impl OfiNetmod {
         Ok(())
     }
 
-    /// Posts (or queues) a receive.
+    /// Posts (or queues) a receive: a program's behind the program's refused ones and within
+    /// its share of the provider's slots, one of the library's behind the library's.
     pub(crate) fn recv_in_order(&mut self, q: QueuedRecv) -> Result<()> {
-        if self.recvs.is_empty() && self.post_recv(&q)? {
-            return Ok(());
+        if q.program {
+            if self.recvs.is_empty()
+                && self.program_posted < self.program_cap
+                && self.post_recv(&q)?
+            {
+                self.count_program(q.op);
+                return Ok(());
+            }
+            self.recvs.push_back(q);
+        } else {
+            if self.own_recvs.is_empty() && self.post_recv(&q)? {
+                return Ok(());
+            }
+            self.own_recvs.push_back(q);
         }
-        self.recvs.push_back(q);
         Ok(())
+    }
+
+    fn count_program(&mut self, op: OpIndex) {
+        let i = op as usize;
+        if self.program_ops.len() <= i {
+            self.program_ops.resize(i + 1, false);
+        }
+        self.program_ops[i] = true;
+        self.program_posted += 1;
+    }
+
+    /// Operation `op` left the provider (its completion was read): a program receive's slot
+    /// is free again.
+    #[inline]
+    pub(crate) fn left_provider(&mut self, op: OpIndex) {
+        if let Some(counted) = self.program_ops.get_mut(op as usize) {
+            if *counted {
+                *counted = false;
+                self.program_posted -= 1;
+            }
+        }
+    }
+
+    /// Takes receive `op` out of the queues if the provider never had it; whether it did.
+    pub(crate) fn unqueue_recv(&mut self, op: OpIndex) -> bool {
+        let queued = self.recvs.len() + self.own_recvs.len();
+        self.recvs.retain(|q| q.op != op);
+        self.own_recvs.retain(|q| q.op != op);
+        self.recvs.len() + self.own_recvs.len() < queued
     }
 
     /// One attempt to post `q`: `Ok(false)` when the provider said "try again".
@@ -432,11 +499,20 @@ impl OfiNetmod {
             self.sends.pop_front();
             n += 1;
         }
-        while let Some(q) = self.recvs.front() {
+        while let Some(q) = self.own_recvs.front() {
             if !self.post_recv(q)? {
                 break;
             }
+            self.own_recvs.pop_front();
+            n += 1;
+        }
+        while let Some(q) = self.recvs.front() {
+            if self.program_posted >= self.program_cap || !self.post_recv(q)? {
+                break;
+            }
+            let op = q.op;
             self.recvs.pop_front();
+            self.count_program(op);
             n += 1;
         }
         Ok(n)
@@ -504,7 +580,7 @@ impl AmTransport for OfiNetmod {
     }
 
     fn has_queued_output(&self) -> bool {
-        !self.sends.is_empty() || !self.recvs.is_empty()
+        !self.sends.is_empty() || !self.recvs.is_empty() || !self.own_recvs.is_empty()
     }
 
     fn peer_state(&self, gpid: Gpid) -> PeerState {
@@ -587,6 +663,10 @@ impl OfiNetmod {
             ops: OpContexts::new(),
             sends: VecDeque::new(),
             recvs: VecDeque::new(),
+            own_recvs: VecDeque::new(),
+            program_posted: 0,
+            program_ops: Vec::new(),
+            program_cap: usize::MAX,
             me: rank,
             size,
             inject: 0,
@@ -646,6 +726,10 @@ impl OfiNetmod {
                     missing.join(", ")
                 ),
             ));
+        }
+        if info.rx_size() > 0 {
+            net.program_cap =
+                info.rx_size() - reserved_receive_slots(info.rx_size()).min(info.rx_size() / 2);
         }
         net.inject = info.inject_size();
         net.max_msg = match hints.max_msg_size {
