@@ -127,7 +127,10 @@ venv=target/mpich5-venv
 if [ "$net" = ofi ]; then
     ch4dir=target/ofi/release
     mpichdir=target/peers-mpich5
-    CARGO_TARGET_DIR=target/ofi cargo build --release -q --features ofi "${ch4_examples[@]}"
+    # libfabric alone: the device over OfiNetmod itself (with the default tcp as well, the
+    # netmod would be chosen at run time; docs/results/netmods.md compares the two).
+    CARGO_TARGET_DIR=target/ofi cargo build --release -q --no-default-features --features ofi \
+        "${ch4_examples[@]}"
     if [ ! -x "$venv/bin/mpicc" ]; then
         echo "installing MPICH 5.0.2 from PyPI into $venv..." >&2
         python3 -m venv "$venv"
@@ -138,7 +141,8 @@ if [ "$net" = ofi ]; then
 else
     if [ "$net" = ucx ]; then
         ch4dir=target/ucx/release
-        CARGO_TARGET_DIR=target/ucx cargo build --release -q --features ucx "${ch4_examples[@]}"
+        CARGO_TARGET_DIR=target/ucx cargo build --release -q --no-default-features \
+            --features ucx "${ch4_examples[@]}"
     else
         cargo build --release -q "${ch4_examples[@]}"
     fi
