@@ -83,6 +83,9 @@ third_party="${THIRD_PARTY_DIR:-../shared/third_party}"
 if [ ! -d "$third_party" ]; then
     echo "note: no third-party programs in $third_party (set THIRD_PARTY_DIR): the OSU and MPICH test cases will skip"
 fi
+# One build per feature set, never rebuilt piecewise: incremental caches would only double the
+# target directory's size (they did, to tens of GB).
+export CARGO_INCREMENTAL=0
 mkdir -p target
 rm -f target/skipped-tests.txt
 report_skips() {
