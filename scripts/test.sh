@@ -53,6 +53,13 @@ if ! command -v mpiexec.hydra >/dev/null 2>&1; then
     fi
 fi
 
+# iproute2's ip and tc, for the tests on two hosts: network namespaces joined by two
+# rate-limited links (scripts/lib/netns-hosts.sh); they skip where namespaces cannot be made.
+if ! command -v ip >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1; then
+    echo "installing Debian's iproute2 (for the tests on two hosts)..."
+    apt_install iproute2 || echo "note: ip and tc are missing; the tests on two hosts will skip"
+fi
+
 # The chart tests of tools/osu-plot draw text with DejaVu Sans.
 if [ ! -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] && [ -z "${OSU_PLOT_FONT:-}" ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

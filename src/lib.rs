@@ -88,9 +88,10 @@ pub type SelectedNetmod = netmod_ofi::OfiNetmod;
 #[cfg(all(feature = "ucx", not(any(feature = "tcp", feature = "ofi"))))]
 pub type SelectedNetmod = netmod_ucx::UcxNetmod;
 /// The netmod of this build, which both process mode and ranks as threads use for peers on
-/// other nodes: the TCP netmod, the only one built in (the default).
+/// other nodes: the TCP netmod, the only one built in (the default), over one rail or the several
+/// `CH4_RAILS` names.
 #[cfg(all(feature = "tcp", not(any(feature = "ofi", feature = "ucx"))))]
-pub type SelectedNetmod = netmod_tcp::TcpNetmod;
+pub type SelectedNetmod = netmod_rails::TcpRails;
 /// The netmod of this build: none (a job must then fit on one node).
 #[cfg(not(any(feature = "tcp", feature = "ofi", feature = "ucx")))]
 pub type SelectedNetmod = ch4_core::transport::NoNetmod;

@@ -90,6 +90,10 @@ pub fn all() -> impl Iterator<Item = &'static Setting> + Clone {
     let tcp: &[Setting] = netmod_tcp::SETTINGS;
     #[cfg(not(feature = "tcp"))]
     let tcp: &[Setting] = &[];
+    #[cfg(feature = "tcp")]
+    let rails: &[Setting] = netmod_rails::SETTINGS;
+    #[cfg(not(feature = "tcp"))]
+    let rails: &[Setting] = &[];
     #[cfg(any(feature = "tcp", feature = "ofi", feature = "ucx"))]
     let any: &[Setting] = netmod_any::SETTINGS;
     #[cfg(not(any(feature = "tcp", feature = "ofi", feature = "ucx")))]
@@ -102,6 +106,7 @@ pub fn all() -> impl Iterator<Item = &'static Setting> + Clone {
         .chain(ofi)
         .chain(ucx)
         .chain(tcp)
+        .chain(rails)
 }
 
 /// Checks the environment before a rank starts: no unknown `CH4_*` variable, and every

@@ -39,6 +39,8 @@ pub struct Threads<L: ThreadLevel = Single> {
     single_copy: Option<bool>,
     shm_geometry: Option<Geometry>,
     ring_record_max: Option<usize>,
+    /// Set by the builder; else `CH4_RAILS`.
+    rails: Option<String>,
     /// Set by the builder; else the defaults with the environment's settings.
     device_config: Option<DeviceConfig>,
     /// Set by the builder; else `CH4_NUM_VCIS` at the multiple level, else one.
@@ -57,6 +59,7 @@ impl Threads {
             ranks_per_node: None,
             eager_limit: None,
             max_payload: None,
+            rails: None,
             device_config: None,
             single_copy: None,
             shm_geometry: None,
@@ -105,6 +108,7 @@ impl<L: ThreadLevel> Threads<L> {
             ranks_per_node: self.ranks_per_node,
             eager_limit: self.eager_limit,
             max_payload: self.max_payload,
+            rails: self.rails,
             single_copy: self.single_copy,
             shm_geometry: self.shm_geometry,
             ring_record_max: self.ring_record_max,
@@ -125,6 +129,14 @@ impl<L: ThreadLevel> Threads<L> {
     /// Overrides `CH4_SHM_EAGER_LIMIT` and the netmod's eager limit.
     pub fn eager_limit(mut self, bytes: usize) -> Threads<L> {
         self.eager_limit = Some(bytes);
+        self
+    }
+
+    /// The rails TCP reaches other nodes over, as `CH4_RAILS` lists them (which this overrides):
+    /// on one machine, loopback addresses (`"127.0.0.1,127.0.0.2"`) make rails that stripe
+    /// rendezvous data for real. Used only between nodes (see [`Threads::ranks_per_node`]).
+    pub fn rails(mut self, rails: &str) -> Threads<L> {
+        self.rails = Some(rails.to_string());
         self
     }
 
@@ -255,6 +267,7 @@ impl<L: ThreadLevel> Threads<L> {
             fabrics,
             eager_limit: self.eager_limit,
             max_payload: self.max_payload,
+            rails: self.rails.clone(),
             single_copy: self.single_copy,
             shm_geometry: self.shm_geometry,
             ring_record_max: self.ring_record_max,
@@ -424,6 +437,38 @@ impl FromFabric for netmod_tcp::TcpNetmod {
     }
 }
 
+/// TCP over the rails `CH4_RAILS` names, for ranks as threads: each rail listens on its own
+/// address (on one machine, loopback addresses such as 127.0.0.2 make rails that stripe for
+/// real); without rails, or in a job on one node, the plain loopback netmod above.
+#[cfg(feature = "tcp")]
+impl FromFabric for netmod_rails::TcpRails {
+    fn from_fabric(fabric: Arc<Fabric>, me: u32, job: &ThreadJob) -> Result<Self> {
+        let cfg = *fabric.config();
+        let asked = match &job.rails {
+            Some(rails) => Some(netmod_rails::spec::parse(rails)?),
+            None => netmod_rails::TcpRails::requested()?,
+        };
+        let specs = match asked {
+            Some(specs) if cfg.ranks_per_node < cfg.ranks => specs,
+            _ => {
+                return netmod_tcp::TcpNetmod::from_fabric(fabric, me, job)
+                    .map(netmod_rails::Rails::single)
+            }
+        };
+        let open = |key| {
+            let mut rails = netmod_rails::TcpRails::open_rails(&specs, |addr| {
+                let mut net = netmod_tcp::TcpNetmod::bind(me, cfg.ranks, key, (addr, 0).into())?;
+                job.limit_net(&mut net);
+                Ok(net)
+            })?;
+            let watched = fabric.clone();
+            rails.watch_peers(Arc::new(move |g| watched.peer_state(g)));
+            Ok(rails)
+        };
+        exchange_cards_in_memory(&fabric, me, open)
+    }
+}
+
 /// The business-card exchange of process mode, for ranks that are threads of one process: rank
 /// `me` opens its netmod with `open(job_key)` (the key drawn by the first rank of the job to
 /// get here), publishes its card in a table in this process, waits for every rank's, and
@@ -575,7 +620,7 @@ impl FromFabric for netmod_any::AnyNetmod {
         AnyNetmod::choose(|kind| match kind {
             #[cfg(feature = "tcp")]
             Kind::Tcp => {
-                netmod_tcp::TcpNetmod::from_fabric(fabric.clone(), me, job).map(Into::into)
+                netmod_rails::TcpRails::from_fabric(fabric.clone(), me, job).map(Into::into)
             }
             #[cfg(feature = "ofi")]
             Kind::Ofi => {
@@ -643,6 +688,7 @@ pub struct ThreadJob {
     segments: Vec<Vec<Mutex<Option<Arc<Segment>>>>>,
     eager_limit: Option<usize>,
     max_payload: Option<usize>,
+    rails: Option<String>,
     single_copy: Option<bool>,
     shm_geometry: Option<Geometry>,
     ring_record_max: Option<usize>,

@@ -254,7 +254,7 @@ pub(crate) fn stream_pending<T: AmTransport>(
         let crowded = !core.am[route.index()].streaming.is_empty();
         let piece = transport.stream_piece(crowded).max(1);
         let end = s.accepted.min(s.sent.saturating_add(piece));
-        if !transport.can_send_now(s.dest, std::mem::size_of::<DataHeader>() + (end - s.sent)) {
+        if !transport.can_stream_now(s.dest, std::mem::size_of::<DataHeader>() + (end - s.sent)) {
             // No room: wait for the receiver rather than have the transport copy the piece
             // aside. Progress brings us back here.
             core.am[route.index()].scratch = scratch;

@@ -82,6 +82,14 @@ pub trait AmTransport: Sized {
         true
     }
 
+    /// Whether the next rendezvous data piece of `bytes` to `dest` would go out at once: as
+    /// [`AmTransport::can_send_now`], unless the transport sends data elsewhere than the
+    /// messages that match (rails stripe it over several connections).
+    #[inline(always)]
+    fn can_stream_now(&mut self, dest: Gpid, bytes: usize) -> bool {
+        self.can_send_now(dest, bytes)
+    }
+
     /// How many bytes the next rendezvous piece streamed after a clear-to-send carries:
     /// `crowded` when other sends on the route wait to stream too. At most
     /// [`AmTransport::am_max_payload`], which the default answers either way.

@@ -127,9 +127,9 @@ pub fn requested() -> Result<Option<Kind>> {
 
 /// One of the netmods built in.
 pub enum Inner {
-    /// TCP.
+    /// TCP, over one rail or the several `CH4_RAILS` names.
     #[cfg(feature = "tcp")]
-    Tcp(netmod_tcp::TcpNetmod),
+    Tcp(netmod_rails::TcpRails),
     /// libfabric.
     #[cfg(feature = "ofi")]
     Ofi(netmod_ofi::OfiNetmod),
@@ -148,6 +148,13 @@ pub struct AnyNetmod {
 #[cfg(feature = "tcp")]
 impl From<netmod_tcp::TcpNetmod> for AnyNetmod {
     fn from(n: netmod_tcp::TcpNetmod) -> Self {
+        AnyNetmod::new(Inner::Tcp(netmod_rails::Rails::single(n)))
+    }
+}
+
+#[cfg(feature = "tcp")]
+impl From<netmod_rails::TcpRails> for AnyNetmod {
+    fn from(n: netmod_rails::TcpRails) -> Self {
         AnyNetmod::new(Inner::Tcp(n))
     }
 }
@@ -254,7 +261,7 @@ impl AnyNetmod {
     fn open_kind(kind: Kind, rank: Gpid, size: u32, key: u64, spans: bool) -> Result<AnyNetmod> {
         match kind {
             #[cfg(feature = "tcp")]
-            Kind::Tcp => netmod_tcp::TcpNetmod::open(rank, size, key, spans).map(Into::into),
+            Kind::Tcp => netmod_rails::TcpRails::open(rank, size, key, spans).map(Into::into),
             #[cfg(feature = "ofi")]
             Kind::Ofi => netmod_ofi::OfiNetmod::open(rank, size, key, spans).map(Into::into),
             #[cfg(feature = "ucx")]
@@ -273,7 +280,7 @@ impl AmTransport for AnyNetmod {
         let mut ordered = true;
         #[cfg(feature = "tcp")]
         {
-            ordered &= netmod_tcp::TcpNetmod::AM_ORDERED;
+            ordered &= netmod_rails::TcpRails::AM_ORDERED;
         }
         #[cfg(feature = "ofi")]
         {
@@ -332,6 +339,10 @@ impl AmTransport for AnyNetmod {
         each!(&mut self.inner, n => n.can_send_now(dest, bytes))
     }
     #[inline(always)]
+    fn can_stream_now(&mut self, dest: Gpid, bytes: usize) -> bool {
+        each!(&mut self.inner, n => n.can_stream_now(dest, bytes))
+    }
+    #[inline(always)]
     fn stream_piece(&self, crowded: bool) -> usize {
         each!(&self.inner, n => n.stream_piece(crowded))
     }
@@ -366,7 +377,7 @@ macro_rules! on_engine {
         match &mut transport.inner {
             #[cfg(feature = "tcp")]
             Inner::Tcp(t) => {
-                type M = netmod_tcp::TcpNetmod;
+                type M = netmod_rails::TcpRails;
                 <<M as Netmod>::P2p as P2p<M>>::$method(
                     &mut Cx { core: &mut **core, transport: t, route: *route, partner: &mut **partner },
                     $($arg),*
@@ -398,7 +409,7 @@ macro_rules! ask_engine {
         match &$net.inner {
             #[cfg(feature = "tcp")]
             Inner::Tcp(t) => {
-                type M = netmod_tcp::TcpNetmod;
+                type M = netmod_rails::TcpRails;
                 <<M as Netmod>::P2p as P2p<M>>::$method(t)
             }
             #[cfg(feature = "ofi")]
@@ -421,7 +432,7 @@ macro_rules! fold_engines {
         let mut $acc = $init;
         #[cfg(feature = "tcp")]
         {
-            type M = netmod_tcp::TcpNetmod;
+            type M = netmod_rails::TcpRails;
             let $v = <<M as Netmod>::P2p as P2p<M>>::$konst;
             $acc = $f;
         }

@@ -364,6 +364,15 @@ impl TcpNetmod {
         self.placed
     }
 
+    /// Whether a connection with process `peer` exists, is being made, or ended: whether
+    /// anything of it may be in flight or still unread here (rails ask, to know when a peer that
+    /// left has delivered everything on every rail).
+    pub fn ever_connected(&self, peer: Gpid) -> bool {
+        self.vcs
+            .get(peer as usize)
+            .is_some_and(|v| !matches!(v.state, VcState::Idle))
+    }
+
     /// The process this netmod belongs to.
     pub fn gpid(&self) -> Gpid {
         self.me

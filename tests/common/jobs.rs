@@ -100,6 +100,46 @@ pub fn processes_on_nodes_of(module: &str, ranks: u32, node_size: u32) {
     assert_eq!(passed, ranks as usize, "every rank runs {test}:\n{stdout}");
 }
 
+/// Runs the ignored `rank` test of `module` as `ranks` processes on two hosts
+/// ([`super::hosts::TwoHosts`]: network namespaces joined by two links), half on each, launched
+/// by Hydra, with TCP over both links (`CH4_RAILS`) and the route tests' tiny thresholds, so
+/// rendezvous data crosses in pieces striped over the rails. Skipped where the machine gives no
+/// namespaces or no Hydra.
+pub fn on_two_hosts(module: &str, ranks: u32) {
+    let test = module
+        .split_once("::")
+        .map(|(_crate, rest)| format!("{rest}::rank"))
+        .expect("a module path inside the test crate");
+    let Some(hosts) = super::hosts::TwoHosts::up(&format!("{test} on two hosts")) else {
+        return;
+    };
+    let eager = super::EAGER.to_string();
+    let credit = super::CREDIT.to_string();
+    let on_a = ranks.div_ceil(2);
+    let mut cmd = hosts.hydra(on_a, ranks - on_a);
+    cmd.arg(std::env::current_exe().expect("test executable path"))
+        .args([
+            "--ignored",
+            "--exact",
+            &test,
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("CH4_RAILS", hosts.rails(2))
+        .env("CH4_SHM_EAGER_LIMIT", &eager)
+        .env("CH4_TCP_EAGER_LIMIT", &eager)
+        .env("CH4_TCP_PIECE_SIZE", "100")
+        .env("CH4_EAGER_CREDIT", &credit);
+    let child = cmd.spawn().expect("start mpiexec.hydra");
+    succeeded(finished(child, &format!("{test} on two hosts")));
+    for (rank, out) in hosts.outputs(ranks).iter().enumerate() {
+        assert!(
+            out.contains("test result: ok. 1 passed"),
+            "rank {rank} runs {test}:\n{out}"
+        );
+    }
+}
+
 /// Waits at most a minute for a launched job (`what` names it) and returns its output;
 /// panics with what it printed if it hangs.
 pub fn finished(mut child: std::process::Child, what: &str) -> Output {

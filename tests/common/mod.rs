@@ -14,6 +14,8 @@
 //!   test is what each process runs);
 //! - `mixed_processes`: processes on nodes of two (at least three ranks, so there is more than
 //!   one node): shared memory within a node, TCP between nodes;
+//! - `two_hosts`: processes on two hosts (network namespaces of this machine) joined by two
+//!   links, launched by Hydra as on a cluster, TCP striping over both rails between them;
 //! - `native_mixed`: two ranks per node with the natively matching netmod, so shm, native
 //!   matching and the ANY_SOURCE partner logic all take part.
 //!
@@ -23,6 +25,7 @@
 
 #![allow(dead_code)]
 
+pub mod hosts;
 pub mod jobs;
 
 use ch4::threads::Threads;
@@ -45,7 +48,7 @@ pub fn small(ranks: u32) -> Threads {
         .device_config(config)
 }
 
-/// Generates `shm`, `shm_streamed`, `shm_crowded`, `net_am`, `tcp`, `tcp_processes`, `mixed_processes` and `native_mixed` tests that run `$body(ctx)` on `$ranks` ranks
+/// Generates `shm`, `shm_streamed`, `shm_crowded`, `net_am`, `tcp`, `tcp_rails`, `tcp_processes`, `mixed_processes` and `native_mixed` tests that run `$body(ctx)` on `$ranks` ranks
 /// (and with `processes = n`, `tcp_processes_wide`: the body on `n` processes over TCP).
 #[macro_export]
 macro_rules! on_all_routes {
@@ -110,11 +113,32 @@ macro_rules! on_all_routes {
                     .unwrap();
             }
 
+            /// The same over two TCP rails (two loopback addresses): rendezvous data in
+            /// pieces striped over both, envelopes on the first.
+            #[cfg(feature = "tcp")]
+            #[test]
+            fn tcp_rails() {
+                common::small($ranks)
+                    .thread_level($level)
+                    .ranks_per_node(1)
+                    .rails("127.0.0.1,127.0.0.2")
+                    .run_with::<netmod_rails::TcpRails, _, _>(|ctx| $body(ctx))
+                    .unwrap();
+            }
+
             /// The same body with every rank a process of its own node, over real TCP.
             #[cfg(all(feature = "tcp", not(any(feature = "ofi", feature = "ucx"))))]
             #[test]
             fn tcp_processes() {
                 common::jobs::processes_over_tcp(module_path!(), $ranks);
+            }
+
+            /// The same on two hosts (network namespaces) joined by two rate-limited links,
+            /// launched by Hydra, over both rails: shared memory within a host.
+            #[cfg(all(feature = "tcp", not(any(feature = "ofi", feature = "ucx"))))]
+            #[test]
+            fn two_hosts() {
+                common::jobs::on_two_hosts(module_path!(), ($ranks).max(4));
             }
 
             /// The same as processes on nodes of two: shared memory within, TCP between.
