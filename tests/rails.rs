@@ -199,3 +199,54 @@ fn two_rails_carry_at_least_1_7x_one_between_two_hosts() {
         "two rails {two:.2} MB/s against one {one:.2}"
     );
 }
+
+/// A rail that breaks between two peers fails them to each other: the next large message, whose
+/// pieces would cross it, ends with `PeerFailed` at both ends instead of waiting for pieces
+/// that cannot come. (The rail's connections are reset with `ss -K`, as a dying link or switch
+/// port would; the second rail is 127.0.0.3, which no other test uses.)
+#[test]
+fn a_broken_rail_fails_its_peer_instead_of_hanging() {
+    if !testkit::skip::on_path(
+        "ss",
+        "rails: a_broken_rail_fails_its_peer",
+        "install iproute2",
+    ) {
+        return;
+    }
+    let outcome = Threads::new(2)
+        .ranks_per_node(1)
+        .max_payload(PIECE)
+        .rails("127.0.0.1,127.0.0.3")
+        .run_with::<TcpRails, _, _>(|ctx| {
+            let w = ctx.world();
+            let peer = 1 - w.rank();
+            let data = pattern(1, LARGE);
+            let mut buf = vec![0u8; LARGE];
+            // A first exchange connects both rails.
+            if w.rank() == 0 {
+                w.send(&data, peer, 0)?;
+            } else {
+                w.recv(&mut buf, peer, 0)?;
+            }
+            w.barrier()?;
+            if w.rank() == 0 {
+                let killed = std::process::Command::new("ss")
+                    .args(["-K", "state", "established", "dst", "127.0.0.3"])
+                    .output()
+                    .map_err(|e| ch4::Error::new(ch4::ErrorKind::Transport, e.to_string()))?;
+                assert!(killed.status.success(), "ss -K: {killed:?}");
+            }
+            let second = if w.rank() == 0 {
+                w.send(&data, peer, 1).map(drop)
+            } else {
+                w.recv(&mut buf, peer, 1).map(drop)
+            };
+            Ok(second.map_err(|e| (e.kind(), e.to_string())))
+        })
+        .unwrap();
+    for (rank, o) in outcome.iter().enumerate() {
+        let (kind, why) = o.clone().expect_err("the second message fails");
+        eprintln!("rank {rank}: {why}");
+        assert_eq!(kind, ch4::ErrorKind::PeerFailed, "rank {rank}: {why}");
+    }
+}
