@@ -20,7 +20,8 @@
 //! The network route, for the netmod chosen at run time: the same pair between two devices
 //! over TCP on loopback with no shared memory, the device over `TcpNetmod` itself
 //! (`net-generic`), over `netmod_any::AnyNetmod` holding it (`net-enum`: the enum of every
-//! netmod the build has, dispatched by `match`) and over it behind a vtable (`net-dyn`); and
+//! netmod the build has, dispatched by `match`), over it behind a vtable (`net-dyn`) and as the
+//! one rail of `Rails` (`net-rails`, the default build's netmod without `CH4_RAILS`); and
 //! the shared-memory route of a device over the enum (`shm-enum`) against one over TCP alone
 //! (`shm-tcp`). `scripts/inlining-proof.sh --network` builds with all three netmods.
 //!
@@ -386,7 +387,8 @@ fn tcp_pair() -> [Option<netmod_tcp::TcpNetmod>; 2] {
 
 /// The network route over TCP on loopback (no shared memory: every message crosses the
 /// netmod): the device over `TcpNetmod` itself (`net-generic`), over the enum of the build's
-/// netmods holding it (`net-enum`), and over it behind a vtable (`net-dyn`).
+/// netmods holding it (`net-enum`), over it behind a vtable (`net-dyn`), and over it as the one
+/// rail of `netmod_rails::Rails` (`net-rails`: the default build's netmod without `CH4_RAILS`).
 #[cfg(feature = "tcp")]
 fn network_route(variant: &str, iters: u64) {
     let nets = std::cell::RefCell::new(tcp_pair());
@@ -404,6 +406,12 @@ fn network_route(variant: &str, iters: u64) {
             variant,
         ),
         "net-dyn" => pairs(|r| DynNet(Box::new(take(r))), |_| NoShm, iters, variant),
+        "net-rails" => pairs(
+            |r| netmod_rails::Rails::single(take(r)),
+            |_| NoShm,
+            iters,
+            variant,
+        ),
         _ => unreachable!("a network variant"),
     }
 }
@@ -442,6 +450,7 @@ fn main() {
             "net-generic",
             "net-enum",
             "net-dyn",
+            "net-rails",
         ]
         .contains(&a.as_str())
     });

@@ -9,7 +9,7 @@
 #
 #   ./scripts/inlining-proof.sh [N] [--ofi | --network] [--dry-run]        (default 20000)
 #
-# --ofi builds with the libfabric netmod in the devices (unused: one node), to show what
+# --ofi builds with the libfabric netmod alone in the devices (unused: one node), to show what
 # building a natively matching netmod in costs the shared-memory path.
 # --network counts the network route instead (TCP on loopback, no shared memory): the device
 # over the TCP netmod itself, over the enum of the build's netmods (built with all three, so
@@ -23,7 +23,7 @@ n=20000
 features=()
 for a in "$@"; do
     case "$a" in
-        --ofi) features=(--features ofi) ;;
+        --ofi) features=(--no-default-features --features ofi) ;;
         --network) features=(--features ofi,ucx) network=yes ;;
         --dry-run) dry_run=yes ;;
         *[!0-9]* | 0) echo "N is a positive number, not '$a'" >&2; exit 2 ;;
@@ -53,7 +53,7 @@ out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 variants="generic dyn enqueue"
 if [ -n "${network:-}" ]; then
-    variants="net-generic net-enum net-dyn shm-tcp shm-enum"
+    variants="net-generic net-enum net-dyn net-rails shm-tcp shm-enum"
 fi
 for v in $variants; do
     for k in 1 2; do
@@ -86,12 +86,14 @@ def probe(path, name, calls):
 
 if network:
     g, e, d = per_pair("net-generic"), per_pair("net-enum"), per_pair("net-dyn")
+    r = per_pair("net-rails")
     st, se = per_pair("shm-tcp"), per_pair("shm-enum")
     print("# instructions per 8-byte isend + irecv + wait pair over the network route")
     print("# (TCP on loopback, no shared memory; callgrind, both devices in one thread)")
     print(f"device over TcpNetmod (monomorphized):      {g:8.0f}")
     print(f"device over the enum (tcp, ofi, ucx):       {e:8.0f}   ({e / g:.3f}x; target <= 1.05x)")
     print(f"device over TcpNetmod behind a vtable:      {d:8.0f}   ({d / g:.3f}x)")
+    print(f"device over Rails<TcpNetmod>, one rail:     {r:8.0f}   ({r / g:.3f}x)")
     print()
     print("# the shared-memory route in the same build")
     print(f"device over TcpNetmod:                      {st:8.0f}")
