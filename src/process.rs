@@ -59,6 +59,13 @@ pub struct Universe<L: ThreadLevel = Single> {
     ctx: Context<ProcessNetmod, ShmTransport, L>,
     /// Shared with the netmod's [`LauncherWatch`], which reads peer events from it.
     pmi: Arc<Mutex<Option<pmi::Client>>>,
+    /// Whether finalize starts with a barrier of the job: when ranks on other nodes are reached
+    /// through a netmod and the launcher tells no one who left (Hydra). A libfabric or UCX peer
+    /// that closes its endpoints then looks the same as one that died, and one that closed
+    /// while a peer still waited on it failed that peer's receive (seen over UCX between two
+    /// hosts); after the barrier every rank is done with its messages. MPICH's finalize has the
+    /// same barrier.
+    barrier_at_finalize: bool,
 }
 
 impl<L: ThreadLevel> Universe<L> {
@@ -77,7 +84,7 @@ impl<L: ThreadLevel> Universe<L> {
     /// receiving), requests still pending ([`ErrorKind::Pending`]: they are abandoned, and the
     /// job is left all the same), or the process manager's.
     pub fn finalize(self) -> Result<()> {
-        self.finish()
+        self.finish(true)
     }
 
     /// [`Universe::finalize`] through a shared reference, for a universe that other threads
@@ -85,12 +92,19 @@ impl<L: ThreadLevel> Universe<L> {
     /// process ends): their later calls fail with an error instead of using a finalized rank.
     /// Dropping the universe afterwards does nothing more.
     pub fn finalize_shared(&self) -> Result<()> {
-        self.finish()
+        self.finish(true)
     }
 
-    fn finish(&self) -> Result<()> {
+    /// Finalizes the rank and leaves the job; `in_order`: called by the program (a universe
+    /// dropped without finalize leaves at once: its peers see it fail).
+    fn finish(&self, in_order: bool) -> Result<()> {
         let Some(mut c) = self.client().take() else {
             return Ok(());
+        };
+        let barrier = if in_order && self.barrier_at_finalize && !self.ctx.is_finalized() {
+            c.barrier().map_err(pmi_err)
+        } else {
+            Ok(())
         };
         let finalized = match self.ctx.finalize() {
             Err(e) if e.kind() == ErrorKind::Pending && !self.ctx.is_finalized() => {
@@ -100,7 +114,7 @@ impl<L: ThreadLevel> Universe<L> {
             other => other,
         };
         let left = c.finalize().map_err(pmi_err);
-        finalized.and(left)
+        barrier.and(finalized).and(left)
     }
 
     /// Ends the whole job with `code` (PMI abort): the launcher stops every rank.
@@ -123,7 +137,7 @@ impl<L: ThreadLevel> Universe<L> {
 
 impl<L: ThreadLevel> Drop for Universe<L> {
     fn drop(&mut self) {
-        let _ = self.finish();
+        let _ = self.finish(false);
     }
 }
 
@@ -254,7 +268,11 @@ pub fn init_with_level<L: ThreadLevel>(config: DeviceConfig, _level: L) -> Resul
     if rank == 0 {
         crate::settings::print_summary_if_asked(&ctx);
     }
-    Ok(Universe { ctx, pmi })
+    Ok(Universe {
+        ctx,
+        pmi,
+        barrier_at_finalize: spans_nodes && !watched,
+    })
 }
 
 /// The launcher's word on which ranks left or failed, as a netmod's

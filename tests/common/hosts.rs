@@ -11,6 +11,17 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// the bandwidth.
 pub const RATE: &str = "200mbit";
 
+/// What the ranks on two hosts talk over between them.
+#[derive(Clone, Copy, Debug)]
+pub enum Network {
+    /// TCP over both links (`CH4_RAILS`).
+    TcpRails,
+    /// libfabric's `tcp;ofi_rxm` on the first link.
+    Ofi,
+    /// UCX's tcp transport on the first link.
+    Ucx,
+}
+
 /// A pair of hosts, removed when dropped.
 pub struct TwoHosts {
     prefix: String,
@@ -67,6 +78,24 @@ impl TwoHosts {
             .map(|i| format!("{}{i}", self.prefix))
             .collect::<Vec<_>>()
             .join(",")
+    }
+
+    /// The environment that has the ranks talk over `net` between the hosts.
+    pub fn network_env(&self, net: Network) -> Vec<(&'static str, String)> {
+        let first = format!("{}1", self.prefix);
+        match net {
+            Network::TcpRails => vec![("CH4_RAILS", self.rails(2))],
+            Network::Ofi => vec![
+                ("CH4_NETMOD", "ofi".into()),
+                ("FI_PROVIDER", "tcp;ofi_rxm".into()),
+                ("FI_TCP_IFACE", first),
+            ],
+            Network::Ucx => vec![
+                ("CH4_NETMOD", "ucx".into()),
+                ("UCX_TLS", "tcp".into()),
+                ("UCX_NET_DEVICES", first),
+            ],
+        }
     }
 
     /// `mpiexec.hydra`, started on host a, that places `on_a` ranks there and `on_b` on host

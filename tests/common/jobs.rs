@@ -102,15 +102,16 @@ pub fn processes_on_nodes_of(module: &str, ranks: u32, node_size: u32) {
 
 /// Runs the ignored `rank` test of `module` as `ranks` processes on two hosts
 /// ([`super::hosts::TwoHosts`]: network namespaces joined by two links), half on each, launched
-/// by Hydra, with TCP over both links (`CH4_RAILS`) and the route tests' tiny thresholds, so
-/// rendezvous data crosses in pieces striped over the rails. Skipped where the machine gives no
-/// namespaces or no Hydra.
-pub fn on_two_hosts(module: &str, ranks: u32) {
+/// by Hydra, talking over `net` between the hosts (TCP over both links: rendezvous data in
+/// pieces striped over the rails) with the route tests' tiny thresholds. Skipped where the
+/// machine gives no namespaces or no Hydra.
+pub fn on_two_hosts(module: &str, ranks: u32, net: super::hosts::Network) {
     let test = module
         .split_once("::")
         .map(|(_crate, rest)| format!("{rest}::rank"))
         .expect("a module path inside the test crate");
-    let Some(hosts) = super::hosts::TwoHosts::up(&format!("{test} on two hosts")) else {
+    let Some(hosts) = super::hosts::TwoHosts::up(&format!("{test} on two hosts over {net:?}"))
+    else {
         return;
     };
     let eager = super::EAGER.to_string();
@@ -125,13 +126,16 @@ pub fn on_two_hosts(module: &str, ranks: u32) {
             "--nocapture",
             "--test-threads=1",
         ])
-        .env("CH4_RAILS", hosts.rails(2))
+        .envs(hosts.network_env(net))
         .env("CH4_SHM_EAGER_LIMIT", &eager)
         .env("CH4_TCP_EAGER_LIMIT", &eager)
         .env("CH4_TCP_PIECE_SIZE", "100")
         .env("CH4_EAGER_CREDIT", &credit);
     let child = cmd.spawn().expect("start mpiexec.hydra");
-    succeeded(finished(child, &format!("{test} on two hosts")));
+    succeeded(finished(
+        child,
+        &format!("{test} on two hosts over {net:?}"),
+    ));
     for (rank, out) in hosts.outputs(ranks).iter().enumerate() {
         assert!(
             out.contains("test result: ok. 1 passed"),

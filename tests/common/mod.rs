@@ -138,7 +138,33 @@ macro_rules! on_all_routes {
             #[cfg(all(feature = "tcp", not(any(feature = "ofi", feature = "ucx"))))]
             #[test]
             fn two_hosts() {
-                common::jobs::on_two_hosts(module_path!(), ($ranks).max(4));
+                common::jobs::on_two_hosts(
+                    module_path!(),
+                    ($ranks).max(4),
+                    common::hosts::Network::TcpRails,
+                );
+            }
+
+            /// The same on two hosts over libfabric (`tcp;ofi_rxm` on the first link).
+            #[cfg(feature = "ofi")]
+            #[test]
+            fn two_hosts_ofi() {
+                common::jobs::on_two_hosts(
+                    module_path!(),
+                    ($ranks).max(4),
+                    common::hosts::Network::Ofi,
+                );
+            }
+
+            /// The same on two hosts over UCX (its tcp transport on the first link).
+            #[cfg(feature = "ucx")]
+            #[test]
+            fn two_hosts_ucx() {
+                common::jobs::on_two_hosts(
+                    module_path!(),
+                    ($ranks).max(4),
+                    common::hosts::Network::Ucx,
+                );
             }
 
             /// The same as processes on nodes of two: shared memory within, TCP between.
