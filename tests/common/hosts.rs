@@ -128,12 +128,18 @@ impl TwoHosts {
     /// What each rank of the last job printed, in rank order (and empties the directory for
     /// the next).
     pub fn outputs(&self, ranks: u32) -> Vec<String> {
+        let texts = self.peek_outputs(ranks);
+        for r in 0..ranks {
+            let _ = std::fs::remove_file(self.outputs.join(format!("rank-{r}")));
+        }
+        texts
+    }
+
+    /// What each rank of the running job has printed so far, in rank order.
+    pub fn peek_outputs(&self, ranks: u32) -> Vec<String> {
         (0..ranks)
             .map(|r| {
-                let f = self.outputs.join(format!("rank-{r}"));
-                let text = std::fs::read_to_string(&f).unwrap_or_default();
-                let _ = std::fs::remove_file(f);
-                text
+                std::fs::read_to_string(self.outputs.join(format!("rank-{r}"))).unwrap_or_default()
             })
             .collect()
     }
