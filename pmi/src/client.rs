@@ -1,4 +1,5 @@
-//! The PMI-1 client: how a process learns its rank and exchanges business cards.
+//! The PMI client (PMI-1, and PMI-2 where the launcher speaks it): how a process learns its
+//! rank and exchanges business cards.
 //!
 //! A process started by a PMI-1 launcher (ch4run, or MPICH's Hydra `mpiexec` on any number of
 //! hosts) finds its connection to the process manager in the environment, as MPICH's
@@ -10,6 +11,11 @@
 //!   handshake, whose `cmd=set` replies carry size and rank. Hydra uses this with `-pmi-port`.
 //! * Neither: the process is a *singleton*, rank 0 of 1, with a private in-memory key-value
 //!   space, so a program started without any launcher still runs.
+//!
+//! A launcher that also sets `PMI_JOBID` speaks PMI-2 (Slurm's `srun --mpi=pmi2`): the client
+//! then announces version 2 in its `init` line and speaks [`wire2`]'s length-prefixed messages
+//! from there on (`fullinit`, `job-getid`, `kvs-put`, `kvs-fence`, `kvs-get`,
+//! `info-getjobattr` for `PMI_process_mapping`, `finalize`, `abort`), behind the same methods.
 //!
 //! The client is blocking and strictly request/reply, like the C client: one outstanding
 //! request at a time, which is all PMI-1 allows. Everything a process manager sends back is
@@ -29,6 +35,7 @@ use crate::hex;
 use crate::mapping::{ProcessMapping, PROCESS_MAPPING_KEY};
 use crate::server::{sanitize_msg, PMI_SUBVERSION, PMI_VERSION};
 use crate::wire::{Command, Decoder, MAX_KEY_LEN, MAX_KVSNAME_LEN, MAX_VALUE_LEN};
+use crate::wire2;
 
 /// Set by ch4run for its ranks: this process manager answers `watch_peers` (see
 /// [`Client::watch_peers`]). Hydra does not, and is never asked.
@@ -82,13 +89,45 @@ pub enum ConnectionKind {
 trait Stream: Read + Write + Send {}
 impl<T: Read + Write + Send> Stream for T {}
 
+/// Which protocol the client speaks, and so how it frames messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Version {
+    /// PMI-1: one line a message (ch4run, Hydra).
+    One,
+    /// PMI-2: length-prefixed `cmd=...;key=value;` messages (Slurm's `--mpi=pmi2`, Hydra's
+    /// `-pmi-version 2`), after a PMI-1 `init` line that announces it.
+    Two,
+}
+
+/// The message decoder of either protocol.
+enum Framing {
+    One(Decoder),
+    Two(wire2::Decoder),
+}
+
+impl Framing {
+    fn push(&mut self, bytes: &[u8]) {
+        match self {
+            Framing::One(d) => d.push(bytes),
+            Framing::Two(d) => d.push(bytes),
+        }
+    }
+
+    fn next_message(&mut self) -> Option<std::result::Result<Command, crate::wire::WireError>> {
+        match self {
+            Framing::One(d) => d.next_message(),
+            Framing::Two(d) => d.next_message(),
+        }
+    }
+}
+
 enum Conn {
     Singleton {
         kvs: BTreeMap<String, String>,
     },
     Stream {
         io: Box<dyn Stream>,
-        decoder: Decoder,
+        decoder: Framing,
         /// The descriptor under `io`, when known, to look for unasked lines without blocking.
         fd: Option<RawFd>,
     },
@@ -119,6 +158,12 @@ pub struct Client {
     events_offered: bool,
     /// Peer events read but not yet returned by [`Client::poll_peer_events`].
     events: Vec<PeerEvent>,
+    /// The protocol spoken (PMI-2's framing starts after `init`).
+    version: Version,
+    /// PMI-2: the job id `PMI_JOBID` names (sent in `fullinit`), and the appnum `fullinit`
+    /// answered.
+    jobid: Option<String>,
+    appnum: i32,
 }
 
 impl std::fmt::Debug for Client {
@@ -184,10 +229,20 @@ impl Client {
             client.set_fd(raw);
             client.debug = env_u32("PMI_DEBUG")?.is_some_and(|d| d != 0);
             client.events_offered = get(PEER_EVENTS_VAR).is_some_and(|v| v.trim() == "1");
+            client.jobid = get("PMI_JOBID");
+            client.version = version_of(&get);
             return Ok(client);
         }
         if let Some(port) = get("PMI_PORT") {
-            let mut client = Client::connect_port(&port, env_u32("PMI_ID")?)?;
+            let version = version_of(&get);
+            // PMI-1's `initack` handshake does not exist in PMI-2 (`fullinit` names the rank).
+            let pmi_id = match version {
+                Version::One => env_u32("PMI_ID")?,
+                Version::Two => None,
+            };
+            let mut client = Client::connect_port(&port, pmi_id)?;
+            client.jobid = get("PMI_JOBID");
+            client.version = version;
             // Without the handshake, rank and size come from the environment, as in simple_pmi.
             client.rank = client.rank.or(env_u32("PMI_RANK")?);
             client.size = client.size.or(env_u32("PMI_SIZE")?);
@@ -215,6 +270,9 @@ impl Client {
             maxes: Maxes::HYDRA,
             events_offered: false,
             events: Vec::new(),
+            version: Version::One,
+            jobid: None,
+            appnum: 0,
         }
     }
 
@@ -230,7 +288,7 @@ impl Client {
         Ok(Client {
             conn: Conn::Stream {
                 io: Box::new(stream),
-                decoder: Decoder::new(),
+                decoder: Framing::One(Decoder::new()),
                 fd: None,
             },
             kind: ConnectionKind::Fd,
@@ -242,6 +300,9 @@ impl Client {
             maxes: Maxes::HYDRA,
             events_offered: false,
             events: Vec::new(),
+            version: Version::One,
+            jobid: None,
+            appnum: 0,
         })
     }
 
@@ -345,6 +406,9 @@ impl Client {
             self.state = State::Initialized;
             return Ok(());
         }
+        if self.version == Version::Two {
+            return self.init_v2();
+        }
         let reply = self.exchange(
             Command::new("init")
                 .with("pmi_version", PMI_VERSION.to_string())
@@ -388,6 +452,95 @@ impl Client {
         }
     }
 
+    /// PMI-2's start: the version announced in a PMI-1 `init` line, then `fullinit` (this
+    /// rank, from `PMI_RANK`, and the job id, from `PMI_JOBID`, when the launcher gave one),
+    /// whose reply says rank, size and appnum, then `job-getid`, the key-value space's name.
+    fn init_v2(&mut self) -> Result<()> {
+        let reply = self.exchange(
+            Command::new("init")
+                .with("pmi_version", "2")
+                .with("pmi_subversion", "0"),
+            "response_to_init",
+        )?;
+        check_rc(&reply, "init").map_err(|e| {
+            Error::new(
+                e.kind(),
+                format!(
+                    "{} (the client asked for PMI 2.0, the server speaks {}.{})",
+                    e.detail(),
+                    reply.get("pmi_version").unwrap_or("?"),
+                    reply.get("pmi_subversion").unwrap_or("?")
+                ),
+            )
+        })?;
+        if let Conn::Stream { decoder, .. } = &mut self.conn {
+            *decoder = Framing::Two(wire2::Decoder::new());
+        }
+        let rank = self.rank.ok_or_else(|| {
+            Error::new(
+                ErrorKind::Environment,
+                "PMI-2 needs this rank from the launcher (PMI_RANK)",
+            )
+        })?;
+        let mut full = Command::new("fullinit");
+        if let Some(jobid) = &self.jobid {
+            full.push("pmijobid", jobid.clone());
+        }
+        full.push("pmirank", rank.to_string());
+        full.push("threaded", "FALSE");
+        let r = self.exchange(full, "fullinit-response")?;
+        check_rc(&r, "fullinit")?;
+        let field = |key: &str| parse_num::<i64>(r.get(key).unwrap_or(""), key);
+        let (rank, size) = (field("rank")?, field("size")?);
+        self.rank = u32::try_from(rank).ok();
+        self.size = u32::try_from(size).ok();
+        self.appnum = r.get("appnum").map_or(Ok(0), |v| parse_num(v, "appnum"))?;
+        self.debug = r.get("debugged") == Some("TRUE");
+        let id = self.exchange(Command::new("job-getid"), "job-getid-response")?;
+        check_rc(&id, "job-getid")?;
+        let jobid = id
+            .get("jobid")
+            .ok_or_else(|| missing("job-getid-response", "jobid"))?;
+        self.kvsname = Some(jobid.to_owned());
+        self.maxes = Maxes {
+            kvsname_max: MAX_KVSNAME_LEN,
+            keylen_max: MAX_KEY_LEN,
+            vallen_max: wire2::MAX_VALUE_LEN,
+        };
+        self.state = State::Initialized;
+        match (self.rank, self.size) {
+            (Some(rank), Some(size)) if rank < size => Ok(()),
+            _ => Err(Error::new(
+                ErrorKind::Protocol,
+                format!("fullinit answered rank {rank} of size {size}"),
+            )),
+        }
+    }
+
+    /// A PMI-2 job attribute (`info-getjobattr`): `None` when the launcher has none by that
+    /// name.
+    fn job_attr(&mut self, key: &str) -> Result<Option<String>> {
+        let r = self.exchange(
+            Command::new("info-getjobattr").with("key", key),
+            "info-getjobattr-response",
+        )?;
+        check_rc(&r, "info-getjobattr")?;
+        Ok((r.get("found") == Some("TRUE")).then(|| r.get("value").unwrap_or("").to_owned()))
+    }
+
+    /// Makes a client made by [`over_stream`](Client::over_stream) speak `version`, with the
+    /// PMI-2 job id the launcher gave (`PMI_JOBID`), if any. Call before [`init`](Client::init).
+    pub fn speaking(mut self, version: Version, jobid: Option<String>) -> Client {
+        self.version = version;
+        self.jobid = jobid;
+        self
+    }
+
+    /// The protocol this client speaks.
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
     /// Whether this process runs without a process manager.
     pub fn is_singleton(&self) -> bool {
         self.kind == ConnectionKind::Singleton
@@ -422,6 +575,9 @@ impl Client {
         if let Conn::Singleton { .. } = self.conn {
             return Ok(Maxes::HYDRA);
         }
+        if self.version == Version::Two {
+            return Ok(self.maxes);
+        }
         let r = self.exchange(Command::new("get_maxes"), "maxes")?;
         let field = |key: &str| -> Result<usize> {
             parse_num(r.get(key).ok_or_else(|| missing("maxes", key))?, key)
@@ -448,6 +604,11 @@ impl Client {
         if let Conn::Singleton { .. } = self.conn {
             return Ok(Some(1));
         }
+        if self.version == Version::Two {
+            return Ok(self
+                .job_attr("universeSize")?
+                .and_then(|v| v.trim().parse::<u32>().ok()));
+        }
         let r = self.exchange(Command::new("get_universe_size"), "universe_size")?;
         let size: i64 = parse_num(
             r.get("size")
@@ -463,6 +624,9 @@ impl Client {
         self.require_init()?;
         if let Conn::Singleton { .. } = self.conn {
             return Ok(-1);
+        }
+        if self.version == Version::Two {
+            return Ok(self.appnum);
         }
         let r = self.exchange(Command::new("get_appnum"), "appnum")?;
         parse_num(
@@ -503,6 +667,13 @@ impl Client {
             kvs.insert(key.to_owned(), value.to_owned());
             return Ok(());
         }
+        if self.version == Version::Two {
+            let req = Command::new("kvs-put")
+                .with("key", key)
+                .with("value", value);
+            let r = self.exchange(req, "kvs-put-response")?;
+            return check_rc(&r, "kvs-put");
+        }
         let req = Command::new("put")
             .with("kvsname", self.kvsname.clone().unwrap_or_default())
             .with("key", key)
@@ -523,6 +694,17 @@ impl Client {
         self.check_key(key)?;
         if let Conn::Singleton { kvs } = &self.conn {
             return Ok(kvs.get(key).cloned());
+        }
+        if self.version == Version::Two {
+            let req = Command::new("kvs-get")
+                .with("jobid", self.kvsname.clone().unwrap_or_default())
+                .with("srcid", "-1")
+                .with("key", key);
+            let r = self.exchange(req, "kvs-get-response")?;
+            check_rc(&r, "kvs-get")?;
+            return Ok(
+                (r.get("found") == Some("TRUE")).then(|| r.get("value").unwrap_or("").to_owned())
+            );
         }
         let req = Command::new("get")
             .with("kvsname", self.kvsname.clone().unwrap_or_default())
@@ -562,6 +744,10 @@ impl Client {
         if let Conn::Singleton { .. } = self.conn {
             return Ok(());
         }
+        if self.version == Version::Two {
+            let r = self.exchange(Command::new("kvs-fence"), "kvs-fence-response")?;
+            return check_rc(&r, "kvs-fence");
+        }
         let r = self.exchange(Command::new("barrier_in"), "barrier_out")?;
         check_rc(&r, "barrier")
     }
@@ -569,7 +755,13 @@ impl Client {
     /// The node id of every rank, from the `PMI_process_mapping` the process manager
     /// published; `None` if it published none or an empty one (then compare hostnames).
     pub fn node_ids(&mut self) -> Result<Option<Vec<u32>>> {
-        let Some(mapping) = self.get(PROCESS_MAPPING_KEY)? else {
+        let mapping = if self.version == Version::Two && matches!(self.conn, Conn::Stream { .. }) {
+            self.require_init()?;
+            self.job_attr(PROCESS_MAPPING_KEY)?
+        } else {
+            self.get(PROCESS_MAPPING_KEY)?
+        };
+        let Some(mapping) = mapping else {
             return Ok(None);
         };
         let size = self.size();
@@ -582,6 +774,9 @@ impl Client {
         self.require_init()?;
         let result = match self.conn {
             Conn::Singleton { .. } => Ok(()),
+            _ if self.version == Version::Two => self
+                .exchange(Command::new("finalize"), "finalize-response")
+                .and_then(|r| check_rc(&r, "finalize")),
             _ => self
                 .exchange(Command::new("finalize"), "finalize_ack")
                 .map(|_| ()),
@@ -596,12 +791,21 @@ impl Client {
     /// including this one. Spaces in `message` are sent as underscores.
     pub fn send_abort(&mut self, code: i32, message: &str) -> Result<()> {
         match &mut self.conn {
-            Conn::Stream { io, .. } => {
-                let line = Command::new("abort")
-                    .with("exitcode", code.to_string())
-                    .with("error_msg", sanitize_msg(message))
-                    .to_wire()?;
-                io.write_all(line.as_bytes())
+            Conn::Stream { io, decoder, .. } => {
+                let line = match decoder {
+                    // PMI-2's abort carries no exit code: the launcher chooses one.
+                    Framing::Two(_) => wire2::encode(
+                        &Command::new("abort")
+                            .with("isworld", "TRUE")
+                            .with("msg", sanitize_msg(message)),
+                    )?,
+                    Framing::One(_) => Command::new("abort")
+                        .with("exitcode", code.to_string())
+                        .with("error_msg", sanitize_msg(message))
+                        .to_wire()?
+                        .into_bytes(),
+                };
+                io.write_all(&line)
                     .and_then(|()| io.flush())
                     .map_err(|e| Error::io("sending cmd=abort", e))
             }
@@ -701,13 +905,15 @@ impl Client {
     /// Sends `req` and returns the reply, which must be `cmd=expect` (or a `cmd=error` from a
     /// server that could not parse or does not know the request, returned as an error).
     fn exchange(&mut self, req: Command, expect: &str) -> Result<Command> {
-        let Conn::Stream { io, .. } = &mut self.conn else {
+        let Conn::Stream { io, decoder, .. } = &mut self.conn else {
             return Err(Error::new(ErrorKind::State, "no PMI connection"));
         };
-        let line = req
-            .to_wire()
-            .map_err(|e| Error::wire(format!("cannot send cmd={}", req.name()), e))?;
-        io.write_all(line.as_bytes())
+        let line = match decoder {
+            Framing::One(_) => req.to_wire().map(String::into_bytes),
+            Framing::Two(_) => wire2::encode(&req),
+        }
+        .map_err(|e| Error::wire(format!("cannot send cmd={}", req.name()), e))?;
+        io.write_all(&line)
             .and_then(|()| io.flush())
             .map_err(|e| Error::io(format!("sending cmd={}", req.name()), e))?;
         let reply = self.recv(req.name())?;
@@ -767,6 +973,17 @@ impl Client {
                 }
             }
         }
+    }
+}
+
+/// The protocol the launcher speaks, from what it set: `PMI_JOBID` is PMI-2's (the job id a
+/// PMI-2 client names in `fullinit`; Slurm's `--mpi=pmi2` sets it), which PMI-1 launchers
+/// (Hydra's default, ch4run) do not set.
+fn version_of(get: &impl Fn(&str) -> Option<String>) -> Version {
+    if get("PMI_JOBID").is_some() {
+        Version::Two
+    } else {
+        Version::One
     }
 }
 
@@ -867,7 +1084,10 @@ fn missing(reply: &str, key: &str) -> Error {
 }
 
 fn server_msg(reply: &Command) -> String {
-    let msg = reply.get("msg").unwrap_or("no message");
+    let msg = reply
+        .get("msg")
+        .or_else(|| reply.get("errmsg"))
+        .unwrap_or("no message");
     format!("rc={} msg={msg}", reply.get("rc").unwrap_or("?"))
 }
 
@@ -941,6 +1161,23 @@ mod tests {
         );
         c.put_bytes("k", &[7; 512]).unwrap();
         assert_eq!(c.init().unwrap_err().kind(), ErrorKind::State);
+    }
+
+    #[test]
+    fn pmi_jobid_says_the_launcher_speaks_pmi2() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = format!("127.0.0.1:{}", listener.local_addr().unwrap().port());
+        for (jobid, want) in [(Some("slurm.7"), Version::Two), (None, Version::One)] {
+            let port = port.clone();
+            let get = move |k: &str| match k {
+                "PMI_PORT" => Some(port.clone()),
+                "PMI_RANK" => Some("0".to_owned()),
+                "PMI_JOBID" => jobid.map(str::to_owned),
+                _ => None,
+            };
+            let c = Client::from_vars(get, false).unwrap();
+            assert_eq!(c.version(), want, "PMI_JOBID={jobid:?}");
+        }
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! pmi: the PMI-1 process-management interface of ch4, client and server, in pure Rust.
+//! pmi: the PMI-1 process-management interface of ch4, client and server, and a PMI-2 client,
+//! in pure Rust.
 //!
 //! An MPI job needs, before any message moves, three things from whoever started it: each
 //! process's rank, the job size, and a key-value space in which ranks publish their transport
@@ -10,6 +11,7 @@
 //! Layering, bottom to top:
 //!
 //! * [`wire`]: parse and format PMI-1 lines; sans-IO, never panics, fuzzed.
+//! * [`wire2`]: frame, parse and format PMI-2 messages (`srun --mpi=pmi2`), for the client.
 //! * [`server`]: the sans-IO server state machine for one job (key-value space, barriers,
 //!   abort), and [`SocketServer`], which runs it over sockets for `ch4run`.
 //! * [`client`]: the blocking client a rank uses; connects by `PMI_FD`, `PMI_PORT`, or becomes
@@ -53,8 +55,9 @@ pub mod mapping;
 pub mod server;
 pub mod socket;
 pub mod wire;
+pub mod wire2;
 
-pub use client::{Client, ConnectionKind, Maxes, PeerEvent, PEER_EVENTS_VAR};
+pub use client::{Client, ConnectionKind, Maxes, PeerEvent, Version, PEER_EVENTS_VAR};
 pub use error::{Error, ErrorKind, Result};
 pub use mapping::{node_ids, MapBlock, ProcessMapping, PROCESS_MAPPING_KEY};
 pub use server::{ClientId, JobConfig, Output, Server};

@@ -1,0 +1,272 @@
+#!/usr/bin/env bash
+# A one-machine Slurm cluster for tests: this machine is its only node, and everything the
+# cluster writes (config, munge key and socket, state, spool, logs, pid files) lives under one
+# directory, so the system's Slurm and munge (if any) are never read or touched.
+#
+#   slurm-cluster.sh up <dir>     installs what is missing (apt, only as root), writes the
+#                                 config under <dir>, starts munged, slurmctld and slurmd, waits
+#                                 until the node is idle and prints the environment a caller
+#                                 needs as `export X=...` lines: eval "$(slurm-cluster.sh up d)"
+#   slurm-cluster.sh down <dir>   stops what up started from <dir> (jobs, slurmd, slurmctld,
+#                                 munged, by their pid files); succeeds when nothing is running
+#
+# up exits with 77 (the usual "skipped" status) and one line on stderr when Slurm cannot run
+# here: not root, the packages cannot be installed, or a daemon refuses to start; it has then
+# stopped whatever it started. A second up on the same <dir> restarts the cluster afresh.
+#
+# Tunables (environment of up):
+#   SLURM_CLUSTER_CPUS   CPUs the node claims (default 8, whatever the machine has): a plain
+#                        `srun -n N` runs at once for N up to this. Slurm is told to believe the
+#                        config over the hardware (SlurmdParameters=config_overrides); tasks
+#                        are not bound (task/none), so 8 tasks share 2 cores as processes do.
+#   SLURM_CLUSTER_PORT   slurmctld's port (default: the first free pair from 16817), slurmd's
+#                        is the next one; high so as not to clash with a real Slurm's 6817/6818.
+#
+# Layout of <dir> (made 0755: munged wants every directory above its socket searchable by all):
+#   etc/      slurm.conf, cgroup.conf, plugstack.conf (empty, so /etc/slurm's is not read)
+#   munge/    munge.key, munge.socket, munged.{pid,log,seed}
+#   state/    slurmctld's StateSaveLocation     spool/  slurmd's SlurmdSpoolDir
+#   run/      slurmctld.pid, slurmd.pid         log/    slurmctld.log, slurmd.log, apt.log
+#
+# The munged is private (its own key and socket, AuthInfo=socket=... in slurm.conf), so clients
+# need only SLURM_CONF. MPI: `srun --mpi=pmi2` (Slurm's PMI-2 server) and `srun --mpi=pmix`
+# (PMIx v4 through Debian's libpmix) both work; MpiDefault is none, so say which.
+set -euo pipefail
+
+self="$(basename "${BASH_SOURCE[0]}")"
+plugin_dir=/usr/lib/x86_64-linux-gnu/slurm-wlm
+# slurmd and slurmctld and the client tools, munge, the plugins holding mpi_pmi2/mpi_pmix, and
+# libpmix-dev because the pmix plugin dlopens the unversioned libpmix.so, which only -dev ships
+# (the plugin package does not depend on it: without it `srun --mpi=pmix` fails at run time).
+packages=(slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins libpmix-dev)
+
+die() { # status, message
+    echo "$self: $2" >&2
+    exit "$1"
+}
+
+usage() {
+    sed -n '/^#   slurm-cluster.sh up/,/^#$/s/^# \{0,3\}//p' "${BASH_SOURCE[0]}" >&2
+    exit 2
+}
+
+# The pid in a pid file if that process still runs and is the named program, so that a stale
+# file whose pid was reused never gets an unrelated process killed. Zombies count as gone: this
+# machine's init reaps orphans late, and a zombie holds no port, socket or file.
+live_pid() { # pidfile, program
+    local pid state comm
+    [[ -r $1 ]] || return 1
+    read -r pid <"$1" 2>/dev/null || return 1
+    [[ $pid =~ ^[0-9]+$ ]] || return 1
+    comm="$(cat "/proc/$pid/comm" 2>/dev/null)" || return 1
+    [[ $comm == "$2" ]] || return 1
+    state="$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" || return 1
+    [[ $state != Z && $state != X ]] || return 1
+    echo "$pid"
+}
+
+stop_daemon() { # pidfile, program
+    local pid i
+    pid="$(live_pid "$1" "$2")" || { rm -f "$1"; return 0; }
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < 100; i++)); do
+        live_pid "$1" "$2" >/dev/null || break
+        sleep 0.1
+    done
+    if live_pid "$1" "$2" >/dev/null; then
+        kill -KILL "$pid" 2>/dev/null || true
+        sleep 0.2
+    fi
+    rm -f "$1"
+}
+
+# slurmstepd processes of this cluster's steps: each listens on a unix socket in the spool
+# directory (<node>_<job>.<step>), which is what ties a stepd to this <dir> and no other cluster.
+stepd_pids() { # spool dir
+    [[ -d $1 ]] || return 0
+    ss -xlpH 2>/dev/null | awk -v dir="$1/" 'index($5, dir) == 1' |
+        grep -o 'slurmstepd",pid=[0-9]*' | sed 's/.*pid=//' | sort -u
+}
+
+down() { # dir
+    local dir=$1 pids i
+    [[ -d $dir ]] || return 0
+    dir="$(cd "$dir" && pwd)"
+    local conf=$dir/etc/slurm.conf
+    # Cancel jobs first so that slurmd ends their steps (and the tasks) itself; a stepd
+    # left behind by a dead slurmd would keep its tasks running.
+    if live_pid "$dir/run/slurmctld.pid" slurmctld >/dev/null && [[ -r $conf ]]; then
+        SLURM_CONF=$conf timeout 10 scancel --user=root >/dev/null 2>&1 || true
+        for ((i = 0; i < 50; i++)); do
+            [[ -z "$(stepd_pids "$dir/spool")" ]] && break
+            sleep 0.2
+        done
+    fi
+    stop_daemon "$dir/run/slurmd.pid" slurmd
+    stop_daemon "$dir/run/slurmctld.pid" slurmctld
+    pids="$(stepd_pids "$dir/spool")"
+    if [[ -n $pids ]]; then
+        # shellcheck disable=SC2086 # one pid per word
+        kill -KILL $pids 2>/dev/null || true
+    fi
+    stop_daemon "$dir/munge/munged.pid" munged
+}
+
+missing_packages() {
+    local missing=0 c
+    for c in slurmctld slurmd srun sinfo scontrol scancel munged munge; do
+        command -v "$c" >/dev/null || missing=1
+    done
+    for c in "$plugin_dir/mpi_pmi2.so" "$plugin_dir/mpi_pmix.so" \
+        /usr/lib/x86_64-linux-gnu/libpmix.so; do
+        [[ -e $c ]] || missing=1
+    done
+    return $((1 - missing))
+}
+
+install_packages() { # log file
+    missing_packages || return 0
+    local apt=(env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends)
+    # Try first without `apt-get update`, which is slow; a fresh machine's empty lists make the
+    # install fail at once, and then the update is needed anyway.
+    "${apt[@]}" "${packages[@]}" >>"$1" 2>&1 ||
+        { apt-get update >>"$1" 2>&1 && "${apt[@]}" "${packages[@]}" >>"$1" 2>&1; } ||
+        return 1
+    ! missing_packages
+}
+
+# A port nobody listens on, on any address: connecting to loopback finds listeners on
+# 127.0.0.1 and on the wildcard address, which are the ones that would clash.
+port_free() { # port
+    ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+pick_port() {
+    local p
+    if [[ -n ${SLURM_CLUSTER_PORT:-} ]]; then
+        echo "$SLURM_CLUSTER_PORT"
+        return
+    fi
+    for ((p = 16817; p < 16917; p += 2)); do
+        if port_free "$p" && port_free $((p + 1)); then
+            echo "$p"
+            return
+        fi
+    done
+    return 1
+}
+
+write_config() { # dir, host, port, cpus
+    local dir=$1 host=$2 port=$3 cpus=$4
+    cat >"$dir/etc/slurm.conf" <<EOF
+# Written by $self up: a one-node test cluster, everything under $dir.
+ClusterName=ch4test
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=$port
+SlurmdPort=$((port + 1))
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$dir/munge/munge.socket
+CredType=cred/munge
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool
+SlurmctldPidFile=$dir/run/slurmctld.pid
+SlurmdPidFile=$dir/run/slurmd.pid
+SlurmctldLogFile=$dir/log/slurmctld.log
+SlurmdLogFile=$dir/log/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+PlugStackConfig=$dir/etc/plugstack.conf
+# No cgroups: process tracking by /proc parentage and no task binding work in any container.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MailProg=/bin/true
+MpiDefault=none
+SchedulerType=sched/backfill
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+# The node claims $cpus CPUs whatever the hardware says, so that \`srun -n $cpus\` runs at once.
+SlurmdParameters=config_overrides
+ReturnToService=2
+InactiveLimit=0
+KillWait=5
+MinJobAge=60
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus Sockets=1 CoresPerSocket=$cpus ThreadsPerCore=1 State=UNKNOWN
+# FORCE lets several jobs share those CPUs too (tests started in parallel do not queue).
+PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE OverSubscribe=FORCE:4 State=UP
+EOF
+    # Read only by cgroup-based plugins, none of which is configured; its presence keeps any
+    # Slurm component that looks for it from reading /etc/slurm's.
+    cat >"$dir/etc/cgroup.conf" <<EOF
+CgroupPlugin=autodetect
+EOF
+    : >"$dir/etc/plugstack.conf"
+}
+
+fail_up() { # dir, message
+    down "$1" || true
+    die 77 "$2"
+}
+
+up() { # dir
+    local dir=$1 host port cpus i
+    [[ $(id -u) -eq 0 ]] || die 77 "not root: slurmd must run as root to start tasks"
+    mkdir -p "$dir"
+    dir="$(cd "$dir" && pwd)"
+    down "$dir"
+    rm -rf "$dir/etc" "$dir/munge" "$dir/state" "$dir/spool" "$dir/run" "$dir/log"
+    mkdir -p "$dir"/{etc,munge,state,spool,run,log}
+    chmod 0755 "$dir" "$dir/munge"
+
+    install_packages "$dir/log/apt.log" ||
+        fail_up "$dir" "cannot install Slurm (${packages[*]}): see $dir/log/apt.log"
+
+    host="$(hostname -s)"
+    cpus=${SLURM_CLUSTER_CPUS:-8}
+    port="$(pick_port)" || fail_up "$dir" "no free port pair in 16817-16916"
+    write_config "$dir" "$host" "$port" "$cpus"
+
+    # munged refuses a key readable by others and sockets under directories not searchable
+    # by all; it runs as root here (the key is root's), which munged allows.
+    dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
+    chmod 0400 "$dir/munge/munge.key"
+    munged --socket="$dir/munge/munge.socket" --key-file="$dir/munge/munge.key" \
+        --pid-file="$dir/munge/munged.pid" --log-file="$dir/munge/munged.log" \
+        --seed-file="$dir/munge/munged.seed" </dev/null >>"$dir/log/munged.out" 2>&1 ||
+        fail_up "$dir" "munged did not start: see $dir/munge/munged.log"
+    munge -n -S "$dir/munge/munge.socket" | unmunge -S "$dir/munge/munge.socket" >/dev/null 2>&1 ||
+        fail_up "$dir" "munged does not answer on $dir/munge/munge.socket"
+
+    # The daemons fork into the background; their stdio goes to files, never to ours, so that
+    # a caller's $(...) around up does not wait for them to exit.
+    export SLURM_CONF=$dir/etc/slurm.conf
+    slurmctld -f "$SLURM_CONF" </dev/null >>"$dir/log/slurmctld.out" 2>&1 ||
+        fail_up "$dir" "slurmctld did not start: see $dir/log/slurmctld.log"
+    for ((i = 0; i < 100; i++)); do
+        timeout 5 scontrol ping 2>/dev/null | grep -q 'is UP' && break
+        live_pid "$dir/run/slurmctld.pid" slurmctld >/dev/null ||
+            fail_up "$dir" "slurmctld exited: see $dir/log/slurmctld.log"
+        sleep 0.2
+    done
+    slurmd -f "$SLURM_CONF" -N "$host" </dev/null >>"$dir/log/slurmd.out" 2>&1 ||
+        fail_up "$dir" "slurmd did not start: see $dir/log/slurmd.log"
+    for ((i = 0; ; i++)); do
+        [[ "$(timeout 5 sinfo -h -N -o %t 2>/dev/null)" == idle ]] && break
+        ((i < 300)) || fail_up "$dir" "node $host not idle after 60 s: see $dir/log/slurmd.log"
+        live_pid "$dir/run/slurmd.pid" slurmd >/dev/null ||
+            fail_up "$dir" "slurmd exited: see $dir/log/slurmd.log"
+        sleep 0.2
+    done
+    echo "export SLURM_CONF=$SLURM_CONF"
+}
+
+[[ $# -eq 2 ]] || usage
+case $1 in
+up) up "$2" ;;
+down) down "$2" ;;
+*) usage ;;
+esac
