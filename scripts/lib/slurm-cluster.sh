@@ -50,30 +50,37 @@ usage() {
     exit 2
 }
 
-# The pid in a pid file if that process still runs and is the named program, so that a stale
-# file whose pid was reused never gets an unrelated process killed. Zombies count as gone: this
-# machine's init reaps orphans late, and a zombie holds no port, socket or file.
+# Whether a pid runs the named program, so that a stale pid file whose pid was reused never
+# gets an unrelated process killed. Zombies count as gone: this machine's init reaps orphans
+# late, and a zombie holds no port, socket or file.
+pid_alive() { # pid, program
+    local state comm
+    comm="$(cat "/proc/$1/comm" 2>/dev/null)" || return 1
+    [[ $comm == "$2" ]] || return 1
+    state="$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" || return 1
+    [[ $state != Z && $state != X ]]
+}
+
+# The pid in a pid file if that process still runs the named program.
 live_pid() { # pidfile, program
-    local pid state comm
+    local pid
     [[ -r $1 ]] || return 1
     read -r pid <"$1" 2>/dev/null || return 1
-    [[ $pid =~ ^[0-9]+$ ]] || return 1
-    comm="$(cat "/proc/$pid/comm" 2>/dev/null)" || return 1
-    [[ $comm == "$2" ]] || return 1
-    state="$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" || return 1
-    [[ $state != Z && $state != X ]] || return 1
+    [[ $pid =~ ^[0-9]+$ ]] && pid_alive "$pid" "$2" || return 1
     echo "$pid"
 }
 
+# Waits on the pid rather than the file: slurmctld removes its pid file as it starts shutting
+# down, seconds before it exits (it saves its state first).
 stop_daemon() { # pidfile, program
     local pid i
     pid="$(live_pid "$1" "$2")" || { rm -f "$1"; return 0; }
     kill -TERM "$pid" 2>/dev/null || true
     for ((i = 0; i < 100; i++)); do
-        live_pid "$1" "$2" >/dev/null || break
+        pid_alive "$pid" "$2" || break
         sleep 0.1
     done
-    if live_pid "$1" "$2" >/dev/null; then
+    if pid_alive "$pid" "$2"; then
         kill -KILL "$pid" 2>/dev/null || true
         sleep 0.2
     fi
@@ -85,7 +92,37 @@ stop_daemon() { # pidfile, program
 stepd_pids() { # spool dir
     [[ -d $1 ]] || return 0
     ss -xlpH 2>/dev/null | awk -v dir="$1/" 'index($5, dir) == 1' |
-        grep -o 'slurmstepd",pid=[0-9]*' | sed 's/.*pid=//' | sort -u
+        grep -o 'slurmstepd",pid=[0-9]*' | sed 's/.*pid=//' | sort -u || true
+}
+
+# A stepd and everything below it: with proctrack/linuxproc the tasks are its descendants, and
+# killing the stepd alone would leave them running.
+with_descendants() { # pid...
+    local all=" $* " parent child
+    for ((;;)); do
+        local more=0
+        while read -r child parent; do
+            if [[ $all == *" $parent "* && $all != *" $child "* ]]; then
+                all+="$child "
+                more=1
+            fi
+        done < <(ps -eo pid=,ppid=)
+        ((more)) || break
+    done
+    echo "$all"
+}
+
+# Client commands started against this cluster (SLURM_CONF naming its slurm.conf). Normally
+# scancel ends them; an srun whose step lost its slurmd waits forever and shrugs off SIGTERM.
+client_pids() { # slurm.conf
+    local p comm
+    for p in /proc/[0-9]*; do
+        read -r comm <"$p/comm" 2>/dev/null || continue
+        case $comm in srun | salloc | sbatch | sattach) ;; *) continue ;; esac
+        if grep -qzxF "SLURM_CONF=$1" "$p/environ" 2>/dev/null; then
+            echo "${p#/proc/}"
+        fi
+    done
 }
 
 down() { # dir
@@ -95,7 +132,8 @@ down() { # dir
     local conf=$dir/etc/slurm.conf
     # Cancel jobs first so that slurmd ends their steps (and the tasks) itself; a stepd
     # left behind by a dead slurmd would keep its tasks running.
-    if live_pid "$dir/run/slurmctld.pid" slurmctld >/dev/null && [[ -r $conf ]]; then
+    if live_pid "$dir/run/slurmctld.pid" slurmctld >/dev/null &&
+        live_pid "$dir/run/slurmd.pid" slurmd >/dev/null && [[ -r $conf ]]; then
         SLURM_CONF=$conf timeout 10 scancel --user=root >/dev/null 2>&1 || true
         for ((i = 0; i < 50; i++)); do
             [[ -z "$(stepd_pids "$dir/spool")" ]] && break
@@ -104,7 +142,14 @@ down() { # dir
     fi
     stop_daemon "$dir/run/slurmd.pid" slurmd
     stop_daemon "$dir/run/slurmctld.pid" slurmctld
+    # Steps whose slurmd is gone (it was killed, or slurmctld was already down so nothing
+    # could be cancelled) go by force, with their tasks.
     pids="$(stepd_pids "$dir/spool")"
+    if [[ -n $pids ]]; then
+        # shellcheck disable=SC2046,SC2086 # one pid per word
+        kill -KILL $(with_descendants $pids) 2>/dev/null || true
+    fi
+    pids="$(client_pids "$conf")"
     if [[ -n $pids ]]; then
         # shellcheck disable=SC2086 # one pid per word
         kill -KILL $pids 2>/dev/null || true
@@ -187,6 +232,11 @@ JobCompType=jobcomp/none
 MailProg=/bin/true
 MpiDefault=none
 SchedulerType=sched/backfill
+# A job submitted while the previous one is still COMPLETING (the node is held for some
+# milliseconds after its tasks end) is queued ("srun: job N queued and waiting for resources"
+# on stderr) until a later scheduling pass: about 3 s later with the defaults, at most 1 s
+# with the main loop run every second.
+SchedulerParameters=sched_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 # The node claims $cpus CPUs whatever the hardware says, so that \`srun -n $cpus\` runs at once.
@@ -199,8 +249,9 @@ NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus Sockets=1 CoresPerSocket=$cpus Thre
 # FORCE lets several jobs share those CPUs too (tests started in parallel do not queue).
 PartitionName=test Nodes=$host Default=YES MaxTime=INFINITE OverSubscribe=FORCE:4 State=UP
 EOF
-    # Read only by cgroup-based plugins, none of which is configured; its presence keeps any
-    # Slurm component that looks for it from reading /etc/slurm's.
+    # slurmd 22.05 loads a cgroup plugin whatever the other plugins are (it reads the cpuset
+    # on cgroup v1 and creates nothing with task/none and proctrack/linuxproc); it reads this
+    # file beside slurm.conf, and writing it pins the choice instead of leaving it to defaults.
     cat >"$dir/etc/cgroup.conf" <<EOF
 CgroupPlugin=autodetect
 EOF
@@ -212,13 +263,37 @@ fail_up() { # dir, message
     die 77 "$2"
 }
 
+# munged refuses a socket below a directory that not everybody can search.
+check_ancestors() { # absolute dir
+    local d=$1
+    while [[ $d != / ]]; do
+        d="$(dirname "$d")"
+        [[ $(($(stat -c '0%a' "$d") & 1)) -eq 1 ]] ||
+            die 2 "munged needs every directory above its socket searchable by all: chmod o+x $d"
+    done
+}
+
+cluster_dir=
+# Whatever makes up fail (a command failing under set -e, a signal) stops what it started.
+cleanup_failed_up() {
+    local rc=$?
+    if ((rc != 0)) && [[ -n $cluster_dir ]]; then
+        down "$cluster_dir" || true
+    fi
+}
+
 up() { # dir
     local dir=$1 host port cpus i
     [[ $(id -u) -eq 0 ]] || die 77 "not root: slurmd must run as root to start tasks"
+    [[ $dir != *[[:space:]]* ]] || die 2 "the directory's path must not contain white space"
     mkdir -p "$dir"
     dir="$(cd "$dir" && pwd)"
+    check_ancestors "$dir"
     down "$dir"
-    rm -rf "$dir/etc" "$dir/munge" "$dir/state" "$dir/spool" "$dir/run" "$dir/log"
+    cluster_dir=$dir
+    trap cleanup_failed_up EXIT
+    trap 'exit 130' INT TERM
+    rm -rf "${dir:?}"/{etc,munge,state,spool,run,log}
     mkdir -p "$dir"/{etc,munge,state,spool,run,log}
     chmod 0755 "$dir" "$dir/munge"
 
