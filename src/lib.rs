@@ -461,21 +461,32 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> RankState<N, S, L> {
 
     /// See [`Context::finalize`].
     pub(crate) fn finalize(&self) -> Result<()> {
-        self.finalize_with(false)
+        self.finalize_with(false, &mut || Ok(()))
+    }
+
+    /// [`RankState::finalize`], running `before_close` once the transports have flushed what
+    /// they hold and before they close their connections (process mode's barrier there: a
+    /// rank that waited in it before flushing would hold back data its peers wait for).
+    pub(crate) fn finalize_then(&self, before_close: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+        self.finalize_with(false, before_close)
     }
 
     /// Finalizes even with requests pending: they are abandoned with the frozen device (which
     /// never touches their buffers again). Process mode's last resort when a program leaves
     /// without completing them.
     pub(crate) fn finalize_anyway(&self) -> Result<()> {
-        self.finalize_with(true)
+        self.finalize_with(true, &mut || Ok(()))
     }
 
     pub(crate) fn is_finalized(&self) -> bool {
         self.finalized.load(Ordering::Relaxed)
     }
 
-    fn finalize_with(&self, anyway: bool) -> Result<()> {
+    fn finalize_with(
+        &self,
+        anyway: bool,
+        before_close: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<()> {
         if self.is_finalized() {
             return Ok(());
         }
@@ -535,7 +546,7 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> RankState<N, S, L> {
                 ),
             ));
         }
-        let mut flushed = Ok(());
+        let mut flushed = before_close();
         for dev in &mut devs {
             let r = dev.finalize(FINALIZE_LIMIT);
             if flushed.is_ok() {

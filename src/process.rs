@@ -59,7 +59,8 @@ pub struct Universe<L: ThreadLevel = Single> {
     ctx: Context<ProcessNetmod, ShmTransport, L>,
     /// Shared with the netmod's [`LauncherWatch`], which reads peer events from it.
     pmi: Arc<Mutex<Option<pmi::Client>>>,
-    /// Whether finalize starts with a barrier of the job: when ranks on other nodes are reached
+    /// Whether finalize holds a barrier of the job between flushing the transports and closing
+    /// them: when ranks on other nodes are reached
     /// through a netmod and the launcher tells no one who left (Hydra). A libfabric or UCX peer
     /// that closes its endpoints then looks the same as one that died, and one that closed
     /// while a peer still waited on it failed that peer's receive (seen over UCX between two
@@ -101,12 +102,14 @@ impl<L: ThreadLevel> Universe<L> {
         let Some(mut c) = self.client().take() else {
             return Ok(());
         };
-        let barrier = if in_order && self.barrier_at_finalize && !self.ctx.is_finalized() {
-            c.barrier().map_err(pmi_err)
+        let finalized = if in_order && self.barrier_at_finalize {
+            self.ctx
+                .rank
+                .finalize_then(&mut || c.barrier().map_err(pmi_err))
         } else {
-            Ok(())
+            self.ctx.finalize()
         };
-        let finalized = match self.ctx.finalize() {
+        let finalized = match finalized {
             Err(e) if e.kind() == ErrorKind::Pending && !self.ctx.is_finalized() => {
                 let _ = self.ctx.rank.finalize_anyway();
                 Err(e)
@@ -114,7 +117,7 @@ impl<L: ThreadLevel> Universe<L> {
             other => other,
         };
         let left = c.finalize().map_err(pmi_err);
-        barrier.and(finalized).and(left)
+        finalized.and(left)
     }
 
     /// Ends the whole job with `code` (PMI abort): the launcher stops every rank.
