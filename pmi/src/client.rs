@@ -409,23 +409,7 @@ impl Client {
         if self.version == Version::Two {
             return self.init_v2();
         }
-        let reply = self.exchange(
-            Command::new("init")
-                .with("pmi_version", PMI_VERSION.to_string())
-                .with("pmi_subversion", PMI_SUBVERSION.to_string()),
-            "response_to_init",
-        )?;
-        check_rc(&reply, "init").map_err(|e| {
-            Error::new(
-                e.kind(),
-                format!(
-                    "{} (client speaks PMI {PMI_VERSION}.{PMI_SUBVERSION}, server {}.{})",
-                    e.detail(),
-                    reply.get("pmi_version").unwrap_or("?"),
-                    reply.get("pmi_subversion").unwrap_or("?")
-                ),
-            )
-        })?;
+        self.announce(PMI_VERSION, PMI_SUBVERSION)?;
         self.state = State::Initialized;
         self.maxes = self.get_maxes()?;
         let name = self.exchange(Command::new("get_my_kvsname"), "my_kvsname")?;
@@ -452,27 +436,33 @@ impl Client {
         }
     }
 
-    /// PMI-2's start: the version announced in a PMI-1 `init` line, then `fullinit` (this
-    /// rank, from `PMI_RANK`, and the job id, from `PMI_JOBID`, when the launcher gave one),
-    /// whose reply says rank, size and appnum, then `job-getid`, the key-value space's name.
-    fn init_v2(&mut self) -> Result<()> {
+    /// The `init` line both protocols start with: the version this client speaks, which the
+    /// server must accept (rc=0).
+    fn announce(&mut self, version: u32, subversion: u32) -> Result<()> {
         let reply = self.exchange(
             Command::new("init")
-                .with("pmi_version", "2")
-                .with("pmi_subversion", "0"),
+                .with("pmi_version", version.to_string())
+                .with("pmi_subversion", subversion.to_string()),
             "response_to_init",
         )?;
         check_rc(&reply, "init").map_err(|e| {
             Error::new(
                 e.kind(),
                 format!(
-                    "{} (the client asked for PMI 2.0, the server speaks {}.{})",
+                    "{} (client speaks PMI {version}.{subversion}, server {}.{})",
                     e.detail(),
                     reply.get("pmi_version").unwrap_or("?"),
                     reply.get("pmi_subversion").unwrap_or("?")
                 ),
             )
-        })?;
+        })
+    }
+
+    /// PMI-2's start: the version announced in a PMI-1 `init` line, then `fullinit` (this
+    /// rank, from `PMI_RANK`, and the job id, from `PMI_JOBID`, when the launcher gave one),
+    /// whose reply says rank, size and appnum, then `job-getid`, the key-value space's name.
+    fn init_v2(&mut self) -> Result<()> {
+        self.announce(2, 0)?;
         if let Conn::Stream { decoder, .. } = &mut self.conn {
             *decoder = Framing::Two(wire2::Decoder::new());
         }
