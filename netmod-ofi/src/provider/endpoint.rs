@@ -289,13 +289,18 @@ impl Endpoint {
                 format!("fi_av_insert: inserted {n} of {count} addresses"),
             ));
         }
-        if addrs.iter().zip(self.av_len..).any(|(&a, want)| a != want) {
+        if let Some((i, (&got, want))) = addrs
+            .iter()
+            .zip(self.av_len..)
+            .enumerate()
+            .find(|(_, (&a, want))| a != *want)
+        {
+            // The first mismatch only: a job's table can hold a million addresses.
             return Err(Error::new(
                 ErrorKind::Internal,
                 format!(
-                    "fi_av_insert (FI_AV_TABLE) numbered addresses {addrs:?}, not {}..{}",
-                    self.av_len,
-                    self.av_len + count as u64
+                    "fi_av_insert (FI_AV_TABLE) numbered address {i} of {count} as {got}, not \
+                     {want} (two ranks with the same address?)"
                 ),
             ));
         }
