@@ -108,16 +108,15 @@ impl<T> Rails<T> {
     }
 
     /// `rails` (the primary first), each with its name and weight.
-    pub fn new(mut rails: Vec<(T, String, u64)>) -> Result<Rails<T>> {
-        if rails.is_empty() {
+    pub fn new(rails: Vec<(T, String, u64)>) -> Result<Rails<T>> {
+        let mut rails = rails.into_iter();
+        let Some((primary, name, w)) = rails.next() else {
             return Err(Error::new(ErrorKind::Arg, "rails need at least one netmod"));
-        }
-        let extra_rails = rails.split_off(1);
-        let (primary, name, w) = rails.pop().expect("one rail is left");
+        };
         let mut r = Rails::single(primary);
         r.weight = vec![w.max(1)];
         r.described = vec![name];
-        for (t, name, w) in extra_rails {
+        for (t, name, w) in rails {
             r.extra.push(t);
             r.weight.push(w.max(1));
             r.carried.push(0);
