@@ -37,9 +37,9 @@ use std::time::Instant;
 use ch4_core::bootstrap::Bootstrap;
 use ch4_core::buffer::{RecvBuf, SendBuf};
 use ch4_core::core::DeviceConfig;
-use ch4_core::transport::{
-    AmSink, AmTransport, HandlerId, Netmod, NoShm, PeerRead, PeerState, Shm,
-};
+#[cfg(feature = "tcp")]
+use ch4_core::transport::NoShm;
+use ch4_core::transport::{AmSink, AmTransport, HandlerId, Netmod, PeerRead, PeerState, Shm};
 use ch4_core::{CommId, Device, Gpid, ReqHandle, Result, SendMode};
 use shm::{Geometry, Segment, ShmTransport};
 

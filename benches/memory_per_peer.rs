@@ -13,6 +13,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
+#[cfg(any(feature = "tcp", feature = "ucx"))]
 use ch4_core::bootstrap::Bootstrap;
 use ch4_core::core::DeviceConfig;
 use ch4_core::transport::{Netmod, NoNetmod, NoShm};
@@ -95,6 +96,7 @@ fn report<N: Netmod>(name: &str, small: u32, large: u32, open: impl Fn(u32) -> N
     );
 }
 
+#[cfg(any(feature = "tcp", feature = "ucx"))]
 /// A netmod of rank 0 that has learned `world` cards, every peer's the same address (no peer
 /// is contacted, so none needs to exist).
 fn with_cards<N: Bootstrap>(world: u32) -> N {
@@ -118,12 +120,14 @@ fn main() {
     };
     println!("# bytes a rank keeps per peer, between {small} and {large} processes (no connection opened)");
     report("core alone (no netmod)", small, large, |_| NoNetmod);
+    #[cfg(feature = "tcp")]
     report(
         "tcp (TcpNetmod)",
         small,
         large,
         with_cards::<netmod_tcp::TcpNetmod>,
     );
+    #[cfg(feature = "tcp")]
     report(
         "tcp rails (one rail)",
         small,

@@ -688,6 +688,8 @@ pub struct ThreadJob {
     segments: Vec<Vec<Mutex<Option<Arc<Segment>>>>>,
     eager_limit: Option<usize>,
     max_payload: Option<usize>,
+    /// TCP's rails, set by [`Threads::rails`] (read by TCP's netmod only).
+    #[cfg_attr(not(feature = "tcp"), allow(dead_code))]
     rails: Option<String>,
     single_copy: Option<bool>,
     shm_geometry: Option<Geometry>,
