@@ -36,7 +36,7 @@ use ch4_core::env::Setting;
 use ch4_core::transport::{AmSink, AmTransport, HandlerId, Netmod, PeerRead};
 use ch4_core::{Error, ErrorKind, Gpid, PeerState, Result};
 
-pub use spec::{Rail as RailPlace, RAILS_VAR};
+pub use spec::RAILS_VAR;
 
 /// The settings of this crate.
 pub const SETTINGS: &[Setting] = &[Setting::new(
@@ -128,11 +128,6 @@ impl<T> Rails<T> {
     /// The primary rail, which carries everything but striped data.
     pub fn primary(&self) -> &T {
         &self.primary
-    }
-
-    /// The primary rail, to configure it.
-    pub fn primary_mut(&mut self) -> &mut T {
-        &mut self.primary
     }
 
     /// Every rail, the primary first, to configure them alike.
