@@ -43,6 +43,14 @@ if ! pkg-config --atleast-version 1.13 ucx 2>/dev/null || ! command -v ucx_info 
         echo "note: UCX >= 1.13 is missing and cannot be installed here; ucx-sys will not build"
 fi
 
+# OpenPMIx >= 4.2 with its pkg-config file (pmix-sys links it; the PMIx client's tests and the
+# `pmix` build of ch4 run under Open MPI's mpirun, which hosts a PMIx server, and Slurm's srun).
+if ! pkg-config --atleast-version 4.2 pmix 2>/dev/null || ! command -v mpirun.openmpi >/dev/null 2>&1; then
+    echo "installing Debian's libpmix-dev and openmpi-bin (for pmix-sys and the PMIx launchers)..."
+    apt_install libpmix-dev openmpi-bin pkg-config ||
+        echo "note: OpenPMIx >= 4.2 or Open MPI is missing and cannot be installed here; pmix-sys will not build"
+fi
+
 # MPICH's Hydra launcher, for the test that runs our binaries under mpiexec.hydra.
 if ! command -v mpiexec.hydra >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -105,6 +113,9 @@ trap report_skips EXIT
 
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+# Ranks that join through PMIx (the `pmix` feature): under Open MPI's mpirun and Slurm's
+# srun --mpi=pmix, the ring, ch4's osu_latency and the real OSU program on the C library.
+cargo test --features pmix --test open_mpi --test slurm pmix
 # The semantics suite again over libfabric's tcp;ofi_rxm (the `ofi` feature), single- and
 # multithreaded (each thread level's VCIs an endpoint of their own): ranks as threads
 # and as processes, each its own node and mixed with ch4's shared memory; again with the

@@ -40,6 +40,7 @@ pub mod log;
 pub mod op;
 mod owned;
 pub mod process;
+mod process_manager;
 mod request;
 pub mod settings;
 pub mod threads;

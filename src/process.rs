@@ -31,6 +31,7 @@ use ch4_core::core::DeviceConfig;
 use ch4_core::{Device, Error, ErrorKind, Gpid, PeerState, Result};
 use shm::{Segment, ShmConfig, ShmTransport};
 
+use crate::process_manager::ProcessManager;
 use crate::{Communicator, Context, Single, ThreadLevel};
 
 /// The netmod process mode uses in this build (the build's [`crate::SelectedNetmod`]): TCP
@@ -58,7 +59,7 @@ pub type ProcessContext = Context;
 pub struct Universe<L: ThreadLevel = Single> {
     ctx: Context<ProcessNetmod, ShmTransport, L>,
     /// Shared with the netmod's [`LauncherWatch`], which reads peer events from it.
-    pmi: Arc<Mutex<Option<pmi::Client>>>,
+    pmi: Arc<Mutex<Option<ProcessManager>>>,
     /// Whether finalize holds a barrier of the job between flushing the transports and closing
     /// them: when ranks on other nodes are reached
     /// through a netmod and the launcher tells no one who left (Hydra). A libfabric or UCX peer
@@ -103,9 +104,7 @@ impl<L: ThreadLevel> Universe<L> {
             return Ok(());
         };
         let finalized = if in_order && self.barrier_at_finalize {
-            self.ctx
-                .rank
-                .finalize_then(&mut || c.barrier().map_err(pmi_err))
+            self.ctx.rank.finalize_then(&mut || c.barrier())
         } else {
             self.ctx.finalize()
         };
@@ -116,7 +115,7 @@ impl<L: ThreadLevel> Universe<L> {
             }
             other => other,
         };
-        let left = c.finalize().map_err(pmi_err);
+        let left = c.finalize();
         finalized.and(left)
     }
 
@@ -132,7 +131,7 @@ impl<L: ThreadLevel> Universe<L> {
 
 impl<L: ThreadLevel> Universe<L> {
     /// The connection to the process manager (taken at finalize).
-    fn client(&self) -> MutexGuard<'_, Option<pmi::Client>> {
+    fn client(&self) -> MutexGuard<'_, Option<ProcessManager>> {
         // A panic while the lock was held leaves the client as it was: still usable.
         self.pmi.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -148,9 +147,10 @@ fn pmi_err(e: pmi::Error) -> Error {
     Error::new(ErrorKind::Transport, format!("process manager: {e}"))
 }
 
-/// Whether this process was started by a PMI launcher (as opposed to alone).
+/// Whether this process was started by a launcher (as opposed to alone): a PMI one (ch4run,
+/// Hydra, `srun --mpi=pmi2`) or a PMIx one (Open MPI's `mpirun`, `srun --mpi=pmix`).
 pub fn under_launcher() -> bool {
-    std::env::var_os("PMI_FD").is_some() || std::env::var_os("PMI_PORT").is_some()
+    crate::process_manager::under_pmi() || crate::process_manager::under_pmix()
 }
 
 /// Joins the job, first starting it if needed: a program started without a launcher re-runs
@@ -194,8 +194,7 @@ pub fn init_thread<L: ThreadLevel>(level: L) -> Result<Universe<L>> {
 pub fn init_with_level<L: ThreadLevel>(config: DeviceConfig, _level: L) -> Result<Universe<L>> {
     crate::settings::check_environment()?;
     crate::log::init_if_asked();
-    let mut client = pmi::Client::from_env().map_err(pmi_err)?;
-    client.init().map_err(pmi_err)?;
+    let mut client = ProcessManager::join()?;
     let rank = client.rank();
     let size = client.size();
     let nodes = node_ids(&mut client, rank, size)?;
@@ -238,7 +237,7 @@ pub fn init_with_level<L: ThreadLevel>(config: DeviceConfig, _level: L) -> Resul
     // Each VCI is a network of its own: a node segment and a netmod endpoint that connect it
     // to the same VCI of every other rank.
     let cfg = ShmConfig::for_node(local.len(), vcis)?;
-    let kvs = client.get_my_kvsname().map_err(pmi_err)?.to_string();
+    let kvs = client.job_name()?;
     let mut shms = Vec::with_capacity(vcis);
     for vci in 0..vcis {
         let seg = node_segment(&mut client, &kvs, my_node, vci, me, local.len(), cfg)?;
@@ -249,7 +248,8 @@ pub fn init_with_level<L: ThreadLevel>(config: DeviceConfig, _level: L) -> Resul
     }
     let spans_nodes = local.len() != size as usize;
     let mut nets: Vec<ProcessNetmod> = process_netmods(&mut client, rank, size, spans_nodes, vcis)?;
-    let watched = spans_nodes && client.watch_peers().map_err(pmi_err)?;
+    let watched = spans_nodes && client.watch_peers()?;
+    let told_who_left = watched && client.tells_who_left();
     let pmi = Arc::new(Mutex::new(Some(client)));
     if watched {
         let watch = Arc::new(LauncherWatch::new(pmi.clone(), size));
@@ -274,7 +274,7 @@ pub fn init_with_level<L: ThreadLevel>(config: DeviceConfig, _level: L) -> Resul
     Ok(Universe {
         ctx,
         pmi,
-        barrier_at_finalize: spans_nodes && !watched,
+        barrier_at_finalize: spans_nodes && !told_who_left,
     })
 }
 
@@ -282,7 +282,7 @@ pub fn init_with_level<L: ThreadLevel>(config: DeviceConfig, _level: L) -> Resul
 /// [`PeerWatch`](ch4_core::bootstrap::PeerWatch): peer events
 /// are read from the PMI connection without blocking, at most every [`Self::POLL_EVERY`].
 struct LauncherWatch {
-    pmi: Arc<Mutex<Option<pmi::Client>>>,
+    pmi: Arc<Mutex<Option<ProcessManager>>>,
     seen: Mutex<Seen>,
 }
 
@@ -303,7 +303,7 @@ impl LauncherWatch {
     /// the provider), and must be received before waits on it fail.
     const GRACE: Duration = Duration::from_millis(100);
 
-    fn new(pmi: Arc<Mutex<Option<pmi::Client>>>, size: u32) -> Self {
+    fn new(pmi: Arc<Mutex<Option<ProcessManager>>>, size: u32) -> Self {
         let now = Instant::now();
         LauncherWatch {
             pmi,
@@ -357,7 +357,7 @@ impl LauncherWatch {
 /// everyone's. A single-node job never uses the network, so it skips the exchange. The same
 /// code for every netmod ([`Bootstrap`]).
 fn process_netmods<N: Bootstrap>(
-    client: &mut pmi::Client,
+    client: &mut ProcessManager,
     rank: u32,
     size: u32,
     spans_nodes: bool,
@@ -370,17 +370,14 @@ fn process_netmods<N: Bootstrap>(
             .collect();
     }
     if rank == 0 {
-        client
-            .put("ch4-job-key", &format!("{:016x}", random_key()))
-            .map_err(pmi_err)?;
+        client.put("ch4-job-key", &format!("{:016x}", random_key()))?;
     }
-    client.barrier().map_err(pmi_err)?;
+    client.barrier()?;
     let key = client
-        .get("ch4-job-key")
-        .map_err(pmi_err)?
+        .get(0, "ch4-job-key")?
         .and_then(|k| u64::from_str_radix(&k, 16).ok())
         .ok_or_else(|| Error::new(ErrorKind::Transport, "rank 0 published no job key"))?;
-    let max_value = client.get_maxes().map_err(pmi_err)?.vallen_max;
+    let max_value = client.max_value_len()?;
     // Every VCI's card is published before the one barrier: VCI 0's under the names a
     // single-VCI job has always used, VCI v's with `-v{v}` after the rank.
     let card_key = |r: u32, vci: usize| {
@@ -395,15 +392,13 @@ fn process_netmods<N: Bootstrap>(
         let net = N::open(rank, size, key, true)?;
         let segments = card_segments(&net.business_card()?, max_value)?;
         let name = card_key(rank, vci);
-        client
-            .put(&name, &segments.len().to_string())
-            .map_err(pmi_err)?;
+        client.put(&name, &segments.len().to_string())?;
         for (i, s) in segments.iter().enumerate() {
-            client.put(&format!("{name}-{i}"), s).map_err(pmi_err)?;
+            client.put(&format!("{name}-{i}"), s)?;
         }
         nets.push(net);
     }
-    client.barrier().map_err(pmi_err)?;
+    client.barrier()?;
     for (vci, net) in nets.iter_mut().enumerate() {
         let mut cards = Vec::with_capacity(size as usize);
         for r in 0..size {
@@ -415,18 +410,12 @@ fn process_netmods<N: Bootstrap>(
             };
             let name = card_key(r, vci);
             let count: usize = client
-                .get(&name)
-                .map_err(pmi_err)?
+                .get(r, &name)?
                 .and_then(|n| n.parse().ok())
                 .ok_or_else(missing)?;
             let mut segs = Vec::with_capacity(count);
             for i in 0..count {
-                segs.push(
-                    client
-                        .get(&format!("{name}-{i}"))
-                        .map_err(pmi_err)?
-                        .ok_or_else(missing)?,
-                );
+                segs.push(client.get(r, &format!("{name}-{i}"))?.ok_or_else(missing)?);
             }
             cards.push(join_card_segments(r, &segs)?);
         }
@@ -454,7 +443,7 @@ pub(crate) fn random_key() -> u64 {
 }
 
 /// Node id of every rank: `CH4_NODE_SIZE` if set, else the host it runs on ([`host_ids`]).
-fn node_ids(client: &mut pmi::Client, rank: u32, size: u32) -> Result<Vec<u32>> {
+fn node_ids(client: &mut ProcessManager, rank: u32, size: u32) -> Result<Vec<u32>> {
     if let Some(k) = ch4_core::env::count("CH4_NODE_SIZE")? {
         return Ok((0..size).map(|r| r / k).collect());
     }
@@ -466,7 +455,12 @@ fn node_ids(client: &mut pmi::Client, rank: u32, size: u32) -> Result<Vec<u32>> 
 /// its own node, say, to exercise the network on one host), and counting a node's ranks would
 /// hide that five ranks share two cores: their waiting loops would then spin half a millisecond
 /// before yielding (see `settings::apply_idle_policy`).
-fn ranks_on_host(client: &mut pmi::Client, rank: u32, size: u32, nodes: &[u32]) -> Result<usize> {
+fn ranks_on_host(
+    client: &mut ProcessManager,
+    rank: u32,
+    size: u32,
+    nodes: &[u32],
+) -> Result<usize> {
     let hosts = if ch4_core::env::count("CH4_NODE_SIZE")?.is_some() {
         host_ids(client, rank, size)?
     } else {
@@ -477,8 +471,8 @@ fn ranks_on_host(client: &mut pmi::Client, rank: u32, size: u32, nodes: &[u32]) 
 }
 
 /// Host id of every rank: the launcher's process mapping, else by comparing hostnames.
-fn host_ids(client: &mut pmi::Client, rank: u32, size: u32) -> Result<Vec<u32>> {
-    if let Some(ids) = client.node_ids().map_err(pmi_err)? {
+fn host_ids(client: &mut ProcessManager, rank: u32, size: u32) -> Result<Vec<u32>> {
+    if let Some(ids) = client.node_ids()? {
         if ids.len() == size as usize {
             return Ok(ids);
         }
@@ -487,21 +481,16 @@ fn host_ids(client: &mut pmi::Client, rank: u32, size: u32) -> Result<Vec<u32>> 
         return Ok(vec![0]);
     }
     let host = hostname();
-    client
-        .put(&format!("ch4-host-{rank}"), &host)
-        .map_err(pmi_err)?;
-    client.barrier().map_err(pmi_err)?;
+    client.put(&format!("ch4-host-{rank}"), &host)?;
+    client.barrier()?;
     let mut hosts: Vec<String> = Vec::with_capacity(size as usize);
     for r in 0..size {
-        let h = client
-            .get(&format!("ch4-host-{r}"))
-            .map_err(pmi_err)?
-            .ok_or_else(|| {
-                Error::new(
-                    ErrorKind::Transport,
-                    format!("rank {r} published no hostname"),
-                )
-            })?;
+        let h = client.get(r, &format!("ch4-host-{r}"))?.ok_or_else(|| {
+            Error::new(
+                ErrorKind::Transport,
+                format!("rank {r} published no hostname"),
+            )
+        })?;
         hosts.push(h);
     }
     let mut names: Vec<&String> = Vec::new();
@@ -537,7 +526,7 @@ fn segment_path(kvs: &str, node: u32, vci: usize) -> PathBuf {
 /// takes part in both fences even when its own step failed, so a failure is reported by every
 /// rank instead of leaving the others waiting.
 fn node_segment(
-    client: &mut pmi::Client,
+    client: &mut ProcessManager,
     kvs: &str,
     node: u32,
     vci: usize,
@@ -550,8 +539,8 @@ fn node_segment(
         // The two barriers below are the whole job's, though: skipping them would pair this
         // rank's later barriers with the other nodes' segment barriers (a job with nodes of
         // one and of more ranks then read the job key before rank 0 had published it).
-        client.barrier().map_err(pmi_err)?;
-        client.barrier().map_err(pmi_err)?;
+        client.barrier()?;
+        client.barrier()?;
         return Ok(Arc::new(Segment::anonymous(1, cfg.geometry())?));
     }
     let path = segment_path(kvs, node, vci);
@@ -561,12 +550,12 @@ fn node_segment(
     } else {
         None
     };
-    client.barrier().map_err(pmi_err)?;
+    client.barrier()?;
     let seg = match created {
         Some(s) => s,
         None => Segment::attach(&path, ranks),
     };
-    client.barrier().map_err(pmi_err)?;
+    client.barrier()?;
     let seg = seg?;
     if me == 0 {
         seg.unlink()?;

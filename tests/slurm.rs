@@ -1,7 +1,8 @@
 //! ch4 under Slurm: a one-machine cluster (`scripts/lib/slurm-cluster.sh`: slurmctld, slurmd
 //! and a private munged, all under one directory) runs ch4's programs with `srun --mpi=pmi2`,
-//! whose PMI-2 server the `pmi` crate's PMI-2 client speaks to (Slurm sets `PMI_JOBID`): the
-//! ring on one node (shared memory) and with every rank its own node (TCP), ch4's
+//! whose PMI-2 server the `pmi` crate's PMI-2 client speaks to (Slurm sets `PMI_JOBID`), and,
+//! in a build with the `pmix` feature, with `srun --mpi=pmix` (Slurm's PMIx server, ch4's
+//! `pmix` client): the ring on one node (shared memory) and with every rank its own node (TCP), ch4's
 //! `osu_latency`, and the real OSU program built on ch4's C library. Skipped where Slurm cannot
 //! run (not root, no packages).
 #![cfg(all(feature = "tcp", not(any(feature = "ofi", feature = "ucx"))))]
@@ -60,17 +61,18 @@ impl Cluster {
         Some(Cluster { dir, conf })
     }
 
-    /// `srun --mpi=pmi2 -n <ranks>` of `program`, waited for at most two minutes (a busy host
+    /// `srun --mpi=<mpi> -n <ranks>` of `program`, waited for at most two minutes (a busy host
     /// once took a minute to launch under Slurm).
     fn srun(
         &self,
+        mpi: &str,
         ranks: u32,
         program: &std::path::Path,
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Output {
         let mut cmd = Command::new("srun");
-        cmd.args(["--mpi=pmi2", "-n", &ranks.to_string()])
+        cmd.args([&format!("--mpi={mpi}"), "-n", &ranks.to_string()])
             .arg(program)
             .args(args)
             .env("SLURM_CONF", &self.conf)
@@ -107,7 +109,26 @@ impl Drop for Cluster {
 
 #[test]
 fn srun_with_pmi2_runs_the_ring_osu_latency_and_a_c_program() {
-    let test = "slurm: srun_with_pmi2_runs_the_ring_osu_latency_and_a_c_program";
+    ring_osu_latency_and_a_c_program(
+        "pmi2",
+        "slurm: srun_with_pmi2_runs_the_ring_osu_latency_and_a_c_program",
+    );
+}
+
+/// Slurm's PMIx plugin (`mpi/pmix_v4`, over Debian's OpenPMIx) and ch4's PMIx client (the
+/// `pmix` feature).
+#[cfg(feature = "pmix")]
+#[test]
+fn srun_with_pmix_runs_the_ring_osu_latency_and_a_c_program() {
+    ring_osu_latency_and_a_c_program(
+        "pmix",
+        "slurm: srun_with_pmix_runs_the_ring_osu_latency_and_a_c_program",
+    );
+}
+
+/// With `srun --mpi=<mpi>`: the ring on one node (shared memory) and with every rank its own
+/// node (TCP), ch4's `osu_latency`, and the real OSU program built on ch4's C library.
+fn ring_osu_latency_and_a_c_program(mpi: &str, test: &str) {
     let Some(cluster) = Cluster::up(test) else {
         return;
     };
@@ -115,6 +136,7 @@ fn srun_with_pmi2_runs_the_ring_osu_latency_and_a_c_program() {
     // The ring on one node, then with every rank its own node (TCP between them).
     for node_size in ["4", "1"] {
         let out = cluster.srun(
+            mpi,
             4,
             &dir.join("examples/ring"),
             &[],
@@ -128,6 +150,7 @@ fn srun_with_pmi2_runs_the_ring_osu_latency_and_a_c_program() {
         );
     }
     let out = cluster.srun(
+        mpi,
         2,
         &dir.join("examples/osu_latency"),
         &["-m", "8:8", "-i", "1000"],
@@ -136,61 +159,11 @@ fn srun_with_pmi2_runs_the_ring_osu_latency_and_a_c_program() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.lines().any(|l| l.starts_with("8 ")), "{text}");
     // The real OSU program on ch4's C library, when its sources are here.
-    let Some(osu) = testkit::skip::third_party("osu-micro-benchmarks-7.2/c", test) else {
+    let Some(bin) = common::c_programs::osu_latency(test, "ch4-slurm-osu") else {
         return;
     };
-    let bin = std::env::temp_dir().join(format!("ch4-slurm-osu-{}", std::process::id()));
-    let util: Vec<PathBuf> = [
-        "osu_util",
-        "osu_util_mpi",
-        "osu_util_graph",
-        "osu_util_validation",
-        "osu_util_papi",
-    ]
-    .iter()
-    .map(|u| osu.join(format!("util/{u}.c")))
-    .collect();
-    let cc = Command::new(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("c-abi/bin/mpicc"))
-        .env("CH4_ABI_LIBDIR", c_library())
-        .args(["-O2", "-DFIELD_WIDTH=18", "-DFLOAT_PRECISION=2", "-I"])
-        .arg(osu.join("util"))
-        .arg("-o")
-        .arg(&bin)
-        .arg(osu.join("mpi/pt2pt/standard/osu_latency.c"))
-        .args(&util)
-        .args(["-lm", "-lpthread"])
-        .status()
-        .expect("run c-abi/bin/mpicc");
-    assert!(
-        cc.success(),
-        "building osu_latency on ch4's C library failed"
-    );
-    let out = cluster.srun(2, &bin, &["-m", "8:8", "-i", "1000"], &[]);
+    let out = cluster.srun(mpi, 2, &bin, &["-m", "8:8", "-i", "1000"], &[]);
     let _ = std::fs::remove_file(&bin);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.lines().any(|l| l.starts_with("8 ")), "{text}");
-}
-
-/// ch4's C library of this profile (`libmpi_abi.so`, built here with the default netmod), in a
-/// directory of its own under its soname too, for `c-abi/bin/mpicc` to link and the programs to
-/// load (`CH4_ABI_LIBDIR`).
-fn c_library() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut build = Command::new(cargo);
-    build.args(["build", "-q", "-p", "ch4-mpi-abi", "--lib"]);
-    if !cfg!(debug_assertions) {
-        build.arg("--release");
-    }
-    assert!(
-        build.status().expect("run cargo build").success(),
-        "building the C library failed"
-    );
-    let dir = common::jobs::bin_dir().join("slurm-abi/lib");
-    std::fs::create_dir_all(&dir).unwrap();
-    for name in ["libmpi_abi.so.1", "libmpi_abi.so"] {
-        let link = dir.join(name);
-        let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(common::jobs::bin_dir().join("libmpi_abi.so"), &link).unwrap();
-    }
-    dir
 }

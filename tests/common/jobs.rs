@@ -40,6 +40,7 @@ pub fn built() -> PathBuf {
             ("tcp", cfg!(feature = "tcp")),
             ("ofi", cfg!(feature = "ofi")),
             ("ucx", cfg!(feature = "ucx")),
+            ("pmix", cfg!(feature = "pmix")),
         ]
         .into_iter()
         .filter_map(|(name, on)| on.then_some(name))

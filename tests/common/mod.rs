@@ -25,6 +25,7 @@
 
 #![allow(dead_code)]
 
+pub mod c_programs;
 pub mod hosts;
 pub mod jobs;
 

@@ -277,7 +277,8 @@ pub fn run(opts: &LaunchOptions) -> Result<i32> {
 /// Call it first thing in `main`, before starting threads or reading stdin, then initialize as
 /// a rank (for instance with [`Client::from_env`](crate::Client::from_env)). In the ranks, and
 /// whenever the process already runs under a launcher (`PMI_FD` or `PMI_PORT` is set, as by
-/// `ch4run` or Hydra's `mpiexec`), it returns `Ok(())` at once and does nothing. It also returns
+/// `ch4run` or Hydra's `mpiexec`; or `PMIX_NAMESPACE` and `PMIX_RANK`, as by a PMIx launcher),
+/// it returns `Ok(())` at once and does nothing. It also returns
 /// at once when [`SELF_LAUNCHED_VAR`] is set without PMI variables (a rank that lost its PMI
 /// environment): that guard keeps a program from launching itself recursively, and such a
 /// process then runs as a PMI singleton.
@@ -321,6 +322,14 @@ fn under_a_launcher() -> bool {
     ["PMI_FD", "PMI_PORT"]
         .iter()
         .any(|var| std::env::var(var).is_ok())
+        || under_pmix()
+}
+
+/// Whether a PMIx launcher (Open MPI's `mpirun`, PRRTE, `srun --mpi=pmix`) started this
+/// process: it is then a rank already, which joins through a PMIx client (ch4's `pmix`
+/// feature), never a program to launch again.
+fn under_pmix() -> bool {
+    std::env::var_os("PMIX_NAMESPACE").is_some() && std::env::var_os("PMIX_RANK").is_some()
 }
 
 /// `err` with `what` in front, keeping its kind.
@@ -441,6 +450,13 @@ impl Job<'_> {
         cmd.args(&opts.args);
         for var in INHERITED_PMI_VARS {
             cmd.env_remove(var);
+        }
+        // Nor a PMIx server's (ch4run under Open MPI's mpirun or srun --mpi=pmix): the ranks
+        // would join the outer job instead of this one.
+        for (var, _) in std::env::vars_os() {
+            if var.to_str().is_some_and(|v| v.starts_with("PMIX_")) {
+                cmd.env_remove(var);
+            }
         }
         for (k, v) in &opts.env {
             cmd.env(k, v);
