@@ -99,7 +99,13 @@ pub struct AmRouteState {
     pub rendezvous_in_flight: usize,
     /// When this process last started a rendezvous send on this route.
     pub rendezvous_sent: Option<std::time::Instant>,
-    /// Eager credit left towards each process (indexed by process id), in credit bytes
+    /// The first process this route reaches: `credit` and `consumed` hold the processes from
+    /// here on (a node's block of processes for the shared-memory route, every process for the
+    /// network's), so a job of a million processes keeps shared-memory credit only for the
+    /// few on its node. A process outside the window has no credit: its sends cannot be eager
+    /// on this route, which no route that reaches it asks.
+    pub first: Gpid,
+    /// Eager credit left towards each process (indexed by process id less [`Self::first`]), in credit bytes
     /// ([`credit_cost`]): an eager message that would overdraw it goes by rendezvous instead, so
     /// a receiver never holds more than its senders' credit of unexpected eager data, and a
     /// sender never more than its credit of copies waiting for a full ring or socket (flow
@@ -135,11 +141,14 @@ const fn local_credit_cost(total: usize) -> u64 {
 pub const CREDIT_OVERHEAD: usize = 128;
 
 impl AmRouteState {
-    /// The state of one route of a job of `world_size` processes, every credit at `init`.
-    pub fn new(world_size: u32, init: u64) -> AmRouteState {
+    /// The state of one route that reaches the processes `reach` (see [`Self::first`]), every
+    /// credit at `init`.
+    pub fn new(reach: std::ops::Range<Gpid>, init: u64) -> AmRouteState {
+        let count = reach.end.saturating_sub(reach.start) as usize;
         AmRouteState {
-            credit: vec![init; world_size as usize],
-            consumed: vec![0; world_size as usize],
+            first: reach.start,
+            credit: vec![init; count],
+            consumed: vec![0; count],
             credit_init: init,
             credit_return_at: (init / 4).max(1),
             ..AmRouteState::default()
@@ -318,7 +327,19 @@ impl Core {
 }
 
 impl Core {
+    #[cfg(test)]
     pub(crate) fn new(gpid: Gpid, world_size: u32, config: DeviceConfig) -> Result<Core> {
+        Core::with_reach(gpid, world_size, config, [0..world_size, 0..world_size])
+    }
+
+    /// [`Core::new`] with each route's credit kept only for the processes it reaches (indexed
+    /// by [`Route::index`]; see [`AmRouteState::first`]).
+    pub(crate) fn with_reach(
+        gpid: Gpid,
+        world_size: u32,
+        config: DeviceConfig,
+        reach: [std::ops::Range<Gpid>; 2],
+    ) -> Result<Core> {
         use crate::rankmap::Group;
         if gpid >= world_size {
             crate::bail!(Arg, "process {gpid} outside a job of {world_size}");
@@ -352,10 +373,7 @@ impl Core {
             contexts: ContextIds::default(),
             am: {
                 let init = config.credit_per_peer(world_size);
-                [
-                    AmRouteState::new(world_size, init),
-                    AmRouteState::new(world_size, init),
-                ]
+                reach.map(|r| AmRouteState::new(r, init))
             },
             config,
             world,
@@ -463,9 +481,9 @@ impl Core {
     /// Whether an eager message of `total` bytes to `dest` is within its credit.
     #[inline(always)]
     pub fn has_credit(&self, route: Route, dest: Gpid, total: usize) -> bool {
-        self.am[route.index()]
-            .credit
-            .get(dest as usize)
+        let st = &self.am[route.index()];
+        st.credit
+            .get(dest.wrapping_sub(st.first) as usize)
             .is_some_and(|&c| c >= local_credit_cost(total))
     }
 
@@ -476,7 +494,8 @@ impl Core {
     #[inline(always)]
     pub fn take_credit(&mut self, route: Route, dest: Gpid, total: usize) -> bool {
         let cost = local_credit_cost(total);
-        match self.am[route.index()].credit.get_mut(dest as usize) {
+        let st = &mut self.am[route.index()];
+        match st.credit.get_mut(dest.wrapping_sub(st.first) as usize) {
             Some(c) if *c >= cost => {
                 *c -= cost;
                 true
@@ -494,7 +513,7 @@ impl Core {
     /// Credit `dest` gave back (capped at the initial credit: more is a peer's mistake).
     pub fn credit_returned(&mut self, route: Route, dest: Gpid, amount: u64) {
         let st = &mut self.am[route.index()];
-        if let Some(c) = st.credit.get_mut(dest as usize) {
+        if let Some(c) = st.credit.get_mut(dest.wrapping_sub(st.first) as usize) {
             *c = c.saturating_add(amount).min(st.credit_init);
         }
     }
@@ -512,7 +531,9 @@ impl AmRouteState {
     /// of the core while it calls this, so it is reachable without borrowing the whole core.
     #[inline(always)]
     pub fn consume_credit(&mut self, src: Gpid, total: usize) -> Option<u64> {
-        let c = self.consumed.get_mut(src as usize)?;
+        let c = self
+            .consumed
+            .get_mut(src.wrapping_sub(self.first) as usize)?;
         *c = c.saturating_add(credit_cost(total));
         if *c < self.credit_return_at {
             return None;

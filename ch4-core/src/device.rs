@@ -125,8 +125,21 @@ impl<N: Netmod, S: Shm> Device<N, S> {
                 ));
             }
         }
+        // Each route keeps credit for the processes it reaches only: the shared-memory route
+        // for the node's (a block of a large job), the network's for the others, none when the
+        // job fits on the node.
+        let local = |g: Gpid| S::PRESENT && shm.is_local(g);
+        let span = |on: &dyn Fn(Gpid) -> bool| {
+            let first = (0..world_size).find(|&g| on(g));
+            let last = (0..world_size).rev().find(|&g| on(g));
+            match (first, last) {
+                (Some(a), Some(b)) => a..b + 1,
+                _ => 0..0,
+            }
+        };
+        let reach = [span(&local), span(&|g| !local(g))];
         Ok(Device {
-            core: Core::new(gpid, world_size, config)?,
+            core: Core::with_reach(gpid, world_size, config, reach)?,
             net,
             shm,
             net_in_use,
