@@ -121,12 +121,13 @@ cargo test --features pmix --test open_mpi --test slurm pmix
 # and as processes, each its own node and mixed with ch4's shared memory; again with the
 # provider's largest message forced down to 4 KiB, so that every longer message goes by RMA
 # read; and the process-mode tests (launchers, stress, killed and vanished ranks, floods under
-# eager credit, two hosts in network namespaces) with OFI as the network. This build has tcp and
+# eager credit, two hosts in network namespaces) with OFI as the network, and its bytes per peer. This build has tcp and
 # ofi, so the netmod is chosen at start (`netmod_choice`: each of them by CH4_NETMOD, auto, a
 # name not built in).
 cargo test --features ofi --test pt2pt --test multithreaded ofi
 CH4_OFI_MAX_MSG_SIZE=4096 cargo test --features ofi --test pt2pt ofi
-cargo test --features ofi --test process --test flood --test netmod_choice --test two_hosts
+cargo test --features ofi --test process --test flood --test netmod_choice --test two_hosts \
+    --bench memory_per_peer
 # And over UCX (the `ucx` feature): the semantics suite over UCX's TCP transport on the
 # loopback device, over its shared-memory transports, and with UCX's own choice; the
 # process-mode tests with UCX as the network.
@@ -135,7 +136,8 @@ UCX_TLS=tcp UCX_NET_DEVICES=lo cargo test --features ucx --test pt2pt --test mul
 CH4_UCX_ERR_MODE=peer UCX_TLS=tcp UCX_NET_DEVICES=lo cargo test --features ucx --test pt2pt ucx
 UCX_TLS=posix,sysv,cma,self cargo test --features ucx --test pt2pt --test multithreaded ucx
 cargo test --features ucx --test pt2pt ucx
-UCX_TLS=tcp UCX_NET_DEVICES=lo cargo test --features ucx --test process --test flood --test two_hosts
+UCX_TLS=tcp UCX_NET_DEVICES=lo cargo test --features ucx --test process --test flood --test two_hosts \
+    --bench memory_per_peer
 # The C library at MPI_THREAD_MULTIPLE (tests/c/threads.c and MPICH's multithreaded tests) over the network, each
 # rank its own node (over shared memory they ran with the workspace above): TCP, libfabric's
 # tcp;ofi_rxm, UCX's tcp. The OFI and UCX libraries are built in target/abi-<netmod>.

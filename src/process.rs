@@ -100,11 +100,18 @@ impl<L: ThreadLevel> Universe<L> {
     /// Finalizes the rank and leaves the job; `in_order`: called by the program (a universe
     /// dropped without finalize leaves at once: its peers see it fail).
     fn finish(&self, in_order: bool) -> Result<()> {
-        let Some(mut c) = self.client().take() else {
+        if self.client().is_none() {
             return Ok(());
-        };
+        }
+        // The process manager stays reachable while the rank finalizes: a netmod that reads
+        // peers' cards on first contact may meet a new peer in the last flush.
         let finalized = if in_order && self.barrier_at_finalize {
-            self.ctx.rank.finalize_then(&mut || c.barrier())
+            self.ctx
+                .rank
+                .finalize_then(&mut || match self.client().as_mut() {
+                    Some(c) => c.barrier(),
+                    None => Ok(()),
+                })
         } else {
             self.ctx.finalize()
         };
@@ -114,6 +121,9 @@ impl<L: ThreadLevel> Universe<L> {
                 Err(e)
             }
             other => other,
+        };
+        let Some(c) = self.client().take() else {
+            return finalized;
         };
         let left = c.finalize();
         finalized.and(left)
@@ -132,8 +142,7 @@ impl<L: ThreadLevel> Universe<L> {
 impl<L: ThreadLevel> Universe<L> {
     /// The connection to the process manager (taken at finalize).
     fn client(&self) -> MutexGuard<'_, Option<ProcessManager>> {
-        // A panic while the lock was held leaves the client as it was: still usable.
-        self.pmi.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.pmi)
     }
 }
 
@@ -141,6 +150,12 @@ impl<L: ThreadLevel> Drop for Universe<L> {
     fn drop(&mut self) {
         let _ = self.finish(false);
     }
+}
+
+/// The shared process manager, locked.
+fn lock(pm: &Mutex<Option<ProcessManager>>) -> MutexGuard<'_, Option<ProcessManager>> {
+    // A panic while the lock was held leaves the client as it was: still usable.
+    pm.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn pmi_err(e: pmi::Error) -> Error {
@@ -247,10 +262,15 @@ pub fn init_with_level<L: ThreadLevel>(config: DeviceConfig, _level: L) -> Resul
         shms.push(shm);
     }
     let spans_nodes = local.len() != size as usize;
-    let mut nets: Vec<ProcessNetmod> = process_netmods(&mut client, rank, size, spans_nodes, vcis)?;
-    let watched = spans_nodes && client.watch_peers()?;
-    let told_who_left = watched && client.tells_who_left();
     let pmi = Arc::new(Mutex::new(Some(client)));
+    let mut nets: Vec<ProcessNetmod> = process_netmods(&pmi, rank, size, spans_nodes, vcis)?;
+    let (watched, told_who_left) = match lock(&pmi).as_mut() {
+        Some(c) if spans_nodes => {
+            let watched = c.watch_peers()?;
+            (watched, watched && c.tells_who_left())
+        }
+        _ => (false, false),
+    };
     if watched {
         let watch = Arc::new(LauncherWatch::new(pmi.clone(), size));
         for net in &mut nets {
@@ -288,8 +308,11 @@ struct LauncherWatch {
 
 /// What the launcher has said so far.
 struct Seen {
-    /// Each rank's state, and when this rank learned it.
-    states: Vec<(PeerState, Instant)>,
+    /// The state of each rank the launcher said ended, and when this rank learned it (the
+    /// others are alive: a job of a million ranks keeps nothing for them).
+    states: std::collections::HashMap<Gpid, (PeerState, Instant)>,
+    /// The job's size: events about other ranks are ignored.
+    size: u32,
     last_poll: Option<Instant>,
 }
 
@@ -304,11 +327,11 @@ impl LauncherWatch {
     const GRACE: Duration = Duration::from_millis(100);
 
     fn new(pmi: Arc<Mutex<Option<ProcessManager>>>, size: u32) -> Self {
-        let now = Instant::now();
         LauncherWatch {
             pmi,
             seen: Mutex::new(Seen {
-                states: vec![(PeerState::Alive, now); size as usize],
+                states: Default::default(),
+                size,
                 last_poll: None,
             }),
         }
@@ -332,8 +355,8 @@ impl LauncherWatch {
                                     pmi::PeerEvent::Left(r) => (r, PeerState::Left),
                                     pmi::PeerEvent::Failed(r) => (r, PeerState::Failed),
                                 };
-                                if let Some(s) = seen.states.get_mut(r as usize) {
-                                    *s = (st, now);
+                                if r < seen.size {
+                                    seen.states.insert(r, (st, now));
                                 }
                             }
                         }
@@ -343,7 +366,7 @@ impl LauncherWatch {
                 }
             }
         }
-        match seen.states.get(gpid as usize) {
+        match seen.states.get(&gpid) {
             Some(&(PeerState::Alive, _)) | None => PeerState::Alive,
             Some(&(st, since)) if now.duration_since(since) >= Self::GRACE => st,
             Some(_) => PeerState::Alive,
@@ -353,11 +376,12 @@ impl LauncherWatch {
 
 /// This rank's netmod, opened and, when the job spans nodes, introduced to its peers: rank 0
 /// draws the job key and publishes it, every rank publishes its business card (cut into as many
-/// values as the process manager needs, see [`ch4_core::bootstrap::card_segments`]) and reads
-/// everyone's. A single-node job never uses the network, so it skips the exchange. The same
-/// code for every netmod ([`Bootstrap`]).
+/// values as the process manager needs, see [`ch4_core::bootstrap::card_segments`]), and the
+/// netmod reads the others' from the process manager, now or on first contact
+/// ([`Bootstrap::learn_cards_from`]). A single-node job never uses the network, so it skips
+/// the exchange. The same code for every netmod ([`Bootstrap`]).
 fn process_netmods<N: Bootstrap>(
-    client: &mut ProcessManager,
+    pm: &Arc<Mutex<Option<ProcessManager>>>,
     rank: u32,
     size: u32,
     spans_nodes: bool,
@@ -369,6 +393,10 @@ fn process_netmods<N: Bootstrap>(
             .map(|_| N::open(rank, size, random_key(), false))
             .collect();
     }
+    let mut guard = lock(pm);
+    let client = guard
+        .as_mut()
+        .ok_or_else(|| Error::new(ErrorKind::Internal, "no process manager at start-up"))?;
     if rank == 0 {
         client.put("ch4-job-key", &format!("{:016x}", random_key()))?;
     }
@@ -378,15 +406,6 @@ fn process_netmods<N: Bootstrap>(
         .and_then(|k| u64::from_str_radix(&k, 16).ok())
         .ok_or_else(|| Error::new(ErrorKind::Transport, "rank 0 published no job key"))?;
     let max_value = client.max_value_len()?;
-    // Every VCI's card is published before the one barrier: VCI 0's under the names a
-    // single-VCI job has always used, VCI v's with `-v{v}` after the rank.
-    let card_key = |r: u32, vci: usize| {
-        if vci == 0 {
-            format!("ch4-card-{r}")
-        } else {
-            format!("ch4-card-{r}-v{vci}")
-        }
-    };
     let mut nets = Vec::with_capacity(vcis);
     for vci in 0..vcis {
         let net = N::open(rank, size, key, true)?;
@@ -399,29 +418,56 @@ fn process_netmods<N: Bootstrap>(
         nets.push(net);
     }
     client.barrier()?;
+    // The source below locks the process manager for each card it reads.
+    drop(guard);
     for (vci, net) in nets.iter_mut().enumerate() {
-        let mut cards = Vec::with_capacity(size as usize);
-        for r in 0..size {
-            let missing = || {
-                Error::new(
+        let pm = pm.clone();
+        net.learn_cards_from(
+            size,
+            Box::new(move |r| match lock(&pm).as_mut() {
+                Some(client) => read_card(client, r, vci),
+                None => Err(Error::new(
                     ErrorKind::Transport,
-                    format!("rank {r} published no business card for VCI {vci}"),
-                )
-            };
-            let name = card_key(r, vci);
-            let count: usize = client
-                .get(r, &name)?
-                .and_then(|n| n.parse().ok())
-                .ok_or_else(missing)?;
-            let mut segs = Vec::with_capacity(count);
-            for i in 0..count {
-                segs.push(client.get(r, &format!("{name}-{i}"))?.ok_or_else(missing)?);
-            }
-            cards.push(join_card_segments(r, &segs)?);
-        }
-        net.learn_cards(&cards)?;
+                    format!(
+                        "rank {r}'s business card is needed after this rank left its job: \
+                         the process manager is gone"
+                    ),
+                )),
+            }),
+        )?;
     }
     Ok(nets)
+}
+
+/// The name of rank `r`'s card for VCI `vci`: every VCI's card is published before the one
+/// barrier, VCI 0's under the names a single-VCI job has always used, VCI v's with `-v{v}` after
+/// the rank.
+fn card_key(r: u32, vci: usize) -> String {
+    if vci == 0 {
+        format!("ch4-card-{r}")
+    } else {
+        format!("ch4-card-{r}-v{vci}")
+    }
+}
+
+/// Rank `r`'s business card for VCI `vci`, read from the process manager.
+fn read_card(client: &mut ProcessManager, r: u32, vci: usize) -> Result<Vec<u8>> {
+    let missing = || {
+        Error::new(
+            ErrorKind::Transport,
+            format!("rank {r} published no business card for VCI {vci}"),
+        )
+    };
+    let name = card_key(r, vci);
+    let count: usize = client
+        .get(r, &name)?
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(missing)?;
+    let mut segs = Vec::with_capacity(count);
+    for i in 0..count {
+        segs.push(client.get(r, &format!("{name}-{i}"))?.ok_or_else(missing)?);
+    }
+    join_card_segments(r, &segs)
 }
 
 /// A job key nobody outside the job can guess: 8 bytes from the kernel's generator.

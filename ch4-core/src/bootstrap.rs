@@ -34,6 +34,18 @@ pub trait Bootstrap: Netmod {
     /// Learns every rank's card, in rank order, this rank's own included.
     fn learn_cards(&mut self, cards: &[Vec<u8>]) -> Result<()>;
 
+    /// Learns the cards of a job of `size` ranks from `source`, which gives rank `g`'s card
+    /// when asked (reading it from the process manager). A netmod that needs a peer's card
+    /// only to reach it (a connectionless one, whose address handles are made on first
+    /// contact) keeps the source and asks on first contact, so a rank holds no card of a peer
+    /// it never talks to: in a job of a million processes, the difference between a few
+    /// hundred megabytes of addresses and none. The default asks for every card now and
+    /// calls [`Bootstrap::learn_cards`].
+    fn learn_cards_from(&mut self, size: u32, mut source: CardSource) -> Result<()> {
+        let cards = (0..size).map(&mut source).collect::<Result<Vec<_>>>()?;
+        self.learn_cards(&cards)
+    }
+
     /// Makes `watch` this netmod's source of which peers left or failed, for the peers it
     /// cannot judge itself (a libfabric provider retries a dead peer's address for ever; a TCP
     /// netmod knows only the peers it is connected to). The default ignores it: a netmod that
@@ -42,6 +54,11 @@ pub trait Bootstrap: Netmod {
         let _ = watch;
     }
 }
+
+/// Rank `g`'s business card, on demand: see [`Bootstrap::learn_cards_from`]. Called at start-up
+/// or on first contact with a peer, never per message, so a boxed closure costs nothing that
+/// shows; `Send` because a netmod may move to another thread with its rank.
+pub type CardSource = Box<dyn FnMut(Gpid) -> Result<Vec<u8>> + Send>;
 
 /// Cuts `card` into text values of at most `max_value` characters each (hex, two characters a
 /// byte): as many as needed, at least one.

@@ -16,7 +16,7 @@
 //! settings summary. Every rank must run the same one: the choice travels in the business card
 //! and a rank that chose another is a start-up error that names both.
 
-use ch4_core::bootstrap::{Bootstrap, PeerWatch};
+use ch4_core::bootstrap::{Bootstrap, CardSource, PeerWatch};
 use ch4_core::env::{self, Setting};
 use ch4_core::request::{Message, ReqHandle};
 use ch4_core::transport::{
@@ -533,6 +533,33 @@ impl P2p<AnyNetmod> for AnyEngine {
     }
 }
 
+/// The chosen netmod's part of rank `rank`'s card, which must name the netmod `mine` as this
+/// rank's does.
+fn inner_card(mine: Kind, rank: Gpid, card: &[u8]) -> Result<&[u8]> {
+    let Some((&code, rest)) = card.split_first() else {
+        return Err(Error::new(
+            ErrorKind::Transport,
+            format!("rank {rank} published an empty business card"),
+        ));
+    };
+    match Kind::from_code(code) {
+        Some(k) if k == mine => Ok(rest),
+        Some(k) => Err(Error::new(
+            ErrorKind::Transport,
+            format!(
+                "rank {rank} runs the {} netmod and this rank {}: every rank of a job must run \
+                 the same one (set {NETMOD_VAR} alike)",
+                k.name(),
+                mine.name()
+            ),
+        )),
+        None => Err(Error::new(
+            ErrorKind::Transport,
+            format!("rank {rank}'s business card names no netmod (code {code})"),
+        )),
+    }
+}
+
 impl Bootstrap for AnyNetmod {
     fn open(rank: Gpid, size: u32, job_key: u64, spans_nodes: bool) -> Result<Self> {
         AnyNetmod::choose(|k| AnyNetmod::open_kind(k, rank, size, job_key, spans_nodes))
@@ -547,36 +574,22 @@ impl Bootstrap for AnyNetmod {
 
     fn learn_cards(&mut self, cards: &[Vec<u8>]) -> Result<()> {
         let mine = self.kind();
-        let mut inner = Vec::with_capacity(cards.len());
-        for (rank, card) in cards.iter().enumerate() {
-            let Some((&code, rest)) = card.split_first() else {
-                return Err(Error::new(
-                    ErrorKind::Transport,
-                    format!("rank {rank} published an empty business card"),
-                ));
-            };
-            match Kind::from_code(code) {
-                Some(k) if k == mine => inner.push(rest.to_vec()),
-                Some(k) => {
-                    return Err(Error::new(
-                        ErrorKind::Transport,
-                        format!(
-                            "rank {rank} runs the {} netmod and this rank {}: every rank of a \
-                             job must run the same one (set {NETMOD_VAR} alike)",
-                            k.name(),
-                            mine.name()
-                        ),
-                    ))
-                }
-                None => {
-                    return Err(Error::new(
-                        ErrorKind::Transport,
-                        format!("rank {rank}'s business card names no netmod (code {code})"),
-                    ))
-                }
-            }
-        }
+        let inner = cards
+            .iter()
+            .enumerate()
+            .map(|(rank, card)| inner_card(mine, rank as Gpid, card).map(<[u8]>::to_vec))
+            .collect::<Result<Vec<_>>>()?;
         each!(&mut self.inner, n => n.learn_cards(&inner))
+    }
+
+    /// The chosen netmod learns from `source` as it does alone (UCX on first contact, the
+    /// others now), each card checked for naming the same netmod when it is read: a rank that
+    /// chose another one is found at first contact with it instead of at start-up.
+    fn learn_cards_from(&mut self, size: u32, mut source: CardSource) -> Result<()> {
+        let mine = self.kind();
+        let inner: CardSource =
+            Box::new(move |g| inner_card(mine, g, &source(g)?).map(<[u8]>::to_vec));
+        each!(&mut self.inner, n => n.learn_cards_from(size, inner))
     }
 
     fn watch_peers(&mut self, watch: PeerWatch) {

@@ -18,7 +18,7 @@
 //! tell a message sent without credit from another (a tag bit that every receive ignored would
 //! move every receive out of UCX's hash: see [`tag`]), so it gives back credit for those too;
 //! the sender keeps back one message's worth for each of its sends without credit that
-//! completed, i.e. was matched (`UcxNetmod::credit_debt`). UCX acknowledges a synchronous send
+//! completed, i.e. was matched (`PeerCredit::debt`). UCX acknowledges a synchronous send
 //! when it matches it, before the engine counts it, and on the same endpoint as the credit
 //! message that may follow, so the debt is known before the credit arrives.
 //!
@@ -138,17 +138,17 @@ pub(crate) fn returned<P: Partner>(
     match payload.and_then(|p| <[u8; 4]>::try_from(p).ok()) {
         Some(count) => {
             let mut messages = u32::from_le_bytes(count);
-            if let Some(debt) = cx.transport.credit_debt.get_mut(giver as usize) {
-                let kept = messages.min(*debt);
-                *debt -= kept;
+            if let Some(peer) = cx.transport.credit_peers.get_mut(giver) {
+                let kept = messages.min(peer.debt);
+                peer.debt -= kept;
                 messages -= kept;
             }
             message_credit::returned(cx.core, cx.route, giver, messages, MESSAGE_CHARGE);
         }
         None => tracing::warn!(giver, "a credit message of the wrong size, ignored"),
     }
-    if let Some(posted) = cx.transport.credit_posted.get_mut(giver as usize) {
-        *posted = false;
+    if let Some(peer) = cx.transport.credit_peers.get_mut(giver) {
+        peer.posted = false;
     }
     ensure_receive(cx.transport, giver)
 }
@@ -156,8 +156,8 @@ pub(crate) fn returned<P: Partner>(
 /// The receive for `giver`'s credit failed (not cancelled): its giver is gone, or sent
 /// something malformed (not 4 bytes). A live giver's is posted again.
 pub(crate) fn receive_failed(net: &mut Net, giver: Gpid) -> Result<()> {
-    if let Some(posted) = net.credit_posted.get_mut(giver as usize) {
-        *posted = false;
+    if let Some(peer) = net.credit_peers.get_mut(giver) {
+        peer.posted = false;
     }
     if net.peer_state(giver) == PeerState::Alive {
         ensure_receive(net, giver)?;
@@ -168,8 +168,8 @@ pub(crate) fn receive_failed(net: &mut Net, giver: Gpid) -> Result<()> {
 /// Owes `dest` one message's credit: a send to it without credit completed, i.e. it matched
 /// the message, and counted it as one that took credit.
 pub(crate) fn owe(net: &mut Net, dest: Gpid) {
-    if let Some(debt) = net.credit_debt.get_mut(dest as usize) {
-        *debt = debt.saturating_add(1);
+    if let Some(peer) = net.credit_peers.get_mut(dest) {
+        peer.debt = peer.debt.saturating_add(1);
     }
 }
 
@@ -196,10 +196,10 @@ fn credit_op(
 /// sent to it with credit, there is credit to come back.
 #[inline(always)]
 pub(crate) fn ensure_receive(net: &mut Net, giver: Gpid) -> Result<()> {
-    match net.credit_posted.get(giver as usize) {
-        Some(false) => post_receive(net, giver),
-        _ => Ok(()),
+    if net.credit_peers.get(giver).posted || giver >= net.size {
+        return Ok(());
     }
+    post_receive(net, giver)
 }
 
 /// Posts the receive for `giver`'s returned credit.
@@ -255,8 +255,8 @@ fn post_receive(net: &mut Net, giver: Gpid) -> Result<()> {
         ));
     }
     net.credit_receives += 1;
-    if let Some(posted) = net.credit_posted.get_mut(giver as usize) {
-        *posted = true;
+    if let Some(peer) = net.credit_peers.get_mut(giver) {
+        peer.posted = true;
     }
     if ptr.is_null() {
         // A credit message was already there and is in: apply it at the next progress, as

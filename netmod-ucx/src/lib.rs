@@ -17,6 +17,7 @@
 mod credit;
 mod engine;
 mod netmod;
+mod paged;
 pub mod tag;
 mod worker;
 

@@ -10,6 +10,7 @@ use ch4_core::{Error, ErrorKind, Gpid, PeerState, ReqHandle, Result};
 use ucx_sys::{ucp_dt_iov_t, ucp_tag_message_h};
 
 use crate::engine::UcxEngine;
+use crate::paged::Paged;
 use crate::tag;
 use crate::worker::{Completion, ErrMode, Worker};
 
@@ -35,7 +36,7 @@ pub(crate) enum OpKind {
     Send,
     /// A nonblocking send that went without its receiver's (this process's) credit, as a
     /// synchronous send: once matched, its receiver counts it as consumed and gives back
-    /// credit it never took, which [`UcxNetmod::credit_debt`] keeps back.
+    /// credit it never took, which [`PeerCredit::debt`] keeps back.
     UncreditedSend(Gpid),
     /// A tagged receive into the request's buffer.
     Recv,
@@ -54,6 +55,18 @@ pub(crate) enum OpKind {
     CreditSend,
 }
 
+/// What a sender keeps per receiver about the credit that receiver gives back
+/// ([`crate::credit`]).
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct PeerCredit {
+    /// Sends without credit that the receiver matched, whose credit it gives back all the same
+    /// (it cannot tell them apart), to be kept back from what it returns.
+    pub(crate) debt: u32,
+    /// Whether a receive for its returned credit is posted (one is, from the first message
+    /// sent to it with credit).
+    pub(crate) posted: bool,
+}
+
 /// The UCX netmod of one rank.
 pub struct UcxNetmod {
     /// First, so that it is destroyed (ending every operation) before the contexts its
@@ -61,15 +74,12 @@ pub struct UcxNetmod {
     pub(crate) worker: Option<Worker>,
     pub(crate) ops: OpContexts<Completion, Op>,
     pub(crate) me: Gpid,
-    size: u32,
+    pub(crate) size: u32,
     /// Receives for returned eager credit among `ops`, not counted as outstanding.
     pub(crate) credit_receives: usize,
-    /// By process: whether a receive for its returned credit is posted (one is, from the
-    /// first message sent to it with credit).
-    pub(crate) credit_posted: Vec<bool>,
-    /// By process: sends without credit that it matched, whose credit it gives back all the
-    /// same (it cannot tell them apart), to be kept back from what it returns.
-    pub(crate) credit_debt: Vec<u32>,
+    /// By process, for the processes this rank sent to: the state of their returned credit
+    /// ([`PeerCredit`]), in pages made on first contact.
+    pub(crate) credit_peers: Paged<PeerCredit>,
     /// Credit messages UCX still holds (slots among `ops`, not counted as outstanding).
     pub(crate) credit_sends: usize,
     /// Credit to give back that could not be sent yet, by receiver and number of messages.
@@ -170,8 +180,7 @@ impl UcxNetmod {
             me: rank,
             size,
             credit_receives: 0,
-            credit_posted: vec![false; size as usize],
-            credit_debt: vec![0; size as usize],
+            credit_peers: Paged::new(size),
             credit_sends: 0,
             credit_out: Vec::new(),
             uncredited_sends: 0,
@@ -354,6 +363,25 @@ impl Bootstrap for UcxNetmod {
             ));
         }
         self.worker()?.learn(cards);
+        Ok(())
+    }
+
+    /// Keeps `source` and asks it for a process's address when the endpoint to that process is
+    /// made: a worker address is a few hundred bytes (every transport's), which for every
+    /// process of a large job would be most of a rank's memory, and most of them are never
+    /// used.
+    fn learn_cards_from(
+        &mut self,
+        size: u32,
+        source: ch4_core::bootstrap::CardSource,
+    ) -> Result<()> {
+        if size != self.size {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                format!("business cards for a job of {size}, not {}", self.size),
+            ));
+        }
+        self.worker()?.learn_from(source);
         Ok(())
     }
 }

@@ -5,8 +5,10 @@
 //!   `UCX_NET_DEVICES`, ... from the environment), creates a context with the tag API and a
 //!   worker in serialized mode (the device that owns the netmod makes every call, one at a
 //!   time, from whichever thread has it).
-//! - The worker's address is the business card; [`Worker::learn`] keeps every process's
-//!   address, and an endpoint to a process is created on first contact ([`Worker::ep`]), with
+//! - The worker's address is the business card; [`Worker::learn_from`] keeps where to find a
+//!   process's address (the process manager, asked on first contact: a rank holds no address
+//!   of a peer it never reaches), and an endpoint to a process is created on first contact
+//!   ([`Worker::ep`]) in a table whose pages exist only where endpoints do, with
 //!   an error handler so that a peer that dies fails its operations instead of hanging them.
 //!   By default the endpoint asks for no guarantee (`UCP_ERR_HANDLING_MODE_NONE`, as MPICH's
 //!   ch4:ucx and Open MPI's pml ucx do): UCX 1.13's tcp transport still reports a dead peer to
@@ -33,6 +35,8 @@ use std::ffi::{c_void, CString};
 use std::ptr::{null, null_mut};
 
 use ch4_core::native::OpIndex;
+
+use crate::paged::Paged;
 use ch4_core::{Error, ErrorKind, Gpid, Result};
 use ucx_sys::*;
 
@@ -168,6 +172,8 @@ pub unsafe fn request_op(request: *mut c_void) -> OpIndex {
 /// What an endpoint's error handler needs: whose endpoint it is and where failures go.
 struct EpRecord {
     peer: Gpid,
+    /// Whether the endpoint was made with peer-failure handling, which a forced close needs.
+    forceable: bool,
     failures: *const Cell<Vec<(Gpid, ucs_status_t)>>,
     /// Set by the handler: the endpoint is unusable and is closed without a flush.
     failed: Cell<bool>,
@@ -258,10 +264,10 @@ impl ErrMode {
 pub struct Worker {
     context: ucp_context_h,
     worker: ucp_worker_h,
-    /// Endpoints by process, null until first contact.
-    eps: Vec<ucp_ep_h>,
-    /// Every process's worker address, once learned.
-    addresses: Vec<Vec<u8>>,
+    /// Endpoints by process, null until first contact; pages only where endpoints are.
+    eps: Paged<Ep>,
+    /// Where the processes' worker addresses come from, once learned.
+    addresses: Addresses,
     /// The endpoints' error-handler arguments, boxed: UCX keeps their addresses, which a
     /// `Vec` of records would move as it grows.
     #[allow(clippy::vec_box)]
@@ -275,9 +281,28 @@ pub struct Worker {
     /// Whether endpoints are created with peer-failure handling (asked for with
     /// [`ErrMode::Peer`], and every transport in use supports it).
     pub peer_errors: bool,
-    /// By process: whether its endpoint was made with peer-failure handling, which a forced
-    /// close requires.
-    forceable: Vec<bool>,
+    /// The number of processes in the job.
+    processes: u32,
+}
+
+/// Where a worker finds a process's address.
+enum Addresses {
+    /// Not learned yet.
+    None,
+    /// Every process's, in process order (ranks as threads, which share them).
+    Known(Vec<Vec<u8>>),
+    /// Asked for on first contact (processes: from the process manager).
+    Lazy(ch4_core::bootstrap::CardSource),
+}
+
+/// An endpoint, as a table entry: null (none made) by default.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Ep(ucp_ep_h);
+
+impl Default for Ep {
+    fn default() -> Ep {
+        Ep(null_mut())
+    }
 }
 
 // SAFETY: the worker is created in `UCS_THREAD_MODE_SERIALIZED`: UCX allows calls from any
@@ -353,15 +378,15 @@ impl Worker {
         Ok(Worker {
             context,
             worker,
-            eps: vec![null_mut(); processes as usize],
-            addresses: Vec::new(),
+            eps: Paged::new(processes),
+            addresses: Addresses::None,
             records: Vec::new(),
             completed: Box::default(),
             slotless: Box::default(),
             failures: Box::default(),
             peer_errors: mode == ErrMode::Peer
                 && tls.as_deref().map_or(true, can_detect_failed_peers),
-            forceable: vec![false; processes as usize],
+            processes,
         })
     }
 
@@ -387,28 +412,47 @@ impl Worker {
 
     /// Keeps every process's address (in process order) for endpoints made later.
     pub fn learn(&mut self, addresses: &[Vec<u8>]) {
-        self.addresses = addresses.to_vec();
+        self.addresses = Addresses::Known(addresses.to_vec());
+    }
+
+    /// Keeps `source`, asked for a process's address when its endpoint is made.
+    pub fn learn_from(&mut self, source: ch4_core::bootstrap::CardSource) {
+        self.addresses = Addresses::Lazy(source);
     }
 
     /// The endpoint to process `dest`, created on first contact.
     #[inline(always)]
     pub fn ep(&mut self, dest: Gpid) -> Result<ucp_ep_h> {
-        match self.eps.get(dest as usize) {
-            Some(ep) if !ep.is_null() => Ok(*ep),
-            _ => self.connect(dest),
+        let Ep(ep) = self.eps.get(dest);
+        if ep.is_null() {
+            return self.connect(dest);
         }
+        Ok(ep)
     }
 
     #[cold]
     fn connect(&mut self, dest: Gpid) -> Result<ucp_ep_h> {
-        let addr = self.addresses.get(dest as usize).ok_or_else(|| {
+        let no_such = || {
             Error::new(
                 ErrorKind::Rank,
                 format!("process {dest} has no UCX address: the job has no such process"),
             )
-        })?;
-        let record = Box::new(EpRecord {
+        };
+        if dest >= self.processes {
+            return Err(no_such());
+        }
+        let fetched;
+        let addr: &[u8] = match &mut self.addresses {
+            Addresses::None => return Err(no_such()),
+            Addresses::Known(all) => all.get(dest as usize).ok_or_else(no_such)?,
+            Addresses::Lazy(source) => {
+                fetched = source(dest)?;
+                &fetched
+            }
+        };
+        let mut record = Box::new(EpRecord {
             peer: dest,
+            forceable: false,
             failures: &*self.failures,
             failed: Cell::new(false),
         });
@@ -451,12 +495,10 @@ impl Worker {
             }
         }
         check("ucp_ep_create", status)?;
+        record.forceable = self.peer_errors;
         self.records.push(record);
-        if let Some(f) = self.forceable.get_mut(dest as usize) {
-            *f = self.peer_errors;
-        }
-        if let Some(slot) = self.eps.get_mut(dest as usize) {
-            *slot = ep;
+        if let Some(slot) = self.eps.get_mut(dest) {
+            *slot = Ep(ep);
         }
         Ok(ep)
     }
@@ -523,22 +565,19 @@ impl Worker {
     pub fn close_endpoints(&mut self, limit: std::time::Duration, gone: impl Fn(Gpid) -> bool) {
         let start = std::time::Instant::now();
         let mut closing = Vec::new();
-        for (peer, ep) in self
-            .eps
-            .iter_mut()
-            .enumerate()
-            .filter(|(_, e)| !e.is_null())
-        {
-            let forceable = self.forceable.get(peer).copied().unwrap_or(false);
+        // One record per endpoint made (an endpoint is made only where none is).
+        for record in &self.records {
+            let (peer, forceable) = (record.peer, record.forceable);
+            let Ep(ep) = self.eps.get(peer);
+            if ep.is_null() {
+                continue;
+            }
             // An endpoint whose handler reported an error can no longer flush: ucp.h says
             // such an endpoint is to be released (a flush fails, and UCX logs it as an error).
-            let failed = self
-                .records
-                .iter()
-                .any(|r| r.peer == peer as Gpid && r.failed.get());
+            let failed = record.failed.get();
             let param = ucp_request_param_t {
                 op_attr_mask: UCP_OP_ATTR_FIELD_FLAGS,
-                flags: if failed || (forceable && gone(peer as Gpid)) {
+                flags: if failed || (forceable && gone(peer)) {
                     UCP_EP_CLOSE_FLAG_FORCE
                 } else {
                     0
@@ -547,8 +586,10 @@ impl Worker {
             };
             // SAFETY: a live endpoint, closed once (its slot is cleared); forced only when it
             // was made with peer-failure handling.
-            let r = unsafe { ucp_ep_close_nbx(*ep, &param) };
-            *ep = null_mut();
+            let r = unsafe { ucp_ep_close_nbx(ep, &param) };
+            if let Some(slot) = self.eps.get_mut(peer) {
+                *slot = Ep::default();
+            }
             if ucs_ptr_is_ptr(r) {
                 closing.push(r);
             }
