@@ -1,8 +1,8 @@
 //! ch4 under Open MPI's `mpirun`, which hosts a PMIx server: in a build with the `pmix` feature
 //! the ranks join through ch4's PMIx client — the ring on one node (shared memory) and with
-//! every rank its own node (TCP), ch4's `osu_latency`, and the real OSU program built on ch4's
-//! C library; in a build without it, a rank says what to build instead of running as a
-//! singleton. Skipped, with a note, where Open MPI is not installed.
+//! every rank its own node (TCP), ch4's `osu_latency`, a C program at four ranks and the real
+//! OSU program built on ch4's C library; in a build without it, a rank says what to build
+//! instead of running as a singleton. Skipped, with a note, where Open MPI is not installed.
 #![cfg(all(feature = "tcp", not(any(feature = "ofi", feature = "ucx"))))]
 
 mod common;
@@ -86,6 +86,18 @@ fn mpirun_runs_the_ring_osu_latency_and_a_c_program_over_pmix() {
     .expect("mpirun was found above");
     let text = succeeded(out, "ch4's osu_latency");
     assert!(text.lines().any(|l| l.starts_with("8 ")), "{text}");
+    // A C program at four ranks, on one node and each its own.
+    let hello = common::c_programs::hello("ch4-mpirun-hello");
+    for node_size in ["4", "1"] {
+        let out = mpirun(test, 4, &hello, &[], &[("CH4_NODE_SIZE", node_size)])
+            .expect("mpirun was found above");
+        let text = succeeded(out, "hello.c on ch4's C library");
+        assert!(
+            text.contains("hello from rank 0 of 4: token 6"),
+            "node size {node_size}:\n{text}"
+        );
+    }
+    let _ = std::fs::remove_file(&hello);
     let Some(bin) = common::c_programs::osu_latency(test, "ch4-mpirun-osu") else {
         return;
     };
@@ -102,6 +114,57 @@ fn mpirun_runs_the_ring_osu_latency_and_a_c_program_over_pmix() {
         assert!(text.lines().any(|l| l.starts_with("8 ")), "{text}");
     }
     let _ = std::fs::remove_file(&bin);
+}
+
+/// `MPI_Abort` from one rank goes to the PMIx server (`PMIx_Abort`), which ends the whole
+/// job — the other rank waits in a receive that nothing would ever match — with the code.
+#[cfg(feature = "pmix")]
+#[test]
+fn mpi_abort_under_mpirun_ends_the_job_with_its_code() {
+    let test = "open_mpi: mpi_abort_under_mpirun_ends_the_job_with_its_code";
+    let dir = std::env::temp_dir().join(format!("ch4-mpirun-abort-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("abort.c");
+    std::fs::write(
+        &src,
+        r#"#include <mpi.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    int rank, x;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 1) {
+        MPI_Abort(MPI_COMM_WORLD, 7);
+    }
+    MPI_Recv(&x, 1, MPI_INT, 1, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    printf("received what nobody sent\n");
+    MPI_Finalize();
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let bin = dir.join("abort");
+    let cc = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("c-abi/bin/mpicc"))
+        .env("CH4_ABI_LIBDIR", common::c_programs::c_library())
+        .arg("-o")
+        .arg(&bin)
+        .arg(&src)
+        .status()
+        .expect("run c-abi/bin/mpicc");
+    assert!(cc.success(), "building the abort program failed");
+    let Some(out) = mpirun(test, 2, &bin, &[], &[]) else {
+        return;
+    };
+    let _ = std::fs::remove_dir_all(&dir);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!stdout.contains("received what nobody sent"), "{stdout}");
 }
 
 /// A build without the `pmix` feature cannot join a PMIx job; running on as a PMI singleton

@@ -63,3 +63,19 @@ pub fn osu_latency(test: &str, name: &str) -> Option<PathBuf> {
     );
     Some(bin)
 }
+
+/// `c-abi/examples/hello.c` (a token passed around a ring of every rank) built on ch4's C
+/// library ([`c_library`]) as `name` under the temporary directory.
+pub fn hello(name: &str) -> PathBuf {
+    let bin = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let cc = Command::new(root.join("c-abi/bin/mpicc"))
+        .env("CH4_ABI_LIBDIR", c_library())
+        .args(["-O2", "-o"])
+        .arg(&bin)
+        .arg(root.join("c-abi/examples/hello.c"))
+        .status()
+        .expect("run c-abi/bin/mpicc");
+    assert!(cc.success(), "building hello.c on ch4's C library failed");
+    bin
+}
