@@ -14,22 +14,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BINDGEN_VERSION=0.73.2
 CRATE=sys/libfabric-sys
 OUT=$CRATE/src/bindings.rs
 
-bindgen=""
-if command -v bindgen >/dev/null 2>&1 &&
-    [ "$(bindgen --version 2>/dev/null)" = "bindgen $BINDGEN_VERSION" ]; then
-    bindgen=bindgen
-else
-    root=target/tools/bindgen-cli-$BINDGEN_VERSION
-    if [ ! -x "$root/bin/bindgen" ]; then
-        echo "installing bindgen-cli $BINDGEN_VERSION into $root ..."
-        cargo install --quiet --locked --root "$root" bindgen-cli --version "=$BINDGEN_VERSION"
-    fi
-    bindgen=$root/bin/bindgen
-fi
+# shellcheck source=scripts/lib/bindgen.sh
+. scripts/lib/bindgen.sh
+pinned_bindgen
 
 # The include directories of the libfabric the build links (pkg-config), so that the bindings
 # describe that library.
@@ -114,6 +104,4 @@ if ! diff -u "$tmp/expected" "$tmp/got"; then
     exit 1
 fi
 
-rustfmt --edition 2021 "$tmp/bindings.rs"
-mv "$tmp/bindings.rs" "$OUT"
-echo "wrote $OUT ($(wc -l <"$OUT") lines)"
+write_bindings "$tmp/bindings.rs" "$OUT"

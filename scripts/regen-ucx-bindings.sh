@@ -14,22 +14,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-BINDGEN_VERSION=0.73.2
 CRATE=sys/ucx-sys
 OUT=$CRATE/src/bindings.rs
 
-bindgen=""
-if command -v bindgen >/dev/null 2>&1 &&
-    [ "$(bindgen --version 2>/dev/null)" = "bindgen $BINDGEN_VERSION" ]; then
-    bindgen=bindgen
-else
-    root=target/tools/bindgen-cli-$BINDGEN_VERSION
-    if [ ! -x "$root/bin/bindgen" ]; then
-        echo "installing bindgen-cli $BINDGEN_VERSION into $root ..."
-        cargo install --quiet --locked --root "$root" bindgen-cli --version "=$BINDGEN_VERSION"
-    fi
-    bindgen=$root/bin/bindgen
-fi
+# shellcheck source=scripts/lib/bindgen.sh
+. scripts/lib/bindgen.sh
+pinned_bindgen
 
 # The include directories of the UCX the build links (pkg-config), so that the bindings
 # describe that library.
@@ -71,16 +61,5 @@ trap 'rm -rf "$tmp"' EXIT
 # the `flags` and `prot` fields of ucp_mem_map_params_t they go into) and the aliases go.
 # (Named members of unnamed unions, `ucp_request_param_t__bindgen_ty_1`, are another thing
 # and stay.)
-retype=()
-while read -r alias type; do
-    retype+=(-e "s/^\(pub const [A-Za-z0-9_]*\): $alias = /\1: $type = /")
-done < <(sed -n 's/^pub type \(_bindgen_ty_[0-9]*\) = \(.*\);$/\1 \2/p' "$tmp/raw.rs")
-sed "${retype[@]}" -e '/^pub type _bindgen_ty_[0-9]* = /d' "$tmp/raw.rs" >"$tmp/bindings.rs"
-if grep -n ': _bindgen_ty_[0-9]* = \|^pub type _bindgen_ty_' "$tmp/bindings.rs"; then
-    echo "error: constants left with a numbered enum type (above); see $0" >&2
-    exit 1
-fi
-
-rustfmt --edition 2021 "$tmp/bindings.rs"
-mv "$tmp/bindings.rs" "$OUT"
-echo "wrote $OUT ($(wc -l <"$OUT") lines)"
+retype_anonymous_enums "$tmp/raw.rs" "$tmp/bindings.rs"
+write_bindings "$tmp/bindings.rs" "$OUT"
