@@ -1,8 +1,9 @@
 //! Two hosts on this machine for tests that cross a real network: network namespaces joined by
 //! two rate-limited veth links (`scripts/lib/netns-hosts.sh`), with MPICH's Hydra launching
 //! ranks on them the way a cluster launches (its ssh launcher replaced by one that enters a
-//! namespace).
+//! namespace), or Slurm with a slurmd on each (`tests/slurm.rs`).
 
+use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -41,6 +42,12 @@ impl TwoHosts {
         if !testkit::skip::on_path("mpiexec.hydra", test, "install Debian's mpich") {
             return None;
         }
+        TwoHosts::without_hydra(test)
+    }
+
+    /// Makes the hosts for another launcher (Slurm's), or notes `test` as skipped where this
+    /// machine cannot.
+    pub fn without_hydra(test: &str) -> Option<TwoHosts> {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         // Short (interface names take the prefix and one digit, 15 characters at most) and
         // unique per test process and test.
@@ -70,6 +77,20 @@ impl TwoHosts {
                 String::from_utf8_lossy(&out.stderr)
             ),
         }
+    }
+
+    /// What names the hosts (`<prefix>-a`, `<prefix>-b`) and their links (`<prefix>1`, ...).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// `program` run on host a (`netns-hosts.sh run`); append its arguments.
+    pub fn on_a(&self, program: impl AsRef<OsStr>) -> Command {
+        let mut cmd = Command::new(script());
+        cmd.arg("run")
+            .arg(format!("{}-a", self.prefix))
+            .arg(program);
+        cmd
     }
 
     /// `CH4_RAILS` for the first `n` rails (1 or 2): the interfaces by name, the same on both.
