@@ -10,6 +10,8 @@ mod common;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
+#[cfg(feature = "pmix")]
+use common::jobs::succeeded;
 use common::jobs::{built, finished};
 
 /// `mpirun -n <ranks>` of `program` with `env` passed to the ranks (`-x`), bounded by
@@ -44,17 +46,6 @@ fn mpirun(
 }
 
 #[cfg(feature = "pmix")]
-fn succeeded(out: Output, what: &str) -> String {
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{what}:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
-}
-
-#[cfg(feature = "pmix")]
 #[test]
 fn mpirun_runs_the_ring_osu_latency_and_a_c_program_over_pmix() {
     let test = "open_mpi: mpirun_runs_the_ring_osu_latency_and_a_c_program_over_pmix";
@@ -69,7 +60,7 @@ fn mpirun_runs_the_ring_osu_latency_and_a_c_program_over_pmix() {
         ) else {
             return;
         };
-        let text = succeeded(out, "the ring");
+        let text = succeeded(out);
         assert_eq!(
             text.matches("sum of ranks 6").count(),
             4,
@@ -84,14 +75,14 @@ fn mpirun_runs_the_ring_osu_latency_and_a_c_program_over_pmix() {
         &[],
     )
     .expect("mpirun was found above");
-    let text = succeeded(out, "ch4's osu_latency");
+    let text = succeeded(out);
     assert!(text.lines().any(|l| l.starts_with("8 ")), "{text}");
     // A C program at four ranks, on one node and each its own.
     let hello = common::c_programs::hello("ch4-mpirun-hello");
     for node_size in ["4", "1"] {
         let out = mpirun(test, 4, &hello, &[], &[("CH4_NODE_SIZE", node_size)])
             .expect("mpirun was found above");
-        let text = succeeded(out, "hello.c on ch4's C library");
+        let text = succeeded(out);
         assert!(
             text.contains("hello from rank 0 of 4: token 6"),
             "node size {node_size}:\n{text}"
@@ -110,7 +101,7 @@ fn mpirun_runs_the_ring_osu_latency_and_a_c_program_over_pmix() {
             &[("CH4_NODE_SIZE", node_size)],
         )
         .expect("mpirun was found above");
-        let text = succeeded(out, "OSU's osu_latency on ch4's C library");
+        let text = succeeded(out);
         assert!(text.lines().any(|l| l.starts_with("8 ")), "{text}");
     }
     let _ = std::fs::remove_file(&bin);
