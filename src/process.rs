@@ -253,17 +253,58 @@ pub fn init_with_level<L: ThreadLevel>(config: DeviceConfig, _level: L) -> Resul
     // to the same VCI of every other rank.
     let cfg = ShmConfig::for_node(local.len(), vcis)?;
     let kvs = client.job_name()?;
+    let spans_nodes = local.len() != size as usize;
+    // Two barriers of the whole job make the node's segments and introduce the netmods (each
+    // barrier through a launcher across hosts costs milliseconds: Slurm's, tens).
+    // Before the first: the node's first rank creates the segments, rank 0 publishes the job
+    // key. Between them: the others attach, every rank opens its netmods (with the key) and
+    // publishes their cards. After the second: the segments' names go, the cards are there.
+    // Every rank takes part in both even when its own step failed, so that a failure is
+    // reported by every rank instead of leaving the others waiting.
+    let segments = NodeSegments {
+        kvs: &kvs,
+        node: my_node,
+        me,
+        ranks: local.len(),
+        cfg,
+    };
+    let created: Vec<Option<Result<Segment>>> = (0..vcis).map(|v| segments.create(v)).collect();
+    let published = if spans_nodes && rank == 0 {
+        client.put("ch4-job-key", &format!("{:016x}", random_key()))
+    } else {
+        Ok(())
+    };
+    client.barrier()?;
+    published?;
+    let attached: Vec<Result<Segment>> = created
+        .into_iter()
+        .enumerate()
+        .map(|(v, c)| c.unwrap_or_else(|| segments.attach(v)))
+        .collect();
+    let opened = open_netmods::<ProcessNetmod>(&mut client, rank, size, spans_nodes, vcis);
+    client.barrier()?;
     let mut shms = Vec::with_capacity(vcis);
-    for vci in 0..vcis {
-        let seg = node_segment(&mut client, &kvs, my_node, vci, me, local.len(), cfg)?;
-        let mut shm =
-            ShmTransport::new(seg, me, &local, size, cfg.eager_limit, std::process::id())?;
+    for seg in attached {
+        let seg = seg?;
+        if me == 0 && local.len() > 1 {
+            seg.unlink()?;
+        }
+        let mut shm = ShmTransport::new(
+            Arc::new(seg),
+            me,
+            &local,
+            size,
+            cfg.eager_limit,
+            std::process::id(),
+        )?;
         shm.set_host_crowded(crowded);
         shms.push(shm);
     }
-    let spans_nodes = local.len() != size as usize;
+    let mut nets = opened?;
     let pmi = Arc::new(Mutex::new(Some(client)));
-    let mut nets: Vec<ProcessNetmod> = process_netmods(&pmi, rank, size, spans_nodes, vcis)?;
+    if spans_nodes {
+        learn_cards(&pmi, &mut nets, size)?;
+    }
     let (watched, told_who_left) = match lock(&pmi).as_mut() {
         Some(c) if spans_nodes => {
             let watched = c.watch_peers()?;
@@ -374,14 +415,13 @@ impl LauncherWatch {
     }
 }
 
-/// This rank's netmod, opened and, when the job spans nodes, introduced to its peers: rank 0
-/// draws the job key and publishes it, every rank publishes its business card (cut into as many
-/// values as the process manager needs, see [`ch4_core::bootstrap::card_segments`]), and the
-/// netmod reads the others' from the process manager, now or on first contact
-/// ([`Bootstrap::learn_cards_from`]). A single-node job never uses the network, so it skips
-/// the exchange. The same code for every netmod ([`Bootstrap`]).
-fn process_netmods<N: Bootstrap>(
-    pm: &Arc<Mutex<Option<ProcessManager>>>,
+/// This rank's netmods (one a VCI), opened and, when the job spans nodes, their business cards
+/// published (cut into as many values as the process manager needs, see
+/// [`ch4_core::bootstrap::card_segments`]), with the job key that rank 0 published before the
+/// last barrier. A single-node job never uses the network, so it publishes nothing. The same
+/// code for every netmod ([`Bootstrap`]).
+fn open_netmods<N: Bootstrap>(
+    client: &mut ProcessManager,
     rank: u32,
     size: u32,
     spans_nodes: bool,
@@ -393,14 +433,6 @@ fn process_netmods<N: Bootstrap>(
             .map(|_| N::open(rank, size, random_key(), false))
             .collect();
     }
-    let mut guard = lock(pm);
-    let client = guard
-        .as_mut()
-        .ok_or_else(|| Error::new(ErrorKind::Internal, "no process manager at start-up"))?;
-    if rank == 0 {
-        client.put("ch4-job-key", &format!("{:016x}", random_key()))?;
-    }
-    client.barrier()?;
     let key = client
         .get(0, "ch4-job-key")?
         .and_then(|k| u64::from_str_radix(&k, 16).ok())
@@ -417,9 +449,17 @@ fn process_netmods<N: Bootstrap>(
         }
         nets.push(net);
     }
-    client.barrier()?;
-    // The source below locks the process manager for each card it reads.
-    drop(guard);
+    Ok(nets)
+}
+
+/// Introduces each netmod to its peers once every card is published: the netmod reads the
+/// others' cards from the process manager, now or on first contact
+/// ([`Bootstrap::learn_cards_from`]).
+fn learn_cards<N: Bootstrap>(
+    pm: &Arc<Mutex<Option<ProcessManager>>>,
+    nets: &mut [N],
+    size: u32,
+) -> Result<()> {
     for (vci, net) in nets.iter_mut().enumerate() {
         let pm = pm.clone();
         net.learn_cards_from(
@@ -436,7 +476,7 @@ fn process_netmods<N: Bootstrap>(
             }),
         )?;
     }
-    Ok(nets)
+    Ok(())
 }
 
 /// The name of rank `r`'s card for VCI `vci`: every VCI's card is published before the one
@@ -568,43 +608,36 @@ fn segment_path(kvs: &str, node: u32, vci: usize) -> PathBuf {
     PathBuf::from(format!("/dev/shm/ch4-{clean}-n{node}-v{vci}"))
 }
 
-/// Creates or attaches the node's segment; see the module docs for the protocol. Every rank
-/// takes part in both fences even when its own step failed, so a failure is reported by every
-/// rank instead of leaving the others waiting.
-fn node_segment(
-    client: &mut ProcessManager,
-    kvs: &str,
+/// The node's segments, one a VCI; see the module docs for the protocol.
+struct NodeSegments<'a> {
+    /// The job's name, which makes the segments' names unique.
+    kvs: &'a str,
     node: u32,
-    vci: usize,
+    /// This rank's index on the node.
     me: usize,
+    /// Ranks on the node.
     ranks: usize,
     cfg: ShmConfig,
-) -> Result<Arc<Segment>> {
-    if ranks == 1 {
-        // Alone on the node: the rings live in private memory and no file is needed at all.
-        // The two barriers below are the whole job's, though: skipping them would pair this
-        // rank's later barriers with the other nodes' segment barriers (a job with nodes of
-        // one and of more ranks then read the job key before rank 0 had published it).
-        client.barrier()?;
-        client.barrier()?;
-        return Ok(Arc::new(Segment::anonymous(1, cfg.geometry())?));
-    }
-    let path = segment_path(kvs, node, vci);
-    let created = if me == 0 {
+}
+
+impl NodeSegments<'_> {
+    /// Before the first barrier: VCI `vci`'s segment, made by the node's first rank (in private
+    /// memory when the rank is alone on its node: no file is needed at all); `None` for the
+    /// ranks that attach after it.
+    fn create(&self, vci: usize) -> Option<Result<Segment>> {
+        if self.ranks == 1 {
+            return Some(Segment::anonymous(1, self.cfg.geometry()));
+        }
+        if self.me != 0 {
+            return None;
+        }
+        let path = segment_path(self.kvs, self.node, vci);
         let _ = std::fs::remove_file(&path); // a stale file of a crashed job with the same name
-        Some(Segment::create(&path, ranks, cfg.geometry()))
-    } else {
-        None
-    };
-    client.barrier()?;
-    let seg = match created {
-        Some(s) => s,
-        None => Segment::attach(&path, ranks),
-    };
-    client.barrier()?;
-    let seg = seg?;
-    if me == 0 {
-        seg.unlink()?;
+        Some(Segment::create(&path, self.ranks, self.cfg.geometry()))
     }
-    Ok(Arc::new(seg))
+
+    /// Between the barriers: VCI `vci`'s segment made by the node's first rank.
+    fn attach(&self, vci: usize) -> Result<Segment> {
+        Segment::attach(&segment_path(self.kvs, self.node, vci), self.ranks)
+    }
 }
