@@ -41,6 +41,7 @@ pub mod op;
 mod owned;
 pub mod process;
 mod process_manager;
+pub mod progress;
 mod request;
 pub mod settings;
 pub mod threads;
@@ -197,6 +198,7 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> Context<N, S, L> {
                 detached: L::Lock::new(Vec::new()),
                 finalized: AtomicBool::new(false),
                 long_waits: AtomicU32::new(0),
+                progress: progress::Progress::default(),
                 long_waits_uncrowded: AtomicU32::new(u32::MAX),
             }),
         }
@@ -355,6 +357,8 @@ pub(crate) struct RankState<N: Netmod, S: Shm, L: ThreadLevel> {
     finalized: AtomicBool,
     /// At the multiple level, the threads of this rank in a wait past its first idle polls.
     long_waits: AtomicU32,
+    /// Asynchronous progress: the thread, when one runs, and awaiting tasks' wakers.
+    pub(crate) progress: progress::Progress,
     /// The most `long_waits` this host runs without crowding its CPUs: its CPUs shared
     /// evenly among its ranks, set at launch; `u32::MAX` (never crowded) for a context made
     /// from devices by hand, and when `CH4_YIELD` chose for every wait.
@@ -367,6 +371,10 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> RankState<N, S, L> {
     /// rather than a panic or a deadlock.
     #[inline(always)]
     pub(crate) fn device(&self, vci: usize) -> Result<DeviceGuard<'_, N, S, L>> {
+        if L::YIELDS {
+            // A request about to be posted: a sleeping progress thread gets up for it.
+            self.progress.nudge();
+        }
         match self.vcis.get(vci).enter() {
             Ok(d) => Ok(d),
             Err(why) => Err(self.busy(why)),
@@ -491,6 +499,8 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> RankState<N, S, L> {
         if self.is_finalized() {
             return Ok(());
         }
+        // The progress thread goes first: from here on this thread drives the devices.
+        self.progress.stop();
         // Owned requests whose owners dropped them go on; give them their time (a send to a
         // peer that left, or that failed, ends at once).
         let start = std::time::Instant::now();

@@ -15,7 +15,7 @@ use ch4_core::blocking::{Blocking, Shared};
 use ch4_core::buffer::{RecvBuf, SendBuf};
 use ch4_core::datatype::{as_bytes, as_bytes_mut, Pod};
 use ch4_core::transport::{Netmod, Shm};
-use ch4_core::{Device, ReqHandle, Result, Status};
+use ch4_core::{Device, Error, ErrorKind, ReqHandle, Result, Status};
 
 use crate::{Detached, RankState, SelectedNetmod, SelectedShm, Single, ThreadLevel};
 
@@ -110,6 +110,12 @@ impl<T: Pod + Send, N: Netmod, S: Shm, L: ThreadLevel> OwnedRequest<T, N, S, L> 
     /// taken from it: the rank keeps it until the operation completes, and an empty vector
     /// comes back with the error.
     pub fn wait(mut self) -> (Vec<T>, Result<Status>) {
+        self.finish()
+    }
+
+    /// [`OwnedRequest::wait`] on a request not consumed (a future's last poll): hands the
+    /// buffer over; the request then has none, and its drop does nothing.
+    fn finish(&mut self) -> (Vec<T>, Result<Status>) {
         let buf = self.buf.take().unwrap_or_default();
         let mut dev = match self.rank.device(self.vci) {
             Ok(dev) => dev,
@@ -180,6 +186,92 @@ impl<T: Pod + Send, N: Netmod, S: Shm, L: ThreadLevel> OwnedRequest<T, N, S, L> 
     }
 }
 
+/// Pinning promises nothing here: the request refers to no part of itself (its buffer lives
+/// on the heap, and the device points into that), so a pinned one may move.
+impl<T: Pod + Send, N: Netmod, S: Shm, L: ThreadLevel> Unpin for OwnedRequest<T, N, S, L> {}
+
+/// An owned request is a future of what [`OwnedRequest::wait`] returns: the buffer and the
+/// outcome. Any executor runs it (the library depends on none).
+///
+/// - With the rank's progress thread running ([`crate::progress`]), a poll that finds the
+///   request incomplete leaves the task's waker with the rank and returns: the thread wakes the
+///   task when the request completes, and nobody polls meanwhile.
+/// - Without it, each poll makes one round of progress on the request's VCI (the budget of
+///   [`OwnedRequest::test`]), and an incomplete request asks to be polled again at once
+///   (`wake_by_ref`): the executor's loop is the progress loop, and other tasks run between
+///   rounds.
+///
+/// Cancel safety: dropping the future is dropping the request — a receive not yet matched is
+/// cancelled, and whatever the network still holds keeps its buffer with the rank until it
+/// lets go (see `Drop`). Polling again after it returned its buffer gives an empty vector and
+/// a `Request` error.
+impl<T: Pod + Send, N: Netmod, S: Shm, L: ThreadLevel> std::future::Future
+    for OwnedRequest<T, N, S, L>
+{
+    type Output = (Vec<T>, Result<Status>);
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        if this.buf.is_none() {
+            return Poll::Ready((
+                Vec::new(),
+                Err(Error::new(
+                    ErrorKind::Request,
+                    "the request was polled after it completed",
+                )),
+            ));
+        }
+        let threaded = this.rank.progress.is_on();
+        let done = match this.rank.device(this.vci) {
+            Ok(mut dev) => match dev.is_done(this.handle) {
+                Ok(false) if !threaded => match dev.progress() {
+                    Ok(0) => {
+                        dev.fail_if_peer_gone(this.handle);
+                        dev.is_done(this.handle)
+                    }
+                    Ok(_) => dev.is_done(this.handle),
+                    Err(e) => Err(e),
+                },
+                other => other,
+            },
+            Err(e) => Err(e),
+        };
+        match done {
+            Ok(false) if threaded => {
+                this.rank
+                    .progress
+                    .register(this.vci, this.handle, cx.waker());
+                // The thread may have completed the request between the look above and the
+                // registration, and looked for wakers before there was one: look again.
+                match this
+                    .rank
+                    .device(this.vci)
+                    .and_then(|d| d.is_done(this.handle))
+                {
+                    Ok(false) => Poll::Pending,
+                    _ => {
+                        this.rank.progress.unregister(this.vci, this.handle);
+                        Poll::Ready(this.finish())
+                    }
+                }
+            }
+            Ok(false) => {
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            // Complete, or an error that `finish` reports the way `wait` does.
+            _ => {
+                this.rank.progress.unregister(this.vci, this.handle);
+                Poll::Ready(this.finish())
+            }
+        }
+    }
+}
+
 impl<T: Pod + Send, N: Netmod, S: Shm, L: ThreadLevel> Drop for OwnedRequest<T, N, S, L> {
     /// A pending receive is cancelled if it has not matched; whatever is still in flight goes
     /// on without its owner, its buffer kept by the rank until the device lets go of it.
@@ -187,6 +279,7 @@ impl<T: Pod + Send, N: Netmod, S: Shm, L: ThreadLevel> Drop for OwnedRequest<T, 
         let Some(buf) = self.buf.take() else {
             return;
         };
+        self.rank.progress.unregister(self.vci, self.handle);
         let done = match self.rank.device(self.vci) {
             Ok(mut dev) => {
                 if self.receive {

@@ -329,6 +329,7 @@ pub fn init_with_level<L: ThreadLevel>(config: DeviceConfig, _level: L) -> Resul
         .ok_or_else(|| Error::new(ErrorKind::Internal, "a rank without a VCI"))?;
     let ctx = Context::with_vcis(first, devices.collect())?;
     ctx.set_long_waits_uncrowded(crate::settings::long_waits_uncrowded(on_host)?);
+    crate::progress::start_if_asked(&ctx)?;
     if rank == 0 {
         crate::settings::print_summary_if_asked(&ctx);
     }

@@ -49,6 +49,12 @@ pub const FACADE: &[Setting] = &[
                   the summary (CH4_DEBUG_SUMMARY) shows what auto chose and why",
     },
     Setting {
+        name: "CH4_ASYNC_PROGRESS",
+        default: "off",
+        meaning: "a progress thread per rank that moves transfers while the program computes \
+                  and wakes awaited requests (ch4::progress); needs the multiple thread level",
+    },
+    Setting {
         name: "CH4_NUM_VCIS",
         default: "4 at the multiple thread level, else 1",
         meaning: "VCIs (virtual communication interfaces: independent devices, each with its \
@@ -117,6 +123,7 @@ pub(crate) fn check_environment() -> Result<()> {
     env::count("CH4_NODE_SIZE")?;
     env::count("CH4_NP")?;
     env::switch("CH4_DEBUG_SUMMARY")?;
+    env::switch(crate::progress::ASYNC_PROGRESS_VAR)?;
     yield_choice()?;
     // A netmod this build lacks is refused here, also in a build of one netmod.
     #[cfg(any(feature = "tcp", feature = "ofi", feature = "ucx"))]

@@ -200,7 +200,7 @@ impl<L: ThreadLevel> Threads<L> {
     /// reordering `Shuffled<InprocNet<AmOnly>>`, or the TCP netmod.
     pub fn run_with<Net, R, F>(self, f: F) -> Result<Vec<R>>
     where
-        Net: Netmod + FromFabric + Send,
+        Net: Netmod + FromFabric + Send + 'static,
         R: Send,
         F: Fn(Context<Net, ShmTransport, L>) -> Result<R> + Sync,
     {
@@ -211,8 +211,8 @@ impl<L: ThreadLevel> Threads<L> {
     /// [`ShmTransport`], or the simple locked mailboxes of [`InprocShm`]).
     pub fn run_with_shm<Net, Sh, R, F>(self, f: F) -> Result<Vec<R>>
     where
-        Net: Netmod + FromFabric + Send,
-        Sh: Shm + ThreadShm + Send,
+        Net: Netmod + FromFabric + Send + 'static,
+        Sh: Shm + ThreadShm + Send + 'static,
         R: Send,
         F: Fn(Context<Net, Sh, L>) -> Result<R> + Sync,
     {
@@ -329,8 +329,8 @@ impl ThreadJob {
     /// that it failed — so the first failure recorded is the cause, not one of its effects.
     fn run_rank<Net, Sh, L, R, F>(&self, rank: Gpid, device: DeviceConfig, f: &F) -> Option<R>
     where
-        Net: Netmod + FromFabric,
-        Sh: Shm + ThreadShm,
+        Net: Netmod + FromFabric + Send + 'static,
+        Sh: Shm + ThreadShm + Send + 'static,
         L: ThreadLevel,
         F: Fn(Context<Net, Sh, L>) -> Result<R>,
     {
@@ -348,6 +348,7 @@ impl ThreadJob {
                 .ok_or_else(|| Error::new(ErrorKind::Internal, "a rank without a VCI"))?;
             let ctx = Context::with_vcis(first, devices.collect())?;
             ctx.set_long_waits_uncrowded(self.long_waits_uncrowded);
+            crate::progress::start_if_asked(&ctx)?;
             Ok(ctx)
         })();
         let ctx = match started {

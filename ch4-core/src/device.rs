@@ -268,6 +268,13 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         v
     }
 
+    /// Whether any request is live: posted and not completed, or completed and not yet waited
+    /// for (a constant-time look, for a progress thread deciding whether to keep polling).
+    #[inline]
+    pub fn has_requests(&self) -> bool {
+        !self.core.requests.is_empty()
+    }
+
     /// Requests that have not completed yet (live ones minus those completed but not yet
     /// waited for): what must be finished before the process may leave.
     pub fn pending_requests(&self) -> usize {
