@@ -1,4 +1,4 @@
-//! The teaching examples `pingpong`, `halo2d` and `embedding` run as real processes under the
+//! The teaching examples `pingpong`, `halo2d`, `embedding` and `async_tokio` run as real processes under the
 //! `ch4run` launcher, and what they print is checked: an example that compiles but computes
 //! nonsense, hangs or panics on bad input fails here.
 
@@ -180,4 +180,39 @@ fn embedding_gives_the_serial_answer_as_processes_and_as_threads() {
         sums.iter().all(|s| *s == sums[0] && s.starts_with("sum ")),
         "{stdout}"
     );
+}
+
+// ---------------------------------------------------------------------------- async_tokio
+
+/// Every rank's tokio tasks exchanged and checked their buffers (the example fails otherwise).
+fn assert_all_tasks_checked(stdout: &str, ranks: u32) {
+    for r in 0..ranks {
+        assert!(
+            stdout.contains(&format!(
+                "async_tokio: rank {r} of {ranks}: 8 tasks checked"
+            )),
+            "rank {r}:\n{stdout}"
+        );
+    }
+}
+
+#[test]
+fn async_tokio_tasks_await_their_messages_as_processes_and_as_threads() {
+    assert_all_tasks_checked(&succeeded(ch4run(4, "async_tokio", &[])), 4);
+    let out = Command::new(built().join("examples/async_tokio"))
+        .arg("--threads")
+        .output()
+        .unwrap();
+    assert_all_tasks_checked(&succeeded(out), 4);
+}
+
+#[test]
+fn async_tokio_over_the_network_between_every_rank() {
+    let dir = built();
+    let out = Command::new(dir.join("ch4run"))
+        .args(["-n", "3", "-e", "CH4_NODE_SIZE=1"])
+        .arg(dir.join("examples/async_tokio"))
+        .output()
+        .expect("ch4run starts");
+    assert_all_tasks_checked(&succeeded(out), 3);
 }

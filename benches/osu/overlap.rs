@@ -1,0 +1,178 @@
+//! osu_overlap: how much of a transfer hides behind computation, in the way OSU's nonblocking
+//! collective benchmarks define it, for point-to-point: for each size, the time of a bare
+//! transfer (post, wait; `t_pure`), then of a transfer posted before a computation of `t_pure`
+//! and waited for after it (`t_total`); overlap = 100 × (1 − (t_total − t_compute) / t_pure),
+//! clipped to 0-100. Three cases: the sender computes (the receiver only waits), the receiver
+//! computes, both do. The computation is a spin on the clock: no ch4 call is made during it, so
+//! only an asynchronous progress thread can move the data meanwhile.
+//!
+//! `cargo run --release --example osu_overlap -- [--async] [-m [min:]max] [-i iterations]`:
+//! two processes through the embedded launcher, at the multiple thread level (which the
+//! progress thread needs); `--async` starts it (as `CH4_ASYNC_PROGRESS=1` does);
+//! `CH4_NODE_SIZE=1` puts the ranks on different nodes (the build's netmod), else they share
+//! memory (`CH4_SHM_CMA=0` makes shared memory stream large messages through its rings, which
+//! needs the sender's progress; its single-copy reads need only the receiver's).
+
+use std::time::{Duration, Instant};
+
+use ch4::{Multiple, Result};
+
+/// The options: sizes, iterations, whether to start the progress thread.
+struct Options {
+    min: usize,
+    max: usize,
+    iterations: usize,
+    start_thread: bool,
+}
+
+fn options() -> std::result::Result<Options, String> {
+    let mut o = Options {
+        min: 64 << 10,
+        max: 16 << 20,
+        iterations: 20,
+        start_thread: false,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--async" => o.start_thread = true,
+            "-m" => {
+                let v = args.next().ok_or("-m needs [min:]max")?;
+                let (lo, hi) = match v.split_once(':') {
+                    Some((lo, hi)) => (lo.parse().ok(), hi.parse().ok()),
+                    None => (Some(o.min), v.parse().ok()),
+                };
+                o.min = lo.ok_or("-m: not a size")?;
+                o.max = hi.ok_or("-m: not a size")?;
+            }
+            "-i" => {
+                o.iterations = args
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|&n| n > 0)
+                    .ok_or("-i needs a positive count")?;
+            }
+            other => return Err(format!("unknown option {other}")),
+        }
+    }
+    if o.min == 0 || o.min > o.max {
+        return Err("sizes: 0 < min <= max".into());
+    }
+    Ok(o)
+}
+
+/// Computes for `d` without calling ch4.
+fn compute(d: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+/// Who computes while the transfer is in flight.
+#[derive(Clone, Copy, PartialEq)]
+enum Computes {
+    Nobody,
+    Sender,
+    Receiver,
+    Both,
+}
+
+fn main() -> std::process::ExitCode {
+    let o = match options() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("osu_overlap: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match run(&o) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("osu_overlap: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(o: &Options) -> Result<()> {
+    let universe = ch4::process::init_or_launch_at(2, Multiple)?;
+    let ctx = universe.context();
+    if o.start_thread {
+        ctx.start_async_progress()?;
+    }
+    let world = universe.world();
+    let me = world.rank();
+    if world.size() != 2 {
+        return Err(ch4::Error::new(
+            ch4::ErrorKind::Arg,
+            "osu_overlap runs on exactly two ranks",
+        ));
+    }
+    // One transfer from rank 0 to rank 1, posted, then `work` computed by the ranks `who`
+    // says, then waited for; the time from the post to the end of the wait, as rank 1 and rank
+    // 0 agree (the slower of the two).
+    let transfer = |size: usize, work: Duration, who: Computes| -> Result<Duration> {
+        world.barrier()?;
+        let start = Instant::now();
+        if me == 0 {
+            let req = world.isend_owned(vec![1u8; size], 1, 0)?;
+            if matches!(who, Computes::Sender | Computes::Both) {
+                compute(work);
+            }
+            req.wait().1?;
+        } else {
+            let req = world.irecv_owned(vec![0u8; size], 0, 0)?;
+            if matches!(who, Computes::Receiver | Computes::Both) {
+                compute(work);
+            }
+            req.wait().1?;
+        }
+        let mine = start.elapsed().as_secs_f64();
+        let mut slowest = [0.0f64];
+        world.allreduce(&[mine], &mut slowest, ch4::op::max)?;
+        Ok(Duration::from_secs_f64(slowest[0]))
+    };
+    if me == 0 {
+        println!(
+            "# osu_overlap (ch4), 2 ranks at MPI_THREAD_MULTIPLE, progress thread {}",
+            if ctx.async_progress() { "on" } else { "off" }
+        );
+        println!(
+            "{:<12}{:>14}{:>18}{:>18}{:>18}",
+            "# Size", "Pure (us)", "Sender (%)", "Receiver (%)", "Both (%)"
+        );
+    }
+    let mut size = o.min;
+    while size <= o.max {
+        // Warm-up, then the bare transfer's time.
+        transfer(size, Duration::ZERO, Computes::Nobody)?;
+        let mut pure = Duration::ZERO;
+        for _ in 0..o.iterations {
+            pure += transfer(size, Duration::ZERO, Computes::Nobody)?;
+        }
+        let pure = pure / o.iterations as u32;
+        let mut row = Vec::new();
+        for who in [Computes::Sender, Computes::Receiver, Computes::Both] {
+            let mut total = Duration::ZERO;
+            for _ in 0..o.iterations {
+                total += transfer(size, pure, who)?;
+            }
+            let total = total / o.iterations as u32;
+            let hidden = 1.0 - total.saturating_sub(pure).as_secs_f64() / pure.as_secs_f64();
+            row.push((100.0 * hidden).clamp(0.0, 100.0));
+        }
+        if me == 0 {
+            println!(
+                "{:<12}{:>14.2}{:>18.2}{:>18.2}{:>18.2}",
+                size,
+                pure.as_secs_f64() * 1e6,
+                row[0],
+                row[1],
+                row[2]
+            );
+        }
+        size *= 2;
+    }
+    universe.finalize()
+}
