@@ -1,6 +1,6 @@
-//! The teaching examples `pingpong`, `halo2d`, `embedding` and `async_tokio` run as real processes under the
-//! `ch4run` launcher, and what they print is checked: an example that compiles but computes
-//! nonsense, hangs or panics on bad input fails here.
+//! The teaching examples `pingpong`, `halo2d`, `embedding` and `async_tokio` run as real
+//! processes under the `ch4run` launcher, and what they print is checked: an example that
+//! compiles but computes nonsense, hangs or panics on bad input fails here.
 
 mod common;
 
