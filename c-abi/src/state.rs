@@ -678,7 +678,11 @@ pub(crate) fn install(required: c_int) -> ch4::Result<c_int> {
         ));
     }
     let level = required.clamp(abi::THREAD_SINGLE, abi::THREAD_MULTIPLE);
-    let (rank, gate) = if level == abi::THREAD_MULTIPLE {
+    // A progress thread shares the rank's devices, which only the multiple level's locks
+    // allow: with CH4_ASYNC_PROGRESS on, the rank runs at that level inside whatever level the
+    // program asked for (as MPICH does), which is still the level it is told it has.
+    let async_progress = ch4_core::env::switch("CH4_ASYNC_PROGRESS")?.unwrap_or(false);
+    let (rank, gate) = if level == abi::THREAD_MULTIPLE || async_progress {
         (
             Rank::Multiple(ch4::process::init_thread(Multiple)?),
             MULTIPLE,

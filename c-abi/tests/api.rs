@@ -38,3 +38,17 @@ fn a_c_program_runs_over_the_netmod_chosen_at_start() {
         );
     }
 }
+
+/// With `CH4_ASYNC_PROGRESS=1` the rank runs at the multiple level inside (its progress thread
+/// shares the devices) whatever level the program asked for, which is still the one it is
+/// told it has: the same checks pass, on shared memory and over the network.
+#[test]
+fn the_c_api_checks_pass_with_a_progress_thread() {
+    common::run_c_checks_with("api", 4, &[], &[("CH4_ASYNC_PROGRESS", "1")]);
+    common::run_c_checks_with(
+        "api",
+        4,
+        &[],
+        &[("CH4_ASYNC_PROGRESS", "1"), ("CH4_NODE_SIZE", "1")],
+    );
+}
