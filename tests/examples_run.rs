@@ -1,6 +1,6 @@
-//! The teaching examples `pingpong`, `halo2d`, `embedding` and `async_tokio` run as real
-//! processes under the `ch4run` launcher, and what they print is checked: an example that
-//! compiles but computes nonsense, hangs or panics on bad input fails here.
+//! The teaching examples `pingpong`, `halo2d`, `embedding`, `async_tokio` and `rayon_halo` run
+//! as real processes under the `ch4run` launcher, and what they print is checked: an example
+//! that compiles but computes nonsense, hangs or panics on bad input fails here.
 
 mod common;
 
@@ -215,4 +215,20 @@ fn async_tokio_over_the_network_between_every_rank() {
         .output()
         .expect("ch4run starts");
     assert_all_tasks_checked(&succeeded(out), 3);
+}
+
+// ----------------------------------------------------------------------------- rayon_halo
+
+/// The rod's total is kept only if every worker traded halos with the same worker of its
+/// neighbours (the example fails otherwise).
+#[test]
+fn rayon_workers_trade_halos_on_their_own_communicators_as_processes_and_as_threads() {
+    let want = "rayon_halo: 4 ranks x 4 workers, 50 steps, total 136000.000 kept";
+    let stdout = succeeded(ch4run(4, "rayon_halo", &[]));
+    assert!(stdout.contains(want), "{stdout}");
+    let out = Command::new(built().join("examples/rayon_halo"))
+        .arg("--threads")
+        .output()
+        .unwrap();
+    assert!(succeeded(out).contains(want));
 }
