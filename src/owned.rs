@@ -225,23 +225,41 @@ impl<T: Pod + Send, N: Netmod, S: Shm, L: ThreadLevel> std::future::Future
                 )),
             ));
         }
+        let Ok(mut dev) = this.rank.device(this.vci) else {
+            // Finalized, or called from inside a reduction operator: `finish` reports it the
+            // way `wait` does, keeping the buffer with the rank if the device may still use it.
+            return Poll::Ready(this.finish());
+        };
+        // The common case first, under the one lock: a request already complete (an eager
+        // receive whose message was there) is taken as `wait` takes it.
         let threaded = this.rank.progress.is_on();
-        let done = match this.rank.device(this.vci) {
-            Ok(mut dev) => match dev.is_done(this.handle) {
-                Ok(false) if !threaded => match dev.progress() {
-                    Ok(0) => {
-                        dev.fail_if_peer_gone(this.handle);
-                        dev.is_done(this.handle)
-                    }
-                    Ok(_) => dev.is_done(this.handle),
-                    Err(e) => Err(e),
-                },
-                other => other,
+        let done = match dev.is_done(this.handle) {
+            Ok(false) if !threaded => match dev.progress() {
+                Ok(0) => {
+                    dev.fail_if_peer_gone(this.handle);
+                    dev.is_done(this.handle)
+                }
+                Ok(_) => dev.is_done(this.handle),
+                Err(e) => Err(e),
             },
-            Err(e) => Err(e),
+            other => other,
         };
         match done {
+            Ok(true) => {
+                let outcome = match dev.wait(this.handle) {
+                    Ok(st) => Ok(st),
+                    Err(e) => {
+                        dev.release(this.handle);
+                        Err(e)
+                    }
+                };
+                drop(dev);
+                this.rank.progress.unregister(this.vci, this.handle);
+                let buf = this.buf.take().unwrap_or_default();
+                Poll::Ready((buf, outcome))
+            }
             Ok(false) if threaded => {
+                drop(dev);
                 this.rank
                     .progress
                     .register(this.vci, this.handle, cx.waker());
@@ -263,8 +281,9 @@ impl<T: Pod + Send, N: Netmod, S: Shm, L: ThreadLevel> std::future::Future
                 cx.waker().wake_by_ref();
                 Poll::Pending
             }
-            // Complete, or an error that `finish` reports the way `wait` does.
-            _ => {
+            // An error `finish` reports the way `wait` does.
+            Err(_) => {
+                drop(dev);
                 this.rank.progress.unregister(this.vci, this.handle);
                 Poll::Ready(this.finish())
             }
