@@ -16,7 +16,8 @@
 //! rank (any [`RankState::device`](crate::RankState) at the multiple level) unparks it: a load
 //! and a branch per call, at the multiple level only. Past a few thousand idle polls with
 //! requests outstanding (a receive whose message is far off) it sleeps in short naps rather
-//! than take a core from the computation it exists to overlap.
+//! than take a core from the computation it exists to overlap; while a thread of the rank waits
+//! (and so drives the devices itself) it naps too.
 //!
 //! Futures: an [`OwnedRequest`](crate::OwnedRequest) awaited while the thread runs registers
 //! its task's waker here; after every round that moved something the thread wakes the tasks
@@ -221,6 +222,14 @@ fn drive<N: Netmod, S: Shm>(rank: Weak<RankState<N, S, Multiple>>, stop: Arc<Ato
             wake_completed(&rank);
         }
         let progress = &rank.progress;
+        if rank.long_waits.load(Ordering::Relaxed) > 0 {
+            // A thread of the rank is in a wait and drives the devices itself: polling beside
+            // it only takes turns at its locks and, on a host without a spare core, its CPU.
+            drop(rank);
+            std::thread::park_timeout(NAP);
+            idle = 0;
+            continue;
+        }
         if moved > 0 {
             idle = 0;
             continue;

@@ -1,12 +1,17 @@
 //! osu_overlap: how much of a transfer hides behind computation, in the way OSU's nonblocking
 //! collective benchmarks define it, for point-to-point: for each size, the time of a bare
 //! transfer (post, wait; `t_pure`), then of a transfer posted before a computation of `t_pure`
-//! and waited for after it (`t_total`); overlap = 100 × (1 − (t_total − t_compute) / t_pure),
-//! clipped to 0-100. Three cases: the sender computes (the receiver only waits), the receiver
+//! and waited for after it (`t_total`); overlap = 100 × (1 − (t_total − t_compute) / t_pure)
+//! with `t_compute` as measured, clipped to 0-100. Three cases: the sender computes (the receiver only waits), the receiver
 //! computes, both do. The computation is a spin on the clock: no ch4 call is made during it, so
 //! only an asynchronous progress thread can move the data meanwhile.
 //!
-//! `cargo run --release --example osu_overlap -- [--async] [-m [min:]max] [-i iterations]`:
+//! `--sleep` computes by sleeping instead, leaving the core free (as a rank waiting on I/O or
+//! an accelerator does): on a host with no spare core for the progress thread (this project's
+//! two), a spinning computation and the thread share one core, and the figure measures the
+//! scheduler's split; the sleeping one measures what the thread can do.
+//!
+//! `cargo run --release --example osu_overlap -- [--async] [--sleep] [-m [min:]max] [-i iterations]`:
 //! two processes through the embedded launcher, at the multiple thread level (which the
 //! progress thread needs); `--async` starts it (as `CH4_ASYNC_PROGRESS=1` does);
 //! `CH4_NODE_SIZE=1` puts the ranks on different nodes (the build's netmod), else they share
@@ -23,6 +28,7 @@ struct Options {
     max: usize,
     iterations: usize,
     start_thread: bool,
+    sleep: bool,
 }
 
 fn options() -> std::result::Result<Options, String> {
@@ -31,11 +37,13 @@ fn options() -> std::result::Result<Options, String> {
         max: 16 << 20,
         iterations: 20,
         start_thread: false,
+        sleep: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--async" => o.start_thread = true,
+            "--sleep" => o.sleep = true,
             "-m" => {
                 let v = args.next().ok_or("-m needs [min:]max")?;
                 let (lo, hi) = match v.split_once(':') {
@@ -61,12 +69,18 @@ fn options() -> std::result::Result<Options, String> {
     Ok(o)
 }
 
-/// Computes for `d` without calling ch4.
-fn compute(d: Duration) {
+/// Computes for `d` without calling ch4: a spin on the clock, or (`sleep`) a sleep; returns
+/// how long it took (a sleep overshoots by tens of microseconds, which is not the transfer's).
+fn compute(d: Duration, sleep: bool) -> Duration {
     let start = Instant::now();
-    while start.elapsed() < d {
-        std::hint::spin_loop();
+    if sleep {
+        std::thread::sleep(d);
+    } else {
+        while start.elapsed() < d {
+            std::hint::spin_loop();
+        }
     }
+    start.elapsed()
 }
 
 /// Who computes while the transfer is in flight.
@@ -110,33 +124,38 @@ fn run(o: &Options) -> Result<()> {
         ));
     }
     // One transfer from rank 0 to rank 1, posted, then `work` computed by the ranks `who`
-    // says, then waited for; the time from the post to the end of the wait, as rank 1 and rank
-    // 0 agree (the slower of the two).
-    let transfer = |size: usize, work: Duration, who: Computes| -> Result<Duration> {
+    // says, then waited for: the time from the post to the end of the wait and the time the
+    // computation took, each the longer of the two ranks'.
+    let transfer = |size: usize, work: Duration, who: Computes| -> Result<(Duration, Duration)> {
         world.barrier()?;
         let start = Instant::now();
+        let mut computed = Duration::ZERO;
         if me == 0 {
             let req = world.isend_owned(vec![1u8; size], 1, 0)?;
             if matches!(who, Computes::Sender | Computes::Both) {
-                compute(work);
+                computed = compute(work, o.sleep);
             }
             req.wait().1?;
         } else {
             let req = world.irecv_owned(vec![0u8; size], 0, 0)?;
             if matches!(who, Computes::Receiver | Computes::Both) {
-                compute(work);
+                computed = compute(work, o.sleep);
             }
             req.wait().1?;
         }
-        let mine = start.elapsed().as_secs_f64();
-        let mut slowest = [0.0f64];
-        world.allreduce(&[mine], &mut slowest, ch4::op::max)?;
-        Ok(Duration::from_secs_f64(slowest[0]))
+        let mine = [start.elapsed().as_secs_f64(), computed.as_secs_f64()];
+        let mut slowest = [0.0f64; 2];
+        world.allreduce(&mine, &mut slowest, ch4::op::max)?;
+        Ok((
+            Duration::from_secs_f64(slowest[0]),
+            Duration::from_secs_f64(slowest[1]),
+        ))
     };
     if me == 0 {
         println!(
-            "# osu_overlap (ch4), 2 ranks at MPI_THREAD_MULTIPLE, progress thread {}",
-            if ctx.async_progress() { "on" } else { "off" }
+            "# osu_overlap (ch4), 2 ranks at MPI_THREAD_MULTIPLE, progress thread {}, computing by {}",
+            if ctx.async_progress() { "on" } else { "off" },
+            if o.sleep { "sleeping" } else { "spinning" }
         );
         println!(
             "{:<12}{:>14}{:>18}{:>18}{:>18}",
@@ -149,17 +168,19 @@ fn run(o: &Options) -> Result<()> {
         transfer(size, Duration::ZERO, Computes::Nobody)?;
         let mut pure = Duration::ZERO;
         for _ in 0..o.iterations {
-            pure += transfer(size, Duration::ZERO, Computes::Nobody)?;
+            pure += transfer(size, Duration::ZERO, Computes::Nobody)?.0;
         }
         let pure = pure / o.iterations as u32;
         let mut row = Vec::new();
         for who in [Computes::Sender, Computes::Receiver, Computes::Both] {
-            let mut total = Duration::ZERO;
+            let (mut total, mut computed) = (Duration::ZERO, Duration::ZERO);
             for _ in 0..o.iterations {
-                total += transfer(size, pure, who)?;
+                let (t, c) = transfer(size, pure, who)?;
+                total += t;
+                computed += c;
             }
-            let total = total / o.iterations as u32;
-            let hidden = 1.0 - total.saturating_sub(pure).as_secs_f64() / pure.as_secs_f64();
+            let exposed = total.saturating_sub(computed) / o.iterations as u32;
+            let hidden = 1.0 - exposed.as_secs_f64() / pure.as_secs_f64();
             row.push((100.0 * hidden).clamp(0.0, 100.0));
         }
         if me == 0 {
