@@ -14,7 +14,7 @@ use ch4::{Context, Multiple};
 /// A message long enough to go by rendezvous on every route, in pieces.
 const LONG: usize = 4 << 20;
 /// How long the sender computes (sleeps, making no ch4 call) before it waits.
-const COMPUTE: Duration = Duration::from_millis(1500);
+const COMPUTE: Duration = Duration::from_millis(3000);
 
 /// Two ranks at the multiple level; `tcp`: each its own node (the TCP netmod), else one node
 /// whose shared memory streams large messages through its rings (no single-copy reads, which
