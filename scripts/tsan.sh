@@ -2,9 +2,9 @@
 # ThreadSanitizer over the multiple thread level: the locks of the thread-level crate, the
 # multithreaded semantics suite on every in-process route (ranks as threads: shared memory,
 # TCP, the in-process NICs, a stalled VCI) and the asynchronous progress thread. Rust's standard
-# library is rebuilt with the sanitizer (-Zbuild-std; unsanitized, its own locks and channels show as races), which needs
-# nightly flags on the stable toolchain (RUSTC_BOOTSTRAP=1) and the rust-src component, added
-# here when missing. A separate target dir: every crate is rebuilt.
+# library is rebuilt with the sanitizer (-Zbuild-std; unsanitized, its own locks and channels
+# show as races), which needs nightly flags on the stable toolchain (RUSTC_BOOTSTRAP=1) and the
+# rust-src component, added here when missing. A separate target dir: every crate is rebuilt.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! rustup component list --installed 2>/dev/null | grep -q '^rust-src' &&
