@@ -6,12 +6,10 @@
 //!
 //! `cargo bench --bench await_cost [-- rounds] [--await] [--multiple]`
 
-use std::sync::Arc;
+use ch4::ThreadLevel;
 
-use ch4::{Context, ThreadLevel};
-use ch4_core::core::DeviceConfig;
-use ch4_core::{Device, NoNetmod};
-use shm::{Segment, ShmTransport};
+#[path = "support/shm_pair.rs"]
+mod shm_pair;
 
 fn main() -> ch4::Result<()> {
     let rounds: usize = std::env::args()
@@ -31,18 +29,7 @@ fn main() -> ch4::Result<()> {
 }
 
 fn rounds_at<L: ThreadLevel>(rounds: usize, awaited: bool) -> ch4::Result<()> {
-    let seg = Arc::new(Segment::anonymous(2, shm::Geometry::with_ring(1 << 16))?);
-    let mk = |me: usize| -> ch4::Result<Context<NoNetmod, ShmTransport, L>> {
-        let t = ShmTransport::new(seg.clone(), me, &[0, 1], 2, 16 << 10, 0)?;
-        Ok(Context::at_level(Device::new(
-            NoNetmod,
-            t,
-            me as u32,
-            2,
-            DeviceConfig::default(),
-        )?))
-    };
-    let (a, b) = (mk(0)?, mk(1)?);
+    let (a, b) = shm_pair::shm_pair::<L>()?;
     let (wa, wb) = (a.world(), b.world());
     let mut buf = vec![0u8; 8];
     for _ in 0..rounds {

@@ -11,13 +11,12 @@
 //! `--blocking` the pattern is a ping-pong of blocking 8-byte sends and receives instead (each
 //! receive finds its message already there), the path of `osu_latency`.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ch4::{Context, ThreadLevel};
-use ch4_core::core::DeviceConfig;
-use ch4_core::{Device, NoNetmod};
-use shm::{Segment, ShmTransport};
+use ch4::ThreadLevel;
+
+#[path = "support/shm_pair.rs"]
+mod shm_pair;
 
 const WINDOW: usize = 64;
 
@@ -57,18 +56,7 @@ fn main() -> ch4::Result<()> {
 /// Steps `windows` windows (or, `blocking`, as many round trips of `WINDOW` messages) between
 /// two ranks at level `L`, both on this thread; returns the time they took.
 fn windows_at<L: ThreadLevel>(windows: usize, blocking: bool) -> ch4::Result<Duration> {
-    let seg = Arc::new(Segment::anonymous(2, shm::Geometry::with_ring(1 << 16))?);
-    let mk = |me: usize| -> ch4::Result<Context<NoNetmod, ShmTransport, L>> {
-        let t = ShmTransport::new(seg.clone(), me, &[0, 1], 2, 16 << 10, 0)?;
-        Ok(Context::at_level(Device::new(
-            NoNetmod,
-            t,
-            me as u32,
-            2,
-            DeviceConfig::default(),
-        )?))
-    };
-    let (a, b) = (mk(0)?, mk(1)?);
+    let (a, b) = shm_pair::shm_pair::<L>()?;
     let (wa, wb) = (a.world(), b.world());
     let msg = [7u8; 8];
     let mut bufs = vec![[0u8; 8]; WINDOW];

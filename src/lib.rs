@@ -371,12 +371,16 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> RankState<N, S, L> {
     /// rather than a panic or a deadlock.
     #[inline(always)]
     pub(crate) fn device(&self, vci: usize) -> Result<DeviceGuard<'_, N, S, L>> {
-        if L::YIELDS {
-            // A request about to be posted: a sleeping progress thread gets up for it.
-            self.progress.nudge();
-        }
         match self.vcis.get(vci).enter() {
-            Ok(d) => Ok(d),
+            Ok(d) => {
+                if L::YIELDS {
+                    // A request may be posted now: a sleeping progress thread gets up for it.
+                    // Looked at with the VCI held, so a thread that went to sleep after its
+                    // last look at this VCI is seen asleep here (see `progress::drive`).
+                    self.progress.nudge();
+                }
+                Ok(d)
+            }
             Err(why) => Err(self.busy(why)),
         }
     }

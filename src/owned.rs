@@ -134,29 +134,14 @@ impl<T: Pod + Send, N: Netmod, S: Shm, L: ThreadLevel> OwnedRequest<T, N, S, L> 
             let outcome = Shared(&self.rank.vci(self.vci)).wait_or_abandon(self.handle);
             return (buf, outcome);
         }
-        let outcome = match dev.wait(self.handle) {
-            Ok(st) => Ok(st),
-            Err(e) => {
-                // Completed with an error, the request is already gone; anything else must not
-                // keep a reference to the buffer we hand back.
-                dev.release(self.handle);
-                Err(e)
-            }
-        };
+        let outcome = take_outcome(&mut *dev, self.handle);
         (buf, outcome)
     }
 
     /// Makes one round of progress; `Ok(true)` once the operation has completed (then
     /// [`OwnedRequest::wait`] returns at once).
     pub fn test(&mut self) -> Result<bool> {
-        let mut dev = self.rank.device(self.vci)?;
-        if dev.is_done(self.handle)? {
-            return Ok(true);
-        }
-        if dev.progress()? == 0 {
-            dev.fail_if_peer_gone(self.handle);
-        }
-        dev.is_done(self.handle)
+        advance(&mut *self.rank.device(self.vci)?, self.handle)
     }
 
     /// Asks to cancel the operation (MPI_Cancel); still wait for it: its status's `cancelled`
@@ -182,6 +167,33 @@ impl<T: Pod + Send, N: Netmod, S: Shm, L: ThreadLevel> OwnedRequest<T, N, S, L> 
             // and at the threaded levels it waits for another thread's hold to end); leaking
             // is the safe way out.
             None => std::mem::forget(buf),
+        }
+    }
+}
+
+/// One round of progress for request `h` unless it is complete: whether it is now (a peer
+/// found gone when nothing moved fails the request, as a wait's idle poll does).
+#[inline(always)]
+fn advance<N: Netmod, S: Shm>(dev: &mut Device<N, S>, h: ReqHandle) -> Result<bool> {
+    if dev.is_done(h)? {
+        return Ok(true);
+    }
+    if dev.progress()? == 0 {
+        dev.fail_if_peer_gone(h);
+    }
+    dev.is_done(h)
+}
+
+/// The outcome of request `h`, complete or waited for on `dev`; the request is gone afterwards.
+#[inline(always)]
+fn take_outcome<N: Netmod, S: Shm>(dev: &mut Device<N, S>, h: ReqHandle) -> Result<Status> {
+    match dev.wait(h) {
+        Ok(st) => Ok(st),
+        Err(e) => {
+            // Completed with an error, the request is already gone; anything else must not
+            // keep a reference to the buffer handed back.
+            dev.release(h);
+            Err(e)
         }
     }
 }
@@ -233,26 +245,14 @@ impl<T: Pod + Send, N: Netmod, S: Shm, L: ThreadLevel> std::future::Future
         // The common case first, under the one lock: a request already complete (an eager
         // receive whose message was there) is taken as `wait` takes it.
         let threaded = this.rank.progress.is_on();
-        let done = match dev.is_done(this.handle) {
-            Ok(false) if !threaded => match dev.progress() {
-                Ok(0) => {
-                    dev.fail_if_peer_gone(this.handle);
-                    dev.is_done(this.handle)
-                }
-                Ok(_) => dev.is_done(this.handle),
-                Err(e) => Err(e),
-            },
-            other => other,
+        let done = if threaded {
+            dev.is_done(this.handle)
+        } else {
+            advance(&mut *dev, this.handle)
         };
         match done {
             Ok(true) => {
-                let outcome = match dev.wait(this.handle) {
-                    Ok(st) => Ok(st),
-                    Err(e) => {
-                        dev.release(this.handle);
-                        Err(e)
-                    }
-                };
+                let outcome = take_outcome(&mut *dev, this.handle);
                 drop(dev);
                 this.rank.progress.unregister(this.vci, this.handle);
                 let buf = this.buf.take().unwrap_or_default();

@@ -237,8 +237,16 @@ fn drive<N: Netmod, S: Shm>(rank: Weak<RankState<N, S, Multiple>>, stop: Arc<Ato
         idle = idle.saturating_add(1);
         if !outstanding {
             // Nothing to drive: sleep until the next call on the rank unparks us (or a
-            // while, to look at arrivals nobody asked for yet).
+            // while, to look at arrivals nobody asked for yet). Asleep first, then one more
+            // look at every VCI: a caller that entered one after that look sees the flag (it
+            // looks while holding the VCI, which the look took and let go of after setting
+            // it), and one inside it now makes the look find work; either way no request
+            // posted meanwhile waits for the nap to end.
             progress.asleep.store(true, Ordering::Relaxed);
+            if round(&rank).1 {
+                progress.asleep.store(false, Ordering::Relaxed);
+                continue;
+            }
             drop(rank);
             std::thread::park_timeout(Duration::from_millis(10));
             idle = 0;
@@ -247,6 +255,8 @@ fn drive<N: Netmod, S: Shm>(rank: Weak<RankState<N, S, Multiple>>, stop: Arc<Ato
         } else if idle < YIELD_ROUNDS {
             std::thread::yield_now();
         } else {
+            // A nap, ended early by the next call (the flag as above; a request's own
+            // progress is what it waits for here, and a nap's 100 us bounds the rest).
             progress.asleep.store(true, Ordering::Relaxed);
             drop(rank);
             std::thread::park_timeout(NAP);
