@@ -47,6 +47,11 @@
 # happened to fall into it, for every library. Long runs measure how a library shares the
 # cores, which is what a busy neighbour or oversubscription does to a user's program.
 #
+# --policies soon,never compares ch4 with itself instead of the peers: its idle policies side
+# by side, CH4_YIELD=auto (the column "ch4") and the ones named, interleaved the same way (ch4's
+# own builds only; results in <out>-policies/). Meant for the runs under load, where waiting
+# decides. (`never` with more ranks than cores spins through whole time slices: minutes a run.)
+#
 # Writes target/osu-vs-peers/results.tsv (every run: bench, impl, size, value) and modes.tsv
 # (the host's mode around each round, see below), prints a table per bench with ch4/MPICH and
 # ch4/Open MPI (also into summary.txt), and draws target/osu-vs-peers/<bench>.png.
@@ -65,6 +70,7 @@ net=shm
 busy=""
 dry_run=""
 np=2
+impls=(ch4 mpich openmpi)
 while [ $# -gt 0 ]; do
     case "$1" in
         --tcp) net=tcp; shift ;;
@@ -74,6 +80,17 @@ while [ $# -gt 0 ]; do
         --np) np="$2"; shift 2 ;;
         --record) record_option "${2:-}"; shift 2 ;;
         --dry-run) dry_run=yes; shift ;;
+        --policies)
+            IFS=, read -r -a impls <<<"${2:-}"
+            for p in "${impls[@]}"; do
+                case "$p" in
+                    soon | never) ;;
+                    *) echo "--policies takes soon and/or never, comma-separated, not '${2:-}'" >&2; exit 2 ;;
+                esac
+            done
+            impls=(ch4 "${impls[@]}")
+            shift 2
+            ;;
         *) break ;;
     esac
 done
@@ -103,7 +120,7 @@ for b in "${benches[@]}"; do
     esac
 done
 if [ -n "$dry_run" ]; then
-    echo "would run $rounds rounds of ${benches[*]} on ch4, MPICH and Open MPI ($net, $np ranks${busy:+, a busy process $busy})${record_dir:+, recorded in $record_dir}"
+    echo "would run $rounds rounds of ${benches[*]} on ${impls[*]} ($net, $np ranks${busy:+, a busy process $busy})${record_dir:+, recorded in $record_dir}"
     exit 0
 fi
 
@@ -146,10 +163,10 @@ else
     else
         cargo build --release -q "${ch4_examples[@]}"
     fi
-    MPICC=mpicc.mpich CARGO_TARGET_DIR=target/peers-mpich \
+    [ "${impls[1]:-}" != mpich ] || MPICC=mpicc.mpich CARGO_TARGET_DIR=target/peers-mpich \
         cargo build --release -q --features peer-mpi "${examples[@]}"
 fi
-MPICC=mpicc.openmpi CARGO_TARGET_DIR=target/peers-openmpi \
+[ "${impls[2]:-}" != openmpi ] || MPICC=mpicc.openmpi CARGO_TARGET_DIR=target/peers-openmpi \
     cargo build --release -q --features peer-mpi "${examples[@]}"
 cargo build --release -q -p osu-plot
 
@@ -184,6 +201,7 @@ out=target/osu-vs-peers
 [ "$net" = shm ] || out="target/osu-vs-peers-$net"
 [ -z "$busy" ] || out="target/osu-vs-peers-busy-$busy"
 [ "$np" = 2 ] || out="target/osu-vs-peers-np$np"
+[ "${impls[1]:-}" = mpich ] || out="$out-policies"
 # Binding: one rank per core while there are enough cores (ch4's launcher does so by itself);
 # with more ranks than cores nobody is bound.
 bind=core
@@ -235,6 +253,8 @@ run() {
         status=0
         case "$impl" in
             ch4) env CH4_NP="$np" "${ch4env[@]}" "${limit[@]}" "$ch4dir/examples/$prog" "${args[@]}" ;;
+            soon | never) env CH4_YIELD="$impl" CH4_NP="$np" "${ch4env[@]}" "${limit[@]}" \
+                "$ch4dir/examples/$prog" "${args[@]}" ;;
             mpich) "${limit[@]}" "$mpiexec" -bind-to "$bind" "${mpichenv[@]}" -n "$np" \
                 "$mpichdir/release/examples/$prog" "${args[@]}" ;;
             openmpi) "${limit[@]}" mpirun.openmpi --allow-run-as-root --oversubscribe --bind-to "$bind" \
@@ -255,7 +275,7 @@ for round in $(seq "$rounds"); do
     for b in "${benches[@]}"; do
         echo "round $round/$rounds: $b" >&2
         before=$(probe)
-        for impl in ch4 mpich openmpi; do
+        for impl in "${impls[@]}"; do
             run "$impl" "$b"
         done
         note_mode "$round" "$b" "$before" "$(probe)"
