@@ -12,25 +12,34 @@
 //! One thread per rank, not per VCI: it visits every VCI in turn, taking each lock only if no
 //! application thread holds it (`try_enter`), so it never makes a caller wait for more than
 //! one round of its progress, and a host of few cores gets one more thread per rank, not one
-//! per VCI. It polls while the rank has requests; with none it parks, and the next call on the
-//! rank (any [`RankState::device`](crate::RankState) at the multiple level) unparks it: a load
+//! per VCI. It polls while the rank has requests; with none it sleeps, and the next call on the
+//! rank (any [`RankState::device`](crate::RankState) at the multiple level) wakes it: a load
 //! and a branch per call, at the multiple level only. Past a few thousand idle polls with
-//! requests outstanding (a receive whose message is far off) it sleeps in short naps rather
-//! than take a core from the computation it exists to overlap; while a thread of the rank waits
-//! (and so drives the devices itself) it naps too.
+//! requests outstanding (a receive whose message is far off) it sleeps too, rather than take a
+//! core from the computation it exists to overlap; while a thread of the rank waits (and so
+//! drives the devices itself) it naps.
+//!
+//! Sleeping is `ppoll(2)` on an eventfd that calls ring, and on the descriptors the transports
+//! name ([`ch4_core::transport::AmTransport::arm_wakeup`]: TCP's sockets and its epoll
+//! instance), so a message that arrives over TCP ends the sleep at once. Transports whose
+//! arrivals show on no descriptor (shared memory's rings; libfabric and UCX as ch4 opens them,
+//! without a wait object) keep the sleep short: 100 us naps with requests out, 10 ms without.
+//! When every transport of the rank is armed the thread sleeps up to 1 ms with requests out and
+//! 100 ms without, and wakes only for work.
 //!
 //! Futures: an [`OwnedRequest`](crate::OwnedRequest) awaited while the thread runs registers
 //! its task's waker here; after every round that moved something the thread wakes the tasks
 //! whose requests completed, and nobody polls. Without the thread, a polled future drives one
 //! round of progress itself and asks to be polled again.
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::Waker;
-use std::thread::{JoinHandle, Thread};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
-use ch4_core::transport::{Netmod, Shm};
+use ch4_core::transport::{Arm, Netmod, Shm, WaitFd};
 use ch4_core::{Error, ErrorKind, ReqHandle, Result};
 use thread_level::{Multiple, RankLock, ThreadLevel, VciSet};
 
@@ -39,8 +48,93 @@ use crate::{Context, RankState};
 /// Idle rounds spent spinning, then yielding, before the thread naps (with requests out).
 const SPIN_ROUNDS: u32 = 64;
 const YIELD_ROUNDS: u32 = 4096;
-/// A nap between idle rounds once past [`YIELD_ROUNDS`]; a new call on the rank ends it.
+/// A nap between idle rounds once past [`YIELD_ROUNDS`], when some transport cannot wake the
+/// thread (shared memory's rings); a new call on the rank ends it.
 const NAP: Duration = Duration::from_micros(100);
+/// The same when every transport can wake the thread ([`Arm::Armed`]): only a bound.
+const ARMED_NAP: Duration = Duration::from_millis(1);
+/// A sleep with no request outstanding, to look at arrivals nobody asked for yet (which
+/// give their senders' credit back); a call on the rank ends it.
+const IDLE_SLEEP: Duration = Duration::from_millis(10);
+/// The same when every transport can wake the thread.
+const ARMED_IDLE_SLEEP: Duration = Duration::from_millis(100);
+
+/// What the thread sleeps on besides the transports' descriptors: an eventfd that callers
+/// ring to wake it (the rank's next call, [`Progress::stop`]).
+struct Doorbell {
+    fd: OwnedFd,
+}
+
+impl Doorbell {
+    fn new() -> std::io::Result<Doorbell> {
+        // SAFETY: eventfd(2) takes two integers and returns a new descriptor or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a descriptor eventfd just made, owned by nothing else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Doorbell { fd })
+    }
+
+    /// Wakes the sleeper, or makes its next sleep end at once.
+    fn ring(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes the 8 bytes of `one`, which lives across the call, to our eventfd.
+        // It fails only when the counter is full (then a wake-up is pending anyway).
+        unsafe {
+            libc::write(
+                self.fd.as_raw_fd(),
+                (&one as *const u64).cast::<libc::c_void>(),
+                8,
+            )
+        };
+    }
+
+    /// Sleeps until the doorbell rings, one of `fds` is ready, or `timeout` passes; `polled`
+    /// is scratch space kept between sleeps.
+    fn sleep(&self, fds: &[WaitFd], timeout: Duration, polled: &mut Vec<libc::pollfd>) {
+        polled.clear();
+        polled.push(libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        polled.extend(fds.iter().map(|w| libc::pollfd {
+            fd: w.fd,
+            events: if w.write { libc::POLLOUT } else { libc::POLLIN },
+            revents: 0,
+        }));
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: `polled` holds `polled.len()` initialized pollfd entries and `ts` a valid
+        // timespec, both alive across the call; no signal mask is passed. A descriptor closed
+        // since a transport named it makes ppoll report it (POLLNVAL) and return: the thread
+        // then looks at its transports again, which name only open ones.
+        unsafe {
+            libc::ppoll(
+                polled.as_mut_ptr(),
+                polled.len() as libc::nfds_t,
+                &ts,
+                std::ptr::null(),
+            )
+        };
+        if polled[0].revents != 0 {
+            let mut count = [0u8; 8];
+            // SAFETY: reads at most 8 bytes into `count`, which is 8 bytes long; resets the
+            // eventfd's counter (nonblocking: returns at once if another read took it).
+            unsafe {
+                libc::read(
+                    self.fd.as_raw_fd(),
+                    count.as_mut_ptr().cast::<libc::c_void>(),
+                    8,
+                )
+            };
+        }
+    }
+}
 
 /// A task waiting for a request of VCI `vci`.
 struct Waiting {
@@ -52,7 +146,7 @@ struct Waiting {
 /// The thread and what it shares with the rank's callers.
 struct Running {
     stop: Arc<AtomicBool>,
-    thread: Thread,
+    doorbell: Arc<Doorbell>,
     join: JoinHandle<()>,
 }
 
@@ -61,7 +155,7 @@ struct Running {
 pub(crate) struct Progress {
     /// Whether the thread runs (futures then register wakers instead of polling).
     on: AtomicBool,
-    /// Whether the thread is parked with nothing to do: the next call unparks it.
+    /// Whether the thread sleeps (or is about to): the next call rings its doorbell.
     asleep: AtomicBool,
     running: Mutex<Option<Running>>,
     /// Tasks awaiting requests; `waiting` counts them, so the thread looks only when some wait.
@@ -81,7 +175,7 @@ impl Progress {
         self.on.load(Ordering::Acquire)
     }
 
-    /// Unparks the thread if it sleeps: called at the start of every call at the multiple
+    /// Wakes the thread if it sleeps: called at the start of every call at the multiple
     /// level, so that a request posted to a sleeping thread gets its attention at once.
     #[inline(always)]
     pub(crate) fn nudge(&self) {
@@ -94,7 +188,7 @@ impl Progress {
     fn wake_thread(&self) {
         self.asleep.store(false, Ordering::Relaxed);
         if let Some(r) = lock(&self.running).as_ref() {
-            r.thread.unpark();
+            r.doorbell.ring();
         }
     }
 
@@ -134,7 +228,7 @@ impl Progress {
         self.on.store(false, Ordering::Release);
         if let Some(r) = running {
             r.stop.store(true, Ordering::Release);
-            r.thread.unpark();
+            r.doorbell.ring();
             if r.join.thread().id() != std::thread::current().id() {
                 let _ = r.join.join();
             }
@@ -170,12 +264,19 @@ where
             return Ok(());
         }
         let stop = Arc::new(AtomicBool::new(false));
+        let doorbell = Arc::new(Doorbell::new().map_err(|e| {
+            Error::new(
+                ErrorKind::Internal,
+                format!("cannot make the progress thread's eventfd: {e}"),
+            )
+        })?);
         let weak = Arc::downgrade(rank);
         let join = std::thread::Builder::new()
             .name("ch4-progress".into())
             .spawn({
                 let stop = stop.clone();
-                move || drive(weak, stop)
+                let doorbell = doorbell.clone();
+                move || drive(weak, stop, doorbell)
             })
             .map_err(|e| {
                 Error::new(
@@ -185,7 +286,7 @@ where
             })?;
         *running = Some(Running {
             stop,
-            thread: join.thread().clone(),
+            doorbell,
             join,
         });
         rank.progress.on.store(true, Ordering::Release);
@@ -205,13 +306,19 @@ where
 
 /// The thread: rounds of progress on every VCI no caller holds, waking completed requests'
 /// tasks, until stopped, finalized, or the rank is gone.
-fn drive<N: Netmod, S: Shm>(rank: Weak<RankState<N, S, Multiple>>, stop: Arc<AtomicBool>) {
+fn drive<N: Netmod, S: Shm>(
+    weak: Weak<RankState<N, S, Multiple>>,
+    stop: Arc<AtomicBool>,
+    doorbell: Arc<Doorbell>,
+) {
     let mut idle: u32 = 0;
+    let mut fds = Vec::new();
+    let mut polled = Vec::new();
     loop {
         if stop.load(Ordering::Acquire) {
             return;
         }
-        let Some(rank) = rank.upgrade() else {
+        let Some(rank) = weak.upgrade() else {
             return;
         };
         if rank.is_finalized() {
@@ -226,7 +333,7 @@ fn drive<N: Netmod, S: Shm>(rank: Weak<RankState<N, S, Multiple>>, stop: Arc<Ato
             // A thread of the rank is in a wait and drives the devices itself: polling beside
             // it only takes turns at its locks and, on a host without a spare core, its CPU.
             drop(rank);
-            std::thread::park_timeout(NAP);
+            doorbell.sleep(&[], NAP, &mut polled);
             idle = 0;
             continue;
         }
@@ -235,33 +342,66 @@ fn drive<N: Netmod, S: Shm>(rank: Weak<RankState<N, S, Multiple>>, stop: Arc<Ato
             continue;
         }
         idle = idle.saturating_add(1);
-        if !outstanding {
-            // Nothing to drive: sleep until the next call on the rank unparks us (or a
-            // while, to look at arrivals nobody asked for yet). Asleep first, then one more
-            // look at every VCI: a caller that entered one after that look sees the flag (it
-            // looks while holding the VCI, which the look took and let go of after setting
-            // it), and one inside it now makes the look find work; either way no request
-            // posted meanwhile waits for the nap to end.
-            progress.asleep.store(true, Ordering::Relaxed);
-            if round(&rank).1 {
-                progress.asleep.store(false, Ordering::Relaxed);
-                continue;
-            }
-            drop(rank);
-            std::thread::park_timeout(Duration::from_millis(10));
-            idle = 0;
-        } else if idle < SPIN_ROUNDS {
+        if outstanding && idle < SPIN_ROUNDS {
             std::hint::spin_loop();
-        } else if idle < YIELD_ROUNDS {
+            continue;
+        }
+        if outstanding && idle < YIELD_ROUNDS {
             std::thread::yield_now();
-        } else {
-            // A nap, ended early by the next call (the flag as above; a request's own
-            // progress is what it waits for here, and a nap's 100 us bounds the rest).
-            progress.asleep.store(true, Ordering::Relaxed);
-            drop(rank);
-            std::thread::park_timeout(NAP);
+            continue;
+        }
+        // Sleep until a call on the rank rings, a transport's descriptor is ready, or a while
+        // (with requests out, their own progress is what the thread waits for; without, it
+        // looks at arrivals nobody asked for yet). Asleep first, then one more look at every
+        // VCI that also arms its transports: a caller that entered one after that look sees
+        // the flag (it looks while holding the VCI, which the look took and let go of after
+        // setting it), and one inside it now makes the look give up; either way no request
+        // posted meanwhile waits for the sleep to end.
+        progress.asleep.store(true, Ordering::Relaxed);
+        fds.clear();
+        let Some((armed, outstanding)) = arm_round(&rank, &mut fds) else {
+            progress.asleep.store(false, Ordering::Relaxed);
+            continue;
+        };
+        let timeout = match (outstanding, armed) {
+            (true, false) => NAP,
+            (true, true) => ARMED_NAP,
+            (false, false) => IDLE_SLEEP,
+            (false, true) => ARMED_IDLE_SLEEP,
+        };
+        drop(rank);
+        doorbell.sleep(&fds, timeout, &mut polled);
+        if let Some(rank) = weak.upgrade() {
+            rank.progress.asleep.store(false, Ordering::Relaxed);
+        }
+        if !outstanding {
+            idle = 0;
         }
     }
+}
+
+/// The look before a sleep: a round on every VCI that also arms its transports' wake-ups
+/// (descriptors into `fds`). `None` when the thread should not sleep: a caller holds a VCI,
+/// the round moved something, or a transport has work waiting. Otherwise whether every
+/// transport is armed, and whether requests are outstanding.
+fn arm_round<N: Netmod, S: Shm>(
+    rank: &RankState<N, S, Multiple>,
+    fds: &mut Vec<WaitFd>,
+) -> Option<(bool, bool)> {
+    let mut arm = Arm::Armed;
+    let mut outstanding = false;
+    for lock in rank.vcis.all() {
+        let mut dev = lock.try_enter()?;
+        if dev.progress().unwrap_or(0) > 0 {
+            return None;
+        }
+        outstanding |= dev.has_requests();
+        arm = arm.and(dev.arm_wakeup(fds));
+        if arm == Arm::Busy {
+            return None;
+        }
+    }
+    Some((arm == Arm::Armed, outstanding))
 }
 
 /// One round on every VCI that no caller holds: the events handled, and whether any VCI has

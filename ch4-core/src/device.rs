@@ -17,7 +17,7 @@ use crate::request::{
     CancelState, Message, NativeHalf, RecvState, ReqHandle, Request, RequestKind, Route,
 };
 use crate::transport::{
-    send_ctrl, Caps, Cx, Netmod, NoPartner, P2p, Partner, PeerState, SendOp, Shm,
+    send_ctrl, Arm, Caps, Cx, Netmod, NoPartner, P2p, Partner, PeerState, SendOp, Shm,
 };
 use crate::types::{Envelope, Gpid, Rank, SendMode, Status, Tag, ANY_SOURCE, ANY_TAG, PROC_NULL};
 use crate::{Error, ErrorKind, Result};
@@ -1261,6 +1261,26 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             self.flush_replies()?;
         }
         Ok(n)
+    }
+
+    /// Readies the device for a thread that sleeps until it has work (the asynchronous
+    /// progress thread), right after a [`Device::progress`] that found nothing: the
+    /// descriptors to wait on go onto `out` (see [`AmTransport::arm_wakeup`]). Shared memory
+    /// without on-node peers, and no shared memory at all, count as armed: nothing arrives
+    /// there that a call of this rank did not put there.
+    pub fn arm_wakeup(&mut self, out: &mut Vec<crate::transport::WaitFd>) -> Arm {
+        if self.core.am.iter().any(|a| !a.outbox.is_empty()) {
+            return Arm::Busy;
+        }
+        let shm = if S::PRESENT {
+            self.shm.arm_wakeup(out)
+        } else {
+            Arm::Armed
+        };
+        if shm == Arm::Busy {
+            return Arm::Busy;
+        }
+        shm.and(self.net.arm_wakeup(out))
     }
 
     /// Drives progress until no transport holds output for a live peer any more. A process

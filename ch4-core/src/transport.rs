@@ -75,6 +75,18 @@ pub trait AmTransport: Sized {
     /// stays true until the goodbyes are written. Transports without connections do nothing.
     fn close_connections(&mut self) {}
 
+    /// Readies this transport for a thread that wants to sleep until it has something to do
+    /// (the asynchronous progress thread, `ch4::progress`), right after a progress call that
+    /// found nothing: pushes onto `out` the descriptors whose readiness will announce its next
+    /// work, or says it has work now, or that it cannot tell. Called with the transport's
+    /// device held; the sleep happens after letting go of it, so an arrival in between makes
+    /// a descriptor ready and the sleep ends at once. Transports that are polled for their
+    /// arrivals (shared-memory rings, natively matching netmods without a wait object) keep
+    /// the default, and the thread sleeps only for short naps while requests are out.
+    fn arm_wakeup(&mut self, _out: &mut Vec<WaitFd>) -> Arm {
+        Arm::Unable
+    }
+
     /// Whether a message of `bytes` (header + payload) to `dest` would go out at once rather
     /// than wait in the transport's own queue. Streaming rendezvous data asks first, so a large
     /// message waits for room instead of being copied aside.
@@ -237,6 +249,41 @@ pub trait AmSink {
     #[inline(always)]
     fn wants_more(&self) -> bool {
         true
+    }
+}
+
+/// A descriptor to sleep on until it is ready ([`AmTransport::arm_wakeup`]), as `poll(2)`
+/// takes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitFd {
+    /// The descriptor (a socket, an epoll instance): borrowed, owned by the transport.
+    pub fd: std::os::fd::RawFd,
+    /// Whether writing, not reading, is what it waits for (output queued behind a full
+    /// socket).
+    pub write: bool,
+}
+
+/// What [`AmTransport::arm_wakeup`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arm {
+    /// Every piece of work this transport can get makes a descriptor it pushed ready: a
+    /// sleeper may wait on them for as long as it likes.
+    Armed,
+    /// Work waits already (messages held back by a poll's budget, a read paused): poll
+    /// again, do not sleep.
+    Busy,
+    /// Arrivals do not show on any descriptor: sleep only briefly.
+    Unable,
+}
+
+impl Arm {
+    /// Both transports of a device together: busy if either is, armed only if both are.
+    pub fn and(self, other: Arm) -> Arm {
+        match (self, other) {
+            (Arm::Busy, _) | (_, Arm::Busy) => Arm::Busy,
+            (Arm::Armed, Arm::Armed) => Arm::Armed,
+            _ => Arm::Unable,
+        }
     }
 }
 
@@ -668,6 +715,10 @@ impl AmTransport for NoNetmod {
     #[inline(always)]
     fn am_poll<K: AmSink>(&mut self, _sink: &mut K, _budget: usize) -> Result<usize> {
         Ok(0)
+    }
+    fn arm_wakeup(&mut self, _out: &mut Vec<WaitFd>) -> Arm {
+        // No network: nothing arrives through it.
+        Arm::Armed
     }
 }
 

@@ -334,6 +334,12 @@ impl AmTransport for AnyNetmod {
     fn close_connections(&mut self) {
         each!(&mut self.inner, n => n.close_connections())
     }
+    fn arm_wakeup(
+        &mut self,
+        out: &mut Vec<ch4_core::transport::WaitFd>,
+    ) -> ch4_core::transport::Arm {
+        each!(&mut self.inner, n => n.arm_wakeup(out))
+    }
     #[inline(always)]
     fn can_send_now(&mut self, dest: Gpid, bytes: usize) -> bool {
         each!(&mut self.inner, n => n.can_send_now(dest, bytes))

@@ -344,6 +344,17 @@ impl<T: Rail> AmTransport for Rails<T> {
         }
     }
 
+    fn arm_wakeup(
+        &mut self,
+        out: &mut Vec<ch4_core::transport::WaitFd>,
+    ) -> ch4_core::transport::Arm {
+        let mut arm = ch4_core::transport::Arm::Armed;
+        for r in self.each_mut() {
+            arm = arm.and(r.arm_wakeup(out));
+        }
+        arm
+    }
+
     #[inline(always)]
     fn can_send_now(&mut self, dest: Gpid, bytes: usize) -> bool {
         self.primary.can_send_now(dest, bytes)

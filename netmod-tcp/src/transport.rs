@@ -44,9 +44,10 @@
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Write};
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use ch4_core::transport::{AmSink, AmTransport, HandlerId, Netmod, PeerState};
+use ch4_core::transport::{AmSink, AmTransport, Arm, HandlerId, Netmod, PeerState, WaitFd};
 use ch4_core::{Error, ErrorKind, Gpid, Result};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
@@ -700,6 +701,35 @@ impl AmTransport for TcpNetmod {
                 !v.sendq.is_empty() || !v.reopen.is_empty() || v.close.is_some_and(|c| !c.shut);
             unsent && !matches!(v.state, VcState::Failed(..)) && v.peer_goodbye != Some(true)
         })
+    }
+
+    fn arm_wakeup(&mut self, out: &mut Vec<WaitFd>) -> Arm {
+        if !self.self_queue.is_empty()
+            || !self.backlog.is_empty()
+            || self.vcs.iter().any(|v| v.paused)
+        {
+            return Arm::Busy;
+        }
+        // The epoll instance is readable while it holds events: new connections, handshakes
+        // and, with many connections, every socket. The sockets read directly are not in it
+        // (a watched socket costs the sender a wake-up callback per segment, see the module
+        // docs): they are waited on themselves, which costs nothing while nobody sleeps.
+        out.push(WaitFd {
+            fd: self.poll.as_raw_fd(),
+            write: false,
+        });
+        for &peer in &self.connected {
+            let vc = &self.vcs[peer];
+            let Some(stream) = vc.stream.as_ref().filter(|_| !vc.in_epoll) else {
+                continue;
+            };
+            let fd = stream.as_raw_fd();
+            out.push(WaitFd { fd, write: false });
+            if !vc.sendq.is_empty() {
+                out.push(WaitFd { fd, write: true });
+            }
+        }
+        Arm::Armed
     }
 
     fn close_connections(&mut self) {

@@ -615,3 +615,84 @@ fn a_peer_that_dies_is_reported_within_a_second() {
     let err = t0.am_send(1, 1, b"x", &[]).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::PeerFailed);
 }
+
+/// How many of `fds` are ready within `timeout` (asked through a fresh epoll instance, which
+/// reports on registration what is ready already).
+fn ready_within(fds: &[WaitFd], timeout: Duration) -> usize {
+    let mut poll = Poll::new().unwrap();
+    for (i, w) in fds.iter().enumerate() {
+        let interest = if w.write {
+            Interest::WRITABLE
+        } else {
+            Interest::READABLE
+        };
+        poll.registry()
+            .register(&mut mio::unix::SourceFd(&w.fd), Token(i), interest)
+            .unwrap();
+    }
+    let mut events = Events::with_capacity(fds.len().max(1));
+    poll.poll(&mut events, Some(timeout)).unwrap();
+    events.iter().count()
+}
+
+/// The contract a sleeping progress thread relies on: once the netmod is idle and armed, its
+/// descriptors stay quiet until a peer sends, and then one of them is ready. With a few peers
+/// their sockets are named themselves (they are read directly, outside epoll); with more than
+/// `DIRECT_MAX` they sit in epoll and its instance is what becomes ready.
+#[test]
+fn an_armed_netmod_is_woken_by_a_message_from_any_peer() {
+    for n in [2u32, DIRECT_MAX as u32 + 2] {
+        let mut ts = job(n, 77);
+        let mut r0 = ts.remove(0);
+        let mut got = Collect::default();
+        let mut sinks: Vec<Collect> = (1..n).map(|_| Collect::default()).collect();
+        // Every other rank connects to rank 0 with a first message.
+        for t in ts.iter_mut() {
+            t.am_send(0, 5, &[1], &[b"hello"]).unwrap();
+        }
+        let start = Instant::now();
+        while got.0.len() < (n - 1) as usize {
+            r0.am_poll(&mut got, 64).unwrap();
+            for (t, s) in ts.iter_mut().zip(sinks.iter_mut()) {
+                t.am_poll(s, 64).unwrap();
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "stuck connecting"
+            );
+        }
+        // Idle long enough that epoll has been asked and holds nothing.
+        for _ in 0..4 * EPOLL_EVERY {
+            assert_eq!(r0.am_poll(&mut got, 64).unwrap(), 0);
+            for (t, s) in ts.iter_mut().zip(sinks.iter_mut()) {
+                t.am_poll(s, 64).unwrap();
+            }
+        }
+        let mut fds = Vec::new();
+        assert_eq!(r0.arm_wakeup(&mut fds), Arm::Armed, "{n} ranks");
+        assert!(!fds.is_empty());
+        assert_eq!(
+            ready_within(&fds, Duration::ZERO),
+            0,
+            "{n} ranks: woken for nothing"
+        );
+        // The last rank sends: rank 0's sleep must end.
+        let last = ts.last_mut().unwrap();
+        last.am_send(0, 5, &[2], &[b"wake up"]).unwrap();
+        last.am_poll(sinks.last_mut().unwrap(), 64).unwrap();
+        assert!(
+            ready_within(&fds, Duration::from_secs(5)) > 0,
+            "{n} ranks: a message arrived and no descriptor said so"
+        );
+        let before = got.0.len();
+        let start = Instant::now();
+        while got.0.len() == before {
+            r0.am_poll(&mut got, 64).unwrap();
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "the message never came"
+            );
+        }
+        assert_eq!(got.0.last().unwrap().3, b"wake up");
+    }
+}
