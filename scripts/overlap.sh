@@ -12,7 +12,7 @@
 # with those features, in target/ofi and target/ucx, as osu-vs-peers.sh makes them).
 # Computations: sleep (leaves the core to the progress thread) and spin (shares it: on a host
 # with no spare core the scheduler's split decides). OVERLAP_ARGS overrides the sizes and
-# iterations (default "-m 1048576:16777216 -i 6").
+# iterations (default "-m 1048576:16777216 -i 12").
 #
 # Rows in target/overlap/results.tsv (round, route, computation, thread, size, pure_us,
 # sender, receiver, both); the table on standard output and in target/overlap/summary.txt.
@@ -35,7 +35,7 @@ for r in "${routes[@]}"; do
         *) echo "no route '$r': shm, tcp, ofi or ucx" >&2; exit 2 ;;
     esac
 done
-read -r -a args <<<"${OVERLAP_ARGS:--m 1048576:16777216 -i 6}"
+read -r -a args <<<"${OVERLAP_ARGS:--m 1048576:16777216 -i 12}"
 out=target/overlap
 mkdir -p "$out"
 tsv="$out/results.tsv"

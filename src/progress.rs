@@ -290,12 +290,26 @@ where
             join,
         });
         rank.progress.on.store(true, Ordering::Release);
+        // Outside `running`'s lock: a caller holding a VCI takes that lock to wake the thread.
+        drop(running);
+        self.tell_transports(true);
         Ok(())
     }
 
     /// Stops the progress thread, if it runs, and waits for it to end.
     pub fn stop_async_progress(&self) {
         self.rank.progress.stop();
+        self.tell_transports(false);
+    }
+
+    /// Tells every VCI's transports whether the thread drives them
+    /// ([`ch4_core::transport::AmTransport::background_progress`]).
+    fn tell_transports(&self, on: bool) {
+        for lock in self.rank.vcis.all() {
+            if let Ok(mut dev) = lock.enter() {
+                dev.background_progress(on);
+            }
+        }
     }
 
     /// Whether the progress thread runs.

@@ -1283,6 +1283,15 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         shm.and(self.net.arm_wakeup(out))
     }
 
+    /// Tells the transports whether a progress thread drives them between the program's calls
+    /// (see [`AmTransport::background_progress`]).
+    pub fn background_progress(&mut self, on: bool) {
+        if S::PRESENT {
+            self.shm.background_progress(on);
+        }
+        self.net.background_progress(on);
+    }
+
     /// Drives progress until no transport holds output for a live peer any more. A process
     /// calls it before it exits (finalize), or the last pieces of a message it already counts
     /// as sent could die with it. Returns early, with an error, if that takes longer than

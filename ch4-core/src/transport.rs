@@ -87,6 +87,12 @@ pub trait AmTransport: Sized {
         Arm::Unable
     }
 
+    /// A progress thread now drives this transport between the program's calls (`on`), or no
+    /// longer does. Work a transport does inside a call because nobody else would (TCP writes
+    /// a rendezvous message's first piece inside the send) is then better left to the
+    /// thread, since the program's thread cannot compute while it copies. Default: nothing.
+    fn background_progress(&mut self, _on: bool) {}
+
     /// Whether a message of `bytes` (header + payload) to `dest` would go out at once rather
     /// than wait in the transport's own queue. Streaming rendezvous data asks first, so a large
     /// message waits for room instead of being copied aside.

@@ -340,6 +340,9 @@ impl AmTransport for AnyNetmod {
     ) -> ch4_core::transport::Arm {
         each!(&mut self.inner, n => n.arm_wakeup(out))
     }
+    fn background_progress(&mut self, on: bool) {
+        each!(&mut self.inner, n => n.background_progress(on))
+    }
     #[inline(always)]
     fn can_send_now(&mut self, dest: Gpid, bytes: usize) -> bool {
         each!(&mut self.inner, n => n.can_send_now(dest, bytes))

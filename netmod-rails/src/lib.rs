@@ -355,6 +355,12 @@ impl<T: Rail> AmTransport for Rails<T> {
         arm
     }
 
+    fn background_progress(&mut self, on: bool) {
+        for r in self.each_mut() {
+            r.background_progress(on);
+        }
+    }
+
     #[inline(always)]
     fn can_send_now(&mut self, dest: Gpid, bytes: usize) -> bool {
         self.primary.can_send_now(dest, bytes)

@@ -696,3 +696,18 @@ fn an_armed_netmod_is_woken_by_a_message_from_any_peer() {
         assert_eq!(got.0.last().unwrap().3, b"wake up");
     }
 }
+
+/// While a progress thread runs, a send call writes at most `BACKGROUND_FIRST_PIECE` of a
+/// rendezvous message itself; without one, the whole first piece, as configured.
+#[test]
+fn a_progress_thread_leaves_the_first_piece_small() {
+    let mut t = job(1, 3).remove(0);
+    let alone = t.first_piece();
+    assert!(alone > BACKGROUND_FIRST_PIECE, "{alone}");
+    t.background_progress(true);
+    assert_eq!(t.first_piece(), BACKGROUND_FIRST_PIECE);
+    t.limit(DEFAULT_EAGER, 8 << 10);
+    assert_eq!(t.first_piece(), 8 << 10, "the piece size still bounds it");
+    t.background_progress(false);
+    assert_eq!(t.first_piece(), 8 << 10);
+}
