@@ -158,6 +158,10 @@ pub const ANY_TAG: c_int = -2;
 pub const PROC_NULL: c_int = -3;
 /// `MPI_UNDEFINED`.
 pub const UNDEFINED: c_int = -32766;
+/// `MPI_COMM_TYPE_SHARED`: `MPI_Comm_split_type` by shared memory (the node).
+pub const COMM_TYPE_SHARED: c_int = 221;
+/// `MPI_COMM_TYPE_HW_GUIDED`: `MPI_Comm_split_type` by the hardware level an info key names.
+pub const COMM_TYPE_HW_GUIDED: c_int = 223;
 /// `MPI_IDENT`: the same communicator or group.
 pub const IDENT: c_int = 201;
 /// `MPI_CONGRUENT`: the same members in the same order, another context.

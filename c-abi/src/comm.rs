@@ -91,6 +91,62 @@ pub unsafe extern "C" fn MPI_Comm_split(
     })
 }
 
+/// `MPI_Comm_split_type`: `MPI_COMM_TYPE_SHARED` splits `comm` by node, from the device's own
+/// map of which processes share its memory (and so `MPI_COMM_TYPE_HW_GUIDED` with the info
+/// key `mpi_hw_resource_type` = `mpi_shared_memory`, the one hardware level MPI names);
+/// `MPI_UNDEFINED` leaves this process out (`MPI_COMM_NULL`), as the other members must still
+/// take part. Other types (the unguided hardware levels, process sets) are refused with
+/// `MPI_ERR_ARG`, naming the type: ch4 knows no level between the node and the process.
+///
+/// # Safety
+/// `newcomm` is valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_split_type(
+    comm: Handle,
+    split_type: c_int,
+    key: c_int,
+    info: Handle,
+    newcomm: *mut Handle,
+) -> c_int {
+    call(comm, "MPI_Comm_split_type", |st| {
+        let (c, fatal) = parent(st, comm)?;
+        let shared = match split_type {
+            abi::COMM_TYPE_SHARED => true,
+            abi::UNDEFINED => false,
+            abi::COMM_TYPE_HW_GUIDED
+                if crate::info::value(info, "mpi_hw_resource_type")?.as_deref()
+                    == Some("mpi_shared_memory") =>
+            {
+                true
+            }
+            other => {
+                return Err(ch4::Error::new(
+                    ErrorKind::Arg,
+                    format!(
+                        "split type {other}: ch4 splits by MPI_COMM_TYPE_SHARED (or \
+                         MPI_COMM_TYPE_HW_GUIDED with mpi_hw_resource_type=mpi_shared_memory) \
+                         or MPI_UNDEFINED"
+                    ),
+                ))
+            }
+        };
+        let new = on_device!(st, c.vci, |b| {
+            let color = if shared {
+                // Process ids fit an i32 color: jobs are far smaller than 2^31.
+                let leader = ch4_core::blocking::Blocking::visit(b, |d| Ok(d.node_leader()))?;
+                i32::try_from(leader).unwrap_or(i32::MAX)
+            } else {
+                abi::UNDEFINED
+            };
+            ch4_core::coll::new_split(b, c.id, color, key)
+        })?;
+        let h = adopt_all(st, new, fatal)?;
+        // SAFETY: the caller's contract.
+        unsafe { put(newcomm, h) };
+        Ok(())
+    })
+}
+
 /// `MPI_Comm_free`: the handle becomes `MPI_COMM_NULL`; the predefined communicators cannot be
 /// freed.
 ///

@@ -1,12 +1,20 @@
 //! `tests/c/api.c` — groups, communicator comparison and creation, Cartesian topologies,
 //! struct and resized datatypes, thread levels, error handlers and their strings, the
-//! environment — built with our mpicc and run as 4 processes under ch4run.
+//! environment — built with our mpicc and run as 4 processes under ch4run (on one node, on two,
+//! every rank its own).
 
 mod common;
 
 #[test]
 fn the_c_api_checks_pass_on_four_processes() {
     common::run_c_checks("api", 4, &[]);
+}
+
+/// The same on two nodes of two ranks each: `MPI_Comm_split_type` by node gives each pair its
+/// own communicator (the checks read `CH4_NODE_SIZE` for what to expect).
+#[test]
+fn the_c_api_checks_pass_on_two_nodes() {
+    common::run_c_checks_with("api", 4, &[], &[("CH4_NODE_SIZE", "2")]);
 }
 
 /// A library built with several netmods (`ABI_TEST_NETMOD=tcp,ofi`) takes its network from

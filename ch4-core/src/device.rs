@@ -228,6 +228,17 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         self.core.gpid
     }
 
+    /// The lowest process id of the job on this process's node: the same for every process of
+    /// a node and different across nodes (shared memory reaches exactly the processes of this
+    /// node), which is what `MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)` colors by.
+    pub fn node_leader(&self) -> Gpid {
+        let me = self.core.gpid;
+        if !S::PRESENT {
+            return me;
+        }
+        (0..me).find(|&g| self.shm.is_local(g)).unwrap_or(me)
+    }
+
     /// The netmod, for its own settings and statistics.
     pub fn netmod(&self) -> &N {
         &self.net

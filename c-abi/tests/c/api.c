@@ -1,6 +1,7 @@
 /* The parts of ch4's MPI library that neither OSU nor MPICH's pt2pt tests reach: groups,
- * communicator comparison and creation, Cartesian topologies, derived datatypes built from
- * structs and resized, thread levels, error handlers and error strings, the environment.
+ * communicator comparison and creation (by node too: MPI_Comm_split_type), Cartesian
+ * topologies, derived datatypes built from structs and resized, thread levels, error handlers
+ * and error strings, the environment.
  * Run with 4 processes; prints " No Errors" when every check passes. */
 #include <pthread.h>
 #include <stdio.h>
@@ -230,6 +231,46 @@ int main(int argc, char **argv)
     MPI_Sendrecv(&rank, 1, MPI_INT, (rank + 1) % size, *ub, &from_left, 1, MPI_INT,
                  (rank + size - 1) % size, *ub, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     CHECK(from_left == (rank + size - 1) % size);
+
+    /* MPI_Comm_split_type by node. ch4run places ranks in blocks of CH4_NODE_SIZE (all on
+       one node without it): this rank's node holds world ranks [first, first + on_node). */
+    const char *node_size_env = getenv("CH4_NODE_SIZE");
+    int node_size = node_size_env ? atoi(node_size_env) : size;
+    int first = rank / node_size * node_size;
+    int on_node = size - first < node_size ? size - first : node_size;
+    MPI_Comm node;
+    /* key = -rank: the node's members in reverse order. */
+    CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, -rank, MPI_INFO_NULL,
+                              &node) == MPI_SUCCESS);
+    MPI_Comm_size(node, &n);
+    CHECK(n == on_node);
+    MPI_Comm_rank(node, &r);
+    CHECK(r == first + on_node - 1 - rank);
+    int node_sum = 0;
+    MPI_Allreduce(&rank, &node_sum, 1, MPI_INT, MPI_SUM, node);
+    CHECK(node_sum == on_node * first + on_node * (on_node - 1) / 2);
+    MPI_Comm_free(&node);
+    MPI_Info hw;
+    MPI_Info_create(&hw);
+    MPI_Info_set(hw, "mpi_hw_resource_type", "mpi_shared_memory");
+    CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_HW_GUIDED, 0, hw, &node) ==
+          MPI_SUCCESS);
+    MPI_Comm_size(node, &n);
+    CHECK(n == on_node);
+    MPI_Comm_free(&node);
+    MPI_Info_free(&hw);
+    /* Odd ranks stay out; the others still split. */
+    CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, rank % 2 ? MPI_UNDEFINED : MPI_COMM_TYPE_SHARED, 0,
+                              MPI_INFO_NULL, &node) == MPI_SUCCESS);
+    CHECK((rank % 2 == 1) == (node == MPI_COMM_NULL));
+    if (node != MPI_COMM_NULL)
+        MPI_Comm_free(&node);
+    /* A type ch4 does not know is an argument error, not a hang or a crash. */
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    r = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_HW_UNGUIDED, 0, MPI_INFO_NULL, &node);
+    cls = -1;
+    MPI_Error_class(r, &cls);
+    CHECK(r != MPI_SUCCESS && cls == MPI_ERR_ARG);
 
     int total = 0;
     MPI_Allreduce(&errs, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
