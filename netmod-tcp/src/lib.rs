@@ -30,7 +30,7 @@ pub const SETTINGS: &[Setting] = &[
     ),
     Setting::new(
         "CH4_TCP_FIRST_PIECE",
-        "the piece size",
+        "the piece size (16K while a progress thread runs)",
         "bytes of a rendezvous message sent with its request-to-send, read straight into the matched receive (0: none)",
     ),
     Setting::new(
