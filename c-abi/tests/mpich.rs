@@ -25,6 +25,8 @@ struct Case {
     xfail: bool,
     /// The run's limit (`timeLimit=`, in seconds; 120 unless the line says).
     limit: u64,
+    /// Environment the line sets (`env=NAME=VALUE`).
+    env: Vec<(String, String)>,
 }
 
 fn cases(sources: &Path) -> Vec<Case> {
@@ -36,8 +38,12 @@ fn cases(sources: &Path) -> Vec<Case> {
             let program = f.next().unwrap().to_string();
             let ranks = f.next().and_then(|n| n.parse().ok()).unwrap_or(1);
             let (mut args, mut xfail, mut limit) = (Vec::new(), false, 120);
+            let mut env = Vec::new();
             for w in f {
-                if let Some(a) = w.strip_prefix("arg=") {
+                if let Some((name, value)) = w.strip_prefix("env=").and_then(|e| e.split_once('='))
+                {
+                    env.push((name.to_string(), value.to_string()));
+                } else if let Some(a) = w.strip_prefix("arg=") {
                     args.push(a.to_string());
                 } else if w.starts_with("xfail=") {
                     xfail = true;
@@ -51,9 +57,20 @@ fn cases(sources: &Path) -> Vec<Case> {
                 args,
                 xfail,
                 limit,
+                env,
             }
         })
+        .filter(|c| chosen(&c.program))
         .collect()
+}
+
+/// Whether `program` is among those `CH4_MPICH_ONLY` names (a comma-separated list; every
+/// program when it is unset), so that a developer can run the cases of one program.
+fn chosen(program: &str) -> bool {
+    match std::env::var("CH4_MPICH_ONLY") {
+        Ok(list) if !list.is_empty() => list.split(',').any(|p| p.trim() == program),
+        _ => true,
+    }
 }
 
 /// The sources and preprocessor flags of `program`: its `Makefile.am` lines
@@ -128,6 +145,8 @@ fn run(dir: &Path, c: &Case) -> (bool, String) {
         .args(["-n", &c.ranks.to_string()])
         .arg(dir.join(&c.program))
         .args(&c.args)
+        .envs(c.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -170,6 +189,16 @@ fn every_mpich_thread_test_prints_no_errors() {
         return;
     };
     run_suite(&sources, "mpich-threads", &["mtest.c", "mtest_thread.c"]);
+}
+
+/// Builds and runs one folder of `mpich-test-more` (`coll`, `comm`, `datatype`, …) with
+/// MTest, skipping the test when the folder is missing.
+#[allow(dead_code)] // each folder gets its test as the library grows what it calls
+fn run_more(folder: &str, test: &str) {
+    let Some(more) = common::third_party("mpich-test-more", test) else {
+        return;
+    };
+    run_suite(&more.join(folder), &format!("mpich-{folder}"), &["mtest.c"]);
 }
 
 /// Builds and runs every case of the suite in `sources`, failing with the output of each that
