@@ -824,6 +824,7 @@ pub fn new_dup<B: Blocking + ?Sized>(b: &mut B, comm: CommId) -> Result<Comm> {
             rank: c.rank,
             group: c.group.clone(),
             node: Default::default(),
+            schedule_tags: Default::default(),
         })
     })
     .inspect_err(|_| release_context(b, context))
@@ -915,6 +916,7 @@ pub fn new_split<B: Blocking + ?Sized>(
             rank: rank as Rank,
             group,
             node: Default::default(),
+            schedule_tags: Default::default(),
         }))
     })
     .inspect_err(|_| release_context(b, context))
@@ -947,6 +949,7 @@ pub fn new_create<B: Blocking + ?Sized>(
             rank,
             group: group.clone(),
             node: Default::default(),
+            schedule_tags: Default::default(),
         })),
         None => {
             release_context(b, context);

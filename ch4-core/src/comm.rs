@@ -28,6 +28,8 @@ pub struct Comm {
     pub group: Group,
     /// Whether its small collectives go through the node's shared segment.
     pub(crate) node: crate::node_coll::NodeLanes,
+    /// The tags its collective schedules have taken (`crate::schedule`).
+    pub(crate) schedule_tags: crate::schedule::TagCounter,
 }
 
 impl Comm {

@@ -354,6 +354,7 @@ impl Core {
             rank: gpid as i32,
             group: Group::world(world_size),
             node: Default::default(),
+            schedule_tags: Default::default(),
         })?);
         let self_group = Group::world(world_size).incl(&[gpid as i32])?;
         let self_comm = CommId(comms.insert(Comm {
@@ -361,6 +362,7 @@ impl Core {
             rank: 0,
             group: self_group,
             node: Default::default(),
+            schedule_tags: Default::default(),
         })?);
         Ok(Core {
             gpid,

@@ -31,6 +31,9 @@ pub struct Device<N: Netmod, S: Shm> {
     /// node never needs it, and progress then skips polling it (a TCP netmod's poll makes an
     /// epoll system call now and then).
     net_in_use: bool,
+    /// The collectives' schedules that are running (`crate::schedule`), moved on by every
+    /// progress step while there are any.
+    pub(crate) schedules: Vec<crate::schedule::Running>,
 }
 
 /// Cancels the netmod half of an ANY_SOURCE receive on behalf of the shm engine.
@@ -143,6 +146,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             net,
             shm,
             net_in_use,
+            schedules: Vec::new(),
         })
     }
 
@@ -951,6 +955,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
                 }
             }
             RequestKind::Done => (false, PROC_NULL),
+            RequestKind::Schedule => return self.fail_schedule_if_peer_gone(h),
         };
         if !failed {
             return false;
@@ -1077,7 +1082,9 @@ impl<N: Netmod, S: Shm> Device<N, S> {
                 self.flush_replies()?;
                 r
             }
-            RequestKind::Done => Ok(()),
+            // A collective cannot be cancelled (MPI 4.1, section 3.8.4); its request
+            // completes as the collective does.
+            RequestKind::Done | RequestKind::Schedule => Ok(()),
         }
     }
 
@@ -1270,6 +1277,9 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         }
         if n != 0 {
             self.flush_replies()?;
+        }
+        if !self.schedules.is_empty() {
+            n += self.advance_schedules();
         }
         Ok(n)
     }

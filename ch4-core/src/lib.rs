@@ -20,10 +20,12 @@ pub mod error;
 pub mod match_bits;
 pub mod matching;
 pub mod native;
+pub mod nbc;
 pub mod node_coll;
 pub mod pool;
 pub mod rankmap;
 pub mod request;
+pub mod schedule;
 pub mod transport;
 pub mod types;
 

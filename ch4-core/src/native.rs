@@ -300,7 +300,7 @@ pub fn fail_all(core: &mut Core, reqs: impl IntoIterator<Item = ReqHandle>, kind
         match &mut req.kind {
             RequestKind::Recv(r) => released(r),
             RequestKind::Send(s) => s.engine = 0,
-            RequestKind::Done => {}
+            RequestKind::Done | RequestKind::Schedule => {}
         }
         req.status.error = Some(kind);
         req.complete = true;

@@ -183,6 +183,9 @@ pub enum RequestKind {
     Recv(RecvState),
     /// Nothing left to do; only the status remains (PROC_NULL, finished work).
     Done,
+    /// A collective's schedule, which the device's progress runs and which completes this
+    /// request when it ends (`crate::schedule`); no transport holds it.
+    Schedule,
 }
 
 /// One pooled request.

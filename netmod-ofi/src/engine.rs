@@ -910,7 +910,7 @@ fn failed<P: Partner>(cx: &mut Cx<'_, Net, P>, e: &CqError) -> Result<()> {
                         native::released(r);
                     }
                     RequestKind::Send(s) => s.engine = 0,
-                    RequestKind::Done => {}
+                    RequestKind::Done | RequestKind::Schedule => {}
                 }
                 req.status.error = Some(error.kind());
                 req.complete = true;

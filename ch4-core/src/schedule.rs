@@ -1,0 +1,559 @@
+//! Schedules: collectives that run in the background of the device's progress, so a program
+//! can start one (`MPI_Iallreduce`, a persistent `MPI_Allreduce_init` started with
+//! `MPI_Start`) and compute while it moves.
+//!
+//! A schedule is what MPICH calls a transport-independent schedule (`MPIR_TSP_sched`, in
+//! `src/mpi/coll/transports/gentran`): a list of sends, receives and local steps over buffers
+//! the schedule owns, built once by an algorithm (`crate::nbc`) and then run by the device's
+//! progress without the program's thread. Ours has MPICH's older dependency rule
+//! (`MPIDU_Sched` with `SCHED_BARRIER`s): sends and receives start as soon as they are
+//! reached; a local step (a fold, a copy, a delivery to the program's buffer) or an explicit
+//! fence first waits for every send and receive started before it. That is all the classic
+//! algorithms need — each round is "send and receive, then fold" — and it needs no graph.
+//!
+//! Everything a schedule touches is its own: the program's send data is copied in when the
+//! collective starts (MPI forbids changing it until completion anyway, and the copy costs
+//! nothing at the sizes nonblocking collectives are used for), each send lends the device a
+//! copy of its bytes, each receive gets a buffer of its own, and results reach the program's
+//! memory through [`RecvBuf`]s the caller made, written only by delivery steps. So the engine
+//! needs no `unsafe` and a schedule can be dropped at any point: its pending requests are
+//! released first.
+//!
+//! Every schedule runs on its communicator's collective context with a tag of its own, taken
+//! from a counter the communicator keeps: MPI requires the members to start collectives on a
+//! communicator in the same order, so the n-th schedule has the same tag everywhere and two
+//! outstanding ones never take each other's messages. A persistent collective reserves its tag
+//! once, when it is made, from a second range: its starts may then interleave with other
+//! collectives' in any order the program keeps consistently. Within a schedule, an algorithm
+//! may split its messages over [`PHASES`] sub-tags (a Cartesian neighbourhood collective tells
+//! the two directions of a dimension apart this way).
+
+use crate::buffer::{RecvBuf, SendBuf};
+use crate::comm::CommId;
+use crate::device::Device;
+use crate::request::{ReqHandle, Request, RequestKind};
+use crate::transport::{Netmod, Shm};
+use crate::types::{Rank, SendMode, Status, Tag, PROC_NULL};
+use crate::{Error, ErrorKind, Result};
+
+/// The fold of a reduction: `fold(acc, other)` computes `acc op other` into `acc`, over
+/// buffers of one length (a whole number of elements).
+pub type Fold = Box<dyn FnMut(&mut [u8], &[u8]) + Send>;
+
+/// Sub-tags a schedule may use ([`Schedule::send_phase`]).
+pub const PHASES: Tag = 64;
+
+/// Tags below this are the blocking collectives' fixed ones.
+const TAG_BASE: Tag = 1024;
+
+/// Tag slots of each range: schedules started one by one take them in turn, persistent ones
+/// keep theirs. 4,096 outstanding schedules on one communicator before a tag comes round again.
+const SLOTS: u32 = 4096;
+
+/// A buffer of a schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Buf(usize);
+
+/// A byte range of one of a schedule's buffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slice {
+    buf: Buf,
+    off: usize,
+    len: usize,
+}
+
+impl Slice {
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The `len` bytes at `off` within this range (clamped to it).
+    pub fn sub(&self, off: usize, len: usize) -> Slice {
+        let off = off.min(self.len);
+        Slice {
+            buf: self.buf,
+            off: self.off + off,
+            len: len.min(self.len - off),
+        }
+    }
+}
+
+/// One of the program's receive buffers a schedule delivers to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Out(usize);
+
+/// A step of a schedule.
+enum Step {
+    /// Starts a send of a copy of `from` to `to`.
+    Send { to: Rank, phase: Tag, from: Slice },
+    /// Starts a receive of exactly `into.len` bytes from `from` into `into`.
+    Recv { from: Rank, phase: Tag, into: Slice },
+    /// Waits, then `acc = acc op other` (or `other op acc` when `other_first`).
+    Fold {
+        acc: Slice,
+        other: Slice,
+        other_first: bool,
+    },
+    /// Waits, then copies `from` over `to` (of one length).
+    Copy { from: Slice, to: Slice },
+    /// Waits, then writes `from` into the program's buffer `out` at packed offset `offset`.
+    Deliver {
+        from: Slice,
+        out: Out,
+        offset: usize,
+    },
+    /// Waits for every send and receive started so far.
+    Fence,
+}
+
+/// Where a pending receive's bytes go when it completes.
+enum Landing {
+    /// A send: nothing comes back.
+    Sent,
+    /// Copied into this range (whose length the message must have).
+    Into(Slice),
+}
+
+/// A collective as a list of steps over buffers of its own, built by an algorithm and run by
+/// [`Device::start_schedule`].
+pub struct Schedule {
+    comm: CommId,
+    bufs: Vec<Vec<u8>>,
+    outs: Vec<RecvBuf>,
+    steps: Vec<Step>,
+    fold: Option<Fold>,
+    /// The next step to run.
+    next: usize,
+    /// Sends and receives started and not yet complete.
+    pending: Vec<(ReqHandle, Landing)>,
+    /// The tag its messages carry (phase 0), set when it starts.
+    tag: Tag,
+    /// Scratch for folds whose other operand goes first, and for steps within one buffer.
+    front: Vec<u8>,
+}
+
+impl Schedule {
+    /// An empty schedule of a collective over `comm`.
+    pub fn new(comm: CommId) -> Schedule {
+        Schedule {
+            comm,
+            bufs: Vec::new(),
+            outs: Vec::new(),
+            steps: Vec::new(),
+            fold: None,
+            next: 0,
+            pending: Vec::new(),
+            tag: 0,
+            front: Vec::new(),
+        }
+    }
+
+    /// Its communicator.
+    pub fn comm(&self) -> CommId {
+        self.comm
+    }
+
+    /// Gives the schedule `bytes` (the program's send data, copied); the whole of it.
+    pub fn buffer(&mut self, bytes: Vec<u8>) -> Slice {
+        let len = bytes.len();
+        self.bufs.push(bytes);
+        Slice {
+            buf: Buf(self.bufs.len() - 1),
+            off: 0,
+            len,
+        }
+    }
+
+    /// A zeroed working buffer of `len` bytes; the whole of it.
+    pub fn scratch(&mut self, len: usize) -> Slice {
+        self.buffer(vec![0; len])
+    }
+
+    /// Gives the schedule one of the program's receive buffers, written only by
+    /// [`Schedule::deliver`] steps.
+    pub fn output(&mut self, buf: RecvBuf) -> Out {
+        self.outs.push(buf);
+        Out(self.outs.len() - 1)
+    }
+
+    /// Sets the reduction that [`Schedule::fold`] steps apply.
+    pub fn set_fold(&mut self, fold: Fold) {
+        self.fold = Some(fold);
+    }
+
+    /// Sends a copy of `from` to member `to` (nothing for `PROC_NULL`).
+    pub fn send(&mut self, to: Rank, from: Slice) {
+        self.send_phase(to, 0, from)
+    }
+
+    /// [`Schedule::send`] on sub-tag `phase` (below [`PHASES`]).
+    pub fn send_phase(&mut self, to: Rank, phase: Tag, from: Slice) {
+        if to != PROC_NULL {
+            self.steps.push(Step::Send { to, phase, from });
+        }
+    }
+
+    /// Receives exactly `into.len()` bytes from member `from` into `into` (nothing for
+    /// `PROC_NULL`).
+    pub fn recv(&mut self, from: Rank, into: Slice) {
+        self.recv_phase(from, 0, into)
+    }
+
+    /// [`Schedule::recv`] on sub-tag `phase` (below [`PHASES`]).
+    pub fn recv_phase(&mut self, from: Rank, phase: Tag, into: Slice) {
+        if from != PROC_NULL {
+            self.steps.push(Step::Recv { from, phase, into });
+        }
+    }
+
+    /// Folds `other` into `acc` with the schedule's reduction: `acc op other`, or
+    /// `other op acc` when `other_first` (the other operand holds lower ranks' data, and the
+    /// operation need not commute).
+    pub fn fold(&mut self, acc: Slice, other: Slice, other_first: bool) {
+        self.steps.push(Step::Fold {
+            acc,
+            other,
+            other_first,
+        });
+    }
+
+    /// Copies `from` over `to`.
+    pub fn copy(&mut self, from: Slice, to: Slice) {
+        self.steps.push(Step::Copy { from, to });
+    }
+
+    /// Writes `from` into the program's buffer `out` at packed byte `offset`.
+    pub fn deliver(&mut self, from: Slice, out: Out, offset: usize) {
+        self.steps.push(Step::Deliver { from, out, offset });
+    }
+
+    /// Waits for every send and receive started before this point.
+    pub fn fence(&mut self) {
+        if !matches!(self.steps.last(), None | Some(Step::Fence)) {
+            self.steps.push(Step::Fence);
+        }
+    }
+
+    /// Checks the steps against the buffers before the schedule runs: a bad range is an
+    /// algorithm's bug, reported as an error rather than found by a panic halfway.
+    fn check(&self) -> Result<()> {
+        let ok = |s: &Slice| {
+            self.bufs
+                .get(s.buf.0)
+                .is_some_and(|b| s.off.checked_add(s.len).is_some_and(|e| e <= b.len()))
+        };
+        let bad = |what: &str| {
+            Err(Error::new(
+                ErrorKind::Internal,
+                format!("a collective's schedule has a bad {what}"),
+            ))
+        };
+        for step in &self.steps {
+            let fine = match step {
+                Step::Send { from, phase, .. } => ok(from) && (0..PHASES).contains(phase),
+                Step::Recv { into, phase, .. } => ok(into) && (0..PHASES).contains(phase),
+                Step::Fold { acc, other, .. } => {
+                    ok(acc) && ok(other) && acc.len == other.len && self.fold.is_some()
+                }
+                Step::Copy { from, to } => ok(from) && ok(to) && from.len == to.len,
+                Step::Deliver { from, out, .. } => ok(from) && out.0 < self.outs.len(),
+                Step::Fence => true,
+            };
+            if !fine {
+                return bad("step");
+            }
+        }
+        Ok(())
+    }
+
+    fn bytes(&self, s: Slice) -> &[u8] {
+        &self.bufs[s.buf.0][s.off..s.off + s.len]
+    }
+
+    /// Runs local step `step` (the pending list is empty).
+    fn run_local(&mut self, step: usize) -> Result<()> {
+        match self.steps[step] {
+            Step::Fold {
+                acc,
+                other,
+                other_first,
+            } => {
+                let Some(fold) = self.fold.as_mut() else {
+                    return Err(Error::new(
+                        ErrorKind::Internal,
+                        "a fold without a reduction",
+                    ));
+                };
+                self.front.clear();
+                if other_first {
+                    // front = other op acc, then acc = front.
+                    self.front.extend_from_slice(
+                        &self.bufs[other.buf.0][other.off..other.off + other.len],
+                    );
+                    let a = &mut self.bufs[acc.buf.0][acc.off..acc.off + acc.len];
+                    fold(&mut self.front, a);
+                    a.copy_from_slice(&self.front);
+                } else {
+                    self.front.extend_from_slice(
+                        &self.bufs[other.buf.0][other.off..other.off + other.len],
+                    );
+                    let a = &mut self.bufs[acc.buf.0][acc.off..acc.off + acc.len];
+                    fold(a, &self.front);
+                }
+            }
+            Step::Copy { from, to } => {
+                self.front.clear();
+                self.front
+                    .extend_from_slice(&self.bufs[from.buf.0][from.off..from.off + from.len]);
+                self.bufs[to.buf.0][to.off..to.off + to.len].copy_from_slice(&self.front);
+            }
+            Step::Deliver { from, out, offset } => {
+                let data = &self.bufs[from.buf.0][from.off..from.off + from.len];
+                if self.outs[out.0].write_at(offset, data) != data.len() {
+                    return Err(Error::new(
+                        ErrorKind::Count,
+                        "a collective's result does not fit its receive buffer",
+                    ));
+                }
+            }
+            Step::Fence | Step::Send { .. } | Step::Recv { .. } => {}
+        }
+        Ok(())
+    }
+}
+
+/// A schedule the device runs, and the request that completes when it ends.
+pub(crate) struct Running {
+    request: ReqHandle,
+    schedule: Schedule,
+}
+
+/// The tag slots a communicator has handed out (in [`crate::comm::Comm`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TagCounter {
+    started: u32,
+    persistent: u32,
+}
+
+impl<N: Netmod, S: Shm> Device<N, S> {
+    /// Reserves a tag for a persistent collective on `comm`, to pass to every
+    /// [`Device::start_schedule`] of it. Every member must make its persistent collectives on
+    /// `comm` in the same order (MPI's rule for their initialization calls).
+    pub fn reserve_schedule_tag(&mut self, comm: CommId) -> Result<Tag> {
+        let c = self.core.comm_mut(comm)?;
+        let slot = c.schedule_tags.persistent % SLOTS;
+        c.schedule_tags.persistent = c.schedule_tags.persistent.wrapping_add(1);
+        Ok(TAG_BASE + ((SLOTS + slot) * PHASES as u32) as Tag)
+    }
+
+    /// Starts `schedule` and returns its request, which completes (with an error status if a
+    /// step failed) when its last step has run; waiting for it, testing it or any other
+    /// progress of the device moves it on. `tag` is a persistent collective's reserved tag
+    /// ([`Device::reserve_schedule_tag`]), or `None` to take the communicator's next one.
+    pub fn start_schedule(
+        &mut self,
+        mut schedule: Schedule,
+        tag: Option<Tag>,
+    ) -> Result<ReqHandle> {
+        schedule.check()?;
+        let c = self.core.comm_mut(schedule.comm)?;
+        schedule.tag = match tag {
+            Some(t) => t,
+            None => {
+                let slot = c.schedule_tags.started % SLOTS;
+                c.schedule_tags.started = c.schedule_tags.started.wrapping_add(1);
+                TAG_BASE + (slot * PHASES as u32) as Tag
+            }
+        };
+        if schedule.tag + PHASES - 1 > self.tag_ub() {
+            return Err(Error::new(
+                ErrorKind::Internal,
+                "the network's tags are too few for collective schedules",
+            ));
+        }
+        let request = self.core.requests.insert(Request {
+            complete: false,
+            status: Status::EMPTY,
+            kind: RequestKind::Schedule,
+        })?;
+        let mut running = Running { request, schedule };
+        // Start what can start now: the first messages leave before this returns.
+        match self.advance(&mut running) {
+            Ok((_, true)) => self.finish(running, None),
+            Ok((_, false)) => self.schedules.push(running),
+            Err(e) => self.finish(running, Some(e)),
+        }
+        Ok(request)
+    }
+
+    /// Moves every running schedule on as far as it can go now; how many steps ran. Called by
+    /// [`Device::progress`] when any schedule runs.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn advance_schedules(&mut self) -> usize {
+        let mut running = std::mem::take(&mut self.schedules);
+        let mut events = 0;
+        let mut i = 0;
+        while i < running.len() {
+            match self.advance(&mut running[i]) {
+                Ok((n, false)) => {
+                    events += n;
+                    i += 1;
+                }
+                Ok((n, true)) => {
+                    events += n + 1;
+                    let r = running.swap_remove(i);
+                    self.finish(r, None);
+                }
+                Err(e) => {
+                    events += 1;
+                    let r = running.swap_remove(i);
+                    self.finish(r, Some(e));
+                }
+            }
+        }
+        // Schedules started while these ran (none today) come after them.
+        running.append(&mut self.schedules);
+        self.schedules = running;
+        events
+    }
+
+    /// Fails the pending sends and receives of the schedule behind request `h` whose peers are
+    /// gone (see [`Device::fail_if_peer_gone`]); its next advance then ends it with that
+    /// error. Whether any was failed.
+    pub(crate) fn fail_schedule_if_peer_gone(&mut self, h: ReqHandle) -> bool {
+        let Some(i) = self.schedules.iter().position(|r| r.request == h) else {
+            return false;
+        };
+        let handles: Vec<ReqHandle> = self.schedules[i]
+            .schedule
+            .pending
+            .iter()
+            .map(|(h, _)| *h)
+            .collect();
+        let mut failed = false;
+        for h in handles {
+            failed |= self.fail_if_peer_gone(h);
+        }
+        if failed {
+            self.advance_schedules();
+        }
+        failed
+    }
+
+    /// Ends a schedule: releases what it still has pending and completes its request, with
+    /// `error` in its status if it failed. A request the program already let go of (a
+    /// released handle) is simply forgotten.
+    fn finish(&mut self, running: Running, error: Option<Error>) {
+        let Running {
+            request,
+            mut schedule,
+        } = running;
+        for (h, _) in schedule.pending.drain(..) {
+            self.release(h);
+        }
+        if let Some(e) = &error {
+            tracing::debug!(error = %e, "a collective's schedule failed");
+        }
+        if let Some(r) = self.core.requests.get_mut(request) {
+            r.status.error = error.map(|e| e.kind());
+            r.complete = true;
+        }
+    }
+
+    /// Runs `r` until it must wait for a message: how many steps ran, and whether it is done.
+    fn advance(&mut self, r: &mut Running) -> Result<(usize, bool)> {
+        if self.core.requests.get(r.request).is_none() {
+            // Released by the program: nobody will ask for its result.
+            return Ok((0, true));
+        }
+        let s = &mut r.schedule;
+        let mut ran = 0;
+        loop {
+            ran += self.collect(s)?;
+            let Some(step) = s.steps.get(s.next) else {
+                return Ok((ran, s.pending.is_empty()));
+            };
+            match *step {
+                Step::Send { to, phase, from } => {
+                    let buf = SendBuf::owned(s.bytes(from).to_vec());
+                    let h =
+                        self.isend_on(s.comm, to, s.tag + phase, buf, SendMode::Standard, true)?;
+                    if h != ReqHandle::DONE {
+                        s.pending.push((h, Landing::Sent));
+                    }
+                }
+                Step::Recv { from, phase, into } => {
+                    let h =
+                        self.irecv_on(s.comm, from, s.tag + phase, RecvBuf::owned(into.len), true)?;
+                    s.pending.push((h, Landing::Into(into)));
+                }
+                _ => {
+                    if !s.pending.is_empty() {
+                        return Ok((ran, false));
+                    }
+                    s.run_local(s.next)?;
+                }
+            }
+            s.next += 1;
+            ran += 1;
+        }
+    }
+
+    /// Takes in the schedule's completed sends and receives; how many.
+    fn collect(&mut self, s: &mut Schedule) -> Result<usize> {
+        let mut done = 0;
+        let mut i = 0;
+        while i < s.pending.len() {
+            let h = s.pending[i].0;
+            let complete = match self.core.requests.get(h) {
+                Some(req) => req.complete,
+                None => {
+                    return Err(Error::new(
+                        ErrorKind::Internal,
+                        "a collective's message request vanished",
+                    ))
+                }
+            };
+            if !complete {
+                i += 1;
+                continue;
+            }
+            let (_, landing) = s.pending.swap_remove(i);
+            let Some(req) = self.core.requests.remove(h) else {
+                continue;
+            };
+            done += 1;
+            if let Some(kind) = req.status.error {
+                return Err(Error::new(
+                    kind,
+                    "a message of a nonblocking collective failed",
+                ));
+            }
+            if let Landing::Into(into) = landing {
+                let RequestKind::Recv(recv) = req.kind else {
+                    return Err(Error::new(ErrorKind::Internal, "a receive that is not one"));
+                };
+                if req.status.bytes != into.len {
+                    return Err(Error::new(
+                        ErrorKind::Count,
+                        format!(
+                            "a collective expected {} bytes from rank {}, got {}",
+                            into.len, req.status.source, req.status.bytes
+                        ),
+                    ));
+                }
+                let data = recv.buf.into_owned()?;
+                s.bufs[into.buf.0][into.off..into.off + into.len]
+                    .copy_from_slice(&data[..into.len]);
+            }
+        }
+        Ok(done)
+    }
+}
