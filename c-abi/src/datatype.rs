@@ -374,7 +374,7 @@ macro_rules! float_ops {
 }
 
 /// A byte-level reduction the device's collectives apply (accumulator, incoming).
-pub type Fold = Box<dyn FnMut(&mut [u8], &[u8])>;
+pub type Fold = Box<dyn FnMut(&mut [u8], &[u8]) + Send>;
 
 /// The byte-level fold of predefined operation `op_h` over elements of `dt`, for the device's
 /// reductions (`MPI_MINLOC` and `MPI_MAXLOC` over the value-and-index pair types); an error
@@ -466,9 +466,9 @@ fn pair_fold<V: Copy + PartialOrd, I: Copy + PartialOrd>(
 }
 
 /// A pair reduction of [`pair_fold`].
-type PairFold = dyn Fn(&mut [u8], &[u8]);
+type PairFold = dyn Fn(&mut [u8], &[u8]) + Send;
 
-fn loc_reduction(min: bool, dt: Handle) -> ch4::Result<impl FnMut(&mut [u8], &[u8])> {
+fn loc_reduction(min: bool, dt: Handle) -> ch4::Result<impl FnMut(&mut [u8], &[u8]) + Send> {
     let f: Box<PairFold> = match dt {
         0x228 => Box::new(pair_fold::<f32, i32>(min, 8, 4)), // MPI_FLOAT_INT
         0x229 => Box::new(pair_fold::<f64, i32>(min, 16, 8)), // MPI_DOUBLE_INT

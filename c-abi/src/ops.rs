@@ -67,12 +67,9 @@ pub(crate) fn reduction(st: &State, op_h: Handle, dt: Handle) -> ch4::Result<(Fo
     let Some(user) = user_op(st, op_h)? else {
         return Ok((datatype::reduction(op_h, dt)?, true));
     };
-    let elem = datatype::reduce_elem(dt).ok_or_else(|| {
-        ch4::Error::new(
-            ErrorKind::Arg,
-            format!("a user-defined operation on datatype {dt:#x}: ch4 applies one to predefined datatypes only"),
-        )
-    })?;
+    let Some(elem) = datatype::reduce_elem(dt) else {
+        return Ok((derived_reduction(st, user, dt)?, user.commutes));
+    };
     let mut copy: Vec<u8> = Vec::new();
     let fold = move |acc: &mut [u8], other: &[u8]| {
         let n = acc.len().min(other.len());
@@ -106,6 +103,86 @@ pub(crate) fn reduction(st: &State, op_h: Handle, dt: Handle) -> ch4::Result<(Fo
         }
     };
     Ok((Box::new(fold), user.commutes))
+}
+
+/// The fold of the program's operation `user` over elements of derived datatype `dt`: the
+/// device's reductions hold packed bytes, while the function expects elements laid out as the
+/// datatype describes them (MPI 4.1, section 6.9.5), so both operands are unpacked into
+/// scratch buffers in the datatype's layout, the function runs there, and the result is
+/// packed back.
+fn derived_reduction(st: &State, user: UserOp, dt: Handle) -> ch4::Result<Fold> {
+    let d = crate::derived::desc(st, dt)?;
+    if d.size == 0 || d.blocks.is_empty() {
+        return Ok(Box::new(|_: &mut [u8], _: &[u8]| {}));
+    }
+    let low = d.blocks.iter().map(|&(o, _)| o).min().unwrap_or(0);
+    let high = d
+        .blocks
+        .iter()
+        .map(|&(o, l)| o + l as isize)
+        .max()
+        .unwrap_or(0);
+    let (size, extent, blocks) = (d.size, d.extent, d.blocks);
+    // Where element `i`'s block at offset `o` sits in a scratch buffer whose element 0 starts
+    // `-low` bytes in.
+    let place = move |i: usize, o: isize| (i as isize * extent + o - low) as usize;
+    let span = move |n: usize| place(n.saturating_sub(1), high) + 1;
+    let unpack = {
+        let blocks = blocks.clone();
+        move |packed: &[u8], n: usize, out: &mut Vec<u8>| {
+            out.clear();
+            out.resize(span(n), 0);
+            let mut at = 0;
+            for i in 0..n {
+                for &(o, l) in &blocks {
+                    let p = place(i, o);
+                    out[p..p + l].copy_from_slice(&packed[at..at + l]);
+                    at += l;
+                }
+            }
+        }
+    };
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    let fold = move |acc: &mut [u8], other: &[u8]| {
+        let n = acc.len().min(other.len()) / size;
+        if n == 0 {
+            return;
+        }
+        unpack(acc, n, &mut a);
+        unpack(other, n, &mut b);
+        let mut len = c_int::try_from(n).unwrap_or(c_int::MAX);
+        let mut dt = dt;
+        let base = (-low) as usize;
+        // The function computes `invec op inoutvec` into `inoutvec`: for `acc op other`,
+        // `acc` is the first operand when the operation does not commute.
+        let (invec, inout) = if user.commutes {
+            (&mut b, &mut a)
+        } else {
+            (&mut a, &mut b)
+        };
+        // SAFETY: the program gave MPI_Op_create a function of MPI_User_function's type; both
+        // scratch buffers hold `len` elements of `dt` laid out as `dt` says, starting `base`
+        // bytes in (its lowest block is at offset `low`), `inoutvec` is written and `invec`
+        // only read, and both outlive the call.
+        unsafe {
+            (user.function)(
+                invec.as_mut_ptr().add(base).cast(),
+                inout.as_mut_ptr().add(base).cast(),
+                &mut len,
+                &mut dt,
+            )
+        };
+        let result: &Vec<u8> = inout;
+        let mut at = 0;
+        for i in 0..n {
+            for &(o, l) in &blocks {
+                let p = place(i, o);
+                acc[at..at + l].copy_from_slice(&result[p..p + l]);
+                at += l;
+            }
+        }
+    };
+    Ok(Box::new(fold))
 }
 
 /// `MPI_Op_create`.

@@ -306,3 +306,185 @@ pub unsafe extern "C" fn MPI_Request_get_status(
         Ok(())
     })
 }
+
+/// Where request `c` stands without completing it: `None` when it is inactive (null, or a
+/// persistent one not started), else its status once it is complete.
+fn peek(st: &State, c: Handle) -> ch4::Result<Option<Option<Status>>> {
+    let Some(r) = device_of(st, decode(c)?)? else {
+        return Ok(None);
+    };
+    let dev = st.device(r.vci())?;
+    if !dev.is_done(r.handle())? {
+        return Ok(Some(None));
+    }
+    Ok(Some(Some(dev.peek_status(r.handle()).unwrap_or(INACTIVE))))
+}
+
+/// One progress step on every VCI that `reqs` use (and VCI 0), before they are looked at.
+fn progress_for(st: &State, reqs: &[Handle]) -> ch4::Result<()> {
+    let mut vcis = vec![0usize];
+    for &c in reqs {
+        if let Some(r) = device_of(st, decode(c)?)? {
+            if !vcis.contains(&r.vci()) {
+                vcis.push(r.vci());
+            }
+        }
+    }
+    for v in vcis {
+        st.device(v)?.progress()?;
+    }
+    Ok(())
+}
+
+/// The requests of a C array (none when `count` is 0).
+///
+/// # Safety
+/// `reqs` has `count` readable handles, or is null with `count` 0.
+unsafe fn handles<'a>(count: c_int, reqs: *const Handle) -> ch4::Result<&'a [Handle]> {
+    let n = crate::datatype::elements(count)?;
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if reqs.is_null() {
+        return Err(null_arg("the array of requests"));
+    }
+    // SAFETY: the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts(reqs, n) })
+}
+
+/// `MPI_Request_get_status_any` (MPI 4.1, section 3.7.5): like `MPI_Testany`, but the request
+/// found complete stays as it is, to be completed later.
+///
+/// # Safety
+/// `array_of_requests` has `count` handles; `index` and `flag` are writable; `status` is null
+/// or writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Request_get_status_any(
+    count: c_int,
+    array_of_requests: *const Handle,
+    index: *mut c_int,
+    flag: *mut c_int,
+    status: *mut MpiStatus,
+) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Request_get_status_any", |st| {
+        // SAFETY: the caller's contract.
+        let reqs = unsafe { handles(count, array_of_requests) }?;
+        progress_for(st, reqs)?;
+        let mut any_active = false;
+        for (i, &c) in reqs.iter().enumerate() {
+            match peek(st, c)? {
+                None => {}
+                Some(None) => any_active = true,
+                Some(Some(s)) => {
+                    // SAFETY: the caller's contract.
+                    unsafe {
+                        put(index, i as c_int);
+                        put(flag, 1);
+                        MpiStatus::put(status, &s);
+                    }
+                    return Ok(());
+                }
+            }
+        }
+        // SAFETY: the caller's contract.
+        unsafe {
+            put(index, abi::UNDEFINED);
+            put(flag, c_int::from(!any_active));
+            if !any_active {
+                MpiStatus::put(status, &INACTIVE);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `MPI_Request_get_status_all`: whether every request is complete (an inactive one counts as
+/// complete), and then their statuses, leaving every request as it is.
+///
+/// # Safety
+/// `array_of_requests` has `count` handles; `flag` is writable; `array_of_statuses` is null
+/// (`MPI_STATUSES_IGNORE`) or has room for `count` statuses.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Request_get_status_all(
+    count: c_int,
+    array_of_requests: *const Handle,
+    flag: *mut c_int,
+    array_of_statuses: *mut MpiStatus,
+) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Request_get_status_all", |st| {
+        // SAFETY: the caller's contract.
+        let reqs = unsafe { handles(count, array_of_requests) }?;
+        progress_for(st, reqs)?;
+        let mut found = Vec::with_capacity(reqs.len());
+        for &c in reqs {
+            match peek(st, c)? {
+                None => found.push(INACTIVE),
+                Some(None) => {
+                    // SAFETY: the caller's contract.
+                    unsafe { put(flag, 0) };
+                    return Ok(());
+                }
+                Some(Some(s)) => found.push(s),
+            }
+        }
+        // SAFETY: the caller's contract.
+        unsafe { put(flag, 1) };
+        if !array_of_statuses.is_null() {
+            for (i, s) in found.iter().enumerate() {
+                // SAFETY: the caller's contract: room for `count` statuses.
+                unsafe { MpiStatus::put(array_of_statuses.add(i), s) };
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `MPI_Request_get_status_some`: the indices (and statuses) of the complete active requests,
+/// `MPI_UNDEFINED` when none is active, leaving every request as it is.
+///
+/// # Safety
+/// `array_of_requests` has `incount` handles; `outcount` is writable; `array_of_indices` has
+/// room for `incount` entries; `array_of_statuses` is null or has room for `incount`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Request_get_status_some(
+    incount: c_int,
+    array_of_requests: *const Handle,
+    outcount: *mut c_int,
+    array_of_indices: *mut c_int,
+    array_of_statuses: *mut MpiStatus,
+) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Request_get_status_some", |st| {
+        // SAFETY: the caller's contract.
+        let reqs = unsafe { handles(incount, array_of_requests) }?;
+        progress_for(st, reqs)?;
+        let (mut any_active, mut n) = (false, 0usize);
+        for (i, &c) in reqs.iter().enumerate() {
+            match peek(st, c)? {
+                None => {}
+                Some(None) => any_active = true,
+                Some(Some(s)) => {
+                    any_active = true;
+                    if array_of_indices.is_null() {
+                        return Err(null_arg("the array of indices"));
+                    }
+                    // SAFETY: the caller's contract: room for `incount` entries.
+                    unsafe {
+                        array_of_indices.add(n).write(i as c_int);
+                        if !array_of_statuses.is_null() {
+                            MpiStatus::put(array_of_statuses.add(n), &s);
+                        }
+                    }
+                    n += 1;
+                }
+            }
+        }
+        let out = if any_active {
+            n as c_int
+        } else {
+            abi::UNDEFINED
+        };
+        // SAFETY: the caller's contract.
+        unsafe { put(outcount, out) };
+        Ok(())
+    })
+}

@@ -76,6 +76,32 @@ pub(crate) struct Persistent {
     pub vci: usize,
     /// The device request of the current round, while active.
     pub active: Option<ReqHandle>,
+    /// For a persistent collective (`MPI_Allreduce_init`): the plan each start builds its
+    /// schedule from, and the tag reserved for it. The point-to-point fields are then unused.
+    pub collective: Option<(crate::collectives::plans::Plan, ch4_core::Tag)>,
+}
+
+impl Persistent {
+    /// A persistent collective on communicator `comm` (bound to VCI `vci`).
+    pub fn collective(
+        comm: Handle,
+        vci: usize,
+        plan: crate::collectives::plans::Plan,
+        tag: ch4_core::Tag,
+    ) -> Persistent {
+        Persistent {
+            send: None,
+            buf: 0,
+            count: 0,
+            datatype: abi::DATATYPE_NULL,
+            peer: 0,
+            tag: 0,
+            comm,
+            vci,
+            active: None,
+            collective: Some((plan, tag)),
+        }
+    }
 }
 
 /// The process's rank at the level `MPI_Init_thread` gave it.
@@ -753,7 +779,7 @@ impl Drop for Entered {
 }
 
 /// Enters the state for one call; the error code of a refusal otherwise (MPI not running,
-/// another thread below `MPI_THREAD_SERIALIZED`, two at once at it, a nested call).
+/// another thread below `MPI_THREAD_SERIALIZED`, two at once at it).
 #[inline(always)]
 pub(crate) fn enter() -> Result<Entered, c_int> {
     let me = this_thread();
@@ -805,10 +831,17 @@ fn enter_other(g: usize) -> Result<Entered, c_int> {
         {
             SERIALIZED
         }
+        // A call from inside another on the thread that owns a single-threaded rank: a
+        // reduction's function, an error handler or an attribute's callback asking about a
+        // datatype or a communicator, as MPI lets them (MPICH's tests do). It leaves the gate
+        // busy for the call around it; the device, which that call may hold, refuses a second
+        // holder with an error (`DeviceGuard`), so a nested call that needs it fails cleanly.
+        g if g == this_thread() | BUSY_BIT => g,
         _ => return Err(refused()),
     };
     Ok(Entered {
-        // SAFETY: the gate was MULTIPLE or SERIALIZED (acquire load or CAS): past BEFORE.
+        // SAFETY: the gate was MULTIPLE or SERIALIZED (acquire load or CAS), or this thread's
+        // own, busy with the call this one is nested in: past BEFORE.
         st: unsafe { state() },
         restore,
     })
@@ -827,10 +860,6 @@ pub(crate) fn with<R>(f: impl FnOnce(&State) -> R) -> Result<R, c_int> {
 fn refused() -> c_int {
     match GATE.load(Ordering::Acquire) {
         BEFORE | AFTER => not_running(),
-        g if g == this_thread() | BUSY_BIT => errors::refuse(
-            "MPI",
-            "an MPI call made from inside another one (a callback): not supported",
-        ),
         g if g == SERIALIZED | BUSY_BIT => errors::refuse(
             "MPI",
             "two threads called at once, or a call was made from inside another one \

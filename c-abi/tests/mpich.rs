@@ -146,6 +146,7 @@ fn run(dir: &Path, c: &Case) -> (bool, String) {
         .arg(dir.join(&c.program))
         .args(&c.args)
         .envs(c.env.iter().map(|(k, v)| (k, v)))
+        .env_remove("CH4_MPICH_ONLY")
         .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -189,6 +190,11 @@ fn every_mpich_thread_test_prints_no_errors() {
         return;
     };
     run_suite(&sources, "mpich-threads", &["mtest.c", "mtest_thread.c"]);
+}
+
+#[test]
+fn every_mpich_coll_test_prints_no_errors() {
+    run_more("coll", "mpich: every_mpich_coll_test_prints_no_errors");
 }
 
 /// Builds and runs one folder of `mpich-test-more` (`coll`, `comm`, `datatype`, …) with

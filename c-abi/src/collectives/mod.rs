@@ -16,6 +16,8 @@
 mod alltoall;
 mod barrier_bcast;
 mod gather;
+pub(crate) mod nonblocking;
+pub(crate) mod plans;
 mod reduce;
 mod scatter;
 

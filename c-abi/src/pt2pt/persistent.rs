@@ -74,6 +74,7 @@ macro_rules! send_init {
                 comm,
                 vci: 0,
                 active: None,
+                collective: None,
             };
             // SAFETY: the caller's contract.
             unsafe { persistent_init(comm, stringify!($name), p, request) }
@@ -110,6 +111,7 @@ pub unsafe extern "C" fn MPI_Recv_init(
         comm,
         vci: 0,
         active: None,
+        collective: None,
     };
     // SAFETY: the caller's contract.
     unsafe { persistent_init(comm, "MPI_Recv_init", p, request) }
@@ -123,23 +125,30 @@ fn start(st: &State, c: Handle) -> ch4::Result<()> {
             "only a persistent request can be started",
         ));
     };
-    let (active, send, buf, count, dt, peer, tag, comm) = st.with_persistent(i, |p| {
-        (
-            p.active.is_some(),
-            p.send,
-            p.buf,
-            p.count,
-            p.datatype,
-            p.peer,
-            p.tag,
-            p.comm,
-        )
-    })?;
+    let (active, send, buf, count, dt, peer, tag, comm, collective) =
+        st.with_persistent(i, |p| {
+            (
+                p.active.is_some(),
+                p.send,
+                p.buf,
+                p.count,
+                p.datatype,
+                p.peer,
+                p.tag,
+                p.comm,
+                p.collective.clone(),
+            )
+        })?;
     if active {
         return Err(ch4::Error::new(
             ErrorKind::Request,
             "the persistent request is already active",
         ));
+    }
+    if let Some((plan, tag)) = collective {
+        let h = crate::collectives::nonblocking::start_persistent(st, comm, &plan, tag)?;
+        st.with_persistent(i, |p| p.active = Some(h))?;
+        return Ok(());
     }
     let c = st.comm(comm)?;
     let id = c.id;

@@ -1,0 +1,702 @@
+//! Nonblocking and persistent collectives, the standard's "Nonblocking Collective Operations"
+//! and "Persistent Collective Operations": `MPI_Ibarrier` … `MPI_Iexscan`, `MPI_Barrier_init`
+//! … `MPI_Exscan_init`, with their big-count `_c` forms.
+//!
+//! Each call makes a plan (`plans`) from its arguments and either starts its schedule at once
+//! — the device runs it from then on, in every progress step of this rank, including those of
+//! the asynchronous progress thread, and the request is an ordinary device request that
+//! `MPI_Wait`, `MPI_Test` and the request sets complete — or, for the persistent forms, keeps
+//! the plan in a persistent request with a tag of its own, started by every `MPI_Start`.
+//!
+//! A count or displacement array is read at the call; the arrays that MPI makes significant
+//! only at the root (a gather's receive counts, a scatter's send counts) are read only there.
+
+use std::ffi::{c_int, c_void};
+
+use ch4_core::ErrorKind;
+
+use super::plans::{self, array, handles, Block, Plan, Reduction};
+use super::rank_size;
+use crate::abi::{self, Handle};
+use crate::call::{call, null_arg};
+use crate::state::{DevReq, Persistent, State};
+
+/// `MPI_Count`: a count of the big-count (`_c`) forms.
+type Count = i64;
+/// `MPI_Aint`: a displacement of the big-count forms.
+type Aint = i64;
+
+/// The member's rank and the communicator's size, for a plan's maker.
+#[derive(Clone, Copy)]
+struct Members {
+    rank: c_int,
+    size: usize,
+}
+
+/// Makes a nonblocking collective's plan, builds its schedule, starts it and writes its
+/// request.
+///
+/// # Safety
+/// `request` is writable; `make` reads the program's arrays as its caller's contract allows.
+unsafe fn start_now(
+    comm: Handle,
+    func: &'static str,
+    request: *mut Handle,
+    make: impl FnOnce(&State, Members) -> ch4::Result<Plan>,
+) -> c_int {
+    call(comm, func, |st| {
+        if request.is_null() {
+            return Err(null_arg("the request"));
+        }
+        let c = st.comm(comm)?;
+        let (rank, size) = rank_size(st, c)?;
+        let plan = make(st, Members { rank, size })?;
+        let schedule = plan(st, c)?;
+        let h = st.device(c.vci)?.start_schedule(schedule, None)?;
+        // SAFETY: checked non-null; the caller's contract.
+        unsafe { request.write(abi::request_out(DevReq::new(h, c.vci))) };
+        Ok(())
+    })
+}
+
+/// Makes a persistent collective's plan and keeps it, with a tag reserved for it, in a new
+/// persistent request (inactive until `MPI_Start`).
+///
+/// # Safety
+/// As [`start_now`].
+unsafe fn init(
+    comm: Handle,
+    func: &'static str,
+    request: *mut Handle,
+    make: impl FnOnce(&State, Members) -> ch4::Result<Plan>,
+) -> c_int {
+    call(comm, func, |st| {
+        if request.is_null() {
+            return Err(null_arg("the request"));
+        }
+        let c = st.comm(comm)?;
+        let (rank, size) = rank_size(st, c)?;
+        let plan = make(st, Members { rank, size })?;
+        let tag = st.device(c.vci)?.reserve_schedule_tag(c.id)?;
+        let i = st.add_persistent(Persistent::collective(comm, c.vci, plan, tag));
+        // SAFETY: checked non-null; the caller's contract.
+        unsafe { request.write(abi::persistent_out(i)) };
+        Ok(())
+    })
+}
+
+/// Starts the schedule of a persistent collective (from `MPI_Start`).
+pub(crate) fn start_persistent(
+    st: &State,
+    comm: Handle,
+    plan: &Plan,
+    tag: ch4_core::Tag,
+) -> ch4::Result<ch4_core::ReqHandle> {
+    let c = st.comm(comm)?;
+    let schedule = plan(st, c)?;
+    st.device(c.vci)?.start_schedule(schedule, Some(tag))
+}
+
+/// Exports a nonblocking collective and its persistent form: the parameters before `comm`,
+/// then a body that makes the plan from them (`$st` the state, `$m` the [`Members`]).
+macro_rules! collective {
+    ($i:ident, $init:ident, ($($p:ident: $t:ty),* $(,)?), |$st:ident, $m:ident| $make:expr) => {
+        #[doc = concat!("`", stringify!($i), "`: starts the collective; its request completes when it ends.")]
+        ///
+        /// # Safety
+        /// The buffers and arrays are as MPI describes them, and the buffers stay the
+        /// collective's until its request completes; `request` is writable.
+        #[no_mangle]
+        pub unsafe extern "C" fn $i($($p: $t,)* comm: Handle, request: *mut Handle) -> c_int {
+            let make = |$st: &State, $m: Members| -> ch4::Result<Plan> { $make };
+            // SAFETY: the caller's contract.
+            unsafe { start_now(comm, stringify!($i), request, make) }
+        }
+
+        #[doc = concat!("`", stringify!($init), "`: the persistent form, started by `MPI_Start`.")]
+        ///
+        /// # Safety
+        /// As the nonblocking form, whenever the request is active.
+        #[no_mangle]
+        pub unsafe extern "C" fn $init(
+            $($p: $t,)*
+            comm: Handle,
+            info: Handle,
+            request: *mut Handle,
+        ) -> c_int {
+            let _ = info;
+            let make = |$st: &State, $m: Members| -> ch4::Result<Plan> { $make };
+            // SAFETY: the caller's contract.
+            unsafe { init(comm, stringify!($init), request, make) }
+        }
+    };
+}
+
+collective!(MPI_Ibarrier, MPI_Barrier_init, (), |_st, _m| Ok(
+    plans::barrier()
+));
+
+/// `MPI_Ibcast`'s plan.
+fn bcast(buffer: *mut c_void, count: i64, datatype: Handle, root: c_int) -> ch4::Result<Plan> {
+    Ok(plans::bcast(Block::new(buffer, count, datatype)?, root))
+}
+
+collective!(
+    MPI_Ibcast,
+    MPI_Bcast_init,
+    (buffer: *mut c_void, count: c_int, datatype: Handle, root: c_int),
+    |_st, _m| bcast(buffer, count.into(), datatype, root)
+);
+collective!(
+    MPI_Ibcast_c,
+    MPI_Bcast_init_c,
+    (buffer: *mut c_void, count: Count, datatype: Handle, root: c_int),
+    |_st, _m| bcast(buffer, count, datatype, root)
+);
+
+macro_rules! reductions {
+    ($count:ty, $ireduce:ident, $reduce_init:ident, $iall:ident, $all_init:ident,
+     $iscan:ident, $scan_init:ident, $iexscan:ident, $exscan_init:ident) => {
+        collective!(
+            $ireduce,
+            $reduce_init,
+            (
+                sendbuf: *const c_void,
+                recvbuf: *mut c_void,
+                count: $count,
+                datatype: Handle,
+                op: Handle,
+                root: c_int,
+            ),
+            |_st, _m| plans::reduction(
+                Reduction::Reduce(root),
+                sendbuf,
+                recvbuf,
+                count.into(),
+                datatype,
+                op
+            )
+        );
+        collective!(
+            $iall,
+            $all_init,
+            (
+                sendbuf: *const c_void,
+                recvbuf: *mut c_void,
+                count: $count,
+                datatype: Handle,
+                op: Handle,
+            ),
+            |_st, _m| plans::reduction(Reduction::All, sendbuf, recvbuf, count.into(), datatype, op)
+        );
+        collective!(
+            $iscan,
+            $scan_init,
+            (
+                sendbuf: *const c_void,
+                recvbuf: *mut c_void,
+                count: $count,
+                datatype: Handle,
+                op: Handle,
+            ),
+            |_st, _m| plans::reduction(Reduction::Scan, sendbuf, recvbuf, count.into(), datatype, op)
+        );
+        collective!(
+            $iexscan,
+            $exscan_init,
+            (
+                sendbuf: *const c_void,
+                recvbuf: *mut c_void,
+                count: $count,
+                datatype: Handle,
+                op: Handle,
+            ),
+            |_st, _m| plans::reduction(
+                Reduction::Exscan,
+                sendbuf,
+                recvbuf,
+                count.into(),
+                datatype,
+                op
+            )
+        );
+    };
+}
+
+reductions!(
+    c_int,
+    MPI_Ireduce,
+    MPI_Reduce_init,
+    MPI_Iallreduce,
+    MPI_Allreduce_init,
+    MPI_Iscan,
+    MPI_Scan_init,
+    MPI_Iexscan,
+    MPI_Exscan_init
+);
+reductions!(
+    Count,
+    MPI_Ireduce_c,
+    MPI_Reduce_init_c,
+    MPI_Iallreduce_c,
+    MPI_Allreduce_init_c,
+    MPI_Iscan_c,
+    MPI_Scan_init_c,
+    MPI_Iexscan_c,
+    MPI_Exscan_init_c
+);
+
+/// The blocks of a `v` collective's buffer: `counts[i]` elements of `dt` at `displs[i]`
+/// extents past `buf`.
+fn v_blocks(
+    st: &State,
+    buf: *const c_void,
+    counts: &[i64],
+    displs: &[i64],
+    dt: Handle,
+) -> ch4::Result<Vec<Block>> {
+    counts
+        .iter()
+        .zip(displs)
+        .map(|(&k, &d)| Block::displaced(st, buf, d, k, dt))
+        .collect()
+}
+
+/// `count` elements of `dt` a block, one per member, back to back from `buf`.
+fn equal_blocks(
+    st: &State,
+    buf: *const c_void,
+    count: i64,
+    dt: Handle,
+    n: usize,
+) -> ch4::Result<Vec<Block>> {
+    (0..n as i64)
+        .map(|i| Block::displaced(st, buf, i * count, count, dt))
+        .collect()
+}
+
+fn is_in_place(buf: *const c_void) -> bool {
+    buf as usize == abi::IN_PLACE
+}
+
+/// The root of a rooted collective, checked before anything is read by it.
+fn root_ok(root: c_int, m: Members) -> ch4::Result<bool> {
+    if !(0..m.size as c_int).contains(&root) {
+        return Err(ch4::Error::new(
+            ErrorKind::Rank,
+            format!("root {root} outside a communicator of {}", m.size),
+        ));
+    }
+    Ok(m.rank == root)
+}
+
+macro_rules! gathers {
+    ($count:ty, $displ:ty, $igather:ident, $gather_init:ident, $igatherv:ident,
+     $gatherv_init:ident, $iallgather:ident, $allgather_init:ident, $iallgatherv:ident,
+     $allgatherv_init:ident) => {
+        collective!(
+            $igather,
+            $gather_init,
+            (
+                sendbuf: *const c_void,
+                sendcount: $count,
+                sendtype: Handle,
+                recvbuf: *mut c_void,
+                recvcount: $count,
+                recvtype: Handle,
+                root: c_int,
+            ),
+            |st, m| {
+                let at_root = root_ok(root, m)?;
+                let recv = if at_root {
+                    equal_blocks(st, recvbuf, recvcount.into(), recvtype, m.size)?
+                } else {
+                    Vec::new()
+                };
+                let place = at_root && is_in_place(sendbuf);
+                let send = if place {
+                    Block::new(recvbuf, 0, recvtype)?
+                } else {
+                    Block::new(sendbuf, sendcount.into(), sendtype)?
+                };
+                Ok(plans::gatherv(send, place, recv, root))
+            }
+        );
+        collective!(
+            $igatherv,
+            $gatherv_init,
+            (
+                sendbuf: *const c_void,
+                sendcount: $count,
+                sendtype: Handle,
+                recvbuf: *mut c_void,
+                recvcounts: *const $count,
+                displs: *const $displ,
+                recvtype: Handle,
+                root: c_int,
+            ),
+            |st, m| {
+                let at_root = root_ok(root, m)?;
+                let recv = if at_root {
+                    // SAFETY: the caller's contract: one entry per member at the root.
+                    let counts = unsafe { array(recvcounts, m.size, "recvcounts") }?;
+                    // SAFETY: as above.
+                    let displs = unsafe { array(displs, m.size, "displs") }?;
+                    v_blocks(st, recvbuf, &counts, &displs, recvtype)?
+                } else {
+                    Vec::new()
+                };
+                let place = at_root && is_in_place(sendbuf);
+                let send = if place {
+                    Block::new(recvbuf, 0, recvtype)?
+                } else {
+                    Block::new(sendbuf, sendcount.into(), sendtype)?
+                };
+                Ok(plans::gatherv(send, place, recv, root))
+            }
+        );
+        collective!(
+            $iallgather,
+            $allgather_init,
+            (
+                sendbuf: *const c_void,
+                sendcount: $count,
+                sendtype: Handle,
+                recvbuf: *mut c_void,
+                recvcount: $count,
+                recvtype: Handle,
+            ),
+            |st, m| {
+                let recv = equal_blocks(st, recvbuf, recvcount.into(), recvtype, m.size)?;
+                let send = if is_in_place(sendbuf) {
+                    None
+                } else {
+                    Some(Block::new(sendbuf, sendcount.into(), sendtype)?)
+                };
+                Ok(plans::allgatherv(send, recv))
+            }
+        );
+        collective!(
+            $iallgatherv,
+            $allgatherv_init,
+            (
+                sendbuf: *const c_void,
+                sendcount: $count,
+                sendtype: Handle,
+                recvbuf: *mut c_void,
+                recvcounts: *const $count,
+                displs: *const $displ,
+                recvtype: Handle,
+            ),
+            |st, m| {
+                // SAFETY: the caller's contract: one entry per member.
+                let counts = unsafe { array(recvcounts, m.size, "recvcounts") }?;
+                // SAFETY: as above.
+                let displs = unsafe { array(displs, m.size, "displs") }?;
+                let recv = v_blocks(st, recvbuf, &counts, &displs, recvtype)?;
+                let send = if is_in_place(sendbuf) {
+                    None
+                } else {
+                    Some(Block::new(sendbuf, sendcount.into(), sendtype)?)
+                };
+                Ok(plans::allgatherv(send, recv))
+            }
+        );
+    };
+}
+
+gathers!(
+    c_int,
+    c_int,
+    MPI_Igather,
+    MPI_Gather_init,
+    MPI_Igatherv,
+    MPI_Gatherv_init,
+    MPI_Iallgather,
+    MPI_Allgather_init,
+    MPI_Iallgatherv,
+    MPI_Allgatherv_init
+);
+gathers!(
+    Count,
+    Aint,
+    MPI_Igather_c,
+    MPI_Gather_init_c,
+    MPI_Igatherv_c,
+    MPI_Gatherv_init_c,
+    MPI_Iallgather_c,
+    MPI_Allgather_init_c,
+    MPI_Iallgatherv_c,
+    MPI_Allgatherv_init_c
+);
+
+macro_rules! scatters {
+    ($count:ty, $displ:ty, $iscatter:ident, $scatter_init:ident, $iscatterv:ident,
+     $scatterv_init:ident) => {
+        collective!(
+            $iscatter,
+            $scatter_init,
+            (
+                sendbuf: *const c_void,
+                sendcount: $count,
+                sendtype: Handle,
+                recvbuf: *mut c_void,
+                recvcount: $count,
+                recvtype: Handle,
+                root: c_int,
+            ),
+            |st, m| {
+                let at_root = root_ok(root, m)?;
+                let send = if at_root {
+                    equal_blocks(st, sendbuf, sendcount.into(), sendtype, m.size)?
+                } else {
+                    Vec::new()
+                };
+                let place = at_root && is_in_place(recvbuf);
+                let recv = if place {
+                    Block::new(sendbuf, 0, sendtype)?
+                } else {
+                    Block::new(recvbuf, recvcount.into(), recvtype)?
+                };
+                Ok(plans::scatterv(send, recv, place, root))
+            }
+        );
+        collective!(
+            $iscatterv,
+            $scatterv_init,
+            (
+                sendbuf: *const c_void,
+                sendcounts: *const $count,
+                displs: *const $displ,
+                sendtype: Handle,
+                recvbuf: *mut c_void,
+                recvcount: $count,
+                recvtype: Handle,
+                root: c_int,
+            ),
+            |st, m| {
+                let at_root = root_ok(root, m)?;
+                let send = if at_root {
+                    // SAFETY: the caller's contract: one entry per member at the root.
+                    let counts = unsafe { array(sendcounts, m.size, "sendcounts") }?;
+                    // SAFETY: as above.
+                    let displs = unsafe { array(displs, m.size, "displs") }?;
+                    v_blocks(st, sendbuf, &counts, &displs, sendtype)?
+                } else {
+                    Vec::new()
+                };
+                let place = at_root && is_in_place(recvbuf);
+                let recv = if place {
+                    Block::new(sendbuf, 0, sendtype)?
+                } else {
+                    Block::new(recvbuf, recvcount.into(), recvtype)?
+                };
+                Ok(plans::scatterv(send, recv, place, root))
+            }
+        );
+    };
+}
+
+scatters!(
+    c_int,
+    c_int,
+    MPI_Iscatter,
+    MPI_Scatter_init,
+    MPI_Iscatterv,
+    MPI_Scatterv_init
+);
+scatters!(
+    Count,
+    Aint,
+    MPI_Iscatter_c,
+    MPI_Scatter_init_c,
+    MPI_Iscatterv_c,
+    MPI_Scatterv_init_c
+);
+
+macro_rules! all_to_all {
+    ($count:ty, $displ:ty, $ia:ident, $a_init:ident, $iav:ident, $av_init:ident,
+     $iaw:ident, $aw_init:ident) => {
+        collective!(
+            $ia,
+            $a_init,
+            (
+                sendbuf: *const c_void,
+                sendcount: $count,
+                sendtype: Handle,
+                recvbuf: *mut c_void,
+                recvcount: $count,
+                recvtype: Handle,
+            ),
+            |st, m| {
+                let recv = equal_blocks(st, recvbuf, recvcount.into(), recvtype, m.size)?;
+                let send = if is_in_place(sendbuf) {
+                    None
+                } else {
+                    Some(equal_blocks(st, sendbuf, sendcount.into(), sendtype, m.size)?)
+                };
+                Ok(plans::alltoallw(send, recv))
+            }
+        );
+        collective!(
+            $iav,
+            $av_init,
+            (
+                sendbuf: *const c_void,
+                sendcounts: *const $count,
+                sdispls: *const $displ,
+                sendtype: Handle,
+                recvbuf: *mut c_void,
+                recvcounts: *const $count,
+                rdispls: *const $displ,
+                recvtype: Handle,
+            ),
+            |st, m| {
+                // SAFETY: the caller's contract: one entry per member in each array.
+                let (rc, rd) = unsafe {
+                    (
+                        array(recvcounts, m.size, "recvcounts")?,
+                        array(rdispls, m.size, "rdispls")?,
+                    )
+                };
+                let recv = v_blocks(st, recvbuf, &rc, &rd, recvtype)?;
+                let send = if is_in_place(sendbuf) {
+                    None
+                } else {
+                    // SAFETY: as above.
+                    let (sc, sd) = unsafe {
+                        (
+                            array(sendcounts, m.size, "sendcounts")?,
+                            array(sdispls, m.size, "sdispls")?,
+                        )
+                    };
+                    Some(v_blocks(st, sendbuf, &sc, &sd, sendtype)?)
+                };
+                Ok(plans::alltoallw(send, recv))
+            }
+        );
+        collective!(
+            $iaw,
+            $aw_init,
+            (
+                sendbuf: *const c_void,
+                sendcounts: *const $count,
+                sdispls: *const $displ,
+                sendtypes: *const Handle,
+                recvbuf: *mut c_void,
+                recvcounts: *const $count,
+                rdispls: *const $displ,
+                recvtypes: *const Handle,
+            ),
+            |_st, m| {
+                let bytes = |buf: *const c_void,
+                             counts: &[i64],
+                             displs: &[i64],
+                             types: &[Handle]|
+                 -> ch4::Result<Vec<Block>> {
+                    counts
+                        .iter()
+                        .zip(displs)
+                        .zip(types)
+                        .map(|((&k, &d), &t)| Block::at_bytes(buf, d, k, t))
+                        .collect()
+                };
+                // SAFETY: the caller's contract: one entry per member in each array.
+                let (rc, rd, rt) = unsafe {
+                    (
+                        array(recvcounts, m.size, "recvcounts")?,
+                        array(rdispls, m.size, "rdispls")?,
+                        handles(recvtypes, m.size, "recvtypes")?,
+                    )
+                };
+                let recv = bytes(recvbuf, &rc, &rd, &rt)?;
+                let send = if is_in_place(sendbuf) {
+                    None
+                } else {
+                    // SAFETY: as above.
+                    let (sc, sd, stypes) = unsafe {
+                        (
+                            array(sendcounts, m.size, "sendcounts")?,
+                            array(sdispls, m.size, "sdispls")?,
+                            handles(sendtypes, m.size, "sendtypes")?,
+                        )
+                    };
+                    Some(bytes(sendbuf, &sc, &sd, &stypes)?)
+                };
+                Ok(plans::alltoallw(send, recv))
+            }
+        );
+    };
+}
+
+all_to_all!(
+    c_int,
+    c_int,
+    MPI_Ialltoall,
+    MPI_Alltoall_init,
+    MPI_Ialltoallv,
+    MPI_Alltoallv_init,
+    MPI_Ialltoallw,
+    MPI_Alltoallw_init
+);
+all_to_all!(
+    Count,
+    Aint,
+    MPI_Ialltoall_c,
+    MPI_Alltoall_init_c,
+    MPI_Ialltoallv_c,
+    MPI_Alltoallv_init_c,
+    MPI_Ialltoallw_c,
+    MPI_Alltoallw_init_c
+);
+
+macro_rules! reduce_scatters {
+    ($count:ty, $irs:ident, $rs_init:ident, $irsb:ident, $rsb_init:ident) => {
+        collective!(
+            $irs,
+            $rs_init,
+            (
+                sendbuf: *const c_void,
+                recvbuf: *mut c_void,
+                recvcounts: *const $count,
+                datatype: Handle,
+                op: Handle,
+            ),
+            |_st, m| {
+                // SAFETY: the caller's contract: one entry per member.
+                let counts = unsafe { array(recvcounts, m.size, "recvcounts") }?;
+                plans::reduce_scatter(sendbuf, recvbuf, counts, datatype, op)
+            }
+        );
+        collective!(
+            $irsb,
+            $rsb_init,
+            (
+                sendbuf: *const c_void,
+                recvbuf: *mut c_void,
+                recvcount: $count,
+                datatype: Handle,
+                op: Handle,
+            ),
+            |_st, m| {
+                let counts = vec![i64::from(recvcount); m.size];
+                plans::reduce_scatter(sendbuf, recvbuf, counts, datatype, op)
+            }
+        );
+    };
+}
+
+reduce_scatters!(
+    c_int,
+    MPI_Ireduce_scatter,
+    MPI_Reduce_scatter_init,
+    MPI_Ireduce_scatter_block,
+    MPI_Reduce_scatter_block_init
+);
+reduce_scatters!(
+    Count,
+    MPI_Ireduce_scatter_c,
+    MPI_Reduce_scatter_init_c,
+    MPI_Ireduce_scatter_block_c,
+    MPI_Reduce_scatter_block_init_c
+);
