@@ -1,22 +1,99 @@
-//! Cartesian topologies, from the standard's chapter "Process Topologies": `MPI_Cart_create`,
-//! `MPI_Cart_coords`, `MPI_Cart_rank`, `MPI_Cart_shift`, `MPI_Cart_get`, `MPI_Cartdim_get`,
-//! `MPI_Topo_test` and `MPI_Dims_create`.
+//! Cartesian topologies (MPI 4.1 sections 8.5.1-8.5.5): `MPI_Cart_create`, `MPI_Dims_create`,
+//! the queries `MPI_Cartdim_get`, `MPI_Cart_get`, `MPI_Cart_rank`, `MPI_Cart_coords`,
+//! `MPI_Cart_shift`, and `MPI_Cart_sub` and `MPI_Cart_map`.
 //!
-//! A Cartesian communicator is a duplicate (or, with fewer grid points than processes, a
-//! split) of its parent that remembers its dimensions and periodicity; ranks map to coordinates
-//! in row-major order and `reorder` is not used. The grid is the library's own (kept in the
-//! communicator's slot of `state`), not the device's: the device sees an ordinary communicator.
+//! A grid's ranks map to coordinates in row-major order (section 8.5.1). A Cartesian
+//! communicator is a split of its parent that keeps the first `product(dims)` processes in
+//! their order; `MPI_Cart_sub` splits it again by the coordinates of the dimensions dropped.
 
 use std::ffi::c_int;
 
 use ch4_core::ErrorKind;
 
-use crate::abi::{self, Handle, CART};
+use super::{adopt_with_topology, ints, no_topology, rank_size, topology_of, Topology};
+use crate::abi::{self, Handle};
 use crate::call::{call, null_arg, on_device, put};
-use crate::groups::rank_list;
-use crate::state::{Cart, State};
+use crate::state::State;
 
-/// `MPI_Cart_create`.
+/// A Cartesian topology: the grid's dimensions, which of them wrap around, and the calling
+/// process's rank in it.
+#[derive(Clone, Debug)]
+pub(crate) struct Cart {
+    /// Processes along each dimension.
+    pub dims: Vec<c_int>,
+    /// Whether each dimension is periodic.
+    pub periods: Vec<bool>,
+    /// The calling process's rank in the grid (its rank in the communicator).
+    pub rank: c_int,
+}
+
+impl Cart {
+    /// Row-major coordinates of `rank`.
+    fn coords_of(&self, rank: c_int) -> Vec<c_int> {
+        let mut rest = rank;
+        let mut out = vec![0; self.dims.len()];
+        for i in (0..self.dims.len()).rev() {
+            out[i] = rest % self.dims[i];
+            rest /= self.dims[i];
+        }
+        out
+    }
+
+    /// The rank at `coords` (periodic dimensions wrap); `None` off a non-periodic edge.
+    fn rank_at(&self, coords: &[c_int]) -> Option<c_int> {
+        let mut r: c_int = 0;
+        for (i, &x) in coords.iter().enumerate() {
+            let d = self.dims[i];
+            let x = if self.periods[i] {
+                x.rem_euclid(d)
+            } else if (0..d).contains(&x) {
+                x
+            } else {
+                return None;
+            };
+            r = r * d + x;
+        }
+        Some(r)
+    }
+
+    /// The processes `disp` steps before and after the caller along dimension `d`
+    /// (`MPI_Cart_shift`), `MPI_PROC_NULL` off a non-periodic edge. `d` is a dimension.
+    pub(crate) fn shift(&self, d: usize, disp: c_int) -> (c_int, c_int) {
+        let at = |delta: c_int| {
+            let mut xs = self.coords_of(self.rank);
+            xs[d] = xs[d].saturating_add(delta);
+            self.rank_at(&xs).unwrap_or(abi::PROC_NULL)
+        };
+        (at(disp.saturating_neg()), at(disp))
+    }
+
+    /// The number of grid points.
+    fn points(&self) -> i64 {
+        self.dims.iter().map(|&x| i64::from(x)).product()
+    }
+}
+
+/// Checks a grid's dimensions (`MPI_Cart_create`, `MPI_Cart_map`): each positive, and at most
+/// `size` points in all (`MPI_ERR_ARG` otherwise, MPICH's `MPI_ERR_DIMS`); their product.
+fn grid_points(dims: &[c_int], size: c_int) -> ch4::Result<i64> {
+    if let Some(d) = dims.iter().find(|&&x| x <= 0) {
+        return Err(ch4::Error::new(
+            ErrorKind::Arg,
+            format!("a dimension of {d}: each must be positive"),
+        ));
+    }
+    let points: i64 = dims.iter().map(|&x| i64::from(x)).product();
+    if points > i64::from(size) {
+        return Err(ch4::Error::new(
+            ErrorKind::Arg,
+            format!("a grid of {points} points for {size} processes"),
+        ));
+    }
+    Ok(points)
+}
+
+/// `MPI_Cart_create`: processes past the grid's points get `MPI_COMM_NULL`; with
+/// `ndims` 0, a grid of one point (MPI 4.1 section 8.5.1).
 ///
 /// # Safety
 /// `dims` and `periods` have `ndims` entries; `comm_cart` is writable.
@@ -34,87 +111,35 @@ pub unsafe extern "C" fn MPI_Cart_create(
             return Err(null_arg("the new communicator"));
         }
         // SAFETY: the caller's contract.
-        let (d, p) = unsafe { (rank_list(ndims, dims)?, rank_list(ndims, periods)?) };
-        if d.iter().any(|&x| x <= 0) {
-            return Err(ch4::Error::new(
-                ErrorKind::Arg,
-                "a dimension is not positive",
-            ));
-        }
-        let points: i64 = d.iter().map(|&x| i64::from(x)).product();
+        let (d, p) = unsafe { (ints(ndims, dims, "dims")?, ints(ndims, periods, "periods")?) };
         let (c, fatal) = crate::comm::parent(st, comm_old)?;
-        let id = c.id;
-        let (me, size) = {
-            let dev = st.device(c.vci)?;
-            (dev.rank(id)?, dev.size(id)?)
-        };
-        if points > i64::from(size) {
-            return Err(ch4::Error::new(
-                ErrorKind::Arg,
-                format!("a grid of {points} points for {size} processes"),
-            ));
-        }
+        let (me, size) = rank_size(st, comm_old)?;
+        let points = grid_points(d, size)?;
         let color = if i64::from(me) < points {
             0
         } else {
             abi::UNDEFINED
         };
-        let new = on_device!(st, c.vci, |b| ch4_core::coll::new_split(b, id, color, me))?;
-        let h = match new {
-            Some(c) => {
-                let c = st.adopt_comm(c)?;
-                let h = st.add_comm(c.id, c.vci, fatal);
-                st.with_slot(h, |s| {
-                    s.cart = Some(Cart {
-                        dims: d.to_vec(),
-                        periods: p.iter().map(|&x| x != 0).collect(),
-                    })
-                })?;
-                h
-            }
-            None => abi::COMM_NULL,
-        };
+        let new = on_device!(st, c.vci, |b| ch4_core::coll::new_split(b, c.id, color, me))?;
+        let h = adopt_with_topology(st, new, fatal, |rank| {
+            Topology::Cart(Cart {
+                dims: d.to_vec(),
+                periods: p.iter().map(|&x| x != 0).collect(),
+                rank,
+            })
+        })?;
         // SAFETY: checked non-null.
         unsafe { comm_cart.write(h) };
         Ok(())
     })
 }
 
+/// The grid of communicator `comm`.
 fn cart_of(st: &State, comm: Handle) -> ch4::Result<Cart> {
-    st.with_slot(comm, |s| s.cart.clone())?.ok_or_else(|| {
-        ch4::Error::new(
-            ErrorKind::Comm,
-            "the communicator has no Cartesian topology",
-        )
-    })
-}
-
-/// Row-major coordinates of `rank`.
-fn coords_of(c: &Cart, rank: c_int) -> Vec<c_int> {
-    let mut rest = rank;
-    let mut out = vec![0; c.dims.len()];
-    for i in (0..c.dims.len()).rev() {
-        out[i] = rest % c.dims[i];
-        rest /= c.dims[i];
+    match topology_of(st, comm)? {
+        Some(Topology::Cart(c)) => Ok(c),
+        _ => Err(no_topology("Cartesian")),
     }
-    out
-}
-
-/// The rank at `coords` (periodic dimensions wrap); `None` off a non-periodic edge.
-fn rank_at(c: &Cart, coords: &[c_int]) -> Option<c_int> {
-    let mut r = 0;
-    for (i, &x) in coords.iter().enumerate() {
-        let d = c.dims[i];
-        let x = if c.periods[i] {
-            x.rem_euclid(d)
-        } else if (0..d).contains(&x) {
-            x
-        } else {
-            return None;
-        };
-        r = r * d + x;
-    }
-    Some(r)
 }
 
 /// `MPI_Cart_coords`.
@@ -130,26 +155,25 @@ pub unsafe extern "C" fn MPI_Cart_coords(
 ) -> c_int {
     call(comm, "MPI_Cart_coords", |st| {
         let c = cart_of(st, comm)?;
-        let points: c_int = c.dims.iter().product();
-        if !(0..points).contains(&rank) {
+        if !(0..c.points()).contains(&i64::from(rank)) {
             return Err(ch4::Error::new(
                 ErrorKind::Rank,
                 format!("rank {rank} is not in the grid"),
             ));
         }
-        let xs = coords_of(&c, rank);
-        if (maxdims as usize) < xs.len() || (!xs.is_empty() && coords.is_null()) {
-            return Err(null_arg("room for the coordinates"));
+        let xs = c.coords_of(rank);
+        if usize::try_from(maxdims).map_or(true, |m| m < xs.len()) {
+            return Err(ch4::Error::new(
+                ErrorKind::Arg,
+                format!("maxdims {maxdims} is smaller than ndims {}", xs.len()),
+            ));
         }
-        for (i, x) in xs.into_iter().enumerate() {
-            // SAFETY: the caller's contract: room for `maxdims` >= ndims entries.
-            unsafe { coords.add(i).write(x) };
-        }
-        Ok(())
+        // SAFETY: the caller's contract: room for `maxdims` >= ndims entries.
+        unsafe { super::copy_out(&xs, maxdims, coords, "coords") }
     })
 }
 
-/// `MPI_Cart_rank`.
+/// `MPI_Cart_rank`: coordinates outside a non-periodic dimension are `MPI_ERR_ARG`.
 ///
 /// # Safety
 /// `coords` has ndims entries; `rank` is writable.
@@ -162,10 +186,10 @@ pub unsafe extern "C" fn MPI_Cart_rank(
     call(comm, "MPI_Cart_rank", |st| {
         let c = cart_of(st, comm)?;
         // SAFETY: the caller's contract.
-        let xs = unsafe { rank_list(c.dims.len() as c_int, coords) }?;
-        let r = rank_at(&c, xs).ok_or_else(|| {
+        let xs = unsafe { ints(c.dims.len() as c_int, coords, "coords") }?;
+        let r = c.rank_at(xs).ok_or_else(|| {
             ch4::Error::new(
-                ErrorKind::Rank,
+                ErrorKind::Arg,
                 "coordinates outside a non-periodic dimension",
             )
         })?;
@@ -189,21 +213,23 @@ pub unsafe extern "C" fn MPI_Cart_shift(
 ) -> c_int {
     call(comm, "MPI_Cart_shift", |st| {
         let c = cart_of(st, comm)?;
-        let cr = st.comm(comm)?;
-        let me = st.device(cr.vci)?.rank(cr.id)?;
         let d = usize::try_from(direction)
             .ok()
             .filter(|&d| d < c.dims.len())
-            .ok_or_else(|| ch4::Error::new(ErrorKind::Arg, format!("direction {direction}")))?;
-        let at = |delta: c_int| {
-            let mut xs = coords_of(&c, me);
-            xs[d] += delta;
-            rank_at(&c, &xs).unwrap_or(abi::PROC_NULL)
-        };
+            .ok_or_else(|| {
+                ch4::Error::new(
+                    ErrorKind::Arg,
+                    format!(
+                        "direction {direction} of a grid of {} dimensions",
+                        c.dims.len()
+                    ),
+                )
+            })?;
+        let (source, dest) = c.shift(d, disp);
         // SAFETY: the caller's contract.
         unsafe {
-            put(rank_source, at(-disp));
-            put(rank_dest, at(disp));
+            put(rank_source, source);
+            put(rank_dest, dest);
         }
         Ok(())
     })
@@ -237,42 +263,105 @@ pub unsafe extern "C" fn MPI_Cart_get(
 ) -> c_int {
     call(comm, "MPI_Cart_get", |st| {
         let c = cart_of(st, comm)?;
-        let cr = st.comm(comm)?;
-        let me = st.device(cr.vci)?.rank(cr.id)?;
         let n = c.dims.len();
-        if (maxdims as usize) < n {
+        if usize::try_from(maxdims).map_or(true, |m| m < n) {
             return Err(ch4::Error::new(
                 ErrorKind::Arg,
-                "maxdims is smaller than ndims",
+                format!("maxdims {maxdims} is smaller than ndims {n}"),
             ));
         }
-        let xs = coords_of(&c, me);
-        for (i, x) in xs.into_iter().enumerate() {
-            // SAFETY: the caller's contract: room for `maxdims` >= n entries (null skipped).
-            unsafe {
-                put(dims.wrapping_add(i), c.dims[i]);
-                put(periods.wrapping_add(i), c_int::from(c.periods[i]));
-                put(coords.wrapping_add(i), x);
+        let periodic: Vec<c_int> = c.periods.iter().map(|&p| c_int::from(p)).collect();
+        // SAFETY: the caller's contract: room for `maxdims` >= n entries in each.
+        unsafe {
+            super::copy_out(&c.dims, maxdims, dims, "dims")?;
+            super::copy_out(&periodic, maxdims, periods, "periods")?;
+            super::copy_out(&c.coords_of(c.rank), maxdims, coords, "coords")
+        }
+    })
+}
+
+/// `MPI_Cart_sub`: the sub-grid of the dimensions `remain_dims` keeps, through the caller
+/// (MPI 4.1 section 8.5.6). The processes whose coordinates in the dropped dimensions are the
+/// same form one, in the grid's order; with no dimension kept, each process is a grid of one
+/// point of its own (a zero-dimensional topology).
+///
+/// # Safety
+/// `remain_dims` has ndims entries; `newcomm` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Cart_sub(
+    comm: Handle,
+    remain_dims: *const c_int,
+    newcomm: *mut Handle,
+) -> c_int {
+    call(comm, "MPI_Cart_sub", |st| {
+        if newcomm.is_null() {
+            return Err(null_arg("the new communicator"));
+        }
+        let c = cart_of(st, comm)?;
+        // SAFETY: the caller's contract.
+        let keep = unsafe { ints(c.dims.len() as c_int, remain_dims, "remain_dims") }?;
+        let xs = c.coords_of(c.rank);
+        // The color: the row-major index of the caller's coordinates in the dropped
+        // dimensions (below the grid's size, so it fits); the key: its rank, which orders
+        // the sub-grid row-major too.
+        let mut color: c_int = 0;
+        let (mut dims, mut periods) = (Vec::new(), Vec::new());
+        for (i, &k) in keep.iter().enumerate() {
+            if k != 0 {
+                dims.push(c.dims[i]);
+                periods.push(c.periods[i]);
+            } else {
+                color = color * c.dims[i] + xs[i];
             }
         }
+        let (p, fatal) = crate::comm::parent(st, comm)?;
+        let new = on_device!(st, p.vci, |b| ch4_core::coll::new_split(
+            b, p.id, color, c.rank
+        ))?;
+        let h = adopt_with_topology(st, new, fatal, |rank| {
+            Topology::Cart(Cart {
+                dims,
+                periods,
+                rank,
+            })
+        })?;
+        // SAFETY: checked non-null.
+        unsafe { newcomm.write(h) };
         Ok(())
     })
 }
 
-/// `MPI_Topo_test`: `MPI_CART` or `MPI_UNDEFINED`.
+/// `MPI_Cart_map`: the rank the caller would have in such a grid over `comm`, its own rank
+/// (no reordering), or `MPI_UNDEFINED` past the grid's points.
 ///
 /// # Safety
-/// `status` is writable.
+/// `dims` and `periods` have `ndims` entries; `newrank` is writable.
 #[no_mangle]
-pub unsafe extern "C" fn MPI_Topo_test(comm: Handle, status: *mut c_int) -> c_int {
-    call(comm, "MPI_Topo_test", |st| {
-        let t = if st.with_slot(comm, |s| s.cart.is_some())? {
-            CART
+pub unsafe extern "C" fn MPI_Cart_map(
+    comm: Handle,
+    ndims: c_int,
+    dims: *const c_int,
+    periods: *const c_int,
+    newrank: *mut c_int,
+) -> c_int {
+    call(comm, "MPI_Cart_map", |st| {
+        // SAFETY: the caller's contract.
+        let d = unsafe {
+            ints(ndims, periods, "periods")?;
+            ints(ndims, dims, "dims")?
+        };
+        let (me, size) = rank_size(st, comm)?;
+        let points = grid_points(d, size)?;
+        if newrank.is_null() {
+            return Err(null_arg("newrank"));
+        }
+        let r = if i64::from(me) < points {
+            me
         } else {
             abi::UNDEFINED
         };
-        // SAFETY: the caller's contract.
-        unsafe { put(status, t) };
+        // SAFETY: checked non-null; the caller's contract.
+        unsafe { newrank.write(r) };
         Ok(())
     })
 }
@@ -363,14 +452,34 @@ mod tests {
         let c = Cart {
             dims: vec![2, 3],
             periods: vec![false, true],
+            rank: 4,
         };
-        assert_eq!(coords_of(&c, 4), vec![1, 1]);
-        assert_eq!(rank_at(&c, &[1, 1]), Some(4));
-        assert_eq!(rank_at(&c, &[1, 3]), Some(3), "wraps");
-        assert_eq!(rank_at(&c, &[2, 0]), None, "off the edge");
+        assert_eq!(c.coords_of(4), vec![1, 1]);
+        assert_eq!(c.rank_at(&[1, 1]), Some(4));
+        assert_eq!(c.rank_at(&[1, 3]), Some(3), "wraps");
+        assert_eq!(c.rank_at(&[2, 0]), None, "off the edge");
         for r in 0..6 {
-            assert_eq!(rank_at(&c, &coords_of(&c, r)), Some(r));
+            assert_eq!(c.rank_at(&c.coords_of(r)), Some(r));
         }
+        assert_eq!(
+            c.shift(0, 1),
+            (1, abi::PROC_NULL),
+            "rank 4 is on the last row"
+        );
+        assert_eq!(c.shift(1, 1), (3, 5));
+        assert_eq!(c.shift(1, 2), (5, 3), "wraps both ways");
+    }
+
+    #[test]
+    fn a_grids_neighbours_are_minus_then_plus_by_dimension() {
+        let c = Cart {
+            dims: vec![2, 3],
+            periods: vec![false, true],
+            rank: 0,
+        };
+        let (sources, dests) = Topology::Cart(c).neighbours();
+        assert_eq!(sources, vec![abi::PROC_NULL, 3, 2, 1]);
+        assert_eq!(sources, dests);
     }
 
     #[test]
