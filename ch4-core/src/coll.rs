@@ -755,22 +755,32 @@ fn rank_size<B: Blocking + ?Sized>(b: &mut B, comm: CommId) -> Result<(Rank, Ran
 /// Runs again while another agreement of a member's process holds that process's context ids
 /// ([`crate::comm::ContextIds`]).
 fn agree_context<B: Blocking + ?Sized>(b: &mut B, parent: CommId) -> Result<ContextId> {
-    agree_context_by(b, parent, |b, send, recv| {
+    agree_context_by(b, parent, 0, |b, send, recv| {
         allreduce_tagged(b, parent, send, recv, TAG_CONTEXT)
     })
 }
 
+/// How far above every context id the priority of an agreement among a group lies
+/// ([`new_create_group`]): ids stay below `2 * CONTEXT_SLOTS`.
+const PRIORITY_SHIFT: u32 = 12;
+const _: () = assert!(2 * crate::comm::CONTEXT_SLOTS <= 1 << PRIORITY_SHIFT);
+
 /// [`agree_context`] with the AND-allreduce of the offers done by `exchange(b, send, recv)`:
-/// over every member of `parent`, or over some of them only ([`new_create_group`]).
+/// over every member of `parent`, or over some of them only ([`new_create_group`]). The
+/// agreement's priority among those of this process ([`crate::comm::ContextIds`]) is
+/// `parent`'s context id plus `above << PRIORITY_SHIFT`: the same at every member, and, for the
+/// agreements among groups, different for each tag, so that two threads creating
+/// communicators over one parent with different tags finish one after the other.
 fn agree_context_by<B: Blocking + ?Sized>(
     b: &mut B,
     parent: CommId,
+    above: u32,
     mut exchange: impl FnMut(&mut B, &[u8], &mut [u8]) -> Result<()>,
 ) -> Result<ContextId> {
-    let parent_context = b.visit(|d| Ok(d.core.comm(parent)?.context))?;
+    let priority = b.visit(|d| Ok(d.core.comm(parent)?.context))? + (above << PRIORITY_SHIFT);
     let mut rounds = 0u32;
     loop {
-        let (offer, claimed) = b.visit(|d| Ok(d.core.contexts.offer(parent_context)))?;
+        let (offer, claimed) = b.visit(|d| Ok(d.core.contexts.offer(priority)))?;
         let mut bytes = [0u8; (CONTEXT_WORDS + 1) * 8];
         for (chunk, w) in bytes.chunks_exact_mut(8).zip(offer.iter()) {
             chunk.copy_from_slice(&w.to_le_bytes());
@@ -787,7 +797,7 @@ fn agree_context_by<B: Blocking + ?Sized>(
             // Let go of the claim (the zero outcome takes nothing) before failing.
             agreed = [0; CONTEXT_WORDS + 1];
         }
-        let taken = b.visit(|d| d.core.contexts.conclude(parent_context, claimed, &agreed))?;
+        let taken = b.visit(|d| d.core.contexts.conclude(priority, claimed, &agreed))?;
         exchanged?;
         if let Some(context) = taken {
             return Ok(context);
@@ -1013,7 +1023,9 @@ pub fn new_create_group<B: Blocking + ?Sized>(
     // non-overtaking rule orders any two messages of one tag.
     let span = (tag_ub - TAG_CREATE_GROUP).max(0) + 1;
     let wire_tag = TAG_CREATE_GROUP + tag % span;
-    let context = agree_context_by(b, comm, |b, send, recv| {
+    // Tags past 2^19 share priorities (a tie is only slower: both try again).
+    let above = 1 + (tag as u32 & ((1 << (32 - PRIORITY_SHIFT - 1)) - 1));
+    let context = agree_context_by(b, comm, above, |b, send, recv| {
         group_and_allreduce(b, comm, &ranks, rank, send, recv, wire_tag)
     })?;
     Ok(Some(Comm {
