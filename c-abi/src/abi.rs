@@ -111,6 +111,10 @@ pub mod class {
     pub const RANK: c_int = 6;
     /// `MPI_ERR_REQUEST`.
     pub const REQUEST: c_int = 7;
+    /// `MPI_ERR_TOPOLOGY`.
+    pub const TOPOLOGY: c_int = 11;
+    /// `MPI_ERR_DIMS`.
+    pub const DIMS: c_int = 12;
     /// `MPI_ERR_ARG`.
     pub const ARG: c_int = 13;
     /// `MPI_ERR_TRUNCATE`.

@@ -10,9 +10,11 @@ use std::ffi::c_int;
 
 use ch4_core::ErrorKind;
 
-use super::{adopt_with_topology, ints, no_topology, rank_size, topology_of, Topology};
+use super::{
+    adopt_with_topology, ints, no_topology, rank_size, topo_call, topology_of, TopoError, Topology,
+};
 use crate::abi::{self, Handle};
-use crate::call::{call, null_arg, on_device, put};
+use crate::call::{null_arg, on_device, put};
 use crate::state::State;
 
 /// A Cartesian topology: the grid's dimensions, which of them wrap around, and the calling
@@ -73,18 +75,19 @@ impl Cart {
     }
 }
 
-/// Checks a grid's dimensions (`MPI_Cart_create`, `MPI_Cart_map`): each positive, and at most
-/// `size` points in all (`MPI_ERR_ARG` otherwise, MPICH's `MPI_ERR_DIMS`); their product.
-fn grid_points(dims: &[c_int], size: c_int) -> ch4::Result<i64> {
+/// Checks a grid's dimensions (`MPI_Cart_create`, `MPI_Cart_map`): each positive
+/// (`MPI_ERR_DIMS` otherwise), and at most `size` points in all (`MPI_ERR_ARG`, as MPICH
+/// reports a grid too large for its communicator); their product.
+fn grid_points(dims: &[c_int], size: c_int) -> Result<i64, TopoError> {
     if let Some(d) = dims.iter().find(|&&x| x <= 0) {
-        return Err(ch4::Error::new(
-            ErrorKind::Arg,
+        return Err(TopoError::new(
+            abi::class::DIMS,
             format!("a dimension of {d}: each must be positive"),
         ));
     }
     let points: i64 = dims.iter().map(|&x| i64::from(x)).product();
     if points > i64::from(size) {
-        return Err(ch4::Error::new(
+        return Err(TopoError::of(
             ErrorKind::Arg,
             format!("a grid of {points} points for {size} processes"),
         ));
@@ -106,9 +109,9 @@ pub unsafe extern "C" fn MPI_Cart_create(
     _reorder: c_int,
     comm_cart: *mut Handle,
 ) -> c_int {
-    call(comm_old, "MPI_Cart_create", |st| {
+    topo_call(comm_old, "MPI_Cart_create", |st| {
         if comm_cart.is_null() {
-            return Err(null_arg("the new communicator"));
+            return Err(TopoError::from(null_arg("the new communicator")));
         }
         // SAFETY: the caller's contract.
         let (d, p) = unsafe { (ints(ndims, dims, "dims")?, ints(ndims, periods, "periods")?) };
@@ -135,7 +138,7 @@ pub unsafe extern "C" fn MPI_Cart_create(
 }
 
 /// The grid of communicator `comm`.
-fn cart_of(st: &State, comm: Handle) -> ch4::Result<Cart> {
+fn cart_of(st: &State, comm: Handle) -> Result<Cart, TopoError> {
     match topology_of(st, comm)? {
         Some(Topology::Cart(c)) => Ok(c),
         _ => Err(no_topology("Cartesian")),
@@ -153,17 +156,17 @@ pub unsafe extern "C" fn MPI_Cart_coords(
     maxdims: c_int,
     coords: *mut c_int,
 ) -> c_int {
-    call(comm, "MPI_Cart_coords", |st| {
+    topo_call(comm, "MPI_Cart_coords", |st| {
         let c = cart_of(st, comm)?;
         if !(0..c.points()).contains(&i64::from(rank)) {
-            return Err(ch4::Error::new(
+            return Err(TopoError::of(
                 ErrorKind::Rank,
                 format!("rank {rank} is not in the grid"),
             ));
         }
         let xs = c.coords_of(rank);
         if usize::try_from(maxdims).map_or(true, |m| m < xs.len()) {
-            return Err(ch4::Error::new(
+            return Err(TopoError::of(
                 ErrorKind::Arg,
                 format!("maxdims {maxdims} is smaller than ndims {}", xs.len()),
             ));
@@ -183,12 +186,12 @@ pub unsafe extern "C" fn MPI_Cart_rank(
     coords: *const c_int,
     rank: *mut c_int,
 ) -> c_int {
-    call(comm, "MPI_Cart_rank", |st| {
+    topo_call(comm, "MPI_Cart_rank", |st| {
         let c = cart_of(st, comm)?;
         // SAFETY: the caller's contract.
         let xs = unsafe { ints(c.dims.len() as c_int, coords, "coords") }?;
         let r = c.rank_at(xs).ok_or_else(|| {
-            ch4::Error::new(
+            TopoError::of(
                 ErrorKind::Arg,
                 "coordinates outside a non-periodic dimension",
             )
@@ -211,13 +214,13 @@ pub unsafe extern "C" fn MPI_Cart_shift(
     rank_source: *mut c_int,
     rank_dest: *mut c_int,
 ) -> c_int {
-    call(comm, "MPI_Cart_shift", |st| {
+    topo_call(comm, "MPI_Cart_shift", |st| {
         let c = cart_of(st, comm)?;
         let d = usize::try_from(direction)
             .ok()
             .filter(|&d| d < c.dims.len())
             .ok_or_else(|| {
-                ch4::Error::new(
+                TopoError::of(
                     ErrorKind::Arg,
                     format!(
                         "direction {direction} of a grid of {} dimensions",
@@ -241,7 +244,7 @@ pub unsafe extern "C" fn MPI_Cart_shift(
 /// `ndims` is writable.
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Cartdim_get(comm: Handle, ndims: *mut c_int) -> c_int {
-    call(comm, "MPI_Cartdim_get", |st| {
+    topo_call(comm, "MPI_Cartdim_get", |st| {
         let c = cart_of(st, comm)?;
         // SAFETY: the caller's contract.
         unsafe { put(ndims, c.dims.len() as c_int) };
@@ -261,11 +264,11 @@ pub unsafe extern "C" fn MPI_Cart_get(
     periods: *mut c_int,
     coords: *mut c_int,
 ) -> c_int {
-    call(comm, "MPI_Cart_get", |st| {
+    topo_call(comm, "MPI_Cart_get", |st| {
         let c = cart_of(st, comm)?;
         let n = c.dims.len();
         if usize::try_from(maxdims).map_or(true, |m| m < n) {
-            return Err(ch4::Error::new(
+            return Err(TopoError::of(
                 ErrorKind::Arg,
                 format!("maxdims {maxdims} is smaller than ndims {n}"),
             ));
@@ -293,9 +296,9 @@ pub unsafe extern "C" fn MPI_Cart_sub(
     remain_dims: *const c_int,
     newcomm: *mut Handle,
 ) -> c_int {
-    call(comm, "MPI_Cart_sub", |st| {
+    topo_call(comm, "MPI_Cart_sub", |st| {
         if newcomm.is_null() {
-            return Err(null_arg("the new communicator"));
+            return Err(TopoError::from(null_arg("the new communicator")));
         }
         let c = cart_of(st, comm)?;
         // SAFETY: the caller's contract.
@@ -344,7 +347,7 @@ pub unsafe extern "C" fn MPI_Cart_map(
     periods: *const c_int,
     newrank: *mut c_int,
 ) -> c_int {
-    call(comm, "MPI_Cart_map", |st| {
+    topo_call(comm, "MPI_Cart_map", |st| {
         // SAFETY: the caller's contract.
         let d = unsafe {
             ints(ndims, periods, "periods")?;
@@ -353,7 +356,7 @@ pub unsafe extern "C" fn MPI_Cart_map(
         let (me, size) = rank_size(st, comm)?;
         let points = grid_points(d, size)?;
         if newrank.is_null() {
-            return Err(null_arg("newrank"));
+            return Err(TopoError::from(null_arg("newrank")));
         }
         let r = if i64::from(me) < points {
             me
@@ -373,14 +376,14 @@ pub unsafe extern "C" fn MPI_Cart_map(
 /// `dims` has `ndims` entries.
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mut c_int) -> c_int {
-    call(abi::COMM_WORLD, "MPI_Dims_create", |_| {
+    topo_call(abi::COMM_WORLD, "MPI_Dims_create", |_| {
         let n = usize::try_from(ndims)
-            .map_err(|_| ch4::Error::new(ErrorKind::Arg, "ndims is negative"))?;
+            .map_err(|_| TopoError::new(abi::class::DIMS, "ndims is negative"))?;
         if n == 0 {
             return Ok(());
         }
         if dims.is_null() {
-            return Err(null_arg("dims"));
+            return Err(TopoError::from(null_arg("dims")));
         }
         // SAFETY: the caller's contract.
         let d = unsafe { std::slice::from_raw_parts_mut(dims, n) };
@@ -388,10 +391,13 @@ pub unsafe extern "C" fn MPI_Dims_create(nnodes: c_int, ndims: c_int, dims: *mut
     })
 }
 
-fn dims_create(nnodes: c_int, d: &mut [c_int]) -> ch4::Result<()> {
+/// Fills the zero entries of `d` so that all multiply to `nnodes`, as close to each other as
+/// the factors allow, in non-increasing order (MPI 4.1 section 8.5.2); `MPI_ERR_DIMS` when the
+/// fixed entries cannot be completed.
+fn dims_create(nnodes: c_int, d: &mut [c_int]) -> Result<(), TopoError> {
     if nnodes <= 0 || d.iter().any(|&x| x < 0) {
-        return Err(ch4::Error::new(
-            ErrorKind::Arg,
+        return Err(TopoError::new(
+            abi::class::DIMS,
             "nnodes must be positive and dims not negative",
         ));
     }
@@ -401,8 +407,8 @@ fn dims_create(nnodes: c_int, d: &mut [c_int]) -> ch4::Result<()> {
         .map(|&x| i64::from(x))
         .product();
     if i64::from(nnodes) % fixed != 0 {
-        return Err(ch4::Error::new(
-            ErrorKind::Arg,
+        return Err(TopoError::new(
+            abi::class::DIMS,
             format!("{nnodes} processes do not divide by the fixed dimensions' product {fixed}"),
         ));
     }
@@ -411,8 +417,8 @@ fn dims_create(nnodes: c_int, d: &mut [c_int]) -> ch4::Result<()> {
         return if fixed == i64::from(nnodes) {
             Ok(())
         } else {
-            Err(ch4::Error::new(
-                ErrorKind::Arg,
+            Err(TopoError::new(
+                abi::class::DIMS,
                 "dims do not multiply to nnodes",
             ))
         };
@@ -493,6 +499,9 @@ mod tests {
         let mut d = [0, 0, 0];
         dims_create(7, &mut d).unwrap();
         assert_eq!(d, [7, 1, 1]);
-        assert!(dims_create(10, &mut [3, 0]).is_err());
+        assert_eq!(
+            dims_create(10, &mut [3, 0]).map_err(|e| e.class),
+            Err(abi::class::DIMS)
+        );
     }
 }

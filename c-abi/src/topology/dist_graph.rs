@@ -14,9 +14,12 @@ use std::ffi::c_int;
 
 use ch4_core::ErrorKind;
 
-use super::{adopt_with_topology, copy_out, ints, no_topology, rank_size, topology_of, Topology};
+use super::{
+    adopt_with_topology, copy_out, ints, no_topology, rank_size, topo_call, topology_of, TopoError,
+    Topology,
+};
 use crate::abi::{self, Handle};
-use crate::call::{call, null_arg, on_device, put};
+use crate::call::{null_arg, on_device, put};
 use crate::state::State;
 
 /// A distributed graph topology: the calling process's edges.
@@ -43,10 +46,10 @@ unsafe fn weights_in<'a>(
     n: c_int,
     p: *const c_int,
     what: &str,
-) -> ch4::Result<Option<&'a [c_int]>> {
+) -> Result<Option<&'a [c_int]>, TopoError> {
     match p as usize {
         abi::UNWEIGHTED => Ok(None),
-        abi::WEIGHTS_EMPTY if n > 0 => Err(ch4::Error::new(
+        abi::WEIGHTS_EMPTY if n > 0 => Err(TopoError::of(
             ErrorKind::Arg,
             format!("{what} is MPI_WEIGHTS_EMPTY for {n} edges"),
         )),
@@ -57,9 +60,9 @@ unsafe fn weights_in<'a>(
 }
 
 /// Checks that every rank of `ranks` is one of `size` processes.
-fn check_ranks(ranks: &[c_int], size: c_int, what: &str) -> ch4::Result<()> {
+fn check_ranks(ranks: &[c_int], size: c_int, what: &str) -> Result<(), TopoError> {
     match ranks.iter().find(|&&r| !(0..size).contains(&r)) {
-        Some(r) => Err(ch4::Error::new(
+        Some(r) => Err(TopoError::of(
             ErrorKind::Rank,
             format!("{what} holds rank {r}, not one of the {size} processes"),
         )),
@@ -86,9 +89,9 @@ pub unsafe extern "C" fn MPI_Dist_graph_create_adjacent(
     _reorder: c_int,
     comm_dist_graph: *mut Handle,
 ) -> c_int {
-    call(comm_old, "MPI_Dist_graph_create_adjacent", |st| {
+    topo_call(comm_old, "MPI_Dist_graph_create_adjacent", |st| {
         if comm_dist_graph.is_null() {
-            return Err(null_arg("the new communicator"));
+            return Err(TopoError::from(null_arg("the new communicator")));
         }
         let (_, size) = rank_size(st, comm_old)?;
         // SAFETY: the caller's contract, for each array.
@@ -150,9 +153,9 @@ pub unsafe extern "C" fn MPI_Dist_graph_create(
     _reorder: c_int,
     comm_dist_graph: *mut Handle,
 ) -> c_int {
-    call(comm_old, "MPI_Dist_graph_create", |st| {
+    topo_call(comm_old, "MPI_Dist_graph_create", |st| {
         if comm_dist_graph.is_null() {
-            return Err(null_arg("the new communicator"));
+            return Err(TopoError::from(null_arg("the new communicator")));
         }
         let (me, size) = rank_size(st, comm_old)?;
         // SAFETY: the caller's contract.
@@ -160,11 +163,11 @@ pub unsafe extern "C" fn MPI_Dist_graph_create(
             unsafe { (ints(n, sources, "sources")?, ints(n, degrees, "degrees")?) };
         check_ranks(sources, size, "sources")?;
         if let Some(d) = degrees.iter().find(|&&d| d < 0) {
-            return Err(ch4::Error::new(ErrorKind::Arg, format!("a degree of {d}")));
+            return Err(TopoError::of(ErrorKind::Arg, format!("a degree of {d}")));
         }
         let total = degrees.iter().map(|&d| i64::from(d)).sum::<i64>();
         let total = c_int::try_from(total)
-            .map_err(|_| ch4::Error::new(ErrorKind::Arg, format!("{total} edges")))?;
+            .map_err(|_| TopoError::of(ErrorKind::Arg, format!("{total} edges")))?;
         // SAFETY: the caller's contract: the sum of `degrees` entries in each.
         let (dests, w) = unsafe {
             (
@@ -232,7 +235,7 @@ fn exchange<B: ch4_core::blocking::Blocking + ?Sized>(
     b: &mut B,
     comm: ch4_core::CommId,
     outgoing: &[Vec<u8>],
-) -> ch4::Result<Vec<u8>> {
+) -> Result<Vec<u8>, TopoError> {
     let size = outgoing.len();
     let eight = vec![8usize; size];
     let at: Vec<usize> = (0..size).map(|r| 8 * r).collect();
@@ -267,7 +270,7 @@ fn exchange<B: ch4_core::blocking::Blocking + ?Sized>(
 }
 
 /// The distributed graph of communicator `comm`.
-fn dist_graph_of(st: &State, comm: Handle) -> ch4::Result<DistGraph> {
+fn dist_graph_of(st: &State, comm: Handle) -> Result<DistGraph, TopoError> {
     match topology_of(st, comm)? {
         Some(Topology::DistGraph(g)) => Ok(g),
         _ => Err(no_topology("distributed graph")),
@@ -286,7 +289,7 @@ pub unsafe extern "C" fn MPI_Dist_graph_neighbors_count(
     outdegree: *mut c_int,
     weighted: *mut c_int,
 ) -> c_int {
-    call(comm, "MPI_Dist_graph_neighbors_count", |st| {
+    topo_call(comm, "MPI_Dist_graph_neighbors_count", |st| {
         let g = dist_graph_of(st, comm)?;
         // SAFETY: the caller's contract.
         unsafe {
@@ -315,7 +318,7 @@ pub unsafe extern "C" fn MPI_Dist_graph_neighbors(
     destinations: *mut c_int,
     destweights: *mut c_int,
 ) -> c_int {
-    call(comm, "MPI_Dist_graph_neighbors", |st| {
+    topo_call(comm, "MPI_Dist_graph_neighbors", |st| {
         let g = dist_graph_of(st, comm)?;
         let asked = |p: *mut c_int| {
             g.weighted && !matches!(p as usize, abi::UNWEIGHTED | abi::WEIGHTS_EMPTY)

@@ -10,9 +10,12 @@ use std::ffi::c_int;
 
 use ch4_core::ErrorKind;
 
-use super::{adopt_with_topology, copy_out, ints, no_topology, rank_size, topology_of, Topology};
+use super::{
+    adopt_with_topology, copy_out, ints, no_topology, rank_size, topo_call, topology_of, TopoError,
+    Topology,
+};
 use crate::abi::{self, Handle};
-use crate::call::{call, null_arg, on_device, put};
+use crate::call::{null_arg, on_device, put};
 use crate::state::State;
 
 /// A graph topology: the arguments of `MPI_Graph_create`, and the calling process's node.
@@ -48,10 +51,10 @@ unsafe fn checked_edges<'a>(
     index: &[c_int],
     edges: *const c_int,
     size: c_int,
-) -> ch4::Result<&'a [c_int]> {
+) -> Result<&'a [c_int], TopoError> {
     let nnodes = index.len() as c_int;
     if nnodes > size {
-        return Err(ch4::Error::new(
+        return Err(TopoError::of(
             ErrorKind::Arg,
             format!("a graph of {nnodes} nodes for {size} processes"),
         ));
@@ -59,7 +62,7 @@ unsafe fn checked_edges<'a>(
     let mut last = 0;
     for &x in index {
         if x < last {
-            return Err(ch4::Error::new(
+            return Err(TopoError::of(
                 ErrorKind::Arg,
                 format!("index decreases (to {x}), or is negative"),
             ));
@@ -69,7 +72,7 @@ unsafe fn checked_edges<'a>(
     // SAFETY: the caller's contract: `index[nnodes - 1]` (= `last`) entries.
     let edges = unsafe { ints(last, edges, "edges") }?;
     if let Some(e) = edges.iter().find(|&&e| !(0..nnodes).contains(&e)) {
-        return Err(ch4::Error::new(
+        return Err(TopoError::of(
             ErrorKind::Rank,
             format!("edge to {e}, which is not a node of the {nnodes}"),
         ));
@@ -91,9 +94,9 @@ pub unsafe extern "C" fn MPI_Graph_create(
     _reorder: c_int,
     comm_graph: *mut Handle,
 ) -> c_int {
-    call(comm_old, "MPI_Graph_create", |st| {
+    topo_call(comm_old, "MPI_Graph_create", |st| {
         if comm_graph.is_null() {
-            return Err(null_arg("the new communicator"));
+            return Err(TopoError::from(null_arg("the new communicator")));
         }
         let (c, fatal) = crate::comm::parent(st, comm_old)?;
         let (me, size) = rank_size(st, comm_old)?;
@@ -122,7 +125,7 @@ pub unsafe extern "C" fn MPI_Graph_create(
 }
 
 /// The graph of communicator `comm`.
-fn graph_of(st: &State, comm: Handle) -> ch4::Result<Graph> {
+fn graph_of(st: &State, comm: Handle) -> Result<Graph, TopoError> {
     match topology_of(st, comm)? {
         Some(Topology::Graph(g)) => Ok(g),
         _ => Err(no_topology("graph")),
@@ -139,7 +142,7 @@ pub unsafe extern "C" fn MPI_Graphdims_get(
     nnodes: *mut c_int,
     nedges: *mut c_int,
 ) -> c_int {
-    call(comm, "MPI_Graphdims_get", |st| {
+    topo_call(comm, "MPI_Graphdims_get", |st| {
         let g = graph_of(st, comm)?;
         // SAFETY: the caller's contract.
         unsafe {
@@ -162,7 +165,7 @@ pub unsafe extern "C" fn MPI_Graph_get(
     index: *mut c_int,
     edges: *mut c_int,
 ) -> c_int {
-    call(comm, "MPI_Graph_get", |st| {
+    topo_call(comm, "MPI_Graph_get", |st| {
         let g = graph_of(st, comm)?;
         // SAFETY: the caller's contract.
         unsafe {
@@ -173,9 +176,9 @@ pub unsafe extern "C" fn MPI_Graph_get(
 }
 
 /// Node `rank`'s neighbours in `g`, or `MPI_ERR_RANK`.
-fn neighbours_of(g: &Graph, rank: c_int) -> ch4::Result<&[c_int]> {
+fn neighbours_of(g: &Graph, rank: c_int) -> Result<&[c_int], TopoError> {
     g.neighbours_of(rank).ok_or_else(|| {
-        ch4::Error::new(
+        TopoError::of(
             ErrorKind::Rank,
             format!("rank {rank} is not a node of the graph"),
         )
@@ -192,7 +195,7 @@ pub unsafe extern "C" fn MPI_Graph_neighbors_count(
     rank: c_int,
     nneighbors: *mut c_int,
 ) -> c_int {
-    call(comm, "MPI_Graph_neighbors_count", |st| {
+    topo_call(comm, "MPI_Graph_neighbors_count", |st| {
         let g = graph_of(st, comm)?;
         let n = neighbours_of(&g, rank)?.len() as c_int;
         // SAFETY: the caller's contract.
@@ -212,7 +215,7 @@ pub unsafe extern "C" fn MPI_Graph_neighbors(
     maxneighbors: c_int,
     neighbors: *mut c_int,
 ) -> c_int {
-    call(comm, "MPI_Graph_neighbors", |st| {
+    topo_call(comm, "MPI_Graph_neighbors", |st| {
         let g = graph_of(st, comm)?;
         let mine = neighbours_of(&g, rank)?;
         // SAFETY: the caller's contract.
@@ -233,14 +236,14 @@ pub unsafe extern "C" fn MPI_Graph_map(
     edges: *const c_int,
     newrank: *mut c_int,
 ) -> c_int {
-    call(comm, "MPI_Graph_map", |st| {
+    topo_call(comm, "MPI_Graph_map", |st| {
         let (me, size) = rank_size(st, comm)?;
         // SAFETY: the caller's contract.
         let index = unsafe { ints(nnodes, index, "index") }?;
         // SAFETY: the caller's contract.
         unsafe { checked_edges(index, edges, size) }?;
         if newrank.is_null() {
-            return Err(null_arg("newrank"));
+            return Err(TopoError::from(null_arg("newrank")));
         }
         let r = if me < nnodes { me } else { abi::UNDEFINED };
         // SAFETY: checked non-null.

@@ -24,7 +24,7 @@ use ch4_core::comm::Comm;
 use ch4_core::ErrorKind;
 
 use crate::abi::{self, Handle};
-use crate::call::{call, null_arg, put};
+use crate::call::{null_arg, put};
 use crate::state::State;
 
 /// The topology a communicator carries, with what the calling process needs to answer the
@@ -81,18 +81,64 @@ impl Topology {
     }
 }
 
+/// An error of a topology function, with its class: ch4's error kinds have no
+/// `MPI_ERR_TOPOLOGY` (a communicator without the topology a function asks for) nor
+/// `MPI_ERR_DIMS` (a bad grid), the classes MPICH reports these with, so the functions of this
+/// module carry the class themselves ([`topo_call`]).
+#[derive(Debug)]
+pub(crate) struct TopoError {
+    pub(super) class: c_int,
+    message: String,
+}
+
+impl TopoError {
+    /// An error of `class`; the function's name is added where it is reported.
+    fn new(class: c_int, message: impl Into<String>) -> TopoError {
+        TopoError {
+            class,
+            message: message.into(),
+        }
+    }
+
+    /// An error of the class ch4 gives `kind`.
+    fn of(kind: ErrorKind, message: impl Into<String>) -> TopoError {
+        TopoError::new(crate::errors::class_of(kind), message)
+    }
+}
+
+impl From<ch4::Error> for TopoError {
+    fn from(e: ch4::Error) -> TopoError {
+        TopoError::of(e.kind(), e.to_string())
+    }
+}
+
+/// [`crate::call::call`] for a body whose errors carry their class ([`TopoError`]).
+fn topo_call(
+    comm: Handle,
+    func: &'static str,
+    f: impl FnOnce(&State) -> Result<(), TopoError>,
+) -> c_int {
+    let st = match crate::state::enter() {
+        Ok(st) => st,
+        Err(code) => return code,
+    };
+    match f(&st) {
+        Ok(()) => abi::class::SUCCESS,
+        Err(e) => crate::errors::fail_with(&st, comm, e.class, format!("{func}: {}", e.message)),
+    }
+}
+
 /// The topology of communicator `comm`, if it has one.
 pub(crate) fn topology_of(st: &State, comm: Handle) -> ch4::Result<Option<Topology>> {
     st.with_slot(comm, |s| s.topo.clone())
 }
 
 /// An error for a communicator without the kind of topology a function asks for (`what`):
-/// MPICH's `MPI_ERR_TOPOLOGY`, which ch4's error kinds report as `MPI_ERR_COMM` (the
-/// communicator argument is the wrong one).
+/// `MPI_ERR_TOPOLOGY`.
 #[cold]
-fn no_topology(what: &str) -> ch4::Error {
-    ch4::Error::new(
-        ErrorKind::Comm,
+fn no_topology(what: &str) -> TopoError {
+    TopoError::new(
+        abi::class::TOPOLOGY,
         format!("the communicator has no {what} topology"),
     )
 }
@@ -101,14 +147,14 @@ fn no_topology(what: &str) -> ch4::Error {
 ///
 /// # Safety
 /// `p` is null or has `n` readable entries.
-unsafe fn ints<'a>(n: c_int, p: *const c_int, what: &str) -> ch4::Result<&'a [c_int]> {
+unsafe fn ints<'a>(n: c_int, p: *const c_int, what: &str) -> Result<&'a [c_int], TopoError> {
     let n = usize::try_from(n)
-        .map_err(|_| ch4::Error::new(ErrorKind::Arg, format!("the count of {what} is negative")))?;
+        .map_err(|_| TopoError::of(ErrorKind::Arg, format!("the count of {what} is negative")))?;
     if n == 0 {
         return Ok(&[]);
     }
     if p.is_null() {
-        return Err(null_arg(what));
+        return Err(TopoError::from(null_arg(what)));
     }
     // SAFETY: the caller's contract: `n` readable entries at a non-null `p`.
     Ok(unsafe { std::slice::from_raw_parts(p, n) })
@@ -119,15 +165,20 @@ unsafe fn ints<'a>(n: c_int, p: *const c_int, what: &str) -> ch4::Result<&'a [c_
 ///
 /// # Safety
 /// `dst` has room for `max` entries (it may be null when nothing is written).
-unsafe fn copy_out(src: &[c_int], max: c_int, dst: *mut c_int, what: &str) -> ch4::Result<()> {
+unsafe fn copy_out(
+    src: &[c_int],
+    max: c_int,
+    dst: *mut c_int,
+    what: &str,
+) -> Result<(), TopoError> {
     let max = usize::try_from(max)
-        .map_err(|_| ch4::Error::new(ErrorKind::Arg, format!("the room for {what} is negative")))?;
+        .map_err(|_| TopoError::of(ErrorKind::Arg, format!("the room for {what} is negative")))?;
     let n = src.len().min(max);
     if n == 0 {
         return Ok(());
     }
     if dst.is_null() {
-        return Err(null_arg(what));
+        return Err(TopoError::from(null_arg(what)));
     }
     // SAFETY: the caller's contract: room for `max` >= `n` entries at a non-null `dst`.
     unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, n) };
@@ -142,7 +193,7 @@ fn adopt_with_topology(
     new: Option<Comm>,
     fatal: bool,
     topo: impl FnOnce(c_int) -> Topology,
-) -> ch4::Result<Handle> {
+) -> Result<Handle, TopoError> {
     let Some(c) = new else {
         return Ok(abi::COMM_NULL);
     };
@@ -154,7 +205,7 @@ fn adopt_with_topology(
 }
 
 /// The calling process's rank in communicator `comm` and its size.
-fn rank_size(st: &State, comm: Handle) -> ch4::Result<(c_int, c_int)> {
+fn rank_size(st: &State, comm: Handle) -> Result<(c_int, c_int), TopoError> {
     let c = st.comm(comm)?;
     let dev = st.device(c.vci)?;
     Ok((dev.rank(c.id)?, dev.size(c.id)?))
@@ -166,7 +217,7 @@ fn rank_size(st: &State, comm: Handle) -> ch4::Result<(c_int, c_int)> {
 /// `status` is writable.
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Topo_test(comm: Handle, status: *mut c_int) -> c_int {
-    call(comm, "MPI_Topo_test", |st| {
+    topo_call(comm, "MPI_Topo_test", |st| {
         let t = match topology_of(st, comm)? {
             Some(Topology::Cart(_)) => abi::CART,
             Some(Topology::Graph(_)) => abi::GRAPH,
@@ -174,7 +225,7 @@ pub unsafe extern "C" fn MPI_Topo_test(comm: Handle, status: *mut c_int) -> c_in
             None => abi::UNDEFINED,
         };
         if status.is_null() {
-            return Err(null_arg("status"));
+            return Err(TopoError::from(null_arg("status")));
         }
         // SAFETY: the caller's contract.
         unsafe { put(status, t) };

@@ -223,7 +223,8 @@ static void cartesian(void)
     CHECK(coords[0] == 1 && coords[1] == 1);
     MPI_Comm_free(&dup);
     /* Not a graph. */
-    CHECK(MPI_Graphdims_get(grid, &n, &r) != MPI_SUCCESS);
+    CHECK(error_class(MPI_Graphdims_get(grid, &n, &r)) == MPI_ERR_TOPOLOGY);
+    CHECK(error_class(MPI_Dist_graph_neighbors_count(grid, &n, &r, &t)) == MPI_ERR_TOPOLOGY);
     MPI_Comm_free(&grid);
 
     /* MPI_Cart_map: a grid of 3 leaves the last process out. */
@@ -232,6 +233,16 @@ static void cartesian(void)
     CHECK(r == (rank < 3 ? rank : MPI_UNDEFINED));
     dims[0] = 5;
     CHECK(error_class(MPI_Cart_map(MPI_COMM_WORLD, 1, dims, periods, &r)) == MPI_ERR_ARG);
+    /* Bad dimensions: MPI_ERR_DIMS. */
+    dims[0] = 0;
+    CHECK(error_class(MPI_Cart_create(MPI_COMM_WORLD, 1, dims, periods, 0, &grid)) ==
+          MPI_ERR_DIMS);
+    dims[0] = 3;
+    dims[1] = 0;
+    CHECK(error_class(MPI_Dims_create(10, 2, dims)) == MPI_ERR_DIMS);
+    CHECK(error_class(MPI_Topo_test(MPI_COMM_NULL, &t)) == MPI_ERR_COMM);
+    MPI_Topo_test(MPI_COMM_SELF, &t);
+    CHECK(t == MPI_UNDEFINED);
 }
 
 static void graph(void)
@@ -265,7 +276,7 @@ static void graph(void)
     MPI_Topo_test(dup, &t);
     CHECK(t == MPI_GRAPH);
     MPI_Comm_free(&dup);
-    CHECK(MPI_Cartdim_get(g, &n) != MPI_SUCCESS);
+    CHECK(error_class(MPI_Cartdim_get(g, &n)) == MPI_ERR_TOPOLOGY);
     MPI_Comm_free(&g);
 
     /* Three nodes: the last process is left out; an edge to a node that is not one is
