@@ -63,9 +63,7 @@ pub unsafe extern "C" fn MPI_Comm_dup(comm: Handle, newcomm: *mut Handle) -> c_i
         let new = on_device!(st, c.vci, |b| ch4_core::coll::new_dup(b, c.id))?;
         let new = st.adopt_comm(new)?;
         let h = st.add_comm(new.id, new.vci, fatal);
-        // A duplicate carries its parent's topology (MPI 4.1 section 7.4.2).
-        let topo = st.with_slot(comm, |s| s.topo.clone())?;
-        st.with_slot(h, |s| s.topo = topo)?;
+        copy_topology(st, comm, h)?;
         // SAFETY: the caller's contract.
         unsafe { put(newcomm, h) };
         Ok(())
@@ -272,6 +270,14 @@ pub(crate) fn parent(st: &State, comm: Handle) -> ch4::Result<(CommRef, bool)> {
             s.fatal,
         )
     })
+}
+
+/// Gives communicator `to`, a duplicate of `from`, the topology of `from`: a duplicate
+/// carries its parent's topology (MPI 4.1 section 7.4.2, for `MPI_Comm_dup` and its
+/// `_with_info` and nonblocking forms).
+pub(crate) fn copy_topology(st: &State, from: Handle, to: Handle) -> ch4::Result<()> {
+    let topo = st.with_slot(from, |s| s.topo.clone())?;
+    st.with_slot(to, |s| s.topo = topo)
 }
 
 /// A handle for the communicator just agreed on (`MPI_COMM_NULL` for none), added to the VCI

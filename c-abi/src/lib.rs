@@ -35,8 +35,8 @@
 //!   `MPI_Test_cancelled`.
 //! - `collectives`: barrier, broadcast, reductions and prefix reductions, gathers, scatters,
 //!   all-to-all.
-//! - `comm`: `MPI_Comm_rank`, `_size`, `_dup`, `_split`, `_create`, `_compare`, `_free`,
-//!   `_get_attr`.
+//! - `comm`: `MPI_Comm_rank`, `_size`, `_dup`, `_split`, `_create`, `_create_group`,
+//!   `_compare`, `_free`, `_get_attr`.
 //! - `groups`: `MPI_Comm_group` and the `MPI_Group_` functions.
 //! - `info`: info objects (`MPI_Info_`, `MPI_INFO_ENV`) and a communicator's hints
 //!   (`MPI_Comm_dup_with_info`, whose `ch4_vci` places it on a VCI).
