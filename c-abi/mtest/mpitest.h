@@ -46,6 +46,8 @@ int MTestArgListGetInt(MTestArgList *head, const char *key);
 void MTestArgListDestroy(MTestArgList *head);
 /* Frees a communicator from MTestGetIntracommGeneral (not the predefined ones). */
 void MTestFreeComm(MPI_Comm *comm);
+/* The communicators a test runs over (mtest_topo.c: the intracommunicators above). */
+int MTestGetComm(MPI_Comm *comm, int min_size);
 
 #if defined(__cplusplus)
 }

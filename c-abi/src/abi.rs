@@ -111,6 +111,10 @@ pub mod class {
     pub const RANK: c_int = 6;
     /// `MPI_ERR_REQUEST`.
     pub const REQUEST: c_int = 7;
+    /// `MPI_ERR_TOPOLOGY`.
+    pub const TOPOLOGY: c_int = 11;
+    /// `MPI_ERR_DIMS`.
+    pub const DIMS: c_int = 12;
     /// `MPI_ERR_ARG`.
     pub const ARG: c_int = 13;
     /// `MPI_ERR_TRUNCATE`.
@@ -172,6 +176,15 @@ pub const SIMILAR: c_int = 203;
 pub const UNEQUAL: c_int = 204;
 /// `MPI_CART`.
 pub const CART: c_int = 211;
+/// `MPI_GRAPH`.
+pub const GRAPH: c_int = 212;
+/// `MPI_DIST_GRAPH`.
+pub const DIST_GRAPH: c_int = 213;
+/// `MPI_UNWEIGHTED`: the address that stands for "no weights" in the distributed graph
+/// functions.
+pub const UNWEIGHTED: usize = 10;
+/// `MPI_WEIGHTS_EMPTY`: the address that stands for "weighted, but no edges here".
+pub const WEIGHTS_EMPTY: usize = 11;
 /// `MPI_THREAD_SINGLE`.
 pub const THREAD_SINGLE: c_int = 0;
 /// `MPI_THREAD_SERIALIZED`.

@@ -1,6 +1,7 @@
 //! Communicators, from the standard's chapter "Groups, Contexts, Communicators, and Caching":
 //! the accessors `MPI_Comm_rank`, `MPI_Comm_size` and `MPI_Comm_compare`, the constructors
-//! `MPI_Comm_dup`, `MPI_Comm_split` and `MPI_Comm_create`, `MPI_Comm_free`, and from caching
+//! `MPI_Comm_dup`, `MPI_Comm_split`, `MPI_Comm_create` and `MPI_Comm_create_group`,
+//! `MPI_Comm_free`, and from caching
 //! `MPI_Comm_get_attr` (the predefined attributes).
 //!
 //! A communicator handle is an index into the process's table (`state`), with
@@ -62,6 +63,7 @@ pub unsafe extern "C" fn MPI_Comm_dup(comm: Handle, newcomm: *mut Handle) -> c_i
         let new = on_device!(st, c.vci, |b| ch4_core::coll::new_dup(b, c.id))?;
         let new = st.adopt_comm(new)?;
         let h = st.add_comm(new.id, new.vci, fatal);
+        copy_topology(st, comm, h)?;
         // SAFETY: the caller's contract.
         unsafe { put(newcomm, h) };
         Ok(())
@@ -199,6 +201,36 @@ pub unsafe extern "C" fn MPI_Comm_create(
     })
 }
 
+/// `MPI_Comm_create_group`: collective over the members of `group` only (MPI 4.1 section
+/// 7.4.2), which agree on the new communicator's context among themselves, with messages on
+/// `comm`'s collective context tagged by `tag` (`ch4_core::coll::new_create_group`); the other
+/// members of `comm` need not call. A caller outside `group` gets `MPI_COMM_NULL`.
+///
+/// # Safety
+/// `newcomm` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Comm_create_group(
+    comm: Handle,
+    group: Handle,
+    tag: c_int,
+    newcomm: *mut Handle,
+) -> c_int {
+    call(comm, "MPI_Comm_create_group", |st| {
+        if newcomm.is_null() {
+            return Err(null_arg("the new communicator"));
+        }
+        let (c, fatal) = parent(st, comm)?;
+        let g = group_in(st, group)?;
+        let new = on_device!(st, c.vci, |b| ch4_core::coll::new_create_group(
+            b, c.id, &g, tag
+        ))?;
+        let h = adopt_all(st, new, fatal)?;
+        // SAFETY: checked non-null.
+        unsafe { newcomm.write(h) };
+        Ok(())
+    })
+}
+
 /// `MPI_Comm_compare`.
 ///
 /// # Safety
@@ -238,6 +270,14 @@ pub(crate) fn parent(st: &State, comm: Handle) -> ch4::Result<(CommRef, bool)> {
             s.fatal,
         )
     })
+}
+
+/// Gives communicator `to`, a duplicate of `from`, the topology of `from`: a duplicate
+/// carries its parent's topology (MPI 4.1 section 7.4.2, for `MPI_Comm_dup` and its
+/// `_with_info` and nonblocking forms).
+pub(crate) fn copy_topology(st: &State, from: Handle, to: Handle) -> ch4::Result<()> {
+    let topo = st.with_slot(from, |s| s.topo.clone())?;
+    st.with_slot(to, |s| s.topo = topo)
 }
 
 /// A handle for the communicator just agreed on (`MPI_COMM_NULL` for none), added to the VCI

@@ -1,7 +1,8 @@
 //! Groups, from the standard's chapter "Groups, Contexts, Communicators, and Caching" (its
 //! "Group Management"): `MPI_Comm_group`, `MPI_Group_size`, `MPI_Group_rank`,
 //! `MPI_Group_translate_ranks`, `MPI_Group_compare`, `MPI_Group_incl`, `MPI_Group_excl`,
-//! `MPI_Group_union`, `MPI_Group_intersection`, `MPI_Group_difference` and `MPI_Group_free`.
+//! `MPI_Group_range_incl`, `MPI_Group_range_excl`, `MPI_Group_union`,
+//! `MPI_Group_intersection`, `MPI_Group_difference` and `MPI_Group_free`.
 //!
 //! A group handle is an index into the library's table of `ch4_core` [`Group`]s (with bit 59
 //! set); `MPI_GROUP_EMPTY` is the predefined empty group. A group is only a list of processes,
@@ -243,6 +244,94 @@ pub unsafe extern "C" fn MPI_Group_excl(
     unsafe {
         derive("MPI_Group_excl", newgroup, |st| {
             group_in(st, group)?.excl(rank_list(n, ranks)?)
+        })
+    }
+}
+
+/// The ranks `n` triplets (first, last, stride) of `ranges` name, in order (MPI 4.1 section
+/// 7.3.2, `MPI_Group_range_incl`): first, first + stride, ... as far as last. A stride of 0,
+/// or one that leads away from `last`, is `MPI_ERR_ARG`; a first or last rank outside a
+/// group of `size` is `MPI_ERR_RANK` (as MPICH checks them). Whether a rank repeats is left
+/// to `Group::incl` and `Group::excl`.
+///
+/// # Safety
+/// `ranges` has `n` triplets.
+unsafe fn expand_ranges(n: c_int, ranges: *const [c_int; 3], size: u32) -> ch4::Result<Vec<c_int>> {
+    let n = usize::try_from(n).map_err(|_| ch4::Error::new(ErrorKind::Arg, "n < 0"))?;
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    if ranges.is_null() {
+        return Err(null_arg("the ranges"));
+    }
+    // SAFETY: the caller's contract.
+    let triplets = unsafe { std::slice::from_raw_parts(ranges, n) };
+    let size = i64::from(size);
+    let mut out = Vec::new();
+    for &[first, last, stride] in triplets {
+        let (first, last, stride) = (i64::from(first), i64::from(last), i64::from(stride));
+        if stride == 0 || (last - first) * stride.signum() < 0 {
+            return Err(ch4::Error::new(
+                ErrorKind::Arg,
+                format!("the range ({first}, {last}, {stride}) never reaches its last rank"),
+            ));
+        }
+        if let Some(r) = [first, last].into_iter().find(|r| !(0..size).contains(r)) {
+            return Err(ch4::Error::new(
+                ErrorKind::Rank,
+                format!("rank {r} of a range is outside the group of size {size}"),
+            ));
+        }
+        // Ranges that name more than `size` ranks repeat one, which `incl` and `excl` refuse
+        // anyway: refused here, before the list is made.
+        let count = (last - first) / stride + 1;
+        if out.len() as i64 + count > size {
+            return Err(ch4::Error::new(
+                ErrorKind::Arg,
+                "the ranges name some ranks more than once",
+            ));
+        }
+        out.extend((0..count).map(|i| (first + i * stride) as c_int));
+    }
+    Ok(out)
+}
+
+/// `MPI_Group_range_incl`: the ranks of the ranges, in their order.
+///
+/// # Safety
+/// `ranges` has `n` triplets; `newgroup` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Group_range_incl(
+    group: Handle,
+    n: c_int,
+    ranges: *const [c_int; 3],
+    newgroup: *mut Handle,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        derive("MPI_Group_range_incl", newgroup, |st| {
+            let g = group_in(st, group)?;
+            g.incl(&expand_ranges(n, ranges, g.size())?)
+        })
+    }
+}
+
+/// `MPI_Group_range_excl`: the group without the ranks of the ranges.
+///
+/// # Safety
+/// `ranges` has `n` triplets; `newgroup` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Group_range_excl(
+    group: Handle,
+    n: c_int,
+    ranges: *const [c_int; 3],
+    newgroup: *mut Handle,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe {
+        derive("MPI_Group_range_excl", newgroup, |st| {
+            let g = group_in(st, group)?;
+            g.excl(&expand_ranges(n, ranges, g.size())?)
         })
     }
 }

@@ -35,8 +35,8 @@
 //!   `MPI_Test_cancelled`.
 //! - `collectives`: barrier, broadcast, reductions and prefix reductions, gathers, scatters,
 //!   all-to-all.
-//! - `comm`: `MPI_Comm_rank`, `_size`, `_dup`, `_split`, `_create`, `_compare`, `_free`,
-//!   `_get_attr`.
+//! - `comm`: `MPI_Comm_rank`, `_size`, `_dup`, `_split`, `_create`, `_create_group`,
+//!   `_compare`, `_free`, `_get_attr`.
 //! - `groups`: `MPI_Comm_group` and the `MPI_Group_` functions.
 //! - `info`: info objects (`MPI_Info_`, `MPI_INFO_ENV`) and a communicator's hints
 //!   (`MPI_Comm_dup_with_info`, whose `ch4_vci` places it on a VCI).
@@ -46,7 +46,8 @@
 //! - `derived`: derived datatypes flattened to byte blocks; the `MPI_Type_` constructors
 //!   (`derived::constructors`) and queries, `MPI_Get_address`, `MPI_Pack_size`
 //!   (`derived::queries`).
-//! - `topology`: Cartesian topologies (`MPI_Cart_`), `MPI_Topo_test`, `MPI_Dims_create`.
+//! - `topology`: process topologies — Cartesian (`MPI_Cart_`, `MPI_Dims_create`), graph
+//!   (`MPI_Graph_`) and distributed graph (`MPI_Dist_graph_`) — and `MPI_Topo_test`.
 //! - `not_implemented`: the exported functions that fail with an error naming themselves.
 //!
 //! A process joins its job as every ch4 program does, through PMI: under `ch4run`, under

@@ -1,8 +1,7 @@
 //! The functions the library exports but does not implement yet: the sessions and
 //! `MPI_Group_from_session_pset` (the standard's chapter "Process Initialization, Creation, and
 //! Management"), `MPI_Comm_create_from_group` ("Groups, Contexts, Communicators, and
-//! Caching"), `MPI_Dist_graph_neighbors` ("Process Topologies") and the windows of "One-Sided
-//! Communications".
+//! Caching") and the windows of "One-Sided Communications".
 //!
 //! Our `include/mpi.h` declares them, so a program that names one builds and links, and runs
 //! until it calls it: then the call fails with an error naming the function, instead of the
@@ -32,7 +31,6 @@ not_implemented!(
     MPI_Session_init,
     MPI_Session_finalize,
     MPI_Group_from_session_pset,
-    MPI_Dist_graph_neighbors,
     MPI_Win_create,
     MPI_Win_allocate,
     MPI_Win_create_dynamic,

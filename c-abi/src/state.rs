@@ -43,17 +43,9 @@ pub(crate) struct CommSlot {
     /// `MPI_ERRORS_ARE_FATAL` (or `MPI_ERRORS_ABORT`): an error ends the job. Otherwise
     /// (`MPI_ERRORS_RETURN`) it is returned.
     pub fatal: bool,
-    /// Its Cartesian topology, if it has one (`MPI_Cart_create`).
-    pub cart: Option<Cart>,
-}
-
-/// A Cartesian topology: the grid's dimensions and which of them wrap around.
-#[derive(Clone, Debug)]
-pub(crate) struct Cart {
-    /// Processes along each dimension.
-    pub dims: Vec<c_int>,
-    /// Whether each dimension is periodic.
-    pub periods: Vec<bool>,
+    /// Its process topology, if it has one (`MPI_Cart_create`, `MPI_Graph_create`,
+    /// `MPI_Dist_graph_create`; see `topology`).
+    pub topo: Option<crate::topology::Topology>,
 }
 
 /// A persistent request (`MPI_Send_init`, `MPI_Recv_init`): what each `MPI_Start` posts.
@@ -359,7 +351,7 @@ impl State {
                 id,
                 vci: 0,
                 fatal: true,
-                cart: None,
+                topo: None,
             })
         };
         State {
@@ -459,7 +451,7 @@ impl State {
             id,
             vci,
             fatal,
-            cart: None,
+            topo: None,
         };
         abi::COMM_BASE + self.comms.insert_from(2, slot)
     }

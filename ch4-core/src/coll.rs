@@ -33,6 +33,9 @@ const TAG_SCATTER: Tag = 7;
 const TAG_ALLTOALL: Tag = 8;
 const TAG_SCAN: Tag = 9;
 const TAG_LANES: Tag = 10;
+/// The first of the tags of [`new_create_group`]'s exchanges, which carry the program's tag
+/// above the fixed ones (folded into the tags the network carries).
+const TAG_CREATE_GROUP: Tag = crate::schedule::TAGS_END;
 
 /// Color for [`Device::comm_split`] meaning "not a member of any new communicator".
 pub const UNDEFINED: i32 = -32766;
@@ -752,16 +755,38 @@ fn rank_size<B: Blocking + ?Sized>(b: &mut B, comm: CommId) -> Result<(Rank, Ran
 /// Runs again while another agreement of a member's process holds that process's context ids
 /// ([`crate::comm::ContextIds`]).
 fn agree_context<B: Blocking + ?Sized>(b: &mut B, parent: CommId) -> Result<ContextId> {
-    let parent_context = b.visit(|d| Ok(d.core.comm(parent)?.context))?;
+    agree_context_by(b, parent, 0, |b, send, recv| {
+        allreduce_tagged(b, parent, send, recv, TAG_CONTEXT)
+    })
+}
+
+/// How far above every context id the priority of an agreement among a group lies
+/// ([`new_create_group`]): ids stay below `2 * CONTEXT_SLOTS`.
+const PRIORITY_SHIFT: u32 = 12;
+const _: () = assert!(2 * crate::comm::CONTEXT_SLOTS <= 1 << PRIORITY_SHIFT);
+
+/// [`agree_context`] with the AND-allreduce of the offers done by `exchange(b, send, recv)`:
+/// over every member of `parent`, or over some of them only ([`new_create_group`]). The
+/// agreement's priority among those of this process ([`crate::comm::ContextIds`]) is
+/// `parent`'s context id plus `above << PRIORITY_SHIFT`: the same at every member, and, for the
+/// agreements among groups, different for each tag, so that two threads creating
+/// communicators over one parent with different tags finish one after the other.
+fn agree_context_by<B: Blocking + ?Sized>(
+    b: &mut B,
+    parent: CommId,
+    above: u32,
+    mut exchange: impl FnMut(&mut B, &[u8], &mut [u8]) -> Result<()>,
+) -> Result<ContextId> {
+    let priority = b.visit(|d| Ok(d.core.comm(parent)?.context))? + (above << PRIORITY_SHIFT);
     let mut rounds = 0u32;
     loop {
-        let (offer, claimed) = b.visit(|d| Ok(d.core.contexts.offer(parent_context)))?;
+        let (offer, claimed) = b.visit(|d| Ok(d.core.contexts.offer(priority)))?;
         let mut bytes = [0u8; (CONTEXT_WORDS + 1) * 8];
         for (chunk, w) in bytes.chunks_exact_mut(8).zip(offer.iter()) {
             chunk.copy_from_slice(&w.to_le_bytes());
         }
         let send = bytes;
-        let exchanged = allreduce_tagged(b, parent, &send, &mut bytes, TAG_CONTEXT);
+        let exchanged = exchange(b, &send, &mut bytes);
         let mut agreed: Offer = [0; CONTEXT_WORDS + 1];
         for (w, chunk) in agreed.iter_mut().zip(bytes.chunks_exact(8)) {
             let mut word = [0u8; 8];
@@ -772,7 +797,7 @@ fn agree_context<B: Blocking + ?Sized>(b: &mut B, parent: CommId) -> Result<Cont
             // Let go of the claim (the zero outcome takes nothing) before failing.
             agreed = [0; CONTEXT_WORDS + 1];
         }
-        let taken = b.visit(|d| d.core.contexts.conclude(parent_context, claimed, &agreed))?;
+        let taken = b.visit(|d| d.core.contexts.conclude(priority, claimed, &agreed))?;
         exchanged?;
         if let Some(context) = taken {
             return Ok(context);
@@ -956,6 +981,113 @@ pub fn new_create<B: Blocking + ?Sized>(
             Ok(None)
         }
     }
+}
+
+/// A communicator of the members of `group`, a subset of `comm`'s, made by those members only
+/// (MPI_Comm_create_group, MPI 4.1 section 7.4.2): the other members of `comm` take no part,
+/// so the context id is agreed among the group alone, by an AND-allreduce over the group's
+/// members on `comm`'s collective context ([`group_and_allreduce`]) with a tag made from the
+/// program's `tag`, which keeps concurrent creations over one parent (from different threads)
+/// apart as the standard asks. `None` when the caller is not in `group` (nothing is sent).
+pub fn new_create_group<B: Blocking + ?Sized>(
+    b: &mut B,
+    comm: CommId,
+    group: &Group,
+    tag: Tag,
+) -> Result<Option<Comm>> {
+    if tag < 0 {
+        return Err(Error::new(ErrorKind::Tag, format!("tag {tag} is negative")));
+    }
+    let (me, ranks, tag_ub) = b.visit(|d| {
+        let pg = &d.core.comm(comm)?.group;
+        let mut ranks = Vec::with_capacity(group.size() as usize);
+        for r in 0..group.size() as Rank {
+            let p = group.gpid(r).and_then(|g| pg.rank_of(g)).ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Arg,
+                    format!("group member {r} is not in the parent communicator"),
+                )
+            })?;
+            ranks.push(p);
+        }
+        Ok((group.rank_of(d.core.gpid), ranks, d.tag_ub()))
+    })?;
+    if tag > tag_ub {
+        return Err(Error::new(
+            ErrorKind::Tag,
+            format!("tag {tag} is above the tag upper bound {tag_ub}"),
+        ));
+    }
+    let Some(rank) = me else {
+        return Ok(None);
+    };
+    // The program's tags are folded into those above the fixed collective ones; two
+    // creations whose tags fold together are told apart only by their order, as MPI's
+    // non-overtaking rule orders any two messages of one tag.
+    let span = (tag_ub - TAG_CREATE_GROUP).max(0) + 1;
+    let wire_tag = TAG_CREATE_GROUP + tag % span;
+    // Tags past 2^19 share priorities (a tie is only slower: both try again).
+    let above = 1 + (tag as u32 & ((1 << (32 - PRIORITY_SHIFT - 1)) - 1));
+    let context = agree_context_by(b, comm, above, |b, send, recv| {
+        group_and_allreduce(b, comm, &ranks, rank, send, recv, wire_tag)
+    })?;
+    Ok(Some(Comm {
+        context,
+        rank,
+        group: group.clone(),
+        node: Default::default(),
+        schedule_tags: Default::default(),
+    }))
+}
+
+/// A bitwise-AND allreduce among the members of `comm` at ranks `ranks` (this process being
+/// `ranks[me]`), the others of `comm` taking no part: a binomial-tree reduction to `ranks[0]`
+/// and a binomial-tree broadcast back, on the collective context with `tag`. Each ordered pair
+/// of members exchanges at most one message per phase, in opposite directions, so the one tag
+/// serves both.
+fn group_and_allreduce<B: Blocking + ?Sized>(
+    b: &mut B,
+    comm: CommId,
+    ranks: &[Rank],
+    me: Rank,
+    send: &[u8],
+    recv: &mut [u8],
+    tag: Tag,
+) -> Result<()> {
+    recv.copy_from_slice(send);
+    let (n, me) = (ranks.len(), me as usize);
+    let mut incoming = vec![0u8; recv.len()];
+    let mut mask = 1;
+    while mask < n {
+        if me & mask != 0 {
+            csend(b, comm, ranks[me - mask], tag, recv)?;
+            break;
+        }
+        if me + mask < n {
+            crecv(b, comm, ranks[me + mask], tag, &mut incoming)?;
+            for (a, x) in recv.iter_mut().zip(&incoming) {
+                *a &= x;
+            }
+        }
+        mask <<= 1;
+    }
+    // The broadcast of the result from ranks[0], down the same tree.
+    let mut mask = 1;
+    while mask < n {
+        if me & mask != 0 {
+            crecv(b, comm, ranks[me - mask], tag, recv)?;
+            break;
+        }
+        mask <<= 1;
+    }
+    mask >>= 1;
+    while mask > 0 {
+        if me + mask < n {
+            csend(b, comm, ranks[me + mask], tag, recv)?;
+        }
+        mask >>= 1;
+    }
+    Ok(())
 }
 
 /// Returns an agreed context id that no communicator of this process took.

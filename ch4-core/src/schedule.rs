@@ -46,6 +46,10 @@ pub const PHASES: Tag = 64;
 /// Tags below this are the blocking collectives' fixed ones.
 const TAG_BASE: Tag = 1024;
 
+/// The first tag above the schedules' two ranges (the tags of `MPI_Comm_create_group` start
+/// there).
+pub const TAGS_END: Tag = TAG_BASE + (2 * SLOTS * PHASES as u32) as Tag;
+
 /// Tag slots of each range: schedules started one by one take them in turn, persistent ones
 /// keep theirs. 4,096 outstanding schedules on one communicator before a tag comes round again.
 const SLOTS: u32 = 4096;
