@@ -3,6 +3,10 @@
 #ifndef CH4_MPITEST_H
 #define CH4_MPITEST_H
 
+/* What MPICH's mpitest.h brings in, which some tests rely on. */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <mpi.h>
 #include "mpitestconf.h"
@@ -37,12 +41,19 @@ void MTestSleep(int sec);
  * a duplicate of it, and one with the ranks in reverse order; each of at least `min_size`
  * processes. Free each with MTestFreeComm. */
 int MTestGetIntracommGeneral(MPI_Comm *comm, int min_size, int allow_size_change);
+const char *MTestGetIntracommName(void);
+int MTestGetIntercomm(MPI_Comm *comm, int *is_left_group, int min_size);
+const char *MTestGetIntercommName(void);
+int MTestTestComm(MPI_Comm comm);
+void MTestPrintErrorMsg(const char *msg, int errcode);
 int MTestGetIntracomm(MPI_Comm *comm, int min_size);
 /* The program's "-key=value" arguments: MTestArgListGetInt(l, "iter") is the value of
  * -iter=N (a missing one aborts the job). */
 typedef struct MTestArgList MTestArgList;
 MTestArgList *MTestArgListCreate(int argc, char **argv);
 int MTestArgListGetInt(MTestArgList *head, const char *key);
+MTestArgList *MTestArgListCreate_arg(const char *arg);
+int MTestArgListGetInt_with_default(MTestArgList *head, const char *key, int dflt);
 void MTestArgListDestroy(MTestArgList *head);
 /* Frees a communicator from MTestGetIntracommGeneral (not the predefined ones). */
 void MTestFreeComm(MPI_Comm *comm);

@@ -16,6 +16,7 @@
 mod alltoall;
 mod barrier_bcast;
 mod gather;
+mod neighbour;
 pub(crate) mod nonblocking;
 pub(crate) mod plans;
 mod reduce;

@@ -18,7 +18,9 @@ use ch4_core::ErrorKind;
 use super::plans::{self, array, handles, Block, Plan, Reduction};
 use super::rank_size;
 use crate::abi::{self, Handle};
-use crate::call::{call, null_arg};
+use ch4_core::blocking::Blocking;
+
+use crate::call::{call, null_arg, on_device};
 use crate::state::{DevReq, Persistent, State};
 
 /// `MPI_Count`: a count of the big-count (`_c`) forms.
@@ -28,9 +30,11 @@ type Aint = i64;
 
 /// The member's rank and the communicator's size, for a plan's maker.
 #[derive(Clone, Copy)]
-struct Members {
-    rank: c_int,
-    size: usize,
+pub(super) struct Members {
+    /// This member's rank.
+    pub rank: c_int,
+    /// The communicator's size.
+    pub size: usize,
 }
 
 /// Makes a nonblocking collective's plan, builds its schedule, starts it and writes its
@@ -38,7 +42,7 @@ struct Members {
 ///
 /// # Safety
 /// `request` is writable; `make` reads the program's arrays as its caller's contract allows.
-unsafe fn start_now(
+pub(super) unsafe fn start_now(
     comm: Handle,
     func: &'static str,
     request: *mut Handle,
@@ -64,7 +68,7 @@ unsafe fn start_now(
 ///
 /// # Safety
 /// As [`start_now`].
-unsafe fn init(
+pub(super) unsafe fn init(
     comm: Handle,
     func: &'static str,
     request: *mut Handle,
@@ -95,6 +99,23 @@ pub(crate) fn start_persistent(
     let c = st.comm(comm)?;
     let schedule = plan(st, c)?;
     st.device(c.vci)?.start_schedule(schedule, Some(tag))
+}
+
+/// Makes a blocking collective's plan, runs its schedule and waits for it (the neighbourhood
+/// collectives, which have no blocking algorithm of their own).
+pub(super) fn run_blocking(
+    comm: Handle,
+    func: &'static str,
+    make: impl FnOnce(&State, Members) -> ch4::Result<Plan>,
+) -> c_int {
+    call(comm, func, |st| {
+        let c = st.comm(comm)?;
+        let (rank, size) = rank_size(st, c)?;
+        let plan = make(st, Members { rank, size })?;
+        let schedule = plan(st, c)?;
+        let h = st.device(c.vci)?.start_schedule(schedule, None)?;
+        on_device!(st, c.vci, |b| b.wait_or_abandon(h).map(drop))
+    })
 }
 
 /// Exports a nonblocking collective and its persistent form: the parameters before `comm`,

@@ -39,9 +39,6 @@ pub(crate) enum Topology {
     DistGraph(DistGraph),
 }
 
-// The neighbourhood collectives (`MPI_Neighbor_`), built beside this module, are the readers
-// of `neighbours` and `weights`; until they land only the unit tests call them.
-#[allow(dead_code)]
 impl Topology {
     /// The calling process's neighbours, in the order the neighbourhood collectives use
     /// (MPI 4.1 section 8.6): the ranks it receives from (sources) and sends to
@@ -65,18 +62,6 @@ impl Topology {
                 (mine.clone(), mine)
             }
             Topology::DistGraph(g) => (g.sources.clone(), g.destinations.clone()),
-        }
-    }
-
-    /// The weights of the edges of [`Topology::neighbours`], in the same order: `Some`
-    /// (sources', destinations') for a distributed graph made with weights, `None` otherwise
-    /// (`MPI_UNWEIGHTED`, or a grid or graph, which have none).
-    pub(crate) fn weights(&self) -> Option<(&[c_int], &[c_int])> {
-        match self {
-            Topology::DistGraph(g) if g.weighted => {
-                Some((&g.source_weights[..], &g.dest_weights[..]))
-            }
-            _ => None,
         }
     }
 }
