@@ -27,8 +27,11 @@ type Count = i64;
 /// `MPI_Aint`: a displacement of `MPI_Neighbor_alltoallw` and of the `_c` forms.
 type Aint = i64;
 
-/// The sources and destinations of `comm`'s topology, each with the sub-tag its messages use.
-fn edges(st: &State, comm: Handle) -> ch4::Result<(Vec<(c_int, Tag)>, Vec<(c_int, Tag)>)> {
+/// Neighbours in a topology's order, each with the sub-tag of the messages to or from it.
+type Edges = Vec<(c_int, Tag)>;
+
+/// The sources and destinations of `comm`'s topology.
+fn edges(st: &State, comm: Handle) -> ch4::Result<(Edges, Edges)> {
     let Some(topo) = topology_of(st, comm)? else {
         return Err(ch4::Error::new(
             ErrorKind::Comm,
