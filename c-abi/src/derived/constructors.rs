@@ -548,7 +548,9 @@ fn structure(
         });
         contents.types.push(old);
     }
-    Type::of_parts(parts, contents)
+    let mut t = Type::of_parts(parts, contents)?;
+    t.pad();
+    Ok(t)
 }
 
 /// `MPI_Type_create_struct`.
@@ -668,7 +670,9 @@ pub unsafe extern "C" fn MPI_Type_dup(oldtype: Handle, newtype: *mut Handle) -> 
         }
         let old = desc(st, oldtype)?;
         let c = made(combiner::DUP, vec![], vec![], vec![], &old);
-        let mut d = Desc::new(Type::resized(&old.ty, old.lb, old.extent, c));
+        let mut t = Type::resized(&old.ty, old.lb, old.extent, c);
+        t.sticky = old.sticky;
+        let mut d = Desc::new(t);
         d.committed = old.committed;
         let h = add_type(st, d);
         // SAFETY: checked non-null; the caller's contract.
