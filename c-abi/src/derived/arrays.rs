@@ -78,7 +78,7 @@ fn subarray(
         if sizes[i] == 0
             || starts[i]
                 .checked_add(subsizes[i])
-                .is_none_or(|e| e > sizes[i])
+                .map_or(true, |e| e > sizes[i])
         {
             return Err(bad(format!(
                 "dimension {i}: size {}, subsize {}, start {} (the subarray must lie inside \
@@ -122,7 +122,7 @@ fn share(
             } else {
                 count_of(darg, "distribution argument")?
             };
-            if b == 0 || b.checked_mul(p).is_none_or(|all| all < g) {
+            if b == 0 || b.checked_mul(p).map_or(true, |all| all < g) {
                 return Err(bad(format!(
                     "blocks of {b} over {p} processes do not cover a dimension of {g}"
                 )));

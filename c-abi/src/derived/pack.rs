@@ -249,7 +249,7 @@ fn at(base: usize, o: isize) -> usize {
 
 /// The room left in a buffer of `size` from `position`, which must hold `need` bytes.
 fn room(size: usize, position: usize, need: usize, what: &str) -> ch4::Result<()> {
-    if position.checked_add(need).is_none_or(|end| end > size) {
+    if position.checked_add(need).map_or(true, |end| end > size) {
         return Err(ch4::Error::new(
             if what == "input" {
                 ErrorKind::Truncate
