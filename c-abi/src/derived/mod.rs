@@ -454,17 +454,42 @@ impl Type {
     }
 
     /// The layout of `count` elements, and the byte offset (from the buffer address) where it
-    /// starts. Its block list is allocated fallibly: a count too large for memory is an error.
+    /// starts. Blocks of one length at one stride (a vector, a column, a darray's row) make
+    /// the device's strided layout, three numbers however many blocks there are; any other
+    /// shape makes its block list, allocated fallibly (a count too large for memory is an
+    /// error).
     fn layout(&self, count: usize) -> ch4::Result<(isize, Layout)> {
-        let mut all: Vec<(isize, usize)> = Vec::new();
-        self.for_merged_blocks(count, &mut |o, l| {
-            all.try_reserve(1).map_err(|_| too_big())?;
-            all.push((o, l));
-            Ok(())
-        })?;
-        let base = all.iter().map(|b| b.0).min().unwrap_or(0);
-        let rel: Vec<(usize, usize)> = all.iter().map(|&(o, l)| ((o - base) as usize, l)).collect();
-        let layout = Layout::indexed::<u8>(&rel).map_err(|e| {
+        // The lowest byte of the data: the true lower bound of the lowest element.
+        let shift = (count.max(1) as i128 - 1) * self.extent as i128;
+        let base = isize::try_from(self.true_lb as i128 + shift.min(0)).map_err(|_| too_big())?;
+        let mut shape = Blocks::Regular {
+            first: 0,
+            len: 0,
+            stride: 0,
+            n: 0,
+        };
+        self.for_merged_blocks(count, &mut |o, l| shape.push((o - base) as usize, l))?;
+        let layout = match shape {
+            Blocks::Regular { n: 0, .. } => Layout::contiguous::<u8>(0),
+            Blocks::Regular {
+                first,
+                len,
+                stride,
+                n,
+            } if first == 0 => Layout::vector::<u8>(n, len, if n == 1 { len } else { stride }),
+            Blocks::Regular {
+                first,
+                len,
+                stride,
+                n,
+            } => Layout::indexed::<u8>(
+                &(0..n)
+                    .map(|i| (first + i * stride, len))
+                    .collect::<Vec<_>>(),
+            ),
+            Blocks::List(all) => Layout::indexed::<u8>(&all),
+        }
+        .map_err(|e| {
             ch4::Error::new(
                 e.kind(),
                 format!("this datatype cannot be used here: {}", e.detail()),
@@ -510,6 +535,58 @@ fn basic_align(h: Handle, size: usize) -> usize {
         _ => size,
     };
     part.clamp(1, 16)
+}
+
+/// The blocks of a layout as they are visited: one length at one stride while they are, a
+/// list from the first that breaks the pattern.
+enum Blocks {
+    /// `n` blocks of `len` bytes, `stride` apart from byte `first`.
+    Regular {
+        first: usize,
+        len: usize,
+        stride: usize,
+        n: usize,
+    },
+    /// Any blocks, in order.
+    List(Vec<(usize, usize)>),
+}
+
+impl Blocks {
+    /// Adds block `(o, l)`.
+    fn push(&mut self, o: usize, l: usize) -> ch4::Result<()> {
+        if let Blocks::Regular {
+            first,
+            len,
+            stride,
+            n,
+        } = self
+        {
+            let fits = match *n {
+                0 => {
+                    (*first, *len) = (o, l);
+                    true
+                }
+                1 if l == *len && o >= *first + *len => {
+                    *stride = o - *first;
+                    true
+                }
+                _ => l == *len && *n > 1 && o == *first + *n * *stride,
+            };
+            if fits {
+                *n += 1;
+                return Ok(());
+            }
+            let mut all = Vec::new();
+            all.try_reserve(*n + 1).map_err(|_| too_big())?;
+            all.extend((0..*n).map(|i| (*first + i * *stride, *len)));
+            *self = Blocks::List(all);
+        }
+        if let Blocks::List(all) = self {
+            all.try_reserve(1).map_err(|_| too_big())?;
+            all.push((o, l));
+        }
+        Ok(())
+    }
 }
 
 /// The size of one element of a predefined type with no gap (the leaves of [`Shape`]).
