@@ -472,11 +472,11 @@ impl Type {
         let layout = match shape {
             Blocks::Regular { n: 0, .. } => Layout::contiguous::<u8>(0),
             Blocks::Regular {
-                first,
+                first: 0,
                 len,
                 stride,
                 n,
-            } if first == 0 => Layout::vector::<u8>(n, len, if n == 1 { len } else { stride }),
+            } => Layout::vector::<u8>(n, len, if n == 1 { len } else { stride }),
             Blocks::Regular {
                 first,
                 len,
