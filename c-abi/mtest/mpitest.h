@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+/* MPICH's harness brings in bool (pack_external.c uses it without an include). */
+#include <stdbool.h>
 #include <mpi.h>
 #include "mpitestconf.h"
 
@@ -59,6 +61,25 @@ void MTestArgListDestroy(MTestArgList *head);
 void MTestFreeComm(MPI_Comm *comm);
 /* The communicators a test runs over (mtest_topo.c: the intracommunicators above). */
 int MTestGetComm(MPI_Comm *comm, int min_size);
+
+/* The datatype tests' helpers (mtest_datatype.c): prints `msg` and the string and class of
+ * MPI error code `errcode`; the name of the communicator MTestGetIntracomm last gave. */
+void MTestPrintErrorMsg(const char *msg, int errcode);
+const char *MTestGetIntracommName(void);
+/* Buffers in a kind of memory (MPICH's harness also has device memory; here there is only
+ * the host's): MTestCalloc gives zeroed `size` bytes as both the host and the "device"
+ * buffer, MTestCopyContent copies between them, MTestFree frees them. */
+typedef enum {
+    MTEST_MEM_TYPE__UNSET,
+    MTEST_MEM_TYPE__UNREGISTERED_HOST,
+    MTEST_MEM_TYPE__REGISTERED_HOST,
+    MTEST_MEM_TYPE__DEVICE,
+    MTEST_MEM_TYPE__SHARED,
+} mtest_mem_type_e;
+void MTestCalloc(size_t size, mtest_mem_type_e type, void **hostbuf, void **devicebuf,
+                 int device);
+void MTestCopyContent(const void *sbuf, void *dbuf, size_t size, mtest_mem_type_e type);
+void MTestFree(mtest_mem_type_e type, void *hostbuf, void *devicebuf);
 
 #if defined(__cplusplus)
 }

@@ -43,8 +43,10 @@
 //! - `datatype`: the predefined datatypes and reduction operations.
 //! - `ops`: the program's reduction operations (`MPI_Op_create`, `MPI_Op_free`,
 //!   `MPI_Op_commutative`) and `MPI_Reduce_local`.
-//! - `derived`: derived datatypes flattened to byte blocks; the `MPI_Type_` constructors
-//!   (`derived::constructors`) and queries, `MPI_Get_address`, `MPI_Pack_size`
+//! - `derived`: derived datatypes as trees of runs of copies, flattened only when moved; the
+//!   `MPI_Type_` constructors (`derived::constructors`, `derived::arrays` for subarray and
+//!   darray), their decoding (`derived::envelope`), packing and external32
+//!   (`derived::pack`), and the queries, `MPI_Get_address`, `MPI_Pack_size`
 //!   (`derived::queries`).
 //! - `topology`: process topologies — Cartesian (`MPI_Cart_`, `MPI_Dims_create`), graph
 //!   (`MPI_Graph_`) and distributed graph (`MPI_Dist_graph_`) — and `MPI_Topo_test`.

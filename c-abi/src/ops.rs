@@ -112,47 +112,51 @@ pub(crate) fn reduction(st: &State, op_h: Handle, dt: Handle) -> ch4::Result<(Fo
 /// packed back.
 fn derived_reduction(st: &State, user: UserOp, dt: Handle) -> ch4::Result<Fold> {
     let d = crate::derived::desc(st, dt)?;
-    if d.size == 0 || d.blocks.is_empty() {
+    let (ty, size) = (d.ty.clone(), d.size);
+    if size == 0 {
         return Ok(Box::new(|_: &mut [u8], _: &[u8]| {}));
     }
-    let low = d.blocks.iter().map(|&(o, _)| o).min().unwrap_or(0);
-    let high = d
-        .blocks
-        .iter()
-        .map(|&(o, l)| o + l as isize)
-        .max()
-        .unwrap_or(0);
-    let (size, extent, blocks) = (d.size, d.extent, d.blocks);
-    // Where element `i`'s block at offset `o` sits in a scratch buffer whose element 0 starts
-    // `-low` bytes in.
-    let place = move |i: usize, o: isize| (i as isize * extent + o - low) as usize;
-    let span = move |n: usize| place(n.saturating_sub(1), high) + 1;
-    let unpack = {
-        let blocks = blocks.clone();
-        move |packed: &[u8], n: usize, out: &mut Vec<u8>| {
-            out.clear();
-            out.resize(span(n), 0);
-            let mut at = 0;
-            for i in 0..n {
-                for &(o, l) in &blocks {
-                    let p = place(i, o);
-                    out[p..p + l].copy_from_slice(&packed[at..at + l]);
-                    at += l;
-                }
-            }
-        }
-    };
+    // The blocks of `n` elements (offset from element 0, length) in typemap order, kept for
+    // the `n` of the last call: every fold of one reduction has the same.
+    let mut layout: (usize, Vec<(isize, usize)>, isize, usize) = (0, Vec::new(), 0, 0);
     let (mut a, mut b) = (Vec::new(), Vec::new());
     let fold = move |acc: &mut [u8], other: &[u8]| {
         let n = acc.len().min(other.len()) / size;
         if n == 0 {
             return;
         }
-        unpack(acc, n, &mut a);
-        unpack(other, n, &mut b);
+        if layout.0 != n || layout.1.is_empty() {
+            let mut blocks = Vec::new();
+            let walked = ty.for_merged_blocks(n, &mut |o, l| {
+                blocks.push((o, l));
+                Ok(())
+            });
+            if walked.is_err() {
+                return;
+            }
+            let low = blocks.iter().map(|&(o, _)| o).min().unwrap_or(0);
+            let high = blocks
+                .iter()
+                .map(|&(o, l)| o + l as isize)
+                .max()
+                .unwrap_or(0);
+            layout = (n, blocks, low, (high - low) as usize);
+        }
+        let (_, blocks, low, span) = &layout;
+        let unpack = |packed: &[u8], out: &mut Vec<u8>| {
+            out.clear();
+            out.resize(*span, 0);
+            let mut at = 0;
+            for &(o, l) in blocks {
+                let p = (o - low) as usize;
+                out[p..p + l].copy_from_slice(&packed[at..at + l]);
+                at += l;
+            }
+        };
+        unpack(acc, &mut a);
+        unpack(other, &mut b);
         let mut len = c_int::try_from(n).unwrap_or(c_int::MAX);
         let mut dt = dt;
-        let base = (-low) as usize;
         // The function computes `invec op inoutvec` into `inoutvec`: for `acc op other`,
         // `acc` is the first operand when the operation does not commute.
         let (invec, inout) = if user.commutes {
@@ -161,25 +165,24 @@ fn derived_reduction(st: &State, user: UserOp, dt: Handle) -> ch4::Result<Fold> 
             (&mut a, &mut b)
         };
         // SAFETY: the program gave MPI_Op_create a function of MPI_User_function's type; both
-        // scratch buffers hold `len` elements of `dt` laid out as `dt` says, starting `base`
-        // bytes in (its lowest block is at offset `low`), `inoutvec` is written and `invec`
-        // only read, and both outlive the call.
+        // scratch buffers hold `len` elements of `dt` laid out as `dt` says, element 0 at
+        // `-low` from their start (`low` is the offset of the lowest block, so the function
+        // touches nothing outside them), `inoutvec` is written and `invec` only read, and
+        // both outlive the call.
         unsafe {
             (user.function)(
-                invec.as_mut_ptr().add(base).cast(),
-                inout.as_mut_ptr().add(base).cast(),
+                invec.as_mut_ptr().wrapping_offset(-low).cast(),
+                inout.as_mut_ptr().wrapping_offset(-low).cast(),
                 &mut len,
                 &mut dt,
             )
         };
         let result: &Vec<u8> = inout;
         let mut at = 0;
-        for i in 0..n {
-            for &(o, l) in &blocks {
-                let p = place(i, o);
-                acc[at..at + l].copy_from_slice(&result[p..p + l]);
-                at += l;
-            }
+        for &(o, l) in blocks {
+            let p = (o - low) as usize;
+            acc[at..at + l].copy_from_slice(&result[p..p + l]);
+            at += l;
         }
     };
     Ok(Box::new(fold))

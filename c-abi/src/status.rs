@@ -11,8 +11,6 @@
 
 use std::ffi::c_int;
 
-use ch4_core::ErrorKind;
-
 use crate::abi::{self, class, Handle, MpiStatus};
 use crate::call::{call, null_arg, put};
 use crate::datatype;
@@ -169,12 +167,7 @@ pub unsafe extern "C" fn MPI_Status_set_elements_x(
         if status.is_null() {
             return Err(null_arg("the status"));
         }
-        let d = crate::derived::desc(st, datatype)?;
-        let size = d.size / d.elements.max(1);
-        let bytes = u64::try_from(count)
-            .ok()
-            .and_then(|c| c.checked_mul(size as u64))
-            .ok_or_else(|| ch4::Error::new(ErrorKind::Count, format!("count {count}")))?;
+        let bytes = crate::derived::bytes_of_elements(st, datatype, count)?;
         // SAFETY: the caller's contract.
         let s = unsafe { &mut *status };
         s.internal[0] = bytes as c_int;
