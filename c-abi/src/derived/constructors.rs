@@ -287,12 +287,13 @@ pub unsafe extern "C" fn MPI_Type_create_resized(
 pub unsafe extern "C" fn MPI_Type_dup(oldtype: Handle, newtype: *mut Handle) -> c_int {
     // SAFETY: the caller's contract.
     unsafe {
-        construct("MPI_Type_dup", oldtype, newtype, |old| {
+        let code = construct("MPI_Type_dup", oldtype, newtype, |old| {
             Ok(Desc {
                 committed: true,
                 ..old.clone()
             })
-        })
+        });
+        crate::attributes::after_type_dup(code, oldtype, newtype)
     }
 }
 
@@ -324,6 +325,11 @@ pub unsafe extern "C" fn MPI_Type_commit(datatype: *mut Handle) -> c_int {
 /// `datatype` is readable and writable.
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_free(datatype: *mut Handle) -> c_int {
+    // SAFETY: the caller's contract.
+    let deleted = unsafe { crate::attributes::before_type_free(datatype) };
+    if deleted != crate::abi::class::SUCCESS {
+        return deleted;
+    }
     call(abi::COMM_WORLD, "MPI_Type_free", |st| {
         if datatype.is_null() {
             return Err(null_arg("the datatype"));

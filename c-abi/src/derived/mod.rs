@@ -20,7 +20,7 @@
 //! - `queries`: `MPI_Type_size` (`_c`, `_x`), `_get_extent`, `_get_true_extent`,
 //!   `_get_name`, `_set_name`, `MPI_Get_address`, `MPI_Pack_size`.
 
-mod constructors;
+pub(crate) mod constructors;
 mod queries;
 
 use std::ffi::c_int;
