@@ -47,6 +47,20 @@ void MTestArgListDestroy(MTestArgList *head);
 /* Frees a communicator from MTestGetIntracommGeneral (not the predefined ones). */
 void MTestFreeComm(MPI_Comm *comm);
 
+/* ---- mtest_attr.c (the attr and errhan folders; the programs there call printf and
+ * fprintf with this header alone, as MPICH's includes stdio.h and stdlib.h) ---- */
+#include <stdio.h>
+#include <stdlib.h>
+/* The intercommunicators a test runs over, one per call while it returns nonzero (two halves
+ * of the world, then its even and odd ranks); *is_left says which group the caller is in.
+ * Free each with MPI_Comm_free. The library must have MPI_Intercomm_create. */
+int MTestGetIntercomm(MPI_Comm *comm, int *is_left, int min_size);
+/* Every communicator a test runs over: MTestGetIntracomm's, then MTestGetIntercomm's. */
+int MTestGetComm(MPI_Comm *comm, int min_size);
+/* The kind of communicator the last call above returned, for messages. */
+const char *MTestGetIntracommName(void);
+const char *MTestGetIntercommName(void);
+
 #if defined(__cplusplus)
 }
 #endif
