@@ -55,7 +55,8 @@ void MTestFreeComm(MPI_Comm *comm);
  * of the world, then its even and odd ranks); *is_left says which group the caller is in.
  * Free each with MPI_Comm_free. The library must have MPI_Intercomm_create. */
 int MTestGetIntercomm(MPI_Comm *comm, int *is_left, int min_size);
-/* Every communicator a test runs over: MTestGetIntracomm's, then MTestGetIntercomm's. */
+/* Every communicator a test runs over: MTestGetIntracomm's, then MTestGetIntercomm's when
+ * the library has MPI_Intercomm_create. */
 int MTestGetComm(MPI_Comm *comm, int min_size);
 /* The kind of communicator the last call above returned, for messages. */
 const char *MTestGetIntracommName(void);
