@@ -31,7 +31,7 @@
 //! - `request_sets`: `MPI_Waitall`, `MPI_Testall`, `MPI_Waitany`, `MPI_Testany`,
 //!   `MPI_Waitsome`, `MPI_Testsome`.
 //! - `status`: `MPI_Get_count`, `MPI_Get_elements` and their `_x`/`_c` forms, the status
-//!   setters.
+//!   accessors and setters, `MPI_Aint_add` and `MPI_Aint_diff`.
 //! - `probe`: `MPI_Probe`, `MPI_Iprobe`, the matched probes and their receives, `MPI_Cancel`,
 //!   `MPI_Test_cancelled`.
 //! - `collectives`: barrier, broadcast, reductions and prefix reductions, gathers, scatters,
