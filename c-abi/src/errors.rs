@@ -134,9 +134,11 @@ fn class_string(code: c_int) -> Option<&'static str> {
         17 => "MPI_ERR_INTERN: internal error",
         18 => "MPI_ERR_PENDING: pending request",
         19 => "MPI_ERR_IN_STATUS: error code is in status",
+        36 => "MPI_ERR_KEYVAL: invalid attribute key",
         39 => "MPI_ERR_NO_MEM: out of memory",
         55 => "MPI_ERR_UNSUPPORTED_OPERATION: unsupported operation",
         58 => "MPI_ERR_PROC_ABORTED: a peer process aborted or failed",
+        61 => "MPI_ERR_ERRHANDLER: invalid error handler",
         c if (20..=62).contains(&c) => "an MPI error class of the standard (see the MPI standard)",
         _ => return None,
     })
