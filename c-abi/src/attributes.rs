@@ -832,9 +832,9 @@ pub unsafe extern "C" fn MPI_Comm_get_name(
 /// leaves `MPI_COMM_NULL` in `*newcomm`, and fails the call.
 ///
 /// # Safety
-/// `newcomm` is valid for a read and a write if `code` is `MPI_SUCCESS`.
+/// `newcomm` is null or valid for a read and a write if `code` is `MPI_SUCCESS`.
 pub(crate) unsafe fn after_comm_dup(code: c_int, old: Handle, newcomm: *mut Handle) -> c_int {
-    if code != class::SUCCESS {
+    if code != class::SUCCESS || newcomm.is_null() {
         return code;
     }
     // SAFETY: the call succeeded, so `newcomm` was valid and holds the new handle.
@@ -883,9 +883,9 @@ pub(crate) fn forget_comm(comm: Handle) {
 /// call.
 ///
 /// # Safety
-/// `newtype` is valid for a read and a write if `code` is `MPI_SUCCESS`.
+/// `newtype` is null or valid for a read and a write if `code` is `MPI_SUCCESS`.
 pub(crate) unsafe fn after_type_dup(code: c_int, old: Handle, newtype: *mut Handle) -> c_int {
-    if code != class::SUCCESS {
+    if code != class::SUCCESS || newtype.is_null() {
         return code;
     }
     // SAFETY: the call succeeded, so `newtype` was valid and holds the new handle.
