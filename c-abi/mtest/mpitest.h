@@ -48,7 +48,8 @@ void MTestArgListDestroy(MTestArgList *head);
 void MTestFreeComm(MPI_Comm *comm);
 
 /* ---- mtest_attr.c (the attr and errhan folders; the programs there call printf and
- * fprintf with this header alone, as MPICH's includes stdio.h and stdlib.h) ---- */
+ * fprintf with this header alone, as MPICH's includes stdio.h and stdlib.h). Its
+ * definitions are weak: another harness file's of the same name takes precedence. ---- */
 #include <stdio.h>
 #include <stdlib.h>
 /* The intercommunicators a test runs over, one per call while it returns nonzero (two halves

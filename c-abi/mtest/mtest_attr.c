@@ -1,6 +1,10 @@
 /* MTest for MPICH's attr and errhan folders (see mpitest.h): the intercommunicators and every
  * communicator a test runs over, and the main of the programs that define only run().
- * Written for ch4; MPICH's own are test/mpi/util/mtest.c and mtest_single.c. */
+ * Written for ch4; MPICH's own are test/mpi/util/mtest.c and mtest_single.c.
+ *
+ * Every definition here is weak: where the harness links another file that defines the same
+ * function (a main for run()-programs, MTestGetComm, the communicator names), that one is
+ * used and this one drops out, so harness files grown side by side never clash. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -9,7 +13,7 @@
 /* Many of MPICH's programs define `int run(const char *arg)` and no main: MPICH links them
  * with a main that initializes MTest, runs them and reports. This is that main, weak, so that
  * a program with a main of its own keeps it (and `run`, weak too, is then never called). The
- * program's first argument, if any, is run's. */
+ * program's first argument is run's (an empty string without one). */
 int run(const char *arg) __attribute__((weak));
 
 int main(int argc, char **argv) __attribute__((weak));
@@ -21,7 +25,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "mtest_attr.c: the program defines neither main nor run\n");
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    errs = run(argc > 1 ? argv[1] : NULL);
+    errs = run(argc > 1 ? argv[1] : "");
     MTest_Finalize(errs);
     return MTestReturnValue(errs);
 }
@@ -35,12 +39,12 @@ int MPI_Intercomm_create(MPI_Comm local_comm, int local_leader, MPI_Comm peer_co
 static const char *intra_name = "an intracommunicator of MTestGetIntracomm";
 static const char *inter_name = "none";
 
-const char *MTestGetIntracommName(void)
+__attribute__((weak)) const char *MTestGetIntracommName(void)
 {
     return intra_name;
 }
 
-const char *MTestGetIntercommName(void)
+__attribute__((weak)) const char *MTestGetIntercommName(void)
 {
     return inter_name;
 }
@@ -57,7 +61,7 @@ static void intercomm_of(int left, int other_leader, MPI_Comm *comm)
     MPI_Comm_free(&local);
 }
 
-int MTestGetIntercomm(MPI_Comm *comm, int *is_left, int min_size)
+__attribute__((weak)) int MTestGetIntercomm(MPI_Comm *comm, int *is_left, int min_size)
 {
     static int next = 0;
     int size, rank;
@@ -93,7 +97,7 @@ int MTestGetIntercomm(MPI_Comm *comm, int *is_left, int min_size)
     }
 }
 
-int MTestGetComm(MPI_Comm *comm, int min_size)
+__attribute__((weak)) int MTestGetComm(MPI_Comm *comm, int min_size)
 {
     static int intra_done = 0;
     int is_left;
