@@ -233,10 +233,14 @@ fn every_mpich_thread_test_prints_no_errors() {
 /// MTest, skipping the test when the folder is missing.
 #[allow(dead_code)] // each folder gets its test as the library grows what it calls
 fn run_more(folder: &str, test: &str) {
-    run_more_with(folder, test, &["mtest.c"]);
+    let Some(more) = common::third_party("mpich-test-more", test) else {
+        return;
+    };
+    run_suite(&more.join(folder), &format!("mpich-{folder}"), &["mtest.c"]);
 }
 
-/// [`run_more`] with the harness files `harness` of `c-abi/mtest`.
+/// [`run_more`] with the MTest files `harness` (`mtest.c` and the ones a folder's programs
+/// need besides).
 fn run_more_with(folder: &str, test: &str, harness: &[&str]) {
     let Some(more) = common::third_party("mpich-test-more", test) else {
         return;
