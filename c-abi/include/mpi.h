@@ -385,6 +385,33 @@ enum {
 typedef void(MPI_User_function)(void *invec, void *inoutvec, int *len, MPI_Datatype *datatype);
 typedef void(MPI_Comm_errhandler_function)(MPI_Comm *comm, int *error_code, ...);
 
+/* caching: attribute copy and delete functions, and the predefined ones (0 and 1) */
+typedef int(MPI_Comm_copy_attr_function)(MPI_Comm comm, int keyval, void *extra_state,
+                                         void *attribute_val_in, void *attribute_val_out,
+                                         int *flag);
+typedef int(MPI_Comm_delete_attr_function)(MPI_Comm comm, int keyval, void *attribute_val,
+                                           void *extra_state);
+typedef int(MPI_Type_copy_attr_function)(MPI_Datatype datatype, int keyval, void *extra_state,
+                                         void *attribute_val_in, void *attribute_val_out,
+                                         int *flag);
+typedef int(MPI_Type_delete_attr_function)(MPI_Datatype datatype, int keyval,
+                                           void *attribute_val, void *extra_state);
+typedef int(MPI_Copy_function)(MPI_Comm comm, int keyval, void *extra_state,
+                               void *attribute_val_in, void *attribute_val_out,
+                               int *flag); /* deprecated: MPI-2.0 */
+typedef int(MPI_Delete_function)(MPI_Comm comm, int keyval, void *attribute_val,
+                                 void *extra_state); /* deprecated: MPI-2.0 */
+typedef MPI_Comm_errhandler_function MPI_Comm_errhandler_fn;
+#define MPI_NULL_COPY_FN        ((MPI_Copy_function *)0x0)
+#define MPI_DUP_FN              ((MPI_Copy_function *)0x1)
+#define MPI_NULL_DELETE_FN      ((MPI_Delete_function *)0x0)
+#define MPI_COMM_NULL_COPY_FN   ((MPI_Comm_copy_attr_function *)0x0)
+#define MPI_COMM_DUP_FN         ((MPI_Comm_copy_attr_function *)0x1)
+#define MPI_COMM_NULL_DELETE_FN ((MPI_Comm_delete_attr_function *)0x0)
+#define MPI_TYPE_NULL_COPY_FN   ((MPI_Type_copy_attr_function *)0x0)
+#define MPI_TYPE_DUP_FN         ((MPI_Type_copy_attr_function *)0x1)
+#define MPI_TYPE_NULL_DELETE_FN ((MPI_Type_delete_attr_function *)0x0)
+
 /* ---- the functions ---- */
 
 /* start-up and environment */
@@ -409,6 +436,39 @@ int MPI_Error_class(int errorcode, int *errorclass);
 int MPI_Comm_set_errhandler(MPI_Comm comm, MPI_Errhandler errhandler);
 int MPI_Comm_get_errhandler(MPI_Comm comm, MPI_Errhandler *errhandler);
 int MPI_Errhandler_free(MPI_Errhandler *errhandler);
+int MPI_Comm_create_errhandler(MPI_Comm_errhandler_function *comm_errhandler_fn,
+                               MPI_Errhandler *errhandler);
+int MPI_Comm_call_errhandler(MPI_Comm comm, int errorcode);
+int MPI_Add_error_class(int *errorclass);
+int MPI_Add_error_code(int errorclass, int *errorcode);
+int MPI_Add_error_string(int errorcode, const char *string);
+int MPI_Remove_error_class(int errorclass);
+int MPI_Remove_error_code(int errorcode);
+int MPI_Remove_error_string(int errorcode);
+
+/* caching: attributes and names */
+int MPI_Comm_create_keyval(MPI_Comm_copy_attr_function *comm_copy_attr_fn,
+                           MPI_Comm_delete_attr_function *comm_delete_attr_fn, int *comm_keyval,
+                           void *extra_state);
+int MPI_Comm_free_keyval(int *comm_keyval);
+int MPI_Comm_set_attr(MPI_Comm comm, int comm_keyval, void *attribute_val);
+int MPI_Comm_delete_attr(MPI_Comm comm, int comm_keyval);
+int MPI_Keyval_create(MPI_Copy_function *copy_fn, MPI_Delete_function *delete_fn, int *keyval,
+                      void *extra_state); /* deprecated: MPI-2.0 */
+int MPI_Keyval_free(int *keyval); /* deprecated: MPI-2.0 */
+int MPI_Attr_put(MPI_Comm comm, int keyval, void *attribute_val); /* deprecated: MPI-2.0 */
+int MPI_Attr_get(MPI_Comm comm, int keyval, void *attribute_val,
+                 int *flag); /* deprecated: MPI-2.0 */
+int MPI_Attr_delete(MPI_Comm comm, int keyval); /* deprecated: MPI-2.0 */
+int MPI_Type_create_keyval(MPI_Type_copy_attr_function *type_copy_attr_fn,
+                           MPI_Type_delete_attr_function *type_delete_attr_fn, int *type_keyval,
+                           void *extra_state);
+int MPI_Type_free_keyval(int *type_keyval);
+int MPI_Type_set_attr(MPI_Datatype datatype, int type_keyval, void *attribute_val);
+int MPI_Type_get_attr(MPI_Datatype datatype, int type_keyval, void *attribute_val, int *flag);
+int MPI_Type_delete_attr(MPI_Datatype datatype, int type_keyval);
+int MPI_Comm_set_name(MPI_Comm comm, const char *comm_name);
+int MPI_Comm_get_name(MPI_Comm comm, char *comm_name, int *resultlen);
 
 /* communicators and groups */
 int MPI_Comm_rank(MPI_Comm comm, int *rank);
@@ -537,6 +597,14 @@ int MPI_Get_elements_c(const MPI_Status *status, MPI_Datatype datatype, MPI_Coun
 int MPI_Get_elements_x(const MPI_Status *status, MPI_Datatype datatype, MPI_Count *count);
 int MPI_Status_set_elements_x(MPI_Status *status, MPI_Datatype datatype, MPI_Count count);
 int MPI_Status_set_cancelled(MPI_Status *status, int flag);
+int MPI_Status_set_elements(MPI_Status *status, MPI_Datatype datatype, int count);
+int MPI_Status_set_elements_c(MPI_Status *status, MPI_Datatype datatype, MPI_Count count);
+int MPI_Status_get_source(const MPI_Status *status, int *source);
+int MPI_Status_get_tag(const MPI_Status *status, int *tag);
+int MPI_Status_get_error(const MPI_Status *status, int *error);
+int MPI_Status_set_source(MPI_Status *status, int source);
+int MPI_Status_set_tag(MPI_Status *status, int tag);
+int MPI_Status_set_error(MPI_Status *status, int error);
 int MPI_Comm_get_attr(MPI_Comm comm, int comm_keyval, void *attribute_val, int *flag);
 int MPI_Get_count(const MPI_Status *status, MPI_Datatype datatype, int *count);
 int MPI_Get_elements(const MPI_Status *status, MPI_Datatype datatype, int *count);

@@ -43,10 +43,14 @@ void MTestSleep(int sec);
  * a duplicate of it, and one with the ranks in reverse order; each of at least `min_size`
  * processes. Free each with MTestFreeComm. */
 int MTestGetIntracommGeneral(MPI_Comm *comm, int min_size, int allow_size_change);
+/* The name of the communicator MTestGetIntracommGeneral gave last. */
 const char *MTestGetIntracommName(void);
+/* MPICH's yields intercommunicators; this library has none yet, and a test that asks stops. */
 int MTestGetIntercomm(MPI_Comm *comm, int *is_left_group, int min_size);
 const char *MTestGetIntercommName(void);
+/* Sends around a ring over `comm`: the number of errors seen. */
 int MTestTestComm(MPI_Comm comm);
+/* Prints `msg` with the class and string of MPI error code `errcode`. */
 void MTestPrintErrorMsg(const char *msg, int errcode);
 int MTestGetIntracomm(MPI_Comm *comm, int min_size);
 /* The program's "-key=value" arguments: MTestArgListGetInt(l, "iter") is the value of
@@ -59,14 +63,10 @@ int MTestArgListGetInt_with_default(MTestArgList *head, const char *key, int dfl
 void MTestArgListDestroy(MTestArgList *head);
 /* Frees a communicator from MTestGetIntracommGeneral (not the predefined ones). */
 void MTestFreeComm(MPI_Comm *comm);
-/* The communicators a test runs over (mtest_topo.c: the intracommunicators above). */
+/* Every communicator a test runs over (the intracommunicators above). */
 int MTestGetComm(MPI_Comm *comm, int min_size);
 
-/* The datatype tests' helpers (mtest_datatype.c): prints `msg` and the string and class of
- * MPI error code `errcode`; the name of the communicator MTestGetIntracomm last gave. */
-void MTestPrintErrorMsg(const char *msg, int errcode);
-const char *MTestGetIntracommName(void);
-/* Buffers in a kind of memory (MPICH's harness also has device memory; here there is only
+/* The datatype tests' helpers (mtest_datatype.c). Buffers in a kind of memory (MPICH's harness also has device memory; here there is only
  * the host's): MTestCalloc gives zeroed `size` bytes as both the host and the "device"
  * buffer, MTestCopyContent copies between them, MTestFree frees them. */
 typedef enum {

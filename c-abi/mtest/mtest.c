@@ -240,6 +240,13 @@ void MTestPrintErrorMsg(const char *msg, int errcode)
     fflush(stdout);
 }
 
+/* Every communicator a test runs over: MTestGetIntracommGeneral's (MPICH's also yields
+ * intercommunicators, which this library does not make yet). */
+int MTestGetComm(MPI_Comm *comm, int min_size)
+{
+    return MTestGetIntracommGeneral(comm, min_size, 0);
+}
+
 int MTestGetIntracomm(MPI_Comm *comm, int min_size)
 {
     return MTestGetIntracommGeneral(comm, min_size, 0);

@@ -7,21 +7,6 @@
 #include "mpitest.h"
 #include "dtypes.h"
 
-void MTestPrintErrorMsg(const char *msg, int errcode)
-{
-    char text[MPI_MAX_ERROR_STRING];
-    int len = 0, class = 0;
-    MPI_Error_class(errcode, &class);
-    MPI_Error_string(errcode, text, &len);
-    fprintf(stderr, "%s: error code %d, class %d: %s\n", msg, errcode, class, text);
-    fflush(stderr);
-}
-
-const char *MTestGetIntracommName(void)
-{
-    return "an intracommunicator of MTestGetIntracomm";
-}
-
 void MTestCalloc(size_t size, mtest_mem_type_e type, void **hostbuf, void **devicebuf,
                  int device)
 {

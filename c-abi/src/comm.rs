@@ -1,8 +1,8 @@
 //! Communicators, from the standard's chapter "Groups, Contexts, Communicators, and Caching":
 //! the accessors `MPI_Comm_rank`, `MPI_Comm_size` and `MPI_Comm_compare`, the constructors
-//! `MPI_Comm_dup`, `MPI_Comm_split`, `MPI_Comm_create` and `MPI_Comm_create_group`,
-//! `MPI_Comm_free`, and from caching
-//! `MPI_Comm_get_attr` (the predefined attributes).
+//! `MPI_Comm_dup`, `MPI_Comm_split`, `MPI_Comm_create` and `MPI_Comm_create_group`, and
+//! `MPI_Comm_free`. Caching (attributes, names) is in `attributes`, whose hooks these call
+//! where a communicator is duplicated or freed.
 //!
 //! A communicator handle is an index into the process's table (`state`), with
 //! `MPI_COMM_WORLD` and `MPI_COMM_SELF` predefined; the device owns the communicator itself.
@@ -10,7 +10,7 @@
 //! new communicator takes its parent's error handler, and a freed one's slot empties. Groups,
 //! from which `MPI_Comm_create` builds, are in `groups`.
 
-use std::ffi::{c_int, c_void};
+use std::ffi::c_int;
 
 use ch4_core::ErrorKind;
 
@@ -58,7 +58,7 @@ pub unsafe extern "C" fn MPI_Comm_size(comm: Handle, size: *mut c_int) -> c_int 
 /// `newcomm` is valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Comm_dup(comm: Handle, newcomm: *mut Handle) -> c_int {
-    call(comm, "MPI_Comm_dup", |st| {
+    let code = call(comm, "MPI_Comm_dup", |st| {
         let (c, fatal) = parent(st, comm)?;
         let new = on_device!(st, c.vci, |b| ch4_core::coll::new_dup(b, c.id))?;
         let new = st.adopt_comm(new)?;
@@ -67,7 +67,9 @@ pub unsafe extern "C" fn MPI_Comm_dup(comm: Handle, newcomm: *mut Handle) -> c_i
         // SAFETY: the caller's contract.
         unsafe { put(newcomm, h) };
         Ok(())
-    })
+    });
+    // SAFETY: the caller's contract.
+    unsafe { crate::attributes::after_comm_dup(code, comm, newcomm) }
 }
 
 /// `MPI_Comm_split`: `MPI_COMM_NULL` for members whose color is `MPI_UNDEFINED`.
@@ -81,7 +83,7 @@ pub unsafe extern "C" fn MPI_Comm_split(
     key: c_int,
     newcomm: *mut Handle,
 ) -> c_int {
-    call(comm, "MPI_Comm_split", |st| {
+    let code = call(comm, "MPI_Comm_split", |st| {
         let (c, fatal) = parent(st, comm)?;
         let new = on_device!(st, c.vci, |b| ch4_core::coll::new_split(
             b, c.id, color, key
@@ -90,7 +92,9 @@ pub unsafe extern "C" fn MPI_Comm_split(
         // SAFETY: the caller's contract.
         unsafe { put(newcomm, h) };
         Ok(())
-    })
+    });
+    // SAFETY: the caller's contract.
+    unsafe { crate::errors::inherit_after(code, comm, newcomm) }
 }
 
 /// `MPI_Comm_split_type`: `MPI_COMM_TYPE_SHARED` splits `comm` by node, from the device's own
@@ -110,7 +114,7 @@ pub unsafe extern "C" fn MPI_Comm_split_type(
     info: Handle,
     newcomm: *mut Handle,
 ) -> c_int {
-    call(comm, "MPI_Comm_split_type", |st| {
+    let code = call(comm, "MPI_Comm_split_type", |st| {
         let (c, fatal) = parent(st, comm)?;
         let shared = match split_type {
             abi::COMM_TYPE_SHARED => true,
@@ -146,7 +150,9 @@ pub unsafe extern "C" fn MPI_Comm_split_type(
         // SAFETY: the caller's contract.
         unsafe { put(newcomm, h) };
         Ok(())
-    })
+    });
+    // SAFETY: the caller's contract.
+    unsafe { crate::errors::inherit_after(code, comm, newcomm) }
 }
 
 /// `MPI_Comm_free`: the handle becomes `MPI_COMM_NULL`; the predefined communicators cannot be
@@ -163,7 +169,11 @@ pub unsafe extern "C" fn MPI_Comm_free(comm: *mut Handle) -> c_int {
     }
     // SAFETY: the caller's contract.
     let h = unsafe { comm.read() };
-    call(h, "MPI_Comm_free", |st| {
+    let deleted = crate::attributes::before_comm_free(h);
+    if deleted != crate::abi::class::SUCCESS {
+        return deleted;
+    }
+    let code = call(h, "MPI_Comm_free", |st| {
         if h < abi::COMM_BASE {
             return Err(ch4::Error::new(
                 ErrorKind::Comm,
@@ -177,7 +187,11 @@ pub unsafe extern "C" fn MPI_Comm_free(comm: *mut Handle) -> c_int {
         // SAFETY: the caller's contract.
         unsafe { comm.write(abi::COMM_NULL) };
         Ok(())
-    })
+    });
+    if code == crate::abi::class::SUCCESS {
+        crate::attributes::forget_comm(h);
+    }
+    code
 }
 
 /// `MPI_Comm_create`: `MPI_COMM_NULL` for processes outside `group`.
@@ -190,7 +204,7 @@ pub unsafe extern "C" fn MPI_Comm_create(
     group: Handle,
     newcomm: *mut Handle,
 ) -> c_int {
-    call(comm, "MPI_Comm_create", |st| {
+    let code = call(comm, "MPI_Comm_create", |st| {
         let (c, fatal) = parent(st, comm)?;
         let g = group_in(st, group)?;
         let new = on_device!(st, c.vci, |b| ch4_core::coll::new_create(b, c.id, &g))?;
@@ -198,7 +212,9 @@ pub unsafe extern "C" fn MPI_Comm_create(
         // SAFETY: the caller's contract.
         unsafe { put(newcomm, h) };
         Ok(())
-    })
+    });
+    // SAFETY: the caller's contract.
+    unsafe { crate::errors::inherit_after(code, comm, newcomm) }
 }
 
 /// `MPI_Comm_create_group`: collective over the members of `group` only (MPI 4.1 section
@@ -289,48 +305,5 @@ pub(crate) fn adopt_all(st: &State, new: Option<Comm>, fatal: bool) -> ch4::Resu
             let c = st.adopt_comm(c)?;
             st.add_comm(c.id, c.vci, fatal)
         }
-    })
-}
-
-// ------------------------------------------------------------------ attributes
-
-/// The values behind the predefined attribute keys, at fixed addresses (attributes are
-/// returned as pointers to them).
-static TAG_UB: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
-
-static WTIME_IS_GLOBAL: c_int = 0;
-
-/// `MPI_Comm_get_attr` for the predefined keys: `MPI_TAG_UB` (the largest tag the job's
-/// networks carry),
-/// `MPI_WTIME_IS_GLOBAL` (no); other keys are not set.
-///
-/// # Safety
-/// `attribute_val` is valid for a write of a pointer; `flag` of an int.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Comm_get_attr(
-    comm: Handle,
-    comm_keyval: c_int,
-    attribute_val: *mut c_void,
-    flag: *mut c_int,
-) -> c_int {
-    call(comm, "MPI_Comm_get_attr", |st| {
-        let c = st.comm(comm)?;
-        let value: Option<*const c_int> = match comm_keyval {
-            501 => {
-                // The job's limit, from its network; the same for every communicator.
-                let ub = st.device(c.vci)?.tag_ub();
-                Some(TAG_UB.get_or_init(|| ub))
-            }
-            504 => Some(&WTIME_IS_GLOBAL),
-            _ => None,
-        };
-        // SAFETY: the caller's contract (C passes the address of a pointer as void*).
-        unsafe {
-            put(flag, c_int::from(value.is_some()));
-            if let Some(v) = value {
-                put(attribute_val.cast::<*const c_int>(), v);
-            }
-        }
-        Ok(())
     })
 }

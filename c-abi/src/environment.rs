@@ -67,9 +67,14 @@ fn init(func: &str, required: c_int) -> Result<c_int, c_int> {
     }
 }
 
-/// `MPI_Finalize`: completes requests freed while active, then leaves the job in order.
+/// `MPI_Finalize`: deletes the attributes of `MPI_COMM_SELF` and `MPI_COMM_WORLD` (their
+/// delete functions run), completes requests freed while active, then leaves the job in order.
 #[no_mangle]
 pub extern "C" fn MPI_Finalize() -> c_int {
+    // MPI_COMM_SELF's attributes go first, while MPI still runs (MPI 4.1 section 11.2.4).
+    if state::phase() == Phase::Running {
+        let _ = crate::attributes::at_finalize();
+    }
     let st = match state::leave() {
         Ok(st) => st,
         Err(code) => return code,

@@ -736,7 +736,7 @@ pub unsafe extern "C" fn MPI_Comm_dup_with_info(
     info: Handle,
     newcomm: *mut Handle,
 ) -> c_int {
-    call(comm, "MPI_Comm_dup_with_info", |st| {
+    let code = call(comm, "MPI_Comm_dup_with_info", |st| {
         if newcomm.is_null() {
             return Err(null_arg("the new communicator"));
         }
@@ -772,7 +772,9 @@ pub unsafe extern "C" fn MPI_Comm_dup_with_info(
         // SAFETY: checked non-null; the caller's contract.
         unsafe { newcomm.write(h) };
         Ok(())
-    })
+    });
+    // SAFETY: the caller's contract.
+    unsafe { crate::attributes::after_comm_dup(code, comm, newcomm) }
 }
 
 /// `MPI_Comm_set_info`: the hints are accepted and none changes a communicator already made

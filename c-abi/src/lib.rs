@@ -22,7 +22,8 @@
 //! - `environment`: `MPI_Init`, `MPI_Finalize`, the thread queries, `MPI_Abort`, versions,
 //!   the processor name, `MPI_Wtime`.
 //! - `errors`: error codes with their messages and classes, `MPI_Error_string`,
-//!   `MPI_Error_class`, the error handlers.
+//!   `MPI_Error_class`, the error handlers (the program's own too), the program's error
+//!   classes, codes and strings (`MPI_Add_error_class` ...).
 //! - `pt2pt`: sends and receives — `blocking`, `nonblocking`, `buffered`, `sendrecv`,
 //!   `persistent` (`MPI_Send_init`, `MPI_Start`).
 //! - `requests`: completing one request (`MPI_Wait`, `MPI_Test`, `MPI_Request_free`,
@@ -30,13 +31,16 @@
 //! - `request_sets`: `MPI_Waitall`, `MPI_Testall`, `MPI_Waitany`, `MPI_Testany`,
 //!   `MPI_Waitsome`, `MPI_Testsome`.
 //! - `status`: `MPI_Get_count`, `MPI_Get_elements` and their `_x`/`_c` forms, the status
-//!   setters.
+//!   accessors and setters, `MPI_Aint_add` and `MPI_Aint_diff`.
 //! - `probe`: `MPI_Probe`, `MPI_Iprobe`, the matched probes and their receives, `MPI_Cancel`,
 //!   `MPI_Test_cancelled`.
 //! - `collectives`: barrier, broadcast, reductions and prefix reductions, gathers, scatters,
 //!   all-to-all.
 //! - `comm`: `MPI_Comm_rank`, `_size`, `_dup`, `_split`, `_create`, `_create_group`,
-//!   `_compare`, `_free`, `_get_attr`.
+//!   `_compare`, `_free`.
+//! - `attributes`: caching — attribute keys and the attributes of communicators and
+//!   datatypes (their copy and delete functions), the predefined attributes, communicator
+//!   names.
 //! - `groups`: `MPI_Comm_group` and the `MPI_Group_` functions.
 //! - `info`: info objects (`MPI_Info_`, `MPI_INFO_ENV`) and a communicator's hints
 //!   (`MPI_Comm_dup_with_info`, whose `ch4_vci` places it on a VCI).
@@ -64,6 +68,7 @@ mod buffers;
 mod call;
 mod state;
 
+mod attributes;
 mod collectives;
 mod comm;
 mod datatype;

@@ -839,6 +839,26 @@ fn enter_other(g: usize) -> Result<Entered, c_int> {
     })
 }
 
+/// Runs the program's callback `f` (an attribute's copy or delete function, an error handler)
+/// from inside a call, so that it may make MPI calls of its own, as the standard lets it (MPI
+/// 4.1, sections 7.7.2 and 9.3; MPICH's tests call `MPI_Comm_rank`, `MPI_Comm_get_attr` and
+/// `MPI_Comm_delete_attr` from delete functions). Below `MPI_THREAD_MULTIPLE` the gate is let
+/// go for the callback's time and taken back after it: the caller must hold no table lock and
+/// no device across `f`, as a call that has not begun would not. At `MPI_THREAD_MULTIPLE`
+/// the gate holds nothing back and `f` just runs.
+pub(crate) fn callback<R>(f: impl FnOnce() -> R) -> R {
+    let g = GATE.load(Ordering::Relaxed);
+    if g & BUSY_BIT == 0 {
+        return f();
+    }
+    let idle = g & !BUSY_BIT;
+    GATE.store(idle, Ordering::Release);
+    let r = f();
+    // Taken back only if the callback left it idle (it may have finalized MPI).
+    let _ = GATE.compare_exchange(idle, g, Ordering::Acquire, Ordering::Relaxed);
+    r
+}
+
 /// Runs `f` on the state (see [`enter`]).
 #[inline(always)]
 pub(crate) fn with<R>(f: impl FnOnce(&State) -> R) -> Result<R, c_int> {

@@ -1,7 +1,9 @@
 //! What a status says, from the standard's chapters "Point-to-Point Communication"
-//! (`MPI_Get_count`), "Datatypes" (`MPI_Get_elements`, `MPI_Get_elements_x`,
-//! `MPI_Get_elements_c`, `MPI_Get_count_c`) and "External Interfaces"
-//! (`MPI_Status_set_elements_x`, `MPI_Status_set_cancelled`).
+//! (`MPI_Get_count`; MPI 5.0's `MPI_Status_get_source`, `_get_tag`, `_get_error` and their
+//! setters), "Datatypes" (`MPI_Get_elements`, `MPI_Get_elements_x`, `MPI_Get_elements_c`,
+//! `MPI_Get_count_c`, and the address arithmetic `MPI_Aint_add`, `MPI_Aint_diff`) and
+//! "External Interfaces" (`MPI_Status_set_elements` with its `_x` and `_c` forms,
+//! `MPI_Status_set_cancelled`).
 //!
 //! A status is the ABI's `MPI_Status` (`abi::MpiStatus`): the byte count and the cancelled
 //! flag sit in its private ints, which a program cannot read itself; these functions (and
@@ -188,4 +190,136 @@ pub unsafe extern "C" fn MPI_Status_set_cancelled(status: *mut MpiStatus, flag: 
     // SAFETY: the caller's contract.
     unsafe { (*status).internal[2] = c_int::from(flag != 0) };
     class::SUCCESS
+}
+
+/// `MPI_Status_set_elements`: as `MPI_Status_set_elements_x`, with an int count.
+///
+/// # Safety
+/// `status` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Status_set_elements(
+    status: *mut MpiStatus,
+    datatype: Handle,
+    count: c_int,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { MPI_Status_set_elements_x(status, datatype, i64::from(count)) }
+}
+
+/// `MPI_Status_set_elements_c`: `MPI_Status_set_elements_x` under its MPI 4.0 name.
+///
+/// # Safety
+/// `status` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Status_set_elements_c(
+    status: *mut MpiStatus,
+    datatype: Handle,
+    count: i64,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { MPI_Status_set_elements_x(status, datatype, count) }
+}
+
+/// Reads field `field` of a status for `func` (MPI 5.0's accessors, which a program of the
+/// ABI uses where it cannot name the fields: another language's binding, a tool). They need
+/// no running MPI.
+///
+/// # Safety
+/// `status` is null or readable, `out` null or writable.
+unsafe fn get_field(
+    func: &str,
+    status: *const MpiStatus,
+    out: *mut c_int,
+    field: fn(&MpiStatus) -> c_int,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { status.as_ref() } {
+        Some(s) if !out.is_null() => {
+            // SAFETY: the caller's contract; checked non-null.
+            unsafe { out.write(field(s)) };
+            class::SUCCESS
+        }
+        _ => errors::refuse(func, "the status or the result is a null pointer"),
+    }
+}
+
+/// Sets field `field` of a status for `func`.
+///
+/// # Safety
+/// `status` is null or writable.
+unsafe fn set_field(func: &str, status: *mut MpiStatus, set: impl FnOnce(&mut MpiStatus)) -> c_int {
+    // SAFETY: the caller's contract.
+    match unsafe { status.as_mut() } {
+        Some(s) => {
+            set(s);
+            class::SUCCESS
+        }
+        None => errors::refuse(func, "the status is a null pointer"),
+    }
+}
+
+/// `MPI_Status_get_source`.
+///
+/// # Safety
+/// `status` is readable, `source` writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Status_get_source(
+    status: *const MpiStatus,
+    source: *mut c_int,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { get_field("MPI_Status_get_source", status, source, |s| s.source) }
+}
+
+/// `MPI_Status_get_tag`.
+///
+/// # Safety
+/// `status` is readable, `tag` writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Status_get_tag(status: *const MpiStatus, tag: *mut c_int) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { get_field("MPI_Status_get_tag", status, tag, |s| s.tag) }
+}
+
+/// `MPI_Status_get_error`.
+///
+/// # Safety
+/// `status` is readable, `error` writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Status_get_error(
+    status: *const MpiStatus,
+    error: *mut c_int,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { get_field("MPI_Status_get_error", status, error, |s| s.error) }
+}
+
+/// `MPI_Status_set_source`.
+///
+/// # Safety
+/// `status` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Status_set_source(status: *mut MpiStatus, source: c_int) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { set_field("MPI_Status_set_source", status, |s| s.source = source) }
+}
+
+/// `MPI_Status_set_tag`.
+///
+/// # Safety
+/// `status` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Status_set_tag(status: *mut MpiStatus, tag: c_int) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { set_field("MPI_Status_set_tag", status, |s| s.tag = tag) }
+}
+
+/// `MPI_Status_set_error`.
+///
+/// # Safety
+/// `status` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Status_set_error(status: *mut MpiStatus, error: c_int) -> c_int {
+    // SAFETY: the caller's contract.
+    unsafe { set_field("MPI_Status_set_error", status, |s| s.error = error) }
 }

@@ -664,7 +664,7 @@ pub unsafe extern "C" fn MPI_Type_create_resized_c(
 /// `newtype` is writable.
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_dup(oldtype: Handle, newtype: *mut Handle) -> c_int {
-    call(abi::COMM_WORLD, "MPI_Type_dup", |st| {
+    let code = call(abi::COMM_WORLD, "MPI_Type_dup", |st| {
         if newtype.is_null() {
             return Err(null_arg("the new datatype"));
         }
@@ -678,7 +678,9 @@ pub unsafe extern "C" fn MPI_Type_dup(oldtype: Handle, newtype: *mut Handle) -> 
         // SAFETY: checked non-null; the caller's contract.
         unsafe { newtype.write(h) };
         Ok(())
-    })
+    });
+    // SAFETY: the caller's contract.
+    unsafe { crate::attributes::after_type_dup(code, oldtype, newtype) }
 }
 
 /// `MPI_Type_commit`.
@@ -710,6 +712,11 @@ pub unsafe extern "C" fn MPI_Type_commit(datatype: *mut Handle) -> c_int {
 /// `datatype` is readable and writable.
 #[no_mangle]
 pub unsafe extern "C" fn MPI_Type_free(datatype: *mut Handle) -> c_int {
+    // SAFETY: the caller's contract.
+    let deleted = unsafe { crate::attributes::before_type_free(datatype) };
+    if deleted != crate::abi::class::SUCCESS {
+        return deleted;
+    }
     call(abi::COMM_WORLD, "MPI_Type_free", |st| {
         if datatype.is_null() {
             return Err(null_arg("the datatype"));

@@ -35,7 +35,7 @@
 //!   (`_c`).
 
 mod arrays;
-mod constructors;
+pub(crate) mod constructors;
 mod envelope;
 mod pack;
 mod queries;

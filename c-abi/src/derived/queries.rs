@@ -14,7 +14,7 @@ use std::ffi::{c_char, c_int, c_void};
 use ch4_core::ErrorKind;
 
 use super::{desc, type_in};
-use crate::abi::{self, class, Handle, MpiStatus};
+use crate::abi::{self, class, Handle};
 use crate::call::{call, null_arg, put, put_string};
 use crate::datatype;
 
@@ -364,58 +364,5 @@ pub unsafe extern "C" fn MPI_Type_get_value_index(
         // SAFETY: checked non-null; the caller's contract.
         unsafe { pair_type.write(h) };
         Ok(())
-    })
-}
-
-/// Sets `status` to say that `count` predefined elements of `datatype` arrived.
-///
-/// # Safety
-/// `status` is writable.
-unsafe fn set_elements(
-    st: &crate::state::State,
-    status: *mut MpiStatus,
-    datatype: Handle,
-    count: i64,
-) -> ch4::Result<()> {
-    if status.is_null() {
-        return Err(null_arg("the status"));
-    }
-    let bytes = super::bytes_of_elements(st, datatype, count)?;
-    // SAFETY: the caller's contract.
-    let s = unsafe { &mut *status };
-    s.internal[0] = bytes as c_int;
-    s.internal[1] = (bytes >> 32) as c_int;
-    Ok(())
-}
-
-/// `MPI_Status_set_elements` (MPI 4.1 section 12.3.1).
-///
-/// # Safety
-/// `status` is writable.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Status_set_elements(
-    status: *mut MpiStatus,
-    datatype: Handle,
-    count: c_int,
-) -> c_int {
-    call(abi::COMM_WORLD, "MPI_Status_set_elements", |st| {
-        // SAFETY: the caller's contract.
-        unsafe { set_elements(st, status, datatype, count.into()) }
-    })
-}
-
-/// `MPI_Status_set_elements_c`.
-///
-/// # Safety
-/// `status` is writable.
-#[no_mangle]
-pub unsafe extern "C" fn MPI_Status_set_elements_c(
-    status: *mut MpiStatus,
-    datatype: Handle,
-    count: i64,
-) -> c_int {
-    call(abi::COMM_WORLD, "MPI_Status_set_elements_c", |st| {
-        // SAFETY: the caller's contract.
-        unsafe { set_elements(st, status, datatype, count) }
     })
 }
