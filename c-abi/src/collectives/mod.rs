@@ -14,6 +14,7 @@
 //! and to nothing else.
 
 mod alltoall;
+mod big_count;
 mod barrier_bcast;
 mod gather;
 mod neighbour;
