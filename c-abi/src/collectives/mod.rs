@@ -14,8 +14,8 @@
 //! and to nothing else.
 
 mod alltoall;
-mod big_count;
 mod barrier_bcast;
+mod big_count;
 mod gather;
 mod neighbour;
 pub(crate) mod nonblocking;

@@ -19,6 +19,9 @@ pub enum Kind {
     Seconds,
     /// An application's floating-point rate (a name ending in `_gflops`): higher is better.
     Gflops,
+    /// The part of a nonblocking operation a computation hid, in % (a name ending in
+    /// `_overlap`): higher is better.
+    Overlap,
     /// Anything else: linear y axis, no claim about which way is better.
     Other,
 }
@@ -33,6 +36,7 @@ impl Kind {
             "mbw_mr" => Kind::MessageRate,
             _ if bench.ends_with("_seconds") => Kind::Seconds,
             _ if bench.ends_with("_gflops") => Kind::Gflops,
+            _ if bench.ends_with("_overlap") => Kind::Overlap,
             _ if bench.contains("lat") => Kind::Latency,
             _ if bench.contains("mr") || bench.contains("rate") => Kind::MessageRate,
             _ if bench.contains("bw") => Kind::Bandwidth,
@@ -49,6 +53,7 @@ impl Kind {
             Kind::MessageRate => format!("message rate (messages/s{scale}) — higher is better"),
             Kind::Seconds => format!("time (s{scale}) — lower is better"),
             Kind::Gflops => format!("GFLOP/s{scale} — higher is better"),
+            Kind::Overlap => format!("overlap (%{scale}) — higher is better"),
             Kind::Other => format!("value{}", if log { " (log scale)" } else { "" }),
         }
     }
@@ -61,6 +66,7 @@ impl Kind {
             Kind::MessageRate => "messages/s, higher is better",
             Kind::Seconds => "s, lower is better",
             Kind::Gflops => "GFLOP/s, higher is better",
+            Kind::Overlap => "%, higher is better",
             Kind::Other => "value",
         }
     }
@@ -75,6 +81,7 @@ impl Kind {
         match self {
             Kind::Latency | Kind::Seconds => "ratio < 1: ch4 is faster",
             Kind::Bandwidth | Kind::MessageRate | Kind::Gflops => "ratio > 1: ch4 is faster",
+            Kind::Overlap => "ratio > 1: ch4 hides more",
             Kind::Other => "",
         }
     }
@@ -387,6 +394,8 @@ mod tests {
         assert_eq!(Kind::of("latency"), Kind::Latency);
         assert_eq!(Kind::of("multi_lat"), Kind::Latency);
         assert_eq!(Kind::of("bw"), Kind::Bandwidth);
+        assert_eq!(Kind::of("iallreduce_overlap"), Kind::Overlap);
+        assert_eq!(Kind::of("iallreduce_latency"), Kind::Latency);
         assert_eq!(Kind::of("bibw"), Kind::Bandwidth);
         assert_eq!(Kind::of("mbw_mr"), Kind::MessageRate);
         assert_eq!(Kind::of("put_latency"), Kind::Latency);
