@@ -7,6 +7,7 @@
 
 use std::ffi::{c_int, c_void};
 
+use super::plans::{array, handles, Block};
 use super::{packed, packed_len, rank_size, scaled, span, type_size, unpack};
 use crate::abi::{self, Handle};
 use crate::buffers::plain;
@@ -34,7 +35,32 @@ pub unsafe extern "C" fn MPI_Alltoallv(
         let c = st.comm(comm)?;
         let id = c.id;
         let (_, size) = rank_size(st, c)?;
-        let (rs, ss) = (type_size(recvtype)?, type_size(sendtype)?);
+        let in_place = sendbuf as usize == abi::IN_PLACE;
+        if type_size(recvtype).is_err() || (!in_place && type_size(sendtype).is_err()) {
+            // Derived datatypes: packed blocks, through the same device all-to-all.
+            let blocks = |buf: *const c_void, counts, displs, dt| -> ch4::Result<Vec<Block>> {
+                // SAFETY: the caller's contract: one entry per member in each array.
+                let (k, d) = unsafe {
+                    (
+                        array(counts, size, "counts")?,
+                        array(displs, size, "displacements")?,
+                    )
+                };
+                (0..size)
+                    .map(|i| Block::displaced(st, buf, d[i], k[i], dt))
+                    .collect()
+            };
+            let recv = blocks(recvbuf, recvcounts, rdispls, recvtype)?;
+            let send = if in_place {
+                None
+            } else {
+                Some(blocks(sendbuf, sendcounts, sdispls, sendtype)?)
+            };
+            // SAFETY: the caller's contract.
+            return unsafe { packed_blocks(st, c, send.as_deref(), &recv) };
+        }
+        let rs = type_size(recvtype)?;
+        let ss = if in_place { rs } else { type_size(sendtype)? };
         // SAFETY: the caller's contract.
         let (rc, rd) = unsafe {
             (
@@ -61,6 +87,51 @@ pub unsafe extern "C" fn MPI_Alltoallv(
             b, id, send, &sc, &sd, recv, &rc, &rd
         ))
     })
+}
+
+/// An all-to-all of blocks of any datatypes: each member's blocks for the others (`send`, or
+/// with `None` what its receive blocks hold, `MPI_IN_PLACE`) packed into one vector, moved by
+/// the device's all-to-all of bytes, and unpacked into `recv`'s blocks. The device sees the
+/// byte counts the predefined path gives it, so members of either path meet.
+///
+/// # Safety
+/// The blocks are the program's, as MPI describes them for the call.
+unsafe fn packed_blocks(
+    st: &crate::state::State,
+    c: crate::state::CommRef,
+    send: Option<&[Block]>,
+    recv: &[Block],
+) -> ch4::Result<()> {
+    let id = c.id;
+    let from = send.unwrap_or(recv);
+    let (mut out, mut sc, mut sd) = (Vec::new(), Vec::new(), Vec::new());
+    for b in from {
+        // SAFETY: the caller's contract.
+        let bytes = unsafe { b.pack(st) }?;
+        sd.push(out.len());
+        sc.push(bytes.len());
+        out.extend_from_slice(&bytes);
+    }
+    let (mut rc, mut rd, mut total) = (Vec::new(), Vec::new(), 0);
+    for b in recv {
+        let len = b.len(st)?;
+        rd.push(total);
+        rc.push(len);
+        total += len;
+    }
+    let mut back = vec![0u8; total];
+    on_device!(st, c.vci, |b| ch4_core::coll::alltoallv(
+        b, id, &out, &sc, &sd, &mut back, &rc, &rd
+    ))?;
+    for (i, b) in recv.iter().enumerate() {
+        if rc[i] == 0 {
+            continue;
+        }
+        // SAFETY: the caller's contract.
+        let mut o = unsafe { b.output(st) }?;
+        o.write_at(0, &back[rd[i]..rd[i] + rc[i]]);
+    }
+    Ok(())
 }
 
 /// `MPI_Alltoall`.
@@ -147,6 +218,50 @@ pub unsafe extern "C" fn MPI_Alltoallw(
     recvtypes: *const Handle,
     comm: Handle,
 ) -> c_int {
+    // Derived datatypes (each block's may differ): packed blocks through the same device
+    // all-to-all, so members that mix derived and predefined types still meet.
+    let derived = |types: *const Handle| {
+        let mut n = 0;
+        // SAFETY: `n` is a valid int to write.
+        let code = unsafe { crate::comm::MPI_Comm_size(comm, &mut n) };
+        code == abi::class::SUCCESS
+            && !types.is_null()
+            // SAFETY: the caller's contract: one type per member.
+            && unsafe { std::slice::from_raw_parts(types, n.max(0) as usize) }
+                .iter()
+                .any(|&t| type_size(t).is_err())
+    };
+    if derived(recvtypes) || (sendbuf as usize != abi::IN_PLACE && derived(sendtypes)) {
+        return call(comm, "MPI_Alltoallw", |st| {
+            let c = st.comm(comm)?;
+            let (_, n) = rank_size(st, c)?;
+            let blocks = |buf: *const c_void,
+                          counts: *const c_int,
+                          displs: *const c_int,
+                          types: *const Handle|
+             -> ch4::Result<Vec<Block>> {
+                // SAFETY: the caller's contract: one entry per member in each array.
+                let (k, d, t) = unsafe {
+                    (
+                        array(counts, n, "counts")?,
+                        array(displs, n, "displacements")?,
+                        handles(types, n, "datatypes")?,
+                    )
+                };
+                (0..n)
+                    .map(|i| Block::at_bytes(buf, d[i], k[i], t[i]))
+                    .collect()
+            };
+            let recv = blocks(recvbuf, recvcounts, rdispls, recvtypes)?;
+            let send = if sendbuf as usize == abi::IN_PLACE {
+                None
+            } else {
+                Some(blocks(sendbuf, sendcounts, sdispls, sendtypes)?)
+            };
+            // SAFETY: the caller's contract.
+            unsafe { packed_blocks(st, c, send.as_deref(), &recv) }
+        });
+    }
     call(comm, "MPI_Alltoallw", |st| {
         let c = st.comm(comm)?;
         let id = c.id;

@@ -118,6 +118,23 @@ pub(super) fn run_blocking(
     })
 }
 
+/// A blocking collective run as its nonblocking form and a wait: the path of the cases the
+/// blocking functions' own code does not take (derived datatypes in reductions and
+/// all-to-all-w, the arguments MPI makes significant only at the root), which the plans
+/// handle in general.
+///
+/// # Safety
+/// `start` is the nonblocking call with the blocking call's arguments.
+pub(crate) unsafe fn via_schedule(start: impl FnOnce(*mut Handle) -> c_int) -> c_int {
+    let mut req = abi::REQUEST_NULL;
+    let code = start(&mut req);
+    if code != abi::class::SUCCESS {
+        return code;
+    }
+    // SAFETY: `req` is the request the call just made; no status is asked for.
+    unsafe { crate::requests::MPI_Wait(&mut req, std::ptr::null_mut()) }
+}
+
 /// Exports a nonblocking collective and its persistent form: the parameters before `comm`,
 /// then a body that makes the plan from them (`$st` the state, `$m` the [`Members`]).
 macro_rules! collective {

@@ -5,12 +5,16 @@
 //! The device reduces, applying the byte-level fold the library hands it (`ops::reduction`),
 //! so the library's part is the buffers: `MPI_IN_PLACE` becomes a copy of the receive buffer,
 //! and `MPI_Reduce_scatter` is a reduction at rank 0 followed by a scatter of its blocks, in a
-//! buffer kept between calls. An operation that does not commute is reduced in rank order
+//! buffer kept between calls. A derived datatype goes the nonblocking form's way (a schedule,
+//! waited for), whose plans fold packed elements with the operation's own layout. An operation that does not commute is reduced in rank order
 //! (`ch4_core::coll::reduce_in_order` when the root is not rank 0; the others keep that
 //! order by construction).
 
 use std::ffi::{c_int, c_void};
 
+use super::nonblocking::{
+    via_schedule, MPI_Iallreduce, MPI_Iexscan, MPI_Ireduce, MPI_Ireduce_scatter, MPI_Iscan,
+};
 use super::{rank_size, scaled};
 use crate::abi::{self, Handle};
 use crate::call::{call, on_device};
@@ -51,6 +55,13 @@ pub unsafe extern "C" fn MPI_Reduce(
     root: c_int,
     comm: Handle,
 ) -> c_int {
+    if datatype::reduce_elem(datatype).is_none() {
+        // A derived datatype: the schedule's plan folds its packed elements.
+        // SAFETY: the caller's contract.
+        return unsafe {
+            via_schedule(|req| MPI_Ireduce(sendbuf, recvbuf, count, datatype, op, root, comm, req))
+        };
+    }
     call(comm, "MPI_Reduce", |st| {
         let c = st.comm(comm)?;
         let id = c.id;
@@ -92,6 +103,12 @@ pub unsafe extern "C" fn MPI_Allreduce(
     op: Handle,
     comm: Handle,
 ) -> c_int {
+    if datatype::reduce_elem(datatype).is_none() {
+        // SAFETY: the caller's contract (as in MPI_Reduce).
+        return unsafe {
+            via_schedule(|req| MPI_Iallreduce(sendbuf, recvbuf, count, datatype, op, comm, req))
+        };
+    }
     call(comm, "MPI_Allreduce", |st| {
         let c = st.comm(comm)?;
         let id = c.id;
@@ -121,6 +138,14 @@ pub unsafe extern "C" fn MPI_Reduce_scatter(
     op: Handle,
     comm: Handle,
 ) -> c_int {
+    if datatype::reduce_elem(datatype).is_none() {
+        // SAFETY: the caller's contract (as in MPI_Reduce).
+        return unsafe {
+            via_schedule(|req| {
+                MPI_Ireduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm, req)
+            })
+        };
+    }
     call(comm, "MPI_Reduce_scatter", |st| {
         let c = st.comm(comm)?;
         let id = c.id;
@@ -238,6 +263,18 @@ unsafe fn prefix(
     comm: Handle,
     inclusive: bool,
 ) -> c_int {
+    if datatype::reduce_elem(datatype).is_none() {
+        // SAFETY: the caller's contract (as in MPI_Reduce).
+        return unsafe {
+            via_schedule(|req| {
+                if inclusive {
+                    MPI_Iscan(sendbuf, recvbuf, count, datatype, op, comm, req)
+                } else {
+                    MPI_Iexscan(sendbuf, recvbuf, count, datatype, op, comm, req)
+                }
+            })
+        };
+    }
     call(comm, func, |st| {
         let c = st.comm(comm)?;
         let id = c.id;

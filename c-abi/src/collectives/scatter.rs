@@ -90,7 +90,13 @@ pub unsafe extern "C" fn MPI_Scatter(
             let c = st.comm(comm)?;
             let id = c.id;
             let (me, size) = rank_size(st, c)?;
-            let block = packed_len(st, recvcount, recvtype)?;
+            // The root's block size is its send block's (with MPI_IN_PLACE its receive
+            // arguments are not significant); elsewhere the send arguments are not.
+            let block = if me == root {
+                packed_len(st, sendcount, sendtype)?
+            } else {
+                packed_len(st, recvcount, recvtype)?
+            };
             let all = if me == root {
                 // SAFETY: the caller's contract: the root's send buffer.
                 unsafe {
