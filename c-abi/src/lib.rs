@@ -35,7 +35,9 @@
 //! - `probe`: `MPI_Probe`, `MPI_Iprobe`, the matched probes and their receives, `MPI_Cancel`,
 //!   `MPI_Test_cancelled`.
 //! - `collectives`: barrier, broadcast, reductions and prefix reductions, gathers, scatters,
-//!   all-to-all.
+//!   all-to-all, blocking and with their `_c` forms; nonblocking and persistent ones
+//!   (`nonblocking`, on plans that build the device's schedules, `plans`) and the
+//!   neighbourhood collectives (`neighbour`).
 //! - `comm`: `MPI_Comm_rank`, `_size`, `_dup`, `_split`, `_create`, `_create_group`,
 //!   `_compare`, `_free`.
 //! - `attributes`: caching — attribute keys and the attributes of communicators and
