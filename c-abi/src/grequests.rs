@@ -204,9 +204,14 @@ pub(crate) fn peek(st: &State, i: usize) -> ch4::Result<Option<Status>> {
 }
 
 /// `MPI_Request_free` of request `i`: `free_fn` now if it is complete, else when
-/// `MPI_Grequest_complete` comes.
+/// `MPI_Grequest_complete` comes. A flush has nothing to clean up: it goes at once, its
+/// messages leaving in the background as any buffered send's do.
 pub(crate) fn free(st: &State, i: usize) -> ch4::Result<()> {
-    if done(st, i)? {
+    let flush = st
+        .grequests
+        .with(i, |g| matches!(g.kind, Kind::Flush { .. }))
+        .ok_or_else(gone)?;
+    if flush || done(st, i)? {
         let g = st.grequests.remove(i).ok_or_else(gone)?;
         return match free_fn(g.kind) {
             None => Ok(()),
@@ -285,11 +290,17 @@ pub extern "C" fn MPI_Grequest_complete(request: Handle) -> c_int {
         };
         let freed = st
             .grequests
-            .with(i, |g| {
-                g.complete = true;
-                g.freed
+            .with(i, |g| match g.kind {
+                Kind::Program { .. } => {
+                    g.complete = true;
+                    Ok(g.freed)
+                }
+                Kind::Flush { .. } => Err(ch4::Error::new(
+                    ErrorKind::Request,
+                    "a request of MPI_Buffer_iflush is the library's to complete",
+                )),
             })
-            .ok_or_else(gone)?;
+            .ok_or_else(gone)??;
         if freed {
             let g = st.grequests.remove(i).ok_or_else(gone)?;
             if let Some(k) = free_fn(g.kind) {
