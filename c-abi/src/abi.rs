@@ -320,6 +320,29 @@ pub enum Req {
     Device(DevReq),
     /// A persistent request: its index in the library's table.
     Persistent(usize),
+    /// A generalized request (`MPI_Grequest_start`, and the library's own, `MPI_Buffer_iflush`):
+    /// its index in the library's table (see `grequests`).
+    Generalized(usize),
+    /// A partitioned request (`MPI_Psend_init`, `MPI_Precv_init`): its index in the library's
+    /// table (see `pt2pt::partitioned`).
+    Partitioned(usize),
+}
+
+/// The kinds of the library's own requests that are not the device's nor persistent
+/// point-to-point ones: a bit of their own under [`PERSISTENT_BIT`], so that the completion
+/// functions' first test (the device's kind) is the same one test it was.
+const GREQUEST_BIT: u64 = 1 << 60;
+/// See [`GREQUEST_BIT`].
+const PARTITIONED_BIT: u64 = 1 << 59;
+
+/// The C handle of generalized request `i`.
+pub fn grequest_out(i: usize) -> Handle {
+    (i as u64 | PERSISTENT_BIT | GREQUEST_BIT) as Handle
+}
+
+/// The C handle of partitioned request `i`.
+pub fn partitioned_out(i: usize) -> Handle {
+    (i as u64 | PERSISTENT_BIT | PARTITIONED_BIT) as Handle
 }
 
 /// The C handle of persistent request `i`.
@@ -345,7 +368,13 @@ pub fn req_in(h: Handle) -> Result<Req, ()> {
     if let Some(r) = device_request(h) {
         Ok(Req::Device(r))
     } else if raw & PERSISTENT_BIT != 0 {
-        Ok(Req::Persistent((raw & !PERSISTENT_BIT) as usize))
+        let index = (raw & !(PERSISTENT_BIT | GREQUEST_BIT | PARTITIONED_BIT)) as usize;
+        Ok(match raw & (GREQUEST_BIT | PARTITIONED_BIT) {
+            0 => Req::Persistent(index),
+            GREQUEST_BIT => Req::Generalized(index),
+            PARTITIONED_BIT => Req::Partitioned(index),
+            _ => return Err(()),
+        })
     } else if h == REQUEST_NULL {
         Ok(Req::Null)
     } else {
@@ -420,6 +449,8 @@ mod tests {
         }
         assert_eq!(req_in(REQUEST_NULL), Ok(Req::Null));
         assert_eq!(req_in(persistent_out(3)), Ok(Req::Persistent(3)));
+        assert_eq!(req_in(grequest_out(3)), Ok(Req::Generalized(3)));
+        assert_eq!(req_in(partitioned_out(3)), Ok(Req::Partitioned(3)));
         assert_eq!(req_in(0x1234), Err(()));
     }
 

@@ -72,3 +72,60 @@ pub(crate) unsafe fn rbuf(
         None => unsafe { derived::recv_buf(st, buf.cast(), count, dt) },
     }
 }
+
+/// The byte length of `count` elements of `dt` when they are plain bytes, for the `_c` forms'
+/// `MPI_Count`: a count beyond what a buffer can hold (more bytes than `isize::MAX`, the
+/// largest a slice may span) is `MPI_ERR_COUNT`, never a length cut to fit.
+fn plain_len_big(count: i64, dt: Handle) -> ch4::Result<Option<usize>> {
+    let too_many = || {
+        ch4::Error::new(
+            ch4_core::ErrorKind::Count,
+            format!("count {count} is negative, or more bytes than a buffer can hold"),
+        )
+    };
+    let n = usize::try_from(count).map_err(|_| too_many())?;
+    match datatype::size_of(dt) {
+        Some(size) => match n.checked_mul(size) {
+            Some(len) if len <= isize::MAX as usize => Ok(Some(len)),
+            _ => Err(too_many()),
+        },
+        None if n == 0 && dt == abi::DATATYPE_NULL => Ok(Some(0)),
+        None => Ok(None),
+    }
+}
+
+/// [`sbuf`] of an `MPI_Count` of elements (the `_c` forms).
+///
+/// # Safety
+/// As [`sbuf`].
+pub(crate) unsafe fn sbuf_big(
+    st: &State,
+    buf: *const c_void,
+    count: i64,
+    dt: Handle,
+) -> ch4::Result<SendBuf> {
+    match plain_len_big(count, dt)? {
+        // SAFETY: the caller's contract, as in `sbuf`.
+        Some(len) => Ok(unsafe { SendBuf::borrowed(raw(buf, len)?) }),
+        // SAFETY: the caller's contract.
+        None => unsafe { derived::send_buf_big(st, buf.cast(), count, dt) },
+    }
+}
+
+/// [`rbuf`] of an `MPI_Count` of elements (the `_c` forms).
+///
+/// # Safety
+/// As [`rbuf`].
+pub(crate) unsafe fn rbuf_big(
+    st: &State,
+    buf: *mut c_void,
+    count: i64,
+    dt: Handle,
+) -> ch4::Result<RecvBuf> {
+    match plain_len_big(count, dt)? {
+        // SAFETY: the caller's contract, as in `rbuf`.
+        Some(len) => Ok(unsafe { RecvBuf::borrowed(raw_mut(buf, len)?) }),
+        // SAFETY: the caller's contract.
+        None => unsafe { derived::recv_buf_big(st, buf.cast(), count, dt) },
+    }
+}

@@ -30,6 +30,8 @@
 //!   `MPI_Request_get_status`).
 //! - `request_sets`: `MPI_Waitall`, `MPI_Testall`, `MPI_Waitany`, `MPI_Testany`,
 //!   `MPI_Waitsome`, `MPI_Testsome`.
+//! - `grequests`: generalized requests (`MPI_Grequest_start`, `MPI_Grequest_complete`) and
+//!   their callbacks, and the library's own requests of that kind (`MPI_Buffer_iflush`).
 //! - `status`: `MPI_Get_count`, `MPI_Get_elements` and their `_x`/`_c` forms, the status
 //!   accessors and setters, `MPI_Aint_add` and `MPI_Aint_diff`.
 //! - `probe`: `MPI_Probe`, `MPI_Iprobe`, the matched probes and their receives, `MPI_Cancel`,
@@ -77,6 +79,7 @@ mod datatype;
 mod derived;
 mod environment;
 mod errors;
+mod grequests;
 mod groups;
 mod info;
 mod not_implemented;

@@ -27,10 +27,73 @@ pub(crate) type UserFunction = unsafe extern "C" fn(
     dt: *mut Handle,
 );
 
+/// The C type of a program's operation of the big-count form (`MPI_User_function_c`, given
+/// to `MPI_Op_create_c`): its length is an `MPI_Count`.
+pub(crate) type UserFunctionC =
+    unsafe extern "C" fn(invec: *mut c_void, inoutvec: *mut c_void, len: *mut i64, dt: *mut Handle);
+
+/// A program's function, of either form.
+#[derive(Clone, Copy)]
+enum Function {
+    /// `MPI_User_function` (`MPI_Op_create`).
+    Int(UserFunction),
+    /// `MPI_User_function_c` (`MPI_Op_create_c`).
+    Big(UserFunctionC),
+}
+
+impl Function {
+    /// Computes `inoutvec[i] = invec[i] op inoutvec[i]` for `len` elements of `dt`, element
+    /// `i` at byte `i × stride` of each vector. The int form is called on pieces of at most
+    /// `INT_MAX` elements, so that a length beyond an int is never cut.
+    ///
+    /// # Safety
+    /// Both vectors hold `len` elements of `dt` at that stride, `inoutvec` writable and
+    /// `invec` only read, as the standard's rule for the function says (MPI 4.1, 6.9.5).
+    unsafe fn apply(
+        self,
+        invec: *mut c_void,
+        inoutvec: *mut c_void,
+        len: usize,
+        stride: isize,
+        dt: Handle,
+    ) {
+        let mut dt = dt;
+        match self {
+            Function::Big(f) => {
+                let mut n = len as i64;
+                // SAFETY: the caller's contract.
+                unsafe { f(invec, inoutvec, &mut n, &mut dt) };
+            }
+            Function::Int(f) => {
+                let mut done = 0usize;
+                while done < len || len == 0 {
+                    let piece = (len - done).min(c_int::MAX as usize);
+                    let mut n = piece as c_int;
+                    let at = (done as isize).wrapping_mul(stride);
+                    // SAFETY: the caller's contract: elements `done..done + piece` of both
+                    // vectors, at `at` bytes from their starts.
+                    unsafe {
+                        f(
+                            invec.cast::<u8>().wrapping_offset(at).cast(),
+                            inoutvec.cast::<u8>().wrapping_offset(at).cast(),
+                            &mut n,
+                            &mut dt,
+                        )
+                    };
+                    done += piece;
+                    if len == 0 {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// An operation the program created.
 #[derive(Clone, Copy)]
 pub(crate) struct UserOp {
-    function: UserFunction,
+    function: Function,
     commutes: bool,
 }
 
@@ -73,18 +136,18 @@ pub(crate) fn reduction(st: &State, op_h: Handle, dt: Handle) -> ch4::Result<(Fo
     let mut copy: Vec<u8> = Vec::new();
     let fold = move |acc: &mut [u8], other: &[u8]| {
         let n = acc.len().min(other.len());
-        let mut len = c_int::try_from(n / elem).unwrap_or(c_int::MAX);
-        let mut dt = dt;
+        let len = n / elem;
         if user.commutes {
-            // SAFETY: the program gave MPI_Op_create a function of MPI_User_function's type;
-            // both vectors hold `len` elements of `dt`, `inoutvec` is written, `invec` only
-            // read (the standard's rule for the function), and both outlive the call.
+            // SAFETY: the program gave MPI_Op_create a function of its type; both vectors
+            // hold `len` elements of `dt`, `inoutvec` is written, `invec` only read (the
+            // standard's rule for the function), and both outlive the call.
             unsafe {
-                (user.function)(
+                user.function.apply(
                     other.as_ptr().cast_mut().cast(),
                     acc.as_mut_ptr().cast(),
-                    &mut len,
-                    &mut dt,
+                    len,
+                    elem as isize,
+                    dt,
                 )
             };
         } else {
@@ -92,11 +155,12 @@ pub(crate) fn reduction(st: &State, op_h: Handle, dt: Handle) -> ch4::Result<(Fo
             copy.extend_from_slice(&other[..n]);
             // SAFETY: as above, with `copy` (a private copy of `other`) written.
             unsafe {
-                (user.function)(
+                user.function.apply(
                     acc.as_mut_ptr().cast(),
                     copy.as_mut_ptr().cast(),
-                    &mut len,
-                    &mut dt,
+                    len,
+                    elem as isize,
+                    dt,
                 )
             };
             acc[..n].copy_from_slice(&copy);
@@ -112,7 +176,7 @@ pub(crate) fn reduction(st: &State, op_h: Handle, dt: Handle) -> ch4::Result<(Fo
 /// packed back.
 fn derived_reduction(st: &State, user: UserOp, dt: Handle) -> ch4::Result<Fold> {
     let d = crate::derived::desc(st, dt)?;
-    let (ty, size) = (d.ty.clone(), d.size);
+    let (ty, size, extent) = (d.ty.clone(), d.size, d.extent);
     if size == 0 {
         return Ok(Box::new(|_: &mut [u8], _: &[u8]| {}));
     }
@@ -155,8 +219,6 @@ fn derived_reduction(st: &State, user: UserOp, dt: Handle) -> ch4::Result<Fold> 
         };
         unpack(acc, &mut a);
         unpack(other, &mut b);
-        let mut len = c_int::try_from(n).unwrap_or(c_int::MAX);
-        let mut dt = dt;
         // The function computes `invec op inoutvec` into `inoutvec`: for `acc op other`,
         // `acc` is the first operand when the operation does not commute.
         let (invec, inout) = if user.commutes {
@@ -170,11 +232,12 @@ fn derived_reduction(st: &State, user: UserOp, dt: Handle) -> ch4::Result<Fold> 
         // touches nothing outside them), `inoutvec` is written and `invec` only read, and
         // both outlive the call.
         unsafe {
-            (user.function)(
+            user.function.apply(
                 invec.as_mut_ptr().wrapping_offset(-low).cast(),
                 inout.as_mut_ptr().wrapping_offset(-low).cast(),
-                &mut len,
-                &mut dt,
+                n,
+                extent,
+                dt,
             )
         };
         let result: &Vec<u8> = inout;
@@ -200,18 +263,51 @@ pub unsafe extern "C" fn MPI_Op_create(
     op: *mut Handle,
 ) -> c_int {
     call(abi::COMM_WORLD, "MPI_Op_create", |st| {
-        let function = user_fn.ok_or_else(|| null_arg("the user function"))?;
-        if op.is_null() {
-            return Err(null_arg("the operation"));
-        }
-        let i = st.ops.insert(UserOp {
-            function,
-            commutes: commute != 0,
-        });
-        // SAFETY: checked non-null; the caller's contract.
-        unsafe { op.write(op_out(i)) };
-        Ok(())
+        let function = Function::Int(user_fn.ok_or_else(|| null_arg("the user function"))?);
+        // SAFETY: the caller's contract.
+        unsafe { op_create(st, function, commute, op) }
     })
+}
+
+/// `MPI_Op_create_c`: an operation whose function takes an `MPI_Count` length
+/// (`MPI_User_function_c`).
+///
+/// # Safety
+/// `user_fn` is a function of `MPI_User_function_c`'s type (or null, which is refused); `op`
+/// is writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Op_create_c(
+    user_fn: Option<UserFunctionC>,
+    commute: c_int,
+    op: *mut Handle,
+) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Op_create_c", |st| {
+        let function = Function::Big(user_fn.ok_or_else(|| null_arg("the user function"))?);
+        // SAFETY: the caller's contract.
+        unsafe { op_create(st, function, commute, op) }
+    })
+}
+
+/// Adds the program's operation; its handle goes through `op`.
+///
+/// # Safety
+/// `op` is null or writable.
+unsafe fn op_create(
+    st: &State,
+    function: Function,
+    commute: c_int,
+    op: *mut Handle,
+) -> ch4::Result<()> {
+    if op.is_null() {
+        return Err(null_arg("the operation"));
+    }
+    let i = st.ops.insert(UserOp {
+        function,
+        commutes: commute != 0,
+    });
+    // SAFETY: checked non-null; the caller's contract.
+    unsafe { op.write(op_out(i)) };
+    Ok(())
 }
 
 /// `MPI_Op_free`: frees an operation the program created and sets the handle to
@@ -275,25 +371,71 @@ pub unsafe extern "C" fn MPI_Reduce_local(
 ) -> c_int {
     call(abi::COMM_WORLD, "MPI_Reduce_local", |st| {
         // SAFETY: the caller's contract.
-        let input = unsafe { datatype::reduce_in(inbuf, count, datatype) }?;
-        // SAFETY: the caller's contract.
-        let inout = unsafe { datatype::reduce_out(inoutbuf, count, datatype) }?;
-        if let Some(user) = user_op(st, op)? {
-            let mut len = count;
-            let mut dt = datatype;
-            // SAFETY: as in `reduction`: the program's MPI_User_function on its own buffers.
-            unsafe {
-                (user.function)(
-                    input.as_ptr().cast_mut().cast(),
-                    inout.as_mut_ptr().cast(),
-                    &mut len,
-                    &mut dt,
-                )
-            };
-            return Ok(());
-        }
-        // Every predefined operation commutes: in op inout = inout op in.
-        datatype::reduction(op, datatype)?(inout, input);
-        Ok(())
+        unsafe { reduce_local(st, inbuf, inoutbuf, i64::from(count), datatype, op) }
     })
+}
+
+/// `MPI_Reduce_local_c`: `MPI_Reduce_local` of an `MPI_Count` of elements.
+///
+/// # Safety
+/// As `MPI_Reduce_local`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Reduce_local_c(
+    inbuf: *const c_void,
+    inoutbuf: *mut c_void,
+    count: i64,
+    datatype: Handle,
+    op: Handle,
+) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Reduce_local_c", |st| {
+        // SAFETY: the caller's contract.
+        unsafe { reduce_local(st, inbuf, inoutbuf, count, datatype, op) }
+    })
+}
+
+/// The body of `MPI_Reduce_local` for either form's count: a count whose bytes no buffer can
+/// hold is `MPI_ERR_COUNT`.
+///
+/// # Safety
+/// As `MPI_Reduce_local`.
+unsafe fn reduce_local(
+    st: &State,
+    inbuf: *const c_void,
+    inoutbuf: *mut c_void,
+    count: i64,
+    datatype: Handle,
+    op: Handle,
+) -> ch4::Result<()> {
+    let elem = datatype::reduce_elem(datatype).ok_or_else(|| datatype::bad_type(datatype))?;
+    let n = usize::try_from(count)
+        .map_err(|_| ch4::Error::new(ErrorKind::Count, format!("count {count} is negative")))?;
+    let len = n
+        .checked_mul(elem)
+        .filter(|&l| l <= isize::MAX as usize)
+        .ok_or_else(|| {
+            ch4::Error::new(
+                ErrorKind::Count,
+                format!("count {count} is more bytes than a buffer can hold"),
+            )
+        })?;
+    // SAFETY: the caller's contract: `count` elements of `elem` bytes each.
+    let input = unsafe { datatype::raw(inbuf, len) }?;
+    // SAFETY: as above, writable.
+    let inout = unsafe { datatype::raw_mut(inoutbuf, len) }?;
+    if let Some(user) = user_op(st, op)? {
+        // SAFETY: as in `reduction`: the program's function on its own buffers.
+        unsafe {
+            user.function.apply(
+                input.as_ptr().cast_mut().cast(),
+                inout.as_mut_ptr().cast(),
+                n,
+                elem as isize,
+                datatype,
+            )
+        };
+        return Ok(());
+    }
+    // Every predefined operation commutes: in op inout = inout op in.
+    datatype::reduction(op, datatype)?(inout, input);
+    Ok(())
 }

@@ -173,29 +173,63 @@ pub unsafe extern "C" fn MPI_Mrecv(
     status: *mut MpiStatus,
 ) -> c_int {
     call(abi::COMM_WORLD, "MPI_Mrecv", |st| {
-        if message.is_null() {
-            return Err(null_arg("the message"));
-        }
         // SAFETY: the caller's contract; the receive completes before this returns.
         let b = unsafe { crate::buffers::rbuf(st, buf, count, datatype) }?;
         // SAFETY: the caller's contract.
-        let (msg, vci) = take_message(st, unsafe { message.read() })?;
-        let got = on_device!(st, vci, |bl| {
-            let h = bl.visit(|d| d.imrecv(msg, b))?;
-            Ok::<_, ch4::Error>(Blocking::wait_or_abandon(bl, h))
-        })?;
-        // SAFETY: the caller's contract.
-        unsafe { message.write(abi::MESSAGE_NULL) };
-        let s = match &got {
-            Ok(s) => Some(*s),
-            Err(e) => e.status().copied(),
-        };
-        if let Some(s) = s {
-            // SAFETY: the caller's contract.
-            unsafe { MpiStatus::put(status, &s) };
-        }
-        got.map(drop)
+        unsafe { mrecv(st, b, message, status) }
     })
+}
+
+/// `MPI_Mrecv_c`: `MPI_Mrecv` of an `MPI_Count` of elements.
+///
+/// # Safety
+/// As `MPI_Mrecv`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Mrecv_c(
+    buf: *mut c_void,
+    count: i64,
+    datatype: Handle,
+    message: *mut Handle,
+    status: *mut MpiStatus,
+) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Mrecv_c", |st| {
+        // SAFETY: the caller's contract; the receive completes before this returns.
+        let b = unsafe { crate::buffers::rbuf_big(st, buf, count, datatype) }?;
+        // SAFETY: the caller's contract.
+        unsafe { mrecv(st, b, message, status) }
+    })
+}
+
+/// The body of `MPI_Mrecv` into a buffer made from either form's count.
+///
+/// # Safety
+/// `message` is null or readable and writable; `status` null or writable.
+unsafe fn mrecv(
+    st: &State,
+    b: ch4_core::buffer::RecvBuf,
+    message: *mut Handle,
+    status: *mut MpiStatus,
+) -> ch4::Result<()> {
+    if message.is_null() {
+        return Err(null_arg("the message"));
+    }
+    // SAFETY: the caller's contract.
+    let (msg, vci) = take_message(st, unsafe { message.read() })?;
+    let got = on_device!(st, vci, |bl| {
+        let h = bl.visit(|d| d.imrecv(msg, b))?;
+        Ok::<_, ch4::Error>(Blocking::wait_or_abandon(bl, h))
+    })?;
+    // SAFETY: the caller's contract.
+    unsafe { message.write(abi::MESSAGE_NULL) };
+    let s = match &got {
+        Ok(s) => Some(*s),
+        Err(e) => e.status().copied(),
+    };
+    if let Some(s) = s {
+        // SAFETY: the caller's contract.
+        unsafe { MpiStatus::put(status, &s) };
+    }
+    got.map(drop)
 }
 
 /// `MPI_Imrecv`: the message handle becomes `MPI_MESSAGE_NULL`.
@@ -212,21 +246,55 @@ pub unsafe extern "C" fn MPI_Imrecv(
     request: *mut Handle,
 ) -> c_int {
     call(abi::COMM_WORLD, "MPI_Imrecv", |st| {
-        if message.is_null() || request.is_null() {
-            return Err(null_arg("the message or the request"));
-        }
         // SAFETY: the caller's contract: the buffer is the request's alone until it completes.
         let rbuf = unsafe { crate::buffers::rbuf(st, buf, count, datatype) }?;
         // SAFETY: the caller's contract.
-        let (msg, vci) = take_message(st, unsafe { message.read() })?;
-        let h = st.device(vci)?.imrecv(msg, rbuf)?;
-        // SAFETY: checked non-null; the caller's contract.
-        unsafe {
-            message.write(abi::MESSAGE_NULL);
-            request.write(abi::request_out(DevReq::new(h, vci)));
-        }
-        Ok(())
+        unsafe { imrecv(st, rbuf, message, request) }
     })
+}
+
+/// `MPI_Imrecv_c`: `MPI_Imrecv` of an `MPI_Count` of elements.
+///
+/// # Safety
+/// As `MPI_Imrecv`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Imrecv_c(
+    buf: *mut c_void,
+    count: i64,
+    datatype: Handle,
+    message: *mut Handle,
+    request: *mut Handle,
+) -> c_int {
+    call(abi::COMM_WORLD, "MPI_Imrecv_c", |st| {
+        // SAFETY: the caller's contract: the buffer is the request's alone until it completes.
+        let rbuf = unsafe { crate::buffers::rbuf_big(st, buf, count, datatype) }?;
+        // SAFETY: the caller's contract.
+        unsafe { imrecv(st, rbuf, message, request) }
+    })
+}
+
+/// The body of `MPI_Imrecv` into a buffer made from either form's count.
+///
+/// # Safety
+/// `message` is null or readable and writable; `request` null or writable.
+unsafe fn imrecv(
+    st: &State,
+    rbuf: ch4_core::buffer::RecvBuf,
+    message: *mut Handle,
+    request: *mut Handle,
+) -> ch4::Result<()> {
+    if message.is_null() || request.is_null() {
+        return Err(null_arg("the message or the request"));
+    }
+    // SAFETY: the caller's contract.
+    let (msg, vci) = take_message(st, unsafe { message.read() })?;
+    let h = st.device(vci)?.imrecv(msg, rbuf)?;
+    // SAFETY: checked non-null; the caller's contract.
+    unsafe {
+        message.write(abi::MESSAGE_NULL);
+        request.write(abi::request_out(DevReq::new(h, vci)));
+    }
+    Ok(())
 }
 
 /// `MPI_Cancel`: the request must still be completed; `MPI_Test_cancelled` on its status
@@ -243,6 +311,8 @@ pub unsafe extern "C" fn MPI_Cancel(request: *mut Handle) -> c_int {
         // SAFETY: the caller's contract.
         let c = unsafe { request.read() };
         let r = match decode(c)? {
+            Req::Generalized(i) => return crate::grequests::cancel(st, i),
+            Req::Partitioned(i) => return crate::pt2pt::partitioned::cancel(st, i),
             Req::Device(r) => Some(r),
             Req::Persistent(i) => {
                 st.with_persistent(i, |p| p.active.map(|h| DevReq::new(h, p.vci)))?

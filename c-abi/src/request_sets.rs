@@ -11,11 +11,13 @@ use std::ffi::c_int;
 
 use ch4_core::{ErrorKind, Status};
 
-use crate::abi::{self, class, Handle, MpiStatus, Req};
+use crate::abi::{self, class, Handle, MpiStatus};
 use crate::call::{call, hot_call, null_arg, put};
 use crate::datatype;
 use crate::errors;
-use crate::requests::{after, complete, complete_at, decode, device_of, status_error, INACTIVE};
+use crate::requests::{
+    active, after, complete, complete_at, decode, peek_req, status_error, INACTIVE,
+};
 use crate::state::State;
 
 /// Completes every request of `requests` (`test`: only if all are complete), filling
@@ -46,10 +48,7 @@ unsafe fn complete_all<const MT: bool>(
     if test {
         st.progress()?;
         for &req in &decoded {
-            let Some(r) = device_of(st, req)? else {
-                continue;
-            };
-            if !st.device(r.vci())?.is_done(r.handle())? {
+            if let Some(None) = peek_req(st, req)? {
                 return Ok(false);
             }
         }
@@ -168,14 +167,14 @@ pub unsafe extern "C" fn MPI_Waitany(
             // SAFETY: the caller's contract: `n` handles.
             unsafe { std::slice::from_raw_parts_mut(array_of_requests, n) }
         };
-        let mut active = Vec::new();
+        let mut live = Vec::new();
         for (i, &c) in reqs.iter().enumerate() {
             let req = decode(c)?;
-            if device_of(st, req)?.is_some() {
-                active.push((i, req));
+            if active(st, req)? {
+                live.push((i, req));
             }
         }
-        if active.is_empty() {
+        if live.is_empty() {
             // SAFETY: the caller's contract.
             unsafe {
                 put(index, abi::UNDEFINED);
@@ -185,7 +184,7 @@ pub unsafe extern "C" fn MPI_Waitany(
         }
         let mut idle = 0u32;
         loop {
-            for &(i, req) in &active {
+            for &(i, req) in &live {
                 if let Some(done) = complete(st, req, false)? {
                     reqs[i] = after(req, reqs[i]);
                     // SAFETY: the caller's contract.
@@ -216,11 +215,6 @@ unsafe fn requests<'a>(count: c_int, reqs: *mut Handle) -> ch4::Result<&'a mut [
     }
     // SAFETY: the caller's contract.
     Ok(unsafe { std::slice::from_raw_parts_mut(reqs, n) })
-}
-
-/// Whether `req` is active (a device request, or a started persistent one).
-fn active(st: &State, req: Req) -> ch4::Result<bool> {
-    Ok(device_of(st, req)?.is_some())
 }
 
 /// Completes whatever of `reqs` is done (`blocking`: at least one, waiting for it), writing

@@ -67,6 +67,8 @@ pub(crate) fn complete_at<const MT: bool>(
     // A device request, almost every one, with one test of the kind.
     let (r, persistent) = match req {
         Req::Device(r) => (r, None),
+        Req::Generalized(i) => return crate::grequests::complete(st, i, blocking),
+        Req::Partitioned(i) => return crate::pt2pt::partitioned::complete(st, i, blocking),
         other => match device_of(st, other)? {
             Some(r) => (r, Some(other)),
             None => return Ok(Some(INACTIVE)),
@@ -85,22 +87,52 @@ pub(crate) fn complete_at<const MT: bool>(
 }
 
 /// The device request behind `req`: `None` for an inactive one (null, or a persistent
-/// request not started).
+/// request not started) and for the library's requests that are not one device request
+/// (generalized and partitioned: see [`active`] and [`peek_req`]).
 #[inline(always)]
 pub(crate) fn device_of(st: &State, req: Req) -> ch4::Result<Option<DevReq>> {
     Ok(match req {
-        Req::Null => None,
+        Req::Null | Req::Generalized(_) | Req::Partitioned(_) => None,
         Req::Device(r) => Some(r),
         Req::Persistent(i) => st.with_persistent(i, |p| p.active.map(|h| DevReq::new(h, p.vci)))?,
     })
 }
 
-/// What a completed request's handle becomes: `MPI_REQUEST_NULL`, except a persistent
-/// request's, which stays (inactive) until freed.
+/// Whether `req` is active: a device request, a started persistent or partitioned one, or a
+/// generalized request not yet completed by a wait or a test.
+pub(crate) fn active(st: &State, req: Req) -> ch4::Result<bool> {
+    match req {
+        Req::Generalized(_) => Ok(true),
+        Req::Partitioned(i) => crate::pt2pt::partitioned::active(st, i),
+        other => Ok(device_of(st, other)?.is_some()),
+    }
+}
+
+/// Where `req` stands without completing it: `None` when it is inactive, else its status once
+/// it is complete (a generalized request's from its `query_fn`).
+pub(crate) fn peek_req(st: &State, req: Req) -> ch4::Result<Option<Option<Status>>> {
+    match req {
+        Req::Generalized(i) => Ok(Some(crate::grequests::peek(st, i)?)),
+        Req::Partitioned(i) => crate::pt2pt::partitioned::peek(st, i),
+        other => {
+            let Some(r) = device_of(st, other)? else {
+                return Ok(None);
+            };
+            let dev = st.device(r.vci())?;
+            if !dev.is_done(r.handle())? {
+                return Ok(Some(None));
+            }
+            Ok(Some(Some(dev.peek_status(r.handle()).unwrap_or(INACTIVE))))
+        }
+    }
+}
+
+/// What a completed request's handle becomes: `MPI_REQUEST_NULL`, except a persistent or
+/// partitioned request's, which stays (inactive) until freed.
 #[inline(always)]
 pub(crate) fn after(req: Req, c: Handle) -> Handle {
     match req {
-        Req::Persistent(_) => c,
+        Req::Persistent(_) | Req::Partitioned(_) => c,
         _ => abi::REQUEST_NULL,
     }
 }
@@ -257,6 +289,8 @@ pub unsafe extern "C" fn MPI_Request_free(request: *mut Handle) -> c_int {
                 ))
             }
             Req::Device(r) => st.detach(r),
+            Req::Generalized(i) => crate::grequests::free(st, i)?,
+            Req::Partitioned(i) => crate::pt2pt::partitioned::free(st, i)?,
             Req::Persistent(i) => {
                 let p = st.persistent.remove(i).ok_or_else(|| {
                     ch4::Error::new(ErrorKind::Request, "a persistent request that was freed")
@@ -284,24 +318,21 @@ pub unsafe extern "C" fn MPI_Request_get_status(
     status: *mut MpiStatus,
 ) -> c_int {
     call(abi::COMM_WORLD, "MPI_Request_get_status", |st| {
-        let Some(r) = device_of(st, decode(request)?)? else {
-            // SAFETY: the caller's contract.
-            unsafe {
-                put(flag, 1);
-                MpiStatus::put(status, &INACTIVE);
-            }
-            return Ok(());
+        let req = decode(request)?;
+        if let Some(r) = device_of(st, req)? {
+            st.device(r.vci())?.progress()?;
+        } else {
+            st.progress()?;
+        }
+        let (done, s) = match peek_req(st, req)? {
+            None => (true, Some(INACTIVE)),
+            Some(s) => (s.is_some(), s),
         };
-        let mut dev = st.device(r.vci())?;
-        dev.progress()?;
-        let done = dev.is_done(r.handle())?;
         // SAFETY: the caller's contract.
         unsafe { put(flag, c_int::from(done)) };
-        if done {
-            if let Some(s) = dev.peek_status(r.handle()) {
-                // SAFETY: the caller's contract.
-                unsafe { MpiStatus::put(status, &s) };
-            }
+        if let Some(s) = s {
+            // SAFETY: the caller's contract.
+            unsafe { MpiStatus::put(status, &s) };
         }
         Ok(())
     })
@@ -310,21 +341,20 @@ pub unsafe extern "C" fn MPI_Request_get_status(
 /// Where request `c` stands without completing it: `None` when it is inactive (null, or a
 /// persistent one not started), else its status once it is complete.
 fn peek(st: &State, c: Handle) -> ch4::Result<Option<Option<Status>>> {
-    let Some(r) = device_of(st, decode(c)?)? else {
-        return Ok(None);
-    };
-    let dev = st.device(r.vci())?;
-    if !dev.is_done(r.handle())? {
-        return Ok(Some(None));
-    }
-    Ok(Some(Some(dev.peek_status(r.handle()).unwrap_or(INACTIVE))))
+    peek_req(st, decode(c)?)
 }
 
-/// One progress step on every VCI that `reqs` use (and VCI 0), before they are looked at.
+/// One progress step on every VCI that `reqs` use (and VCI 0), before they are looked at
+/// (every VCI when one is the library's own kind, whose messages may be on any).
 fn progress_for(st: &State, reqs: &[Handle]) -> ch4::Result<()> {
     let mut vcis = vec![0usize];
     for &c in reqs {
-        if let Some(r) = device_of(st, decode(c)?)? {
+        let req = decode(c)?;
+        if matches!(req, Req::Generalized(_) | Req::Partitioned(_)) {
+            st.progress()?;
+            return Ok(());
+        }
+        if let Some(r) = device_of(st, req)? {
             if !vcis.contains(&r.vci()) {
                 vcis.push(r.vci());
             }

@@ -52,10 +52,13 @@ pub(crate) struct CommSlot {
 pub(crate) struct Persistent {
     /// The send mode; `None` for a receive.
     pub send: Option<ch4_core::SendMode>,
+    /// A buffered send (`MPI_Bsend_init`): each start copies the data into the attached
+    /// buffer's account, as `MPI_Ibsend` does.
+    pub buffered: bool,
     /// The buffer's address (the program keeps it valid while the request is active).
     pub buf: usize,
-    /// The element count.
-    pub count: c_int,
+    /// The element count (an `MPI_Count`: the `_c` forms take counts beyond an int).
+    pub count: i64,
     /// The datatype handle.
     pub datatype: Handle,
     /// The destination or source (C's numbering).
@@ -83,6 +86,7 @@ impl Persistent {
     ) -> Persistent {
         Persistent {
             send: None,
+            buffered: false,
             buf: 0,
             count: 0,
             datatype: abi::DATATYPE_NULL,
@@ -311,8 +315,13 @@ pub(crate) struct State {
     /// Messages taken by a matched probe, with their VCIs, by index (`abi::message_out`),
     /// until received.
     pub messages: Table<Vec<Option<(ch4_core::Message, usize)>>>,
-    /// Buffered sends: the attached buffer and the sends in flight.
-    pub bsend: Table<Bsend>,
+    /// Buffered sends: the attached buffers (the process's, the communicators') and the sends
+    /// in flight.
+    pub bsend: Table<crate::pt2pt::Bsend>,
+    /// Generalized requests by index (`abi::grequest_out`), until completed and freed.
+    pub grequests: Table<Vec<Option<crate::grequests::Grequest>>>,
+    /// Partitioned requests by index (`abi::partitioned_out`), `None` once freed.
+    pub partitioned: Table<crate::pt2pt::Partitions>,
     /// Derived datatypes by index (`derived::type_out`), `None` once freed.
     pub types: Table<Vec<Option<crate::derived::Desc>>>,
     /// Groups by index (`groups::group_out`), `None` once freed.
@@ -322,15 +331,6 @@ pub(crate) struct State {
     /// A working buffer kept between collectives (`MPI_Reduce_scatter`'s reduced vector; a
     /// fresh one page-faults on every call). A call takes it out while it works.
     pub scratch: Table<Vec<u8>>,
-}
-
-/// The buffer attached for buffered sends and what uses it.
-#[derive(Default)]
-pub(crate) struct Bsend {
-    /// Its address and size (`MPI_Buffer_attach`).
-    pub buffer: Option<(usize, usize)>,
-    /// Buffered sends in flight and the bytes of the buffer each holds.
-    pub sends: Vec<(DevReq, usize)>,
 }
 
 /// The lock of one VCI of a rank at `MPI_THREAD_MULTIPLE`.
@@ -364,7 +364,9 @@ impl State {
             any_detached: AtomicBool::new(false),
             persistent: Table::new(Vec::new()),
             messages: Table::new(Vec::new()),
-            bsend: Table::new(Bsend::default()),
+            bsend: Table::new(Default::default()),
+            grequests: Table::new(Vec::new()),
+            partitioned: Table::new(Default::default()),
             types: Table::new(Vec::new()),
             groups: Table::new(Vec::new()),
             ops: Table::new(Vec::new()),

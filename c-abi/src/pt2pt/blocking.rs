@@ -12,7 +12,7 @@ use std::ffi::{c_int, c_void};
 use ch4_core::{SendMode, Status};
 
 use crate::abi::{self, rank_in, tag_in, Handle, MpiStatus};
-use crate::call::{hot_call, on_device_at};
+use crate::call::{call, hot_call, on_device, on_device_at};
 use crate::datatype::{self, raw, raw_mut};
 use crate::derived;
 use crate::state::{CommRef, State};
@@ -314,4 +314,97 @@ unsafe fn recv_failed(e: ch4::Error, status: *mut MpiStatus) -> ch4::Result<()> 
         unsafe { MpiStatus::put(status, s) };
     }
     Err(e)
+}
+
+// ------------------------------------------------------------------ the `_c` forms
+
+/// A blocking send of an `MPI_Count` of elements (`MPI_Send_c` and its modes): the device's
+/// nonblocking send and its wait, off the int forms' path, which stays as it is.
+///
+/// # Safety
+/// `buf` holds `count` elements of `dt`.
+unsafe fn send_big(
+    func: &'static str,
+    mode: SendMode,
+    buf: *const c_void,
+    count: i64,
+    dt: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+) -> c_int {
+    call(comm, func, |st| {
+        let c = st.comm(comm)?;
+        // SAFETY: the caller's contract; the send completes before this returns.
+        let sb = unsafe { crate::buffers::sbuf_big(st, buf, count, dt) }?;
+        let (dest, tag) = (rank_in(dest), tag_in(tag));
+        on_device!(st, c.vci, |b| {
+            let h = b.visit(|d| d.isend(c.id, dest, tag, sb, mode))?;
+            Blocking::wait_or_abandon(b, h).map(drop)
+        })
+    })
+}
+
+macro_rules! send_c {
+    ($name:ident, $mode:expr) => {
+        #[doc = concat!("`", stringify!($name), "`: the send of an `MPI_Count` of elements.")]
+        ///
+        /// # Safety
+        /// `buf` holds `count` elements of `datatype`.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            buf: *const c_void,
+            count: i64,
+            datatype: Handle,
+            dest: c_int,
+            tag: c_int,
+            comm: Handle,
+        ) -> c_int {
+            // SAFETY: the caller's contract.
+            unsafe {
+                send_big(
+                    stringify!($name),
+                    $mode,
+                    buf,
+                    count,
+                    datatype,
+                    dest,
+                    tag,
+                    comm,
+                )
+            }
+        }
+    };
+}
+
+send_c!(MPI_Send_c, SendMode::Standard);
+send_c!(MPI_Ssend_c, SendMode::Synchronous);
+send_c!(MPI_Rsend_c, SendMode::Ready);
+
+/// `MPI_Recv_c`: `MPI_Recv` of an `MPI_Count` of elements.
+///
+/// # Safety
+/// `buf` has room for `count` elements of `datatype`; `status` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Recv_c(
+    buf: *mut c_void,
+    count: i64,
+    datatype: Handle,
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    status: *mut MpiStatus,
+) -> c_int {
+    call(comm, "MPI_Recv_c", |st| {
+        let c = st.comm(comm)?;
+        // SAFETY: the caller's contract; the receive completes before this returns.
+        let rb = unsafe { crate::buffers::rbuf_big(st, buf, count, datatype) }?;
+        let (source, tag) = (rank_in(source), tag_in(tag));
+        let got = on_device!(st, c.vci, |b| {
+            let h = b.visit(|d| d.irecv(c.id, source, tag, rb))?;
+            Ok::<_, ch4::Error>(Blocking::wait_or_abandon(b, h))
+        })?;
+        // SAFETY: the caller's contract.
+        unsafe { recv_done(got, status) }
+    })
 }

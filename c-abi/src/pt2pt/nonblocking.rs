@@ -12,7 +12,7 @@ use ch4_core::SendMode;
 
 use crate::abi::{rank_in, request_out, tag_in, Handle};
 use crate::buffers::{rbuf, sbuf};
-use crate::call::{hot_call, null_arg, on_device_at};
+use crate::call::{call, hot_call, null_arg, on_device_at};
 use crate::state::{DevReq, State};
 use ch4_core::blocking::Blocking;
 
@@ -215,4 +215,109 @@ unsafe fn irecv_body<const MT: bool>(
     // SAFETY: checked non-null; the caller's contract.
     unsafe { request.write(request_out(DevReq::new(h, vci))) };
     Ok(())
+}
+
+// ------------------------------------------------------------------ the `_c` forms
+
+/// A nonblocking send of an `MPI_Count` of elements (`MPI_Isend_c` and its modes), off the
+/// int forms' path, which stays as it is.
+///
+/// # Safety
+/// `buf` holds `count` elements of `dt` until the request completes; `request` is writable.
+unsafe fn isend_big(
+    func: &'static str,
+    mode: SendMode,
+    buf: *const c_void,
+    count: i64,
+    dt: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    call(comm, func, |st| {
+        if request.is_null() {
+            return Err(null_arg("the request"));
+        }
+        let c = st.comm(comm)?;
+        // SAFETY: the caller's contract: the buffer stays valid and unwritten until the
+        // request completes.
+        let sb = unsafe { crate::buffers::sbuf_big(st, buf, count, dt) }?;
+        let h = st
+            .device(c.vci)?
+            .isend(c.id, rank_in(dest), tag_in(tag), sb, mode)?;
+        // SAFETY: checked non-null; the caller's contract.
+        unsafe { request.write(request_out(DevReq::new(h, c.vci))) };
+        Ok(())
+    })
+}
+
+macro_rules! isend_c {
+    ($name:ident, $mode:expr) => {
+        #[doc = concat!("`", stringify!($name), "`: the nonblocking send of an `MPI_Count` of elements.")]
+        ///
+        /// # Safety
+        /// `buf` holds `count` elements of `datatype` until the request completes; `request`
+        /// is writable.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            buf: *const c_void,
+            count: i64,
+            datatype: Handle,
+            dest: c_int,
+            tag: c_int,
+            comm: Handle,
+            request: *mut Handle,
+        ) -> c_int {
+            // SAFETY: the caller's contract.
+            unsafe {
+                isend_big(
+                    stringify!($name),
+                    $mode,
+                    buf,
+                    count,
+                    datatype,
+                    dest,
+                    tag,
+                    comm,
+                    request,
+                )
+            }
+        }
+    };
+}
+
+isend_c!(MPI_Isend_c, SendMode::Standard);
+isend_c!(MPI_Issend_c, SendMode::Synchronous);
+isend_c!(MPI_Irsend_c, SendMode::Ready);
+
+/// `MPI_Irecv_c`: `MPI_Irecv` of an `MPI_Count` of elements.
+///
+/// # Safety
+/// `buf` has room for `count` elements of `datatype` and is not touched until the request
+/// completes; `request` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Irecv_c(
+    buf: *mut c_void,
+    count: i64,
+    datatype: Handle,
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    call(comm, "MPI_Irecv_c", |st| {
+        if request.is_null() {
+            return Err(null_arg("the request"));
+        }
+        let c = st.comm(comm)?;
+        // SAFETY: the caller's contract: the buffer is the request's alone until it completes.
+        let rb = unsafe { crate::buffers::rbuf_big(st, buf, count, datatype) }?;
+        let h = st
+            .device(c.vci)?
+            .irecv(c.id, rank_in(source), tag_in(tag), rb)?;
+        // SAFETY: checked non-null; the caller's contract.
+        unsafe { request.write(request_out(DevReq::new(h, c.vci))) };
+        Ok(())
+    })
 }

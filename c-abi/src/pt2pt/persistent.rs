@@ -1,5 +1,6 @@
 //! Persistent requests, the standard's "Persistent Communication Requests": `MPI_Send_init`,
-//! `MPI_Ssend_init`, `MPI_Rsend_init`, `MPI_Recv_init`, `MPI_Start` and `MPI_Startall`.
+//! `MPI_Ssend_init`, `MPI_Rsend_init`, `MPI_Bsend_init`, `MPI_Recv_init` (each with its `_c`
+//! form), `MPI_Start` and `MPI_Startall` (which also start partitioned requests).
 //!
 //! A persistent request is the library's, not the device's: it records the call's arguments in
 //! the process's table (`state::Persistent`), and each `MPI_Start` posts a fresh device
@@ -11,7 +12,7 @@ use std::ffi::{c_int, c_void};
 use ch4_core::{ErrorKind, SendMode};
 
 use crate::abi::{self, rank_in, tag_in, Handle, Req};
-use crate::buffers::{rbuf, sbuf};
+use crate::buffers::{rbuf_big, sbuf_big};
 use crate::call::{call, null_arg};
 use crate::datatype;
 use crate::derived;
@@ -48,7 +49,7 @@ unsafe fn persistent_init(
 }
 
 macro_rules! send_init {
-    ($name:ident, $mode:expr) => {
+    ($name:ident, $name_c:ident, $mode:expr, $buffered:expr) => {
         #[doc = concat!("`", stringify!($name), "`: a persistent send, started by `MPI_Start`.")]
         ///
         /// # Safety
@@ -64,27 +65,92 @@ macro_rules! send_init {
             comm: Handle,
             request: *mut Handle,
         ) -> c_int {
-            let p = Persistent {
-                send: Some($mode),
-                buf: buf as usize,
-                count,
-                datatype,
-                peer: dest,
-                tag,
-                comm,
-                vci: 0,
-                active: None,
-                collective: None,
-            };
+            let p = send(buf, i64::from(count), datatype, dest, tag, comm, $mode, $buffered);
             // SAFETY: the caller's contract.
             unsafe { persistent_init(comm, stringify!($name), p, request) }
+        }
+
+        #[doc = concat!("`", stringify!($name_c), "`: `", stringify!($name), "` of an `MPI_Count` of elements.")]
+        ///
+        /// # Safety
+        #[doc = concat!("As `", stringify!($name), "`.")]
+        #[no_mangle]
+        pub unsafe extern "C" fn $name_c(
+            buf: *const c_void,
+            count: i64,
+            datatype: Handle,
+            dest: c_int,
+            tag: c_int,
+            comm: Handle,
+            request: *mut Handle,
+        ) -> c_int {
+            let p = send(buf, count, datatype, dest, tag, comm, $mode, $buffered);
+            // SAFETY: the caller's contract.
+            unsafe { persistent_init(comm, stringify!($name_c), p, request) }
         }
     };
 }
 
-send_init!(MPI_Send_init, SendMode::Standard);
-send_init!(MPI_Ssend_init, SendMode::Synchronous);
-send_init!(MPI_Rsend_init, SendMode::Ready);
+/// The record of a persistent send.
+fn send(
+    buf: *const c_void,
+    count: i64,
+    datatype: Handle,
+    dest: c_int,
+    tag: c_int,
+    comm: Handle,
+    mode: SendMode,
+    buffered: bool,
+) -> Persistent {
+    Persistent {
+        send: Some(mode),
+        buffered,
+        buf: buf as usize,
+        count,
+        datatype,
+        peer: dest,
+        tag,
+        comm,
+        vci: 0,
+        active: None,
+        collective: None,
+    }
+}
+
+send_init!(MPI_Send_init, MPI_Send_init_c, SendMode::Standard, false);
+send_init!(
+    MPI_Ssend_init,
+    MPI_Ssend_init_c,
+    SendMode::Synchronous,
+    false
+);
+send_init!(MPI_Rsend_init, MPI_Rsend_init_c, SendMode::Ready, false);
+// A persistent buffered send: each start is an `MPI_Ibsend` of the data then in the buffer.
+send_init!(MPI_Bsend_init, MPI_Bsend_init_c, SendMode::Standard, true);
+
+/// The record of a persistent receive.
+fn recv(
+    buf: *mut c_void,
+    count: i64,
+    datatype: Handle,
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+) -> Persistent {
+    Persistent {
+        send: None,
+        buffered: false,
+        buf: buf as usize,
+        count,
+        datatype,
+        peer: source,
+        tag,
+        comm,
+        vci: 0,
+        active: None,
+        collective: None,
+    }
+}
 
 /// `MPI_Recv_init`: a persistent receive, started by `MPI_Start`.
 ///
@@ -101,35 +167,48 @@ pub unsafe extern "C" fn MPI_Recv_init(
     comm: Handle,
     request: *mut Handle,
 ) -> c_int {
-    let p = Persistent {
-        send: None,
-        buf: buf as usize,
-        count,
-        datatype,
-        peer: source,
-        tag,
-        comm,
-        vci: 0,
-        active: None,
-        collective: None,
-    };
+    let p = recv(buf, i64::from(count), datatype, source, tag, comm);
     // SAFETY: the caller's contract.
     unsafe { persistent_init(comm, "MPI_Recv_init", p, request) }
 }
 
+/// `MPI_Recv_init_c`: `MPI_Recv_init` of an `MPI_Count` of elements.
+///
+/// # Safety
+/// As `MPI_Recv_init`.
+#[no_mangle]
+pub unsafe extern "C" fn MPI_Recv_init_c(
+    buf: *mut c_void,
+    count: i64,
+    datatype: Handle,
+    source: c_int,
+    tag: c_int,
+    comm: Handle,
+    request: *mut Handle,
+) -> c_int {
+    let p = recv(buf, count, datatype, source, tag, comm);
+    // SAFETY: the caller's contract.
+    unsafe { persistent_init(comm, "MPI_Recv_init_c", p, request) }
+}
+
 /// Starts persistent request `c`.
 fn start(st: &State, c: Handle) -> ch4::Result<()> {
-    let Req::Persistent(i) = decode(c)? else {
-        return Err(ch4::Error::new(
-            ErrorKind::Request,
-            "only a persistent request can be started",
-        ));
+    let i = match decode(c)? {
+        Req::Persistent(i) => i,
+        Req::Partitioned(i) => return super::partitioned::start(st, i),
+        _ => {
+            return Err(ch4::Error::new(
+                ErrorKind::Request,
+                "only a persistent request can be started",
+            ))
+        }
     };
-    let (active, send, buf, count, dt, peer, tag, comm, collective) =
-        st.with_persistent(i, |p| {
+    let (active, send, buffered, buf, count, dt, peer, tag, comm, collective) = st
+        .with_persistent(i, |p| {
             (
                 p.active.is_some(),
                 p.send,
+                p.buffered,
                 p.buf,
                 p.count,
                 p.datatype,
@@ -152,15 +231,20 @@ fn start(st: &State, c: Handle) -> ch4::Result<()> {
     }
     let c = st.comm(comm)?;
     let id = c.id;
-    let h = if let Some(mode) = send {
+    let h = if buffered {
+        // SAFETY: the program promised (MPI_Bsend_init) that the buffer holds the elements;
+        // they are copied before this returns.
+        let bytes = unsafe { sbuf_big(st, buf as *const c_void, count, dt) }?.to_vec()?;
+        super::buffered::bsend(st, &bytes, peer, tag, comm)?
+    } else if let Some(mode) = send {
         // SAFETY: the program promised (MPI_Send_init) that the buffer holds the elements and
         // stays untouched while the request is active, which lasts until it completes.
-        let sbuf = unsafe { sbuf(st, buf as *const c_void, count, dt) }?;
+        let sbuf = unsafe { sbuf_big(st, buf as *const c_void, count, dt) }?;
         st.device(c.vci)?
             .isend(id, rank_in(peer), tag_in(tag), sbuf, mode)?
     } else {
         // SAFETY: as above, for a receive buffer (MPI_Recv_init).
-        let rbuf = unsafe { rbuf(st, buf as *mut c_void, count, dt) }?;
+        let rbuf = unsafe { rbuf_big(st, buf as *mut c_void, count, dt) }?;
         st.device(c.vci)?
             .irecv(id, rank_in(peer), tag_in(tag), rbuf)?
     };
