@@ -492,6 +492,42 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         })
     }
 
+    /// A send of a collective's schedule (`crate::schedule`), out of line and not through
+    /// `isend_on`: with the schedules among its callers the compiler stopped inlining
+    /// `isend_on` into the public `isend` (`scripts/inlining-proof.sh`: the public isend
+    /// 182 -> 226 instructions).
+    #[inline(never)]
+    pub(crate) fn isend_scheduled(
+        &mut self,
+        comm: CommId,
+        dest: Rank,
+        tag: Tag,
+        buf: SendBuf,
+    ) -> Result<ReqHandle> {
+        let Some((dest, env)) = self.send_target(comm, dest, tag, true)? else {
+            return Ok(ReqHandle::DONE);
+        };
+        self.start_send(SendOp {
+            dest,
+            env,
+            buf,
+            mode: SendMode::Standard,
+        })
+    }
+
+    /// A receive of a collective's schedule, out of line for the reason of
+    /// [`Device::isend_scheduled`].
+    #[inline(never)]
+    pub(crate) fn irecv_scheduled(
+        &mut self,
+        comm: CommId,
+        src: Rank,
+        tag: Tag,
+        buf: RecvBuf,
+    ) -> Result<ReqHandle> {
+        self.irecv_body(comm, src, tag, buf, true)
+    }
+
     pub(crate) fn isend_on(
         &mut self,
         comm: CommId,

@@ -33,7 +33,7 @@ use crate::comm::CommId;
 use crate::device::Device;
 use crate::request::{ReqHandle, Request, RequestKind};
 use crate::transport::{Netmod, Shm};
-use crate::types::{Rank, SendMode, Status, Tag, PROC_NULL};
+use crate::types::{Rank, Status, Tag, PROC_NULL};
 use crate::{Error, ErrorKind, Result};
 
 /// The fold of a reduction: `fold(acc, other)` computes `acc op other` into `acc`, over
@@ -487,15 +487,18 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             match *step {
                 Step::Send { to, phase, from } => {
                     let buf = SendBuf::owned(s.bytes(from).to_vec());
-                    let h =
-                        self.isend_on(s.comm, to, s.tag + phase, buf, SendMode::Standard, true)?;
+                    let h = self.isend_scheduled(s.comm, to, s.tag + phase, buf)?;
                     if h != ReqHandle::DONE {
                         s.pending.push((h, Landing::Sent));
                     }
                 }
                 Step::Recv { from, phase, into } => {
-                    let h =
-                        self.irecv_on(s.comm, from, s.tag + phase, RecvBuf::owned(into.len), true)?;
+                    let h = self.irecv_scheduled(
+                        s.comm,
+                        from,
+                        s.tag + phase,
+                        RecvBuf::owned(into.len),
+                    )?;
                     s.pending.push((h, Landing::Into(into)));
                 }
                 _ => {
