@@ -9,6 +9,10 @@
 //! Every case must pass except those MPICH itself marks `xfail`, which are run and reported.
 //! Without the programs the test is skipped, and says so.
 //!
+//! The library is the optimized one (`common::built_optimized`) in either profile: the folders
+//! hold hundreds of cases, some of them stress tests, which the unoptimized library runs
+//! several times slower.
+//!
 //! `CH4_NODE_SIZE=1` in the environment runs every case over the network (each rank its own
 //! node); `ABI_TEST_NETMOD=ofi` or `ucx` builds the library over that netmod (`common::built`).
 
@@ -187,7 +191,7 @@ fn recipe(sources: &Path, program: &str) -> (Vec<PathBuf>, Vec<String>) {
 /// the testlist into `target/<profile>/mpi-abi-test/<suite>`.
 fn build(sources: &Path, suite: &str, harness: &[&str]) -> PathBuf {
     let folder = sources.file_name().and_then(|f| f.to_str()).unwrap_or("");
-    let lib = common::built();
+    let lib = common::built_optimized();
     let dir = common::bin_dir().join("mpi-abi-test").join(suite);
     std::fs::create_dir_all(&dir).unwrap();
     let mtest = common::root().join("c-abi/mtest");

@@ -38,41 +38,56 @@ pub fn abi_netmod() -> String {
 /// (`target/abi-<netmod>`), so the default build's library is left alone.
 pub fn built() -> PathBuf {
     static BUILD: Once = Once::new();
+    build_library(&BUILD, !cfg!(debug_assertions))
+}
+
+/// [`built`] with the library optimized whatever this test's profile (`cargo build
+/// --release`): for the suites of many programs (MPICH's folders), which the unoptimized
+/// library runs several times slower. The launcher stays this profile's.
+#[allow(dead_code)] // each test crate uses part of it
+pub fn built_optimized() -> PathBuf {
+    static BUILD: Once = Once::new();
+    build_library(&BUILD, true)
+}
+
+fn build_library(once: &Once, optimized: bool) -> PathBuf {
     let netmod = abi_netmod();
     let default = netmod == "tcp";
-    let lib_dir = if default {
-        bin_dir().join("mpi-abi-test/lib")
-    } else {
-        bin_dir().join(format!("mpi-abi-test/lib-{}", netmod.replace(',', "-")))
+    let flavour = match (default, optimized != cfg!(debug_assertions)) {
+        (true, true) => String::new(),
+        (true, false) => "-release".to_string(),
+        (false, true) => format!("-{}", netmod.replace(',', "-")),
+        (false, false) => format!("-{}-release", netmod.replace(',', "-")),
     };
-    BUILD.call_once(|| {
+    let lib_dir = bin_dir().join(format!("mpi-abi-test/lib{flavour}"));
+    once.call_once(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let profile = if cfg!(debug_assertions) {
-            "debug"
-        } else {
-            "release"
-        };
+        let profile = if optimized { "release" } else { "debug" };
         // No comma in the paths: they go into the linker's `-Wl,` options.
         let target_dir = root().join(format!("target/abi-{}", netmod.replace(',', "-")));
         let features = ["--no-default-features", "--features", netmod.as_str()];
         // Two builds: `--bin` would narrow the other package's targets too.
-        for (target, own) in [
-            (&["-p", "pmi", "--bin", "ch4run"][..], false),
-            (&["-p", "ch4-mpi-abi", "--lib"], !default),
+        for (target, own, release) in [
+            (&["-p", "pmi", "--bin", "ch4run"][..], false, !cfg!(debug_assertions)),
+            (&["-p", "ch4-mpi-abi", "--lib"], !default, optimized),
         ] {
             let mut cmd = Command::new(&cargo);
             cmd.args(["build", "-q"]).args(target);
             if own {
                 cmd.args(features).arg("--target-dir").arg(&target_dir);
             }
-            if !cfg!(debug_assertions) {
+            if release {
                 cmd.arg("--release");
             }
             let st = cmd.status().expect("run cargo build");
             assert!(st.success(), "building {target:?} failed");
         }
         let lib = if default {
-            bin_dir().join("libmpi_abi.so")
+            bin_dir()
+                .parent()
+                .expect("target/<profile>")
+                .join(profile)
+                .join("libmpi_abi.so")
         } else {
             target_dir.join(profile).join("libmpi_abi.so")
         };
