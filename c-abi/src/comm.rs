@@ -60,6 +60,12 @@ pub unsafe extern "C" fn MPI_Comm_size(comm: Handle, size: *mut c_int) -> c_int 
 pub unsafe extern "C" fn MPI_Comm_dup(comm: Handle, newcomm: *mut Handle) -> c_int {
     let code = call(comm, "MPI_Comm_dup", |st| {
         let (c, fatal) = parent(st, comm)?;
+        if crate::intercomm::remote_size(st, c)?.is_some() {
+            let h = crate::intercomm::dup(st, c, fatal)?;
+            // SAFETY: the caller's contract.
+            unsafe { put(newcomm, h) };
+            return Ok(());
+        }
         let new = on_device!(st, c.vci, |b| ch4_core::coll::new_dup(b, c.id))?;
         let new = st.adopt_comm(new)?;
         let h = st.add_comm(new.id, new.vci, fatal);
@@ -85,6 +91,12 @@ pub unsafe extern "C" fn MPI_Comm_split(
 ) -> c_int {
     let code = call(comm, "MPI_Comm_split", |st| {
         let (c, fatal) = parent(st, comm)?;
+        if crate::intercomm::remote_size(st, c)?.is_some() {
+            let h = crate::intercomm::split(st, c, color, key, fatal)?;
+            // SAFETY: the caller's contract.
+            unsafe { put(newcomm, h) };
+            return Ok(());
+        }
         let new = on_device!(st, c.vci, |b| ch4_core::coll::new_split(
             b, c.id, color, key
         ))?;
@@ -116,6 +128,7 @@ pub unsafe extern "C" fn MPI_Comm_split_type(
 ) -> c_int {
     let code = call(comm, "MPI_Comm_split_type", |st| {
         let (c, fatal) = parent(st, comm)?;
+        crate::intercomm::check_intra(st, c, "MPI_Comm_split_type")?;
         let shared = match split_type {
             abi::COMM_TYPE_SHARED => true,
             abi::UNDEFINED => false,
@@ -207,6 +220,12 @@ pub unsafe extern "C" fn MPI_Comm_create(
     let code = call(comm, "MPI_Comm_create", |st| {
         let (c, fatal) = parent(st, comm)?;
         let g = group_in(st, group)?;
+        if crate::intercomm::remote_size(st, c)?.is_some() {
+            let h = crate::intercomm::create(st, c, &g, fatal)?;
+            // SAFETY: the caller's contract.
+            unsafe { put(newcomm, h) };
+            return Ok(());
+        }
         let new = on_device!(st, c.vci, |b| ch4_core::coll::new_create(b, c.id, &g))?;
         let h = adopt_all(st, new, fatal)?;
         // SAFETY: the caller's contract.
@@ -236,6 +255,7 @@ pub unsafe extern "C" fn MPI_Comm_create_group(
             return Err(null_arg("the new communicator"));
         }
         let (c, fatal) = parent(st, comm)?;
+        crate::intercomm::check_intra(st, c, "MPI_Comm_create_group")?;
         let g = group_in(st, group)?;
         let new = on_device!(st, c.vci, |b| ch4_core::coll::new_create_group(
             b, c.id, &g, tag
@@ -264,9 +284,19 @@ pub unsafe extern "C" fn MPI_Comm_compare(
         } else {
             let ga = st.device(a.vci)?.comm_group(a.id)?;
             let gb = st.device(b.vci)?.comm_group(b.id)?;
-            match compare(&ga, &gb) {
-                IDENT => CONGRUENT,
-                other => other,
+            let ra = st.device(a.vci)?.comm_remote_group(a.id)?;
+            let rb = st.device(b.vci)?.comm_remote_group(b.id)?;
+            // Intercommunicators compare by both groups (MPI 4.1 section 7.4.1): the
+            // weaker of the two results; an intra- and an intercommunicator are unequal.
+            let remote = match (&ra, &rb) {
+                (None, None) => IDENT,
+                (Some(x), Some(y)) => compare(x, y),
+                _ => abi::UNEQUAL,
+            };
+            match (compare(&ga, &gb), remote) {
+                (IDENT, IDENT) => CONGRUENT,
+                (abi::UNEQUAL, _) | (_, abi::UNEQUAL) => abi::UNEQUAL,
+                _ => abi::SIMILAR,
             }
         };
         // SAFETY: the caller's contract.

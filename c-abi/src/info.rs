@@ -754,6 +754,13 @@ pub unsafe extern "C" fn MPI_Comm_dup_with_info(
             })?),
         };
         let (c, fatal) = crate::comm::parent(st, comm)?;
+        if crate::intercomm::remote_size(st, c)?.is_some() {
+            // An intercommunicator's VCI is bound by its groups' context ids.
+            let h = crate::intercomm::dup(st, c, fatal)?;
+            // SAFETY: checked non-null; the caller's contract.
+            unsafe { newcomm.write(h) };
+            return Ok(());
+        }
         // Every member checks that all named the same VCI, or none (u64::MAX), before the
         // communicator is agreed on: members that disagree all fail, none hangs.
         let named = target.map_or(u64::MAX, |v: usize| v as u64);

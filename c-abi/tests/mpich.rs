@@ -343,6 +343,14 @@ fn every_mpich_errhan_test_prints_no_errors() {
     run_more("errhan", &["mtest.c"]);
 }
 
+/// MPICH's communicator tests: dup, split and create (also of intercommunicators), the
+/// intercommunicators themselves (`MPI_Intercomm_create`, `_merge`, the remote group),
+/// `MPI_Comm_idup`, names, info hints.
+#[test]
+fn every_mpich_comm_test_prints_no_errors() {
+    run_more("comm", &["mtest.c"]);
+}
+
 /// Builds and runs every case of the suite in `sources`, failing with the output of each that
 /// failed (and MPICH does not expect to fail). The cases [`SKIPPED`] names are neither built
 /// nor run; the report lists each with its reason.

@@ -18,14 +18,30 @@ use crate::{Error, ErrorKind, Result};
 pub struct CommId(pub(crate) Handle);
 
 /// One communicator as the device sees it.
+///
+/// An intercommunicator (MPI 4.1 section 7.6) has two groups: `group`, the local one, which
+/// gives this process's rank and size, and `remote`, whose ranks its sends and receives name.
+/// As in MPICH, each group agrees on a context id of its own among its members, on which its
+/// members receive (`context`), and messages to the other group carry that group's id
+/// (`send_context`): no agreement across both groups is needed to make one.
 #[derive(Debug, Clone)]
 pub struct Comm {
-    /// Point-to-point context id (even); the collective context is `context + 1`.
+    /// Point-to-point context id (even) of the messages this process receives; the
+    /// collective context is `context + 1`.
     pub context: ContextId,
+    /// The context id of the messages this process sends: `context` for an
+    /// intracommunicator, the remote group's for an intercommunicator.
+    pub send_context: ContextId,
     /// Our rank in the group.
     pub rank: Rank,
-    /// The members, shared with every dup.
+    /// The members, shared with every dup (an intercommunicator's local group).
     pub group: Group,
+    /// An intercommunicator's remote group, whose ranks address peers; `None` for an
+    /// intracommunicator, whose peers are `group`.
+    pub remote: Option<Group>,
+    /// An intercommunicator's own intracommunicator of its local group (on the same device),
+    /// over which its collectives' schedules work within the group (`crate::schedule`).
+    pub local: Option<CommId>,
     /// Whether its small collectives go through the node's shared segment.
     pub(crate) node: crate::node_coll::NodeLanes,
     /// The tags its collective schedules have taken (`crate::schedule`).
@@ -33,6 +49,36 @@ pub struct Comm {
 }
 
 impl Comm {
+    /// An intracommunicator of `group` with context id `context`, this process at `rank`.
+    pub fn intra(context: ContextId, rank: Rank, group: Group) -> Comm {
+        Comm {
+            context,
+            send_context: context,
+            rank,
+            group,
+            remote: None,
+            local: None,
+            node: Default::default(),
+            schedule_tags: Default::default(),
+        }
+    }
+
+    /// The group whose ranks sends and receives name: the remote group of an
+    /// intercommunicator, else the communicator's own.
+    #[inline(always)]
+    pub fn peers(&self) -> &Group {
+        match &self.remote {
+            None => &self.group,
+            Some(r) => r,
+        }
+    }
+
+    /// Whether it is an intercommunicator.
+    #[inline(always)]
+    pub fn is_inter(&self) -> bool {
+        self.remote.is_some()
+    }
+
     /// The context id collectives over this communicator use.
     #[inline(always)]
     pub fn coll_context(&self) -> ContextId {
@@ -45,17 +91,16 @@ impl Comm {
         self.group.size() as Rank
     }
 
-    /// The checked process id of `rank`.
+    /// The checked process id of peer `rank` (of the remote group, for an
+    /// intercommunicator).
     #[inline(always)]
     pub fn gpid(&self, rank: Rank) -> Result<crate::Gpid> {
-        match self.group.gpid(rank) {
+        let peers = self.peers();
+        match peers.gpid(rank) {
             Some(g) => Ok(g),
             None => Err(Error::new(
                 ErrorKind::Rank,
-                format!(
-                    "rank {rank} outside communicator of size {}",
-                    self.group.size()
-                ),
+                format!("rank {rank} outside communicator of size {}", peers.size()),
             )),
         }
     }

@@ -94,10 +94,21 @@ pub struct Out(usize);
 
 /// A step of a schedule.
 enum Step {
-    /// Starts a send of a copy of `from` to `to`.
-    Send { to: Rank, phase: Tag, from: Slice },
-    /// Starts a receive of exactly `into.len` bytes from `from` into `into`.
-    Recv { from: Rank, phase: Tag, into: Slice },
+    /// Starts a send of a copy of `from` to `to` (of the local group when `local`).
+    Send {
+        to: Rank,
+        phase: Tag,
+        from: Slice,
+        local: bool,
+    },
+    /// Starts a receive of exactly `into.len` bytes from `from` (of the local group when
+    /// `local`) into `into`.
+    Recv {
+        from: Rank,
+        phase: Tag,
+        into: Slice,
+        local: bool,
+    },
     /// Waits, then `acc = acc op other` (or `other op acc` when `other_first`).
     Fold {
         acc: Slice,
@@ -128,6 +139,11 @@ enum Landing {
 /// [`Device::start_schedule`].
 pub struct Schedule {
     comm: CommId,
+    /// An intercommunicator's communicator of its local group, set when the schedule starts.
+    local: Option<CommId>,
+    /// Whether the sends and receives added now go to the local group
+    /// ([`Schedule::within_local`]).
+    on_local: bool,
     bufs: Vec<Vec<u8>>,
     outs: Vec<RecvBuf>,
     steps: Vec<Step>,
@@ -147,6 +163,8 @@ impl Schedule {
     pub fn new(comm: CommId) -> Schedule {
         Schedule {
             comm,
+            local: None,
+            on_local: false,
             bufs: Vec::new(),
             outs: Vec::new(),
             steps: Vec::new(),
@@ -191,6 +209,14 @@ impl Schedule {
         self.fold = Some(fold);
     }
 
+    /// On an intercommunicator, makes the sends and receives added from now on go to the
+    /// members of the local group (`true`: an algorithm of `crate::nbc` then works within the
+    /// group, by local ranks) or to the remote group's (`false`, the start). Both run on the
+    /// schedule's tag, on different contexts.
+    pub fn within_local(&mut self, on: bool) {
+        self.on_local = on;
+    }
+
     /// Sends a copy of `from` to member `to` (nothing for `PROC_NULL`).
     pub fn send(&mut self, to: Rank, from: Slice) {
         self.send_phase(to, 0, from)
@@ -199,7 +225,13 @@ impl Schedule {
     /// [`Schedule::send`] on sub-tag `phase` (below [`PHASES`]).
     pub fn send_phase(&mut self, to: Rank, phase: Tag, from: Slice) {
         if to != PROC_NULL {
-            self.steps.push(Step::Send { to, phase, from });
+            let local = self.on_local;
+            self.steps.push(Step::Send {
+                to,
+                phase,
+                from,
+                local,
+            });
         }
     }
 
@@ -212,7 +244,13 @@ impl Schedule {
     /// [`Schedule::recv`] on sub-tag `phase` (below [`PHASES`]).
     pub fn recv_phase(&mut self, from: Rank, phase: Tag, into: Slice) {
         if from != PROC_NULL {
-            self.steps.push(Step::Recv { from, phase, into });
+            let local = self.on_local;
+            self.steps.push(Step::Recv {
+                from,
+                phase,
+                into,
+                local,
+            });
         }
     }
 
@@ -258,10 +296,15 @@ impl Schedule {
                 format!("a collective's schedule has a bad {what}"),
             ))
         };
+        let reach = |local: &bool| !*local || self.local.is_some();
         for step in &self.steps {
             let fine = match step {
-                Step::Send { from, phase, .. } => ok(from) && (0..PHASES).contains(phase),
-                Step::Recv { into, phase, .. } => ok(into) && (0..PHASES).contains(phase),
+                Step::Send {
+                    from, phase, local, ..
+                } => ok(from) && (0..PHASES).contains(phase) && reach(local),
+                Step::Recv {
+                    into, phase, local, ..
+                } => ok(into) && (0..PHASES).contains(phase) && reach(local),
                 Step::Fold { acc, other, .. } => {
                     ok(acc) && ok(other) && acc.len == other.len && self.fold.is_some()
                 }
@@ -274,6 +317,14 @@ impl Schedule {
             }
         }
         Ok(())
+    }
+
+    /// The communicator a send or receive goes on (checked: a local one has `local`).
+    fn target(&self, local: bool) -> CommId {
+        match (local, self.local) {
+            (true, Some(l)) => l,
+            _ => self.comm,
+        }
     }
 
     fn bytes(&self, s: Slice) -> &[u8] {
@@ -365,6 +416,8 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         mut schedule: Schedule,
         tag: Option<Tag>,
     ) -> Result<ReqHandle> {
+        let c = self.core.comm_mut(schedule.comm)?;
+        schedule.local = c.local;
         schedule.check()?;
         let c = self.core.comm_mut(schedule.comm)?;
         schedule.tag = match tag {
@@ -485,17 +538,29 @@ impl<N: Netmod, S: Shm> Device<N, S> {
                 return Ok((ran, s.pending.is_empty()));
             };
             match *step {
-                Step::Send { to, phase, from } => {
+                Step::Send {
+                    to,
+                    phase,
+                    from,
+                    local,
+                } => {
                     let buf = SendBuf::owned(s.bytes(from).to_vec());
+                    let comm = s.target(local);
                     let h =
-                        self.isend_on(s.comm, to, s.tag + phase, buf, SendMode::Standard, true)?;
+                        self.isend_on(comm, to, s.tag + phase, buf, SendMode::Standard, true)?;
                     if h != ReqHandle::DONE {
                         s.pending.push((h, Landing::Sent));
                     }
                 }
-                Step::Recv { from, phase, into } => {
+                Step::Recv {
+                    from,
+                    phase,
+                    into,
+                    local,
+                } => {
+                    let comm = s.target(local);
                     let h =
-                        self.irecv_on(s.comm, from, s.tag + phase, RecvBuf::owned(into.len), true)?;
+                        self.irecv_on(comm, from, s.tag + phase, RecvBuf::owned(into.len), true)?;
                     s.pending.push((h, Landing::Into(into)));
                 }
                 _ => {
