@@ -69,7 +69,7 @@ fn cases(sources: &Path) -> Vec<Case> {
 /// writes it ("program" for every case of one, "program -n 2 33" for one). Each calls a function
 /// outside the MPI this library implements (`mpi-functions.txt`: one-sided communication,
 /// sessions, Fortran interop, the MPI-1 functions and handles MPI 3.0 removed, which the
-/// standard ABI does not have), needs intercommunicators (not built yet), or needs more
+/// standard ABI does not have), or needs more
 /// memory than the test machine can spare (24 GiB, shared). They are neither built (some
 /// would not link) nor run, and each suite's report names them.
 const SKIPPED: &[(&str, &str, &str)] = &[
@@ -78,7 +78,6 @@ const SKIPPED: &[(&str, &str, &str)] = &[
         "keyval_double_free_win",
         "windows' attributes (MPI_Win_create_keyval ...): one-sided communication",
     ),
-    ("attr", "attric", INTERCOMMS),
     (
         "errhan",
         "sessioncall",
@@ -121,10 +120,6 @@ const SKIPPED: &[(&str, &str, &str)] = &[
          (arguments 31 and 32, 4.3 and 8.6 GB, run)",
     ),
 ];
-
-/// Why the tests of intercommunicators are skipped.
-const INTERCOMMS: &str = "intercommunicators (MPI_Intercomm_create, which MTestGetIntercomm \
-                          needs) are not built yet";
 
 /// The name of case `c` in the report: program, processes, arguments.
 fn case_name(c: &Case) -> String {
