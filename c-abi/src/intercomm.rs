@@ -389,12 +389,11 @@ fn not_inter(what: &str) -> ch4::Error {
     )
 }
 
-/// `MPI_Comm_idup`: `MPI_Comm_dup`, done before it returns, with a request that is already
-/// complete. MPI lets the new communicator be made at once: the call is collective, and a
-/// program must start it on every member in the same order as its other collectives over
-/// `comm` (MPI 4.1 section 7.4.2), so every member reaches the same agreement; what this does
-/// not give is overlap — members that would only start the dup after waiting for something a
-/// member in the dup must do first wait for ever (MPICH's `comm_idup_overlap`).
+/// `MPI_Comm_idup`: the new communicator's handle is written at once and the communicator
+/// is usable when the request completes; a schedule agrees on its context id meanwhile
+/// (`ch4_core::Device::comm_idup_start`), so the members need not call at the same moment
+/// and may start other collectives first (MPICH's `comm_idup` and `comm_idup_overlap`
+/// wait for each other that way). The attributes and the topology are copied at the call.
 ///
 /// # Safety
 /// `newcomm` and `request` are valid for writes.
@@ -405,10 +404,12 @@ pub unsafe extern "C" fn MPI_Comm_idup(
     request: *mut Handle,
 ) -> c_int {
     // SAFETY: the caller's contract.
-    unsafe { MPI_Comm_idup_with_info(comm, abi::INFO_NULL, newcomm, request) }
+    unsafe { idup("MPI_Comm_idup", comm, abi::INFO_NULL, newcomm, request) }
 }
 
-/// `MPI_Comm_idup_with_info`: as [`MPI_Comm_idup`], with `MPI_Comm_dup_with_info`'s hints.
+/// `MPI_Comm_idup_with_info`: [`MPI_Comm_idup`]; the hints are checked as
+/// `MPI_Comm_dup_with_info` checks them, and the new communicator stays on its parent's VCI
+/// (a `ch4_vci` hint is not applied: its agreement would have to wait for every member).
 ///
 /// # Safety
 /// `newcomm` and `request` are valid for writes.
@@ -419,20 +420,39 @@ pub unsafe extern "C" fn MPI_Comm_idup_with_info(
     newcomm: *mut Handle,
     request: *mut Handle,
 ) -> c_int {
-    if request.is_null() {
-        return call(comm, "MPI_Comm_idup", |_| Err(null_arg("the request")));
-    }
-    let code = if info == abi::INFO_NULL {
-        // SAFETY: the caller's contract.
-        unsafe { crate::comm::MPI_Comm_dup(comm, newcomm) }
-    } else {
-        // SAFETY: the caller's contract.
-        unsafe { crate::info::MPI_Comm_dup_with_info(comm, info, newcomm) }
-    };
-    if code == abi::class::SUCCESS {
-        let done = crate::state::DevReq::new(ch4_core::ReqHandle::DONE, 0);
+    // SAFETY: the caller's contract.
+    unsafe { idup("MPI_Comm_idup_with_info", comm, info, newcomm, request) }
+}
+
+/// Both forms of `MPI_Comm_idup`.
+///
+/// # Safety
+/// `newcomm` and `request` are valid for writes.
+unsafe fn idup(
+    func: &'static str,
+    comm: Handle,
+    info: Handle,
+    newcomm: *mut Handle,
+    request: *mut Handle,
+) -> c_int {
+    let code = call(comm, func, |st| {
+        if newcomm.is_null() || request.is_null() {
+            return Err(null_arg("the new communicator or the request"));
+        }
+        if info != abi::INFO_NULL {
+            crate::info::value(info, crate::info::VCI_KEY)?;
+        }
+        let (c, fatal) = parent(st, comm)?;
+        let (id, req) = st.device(c.vci)?.comm_idup_start(c.id)?;
+        let h = st.add_comm(id, c.vci, fatal);
+        crate::comm::copy_topology(st, comm, h)?;
         // SAFETY: checked non-null; the caller's contract.
-        unsafe { request.write(abi::request_out(done)) };
-    }
-    code
+        unsafe {
+            newcomm.write(h);
+            request.write(abi::request_out(crate::state::DevReq::new(req, c.vci)));
+        }
+        Ok(())
+    });
+    // SAFETY: the caller's contract.
+    unsafe { crate::attributes::after_comm_dup(code, comm, newcomm) }
 }

@@ -74,6 +74,11 @@ fn cases(sources: &Path) -> Vec<Case> {
 /// would not link) nor run, and each suite's report names them.
 const SKIPPED: &[(&str, &str, &str)] = &[
     (
+        "comm",
+        "inactive_reqs",
+        "calls MPI_Comm_disconnect (dynamic processes)",
+    ),
+    (
         "attr",
         "keyval_double_free_win",
         "windows' attributes (MPI_Win_create_keyval ...): one-sided communication",

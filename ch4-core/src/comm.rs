@@ -244,6 +244,55 @@ impl ContextIds {
     pub fn release(&self, context: ContextId) {
         self.state().mask.release(context);
     }
+
+    /// The free mask as it is now, claimed or not: a nonblocking agreement's first round
+    /// (`crate::schedule`), which holds no claim while it waits for the other members and so
+    /// never makes a blocking agreement wait for it (MPICH's `comm_create_group_idup`
+    /// interleaves the two in opposite orders on different members).
+    pub fn snapshot(&self) -> [u64; CONTEXT_WORDS] {
+        self.state().mask.words()
+    }
+
+    /// Takes every id of `ids` if all are free and no agreement holds the mask (whose
+    /// members are choosing among the free ids): a nonblocking agreement's reservation of
+    /// its candidates, which all members then confirm or undo together.
+    pub fn try_take(&self, ids: &[ContextId]) -> bool {
+        let mut st = self.state();
+        if st.claimed {
+            return false;
+        }
+        let free = |c: ContextId| {
+            let slot = c as usize / 2;
+            slot < CONTEXT_SLOTS && st.mask.free[slot / 64] & (1u64 << (slot % 64)) != 0
+        };
+        if !ids.iter().all(|&c| free(c)) {
+            return false;
+        }
+        for &c in ids {
+            let slot = c as usize / 2;
+            st.mask.free[slot / 64] &= !(1u64 << (slot % 64));
+        }
+        true
+    }
+}
+
+/// The context id of a communicator made by a nonblocking agreement still under way: no
+/// slot's (slots are below `CONTEXT_SLOTS`), so releasing it does nothing and nothing
+/// matches it.
+pub const PENDING_CONTEXT: ContextId = ContextId::MAX & !1;
+
+/// The `n` lowest context ids whose slots are set in `agreed` (fewer if there are not).
+pub fn lowest_free(agreed: &[u64; CONTEXT_WORDS], n: usize) -> Vec<ContextId> {
+    let mut out = Vec::with_capacity(n);
+    for (w, &word) in agreed.iter().enumerate() {
+        let mut bits = word;
+        while bits != 0 && out.len() < n {
+            let bit = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            out.push(((w * 64 + bit) * 2) as ContextId);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

@@ -21,10 +21,13 @@
 
 use crate::blocking::Blocking;
 use crate::coll::{self, allgather, bcast_on, release_context, sendrecv_on, UNDEFINED};
-use crate::comm::{Comm, CommId};
+use crate::comm::{Comm, CommId, PENDING_CONTEXT};
+use crate::device::Device;
 use crate::nbc;
 use crate::rankmap::{Group, RankMap};
+use crate::request::ReqHandle;
 use crate::schedule::{Schedule, Slice};
+use crate::transport::{Netmod, Shm};
 use crate::types::{ContextId, Rank, Tag, PROC_NULL};
 use crate::{Error, ErrorKind, Result};
 
@@ -508,5 +511,73 @@ pub fn exchange(s: &mut Schedule, send: &[(Rank, Slice)], recv: &[(Rank, Slice)]
     }
     for &(to, from) in send {
         s.send(to, from);
+    }
+}
+
+// ------------------------------------------------------------------ the nonblocking dup
+
+impl<N: Netmod, S: Shm> Device<N, S> {
+    /// Starts `MPI_Comm_idup` of `parent` (an intra- or intercommunicator): the new
+    /// communicator is made at once, with a pending context id
+    /// ([`crate::comm::PENDING_CONTEXT`]), and gets its own when the returned request
+    /// completes: a schedule agrees on it ([`Schedule::agree_contexts`]) without holding the
+    /// process's context ids while it waits, so members may start other collectives, and
+    /// blocking agreements, in between, as MPI allows (MPI 4.1 section 7.4.2). On an
+    /// intercommunicator each group agrees on its receive id and its local communicator's,
+    /// and the leaders exchange the receive ids, as [`split`] does. Using the new
+    /// communicator before the request completes is erroneous (and finds no match).
+    pub fn comm_idup_start(&mut self, parent: CommId) -> Result<(CommId, ReqHandle)> {
+        let c = self.core.comm(parent)?.clone();
+        let size = c.size();
+        let mut s = Schedule::new(parent);
+        let made = match &c.remote {
+            None => {
+                let id = self.adopt_comm(Comm::intra(PENDING_CONTEXT, c.rank, c.group.clone()))?;
+                let out = s.agree_contexts(c.rank, size, 1);
+                s.install(id, out, out);
+                vec![id]
+            }
+            Some(remote) => {
+                let local =
+                    self.adopt_comm(Comm::intra(PENDING_CONTEXT, c.rank, c.group.clone()))?;
+                let inter = match self.adopt_comm(inter_comm(
+                    PENDING_CONTEXT,
+                    PENDING_CONTEXT,
+                    c.rank,
+                    c.group.clone(),
+                    remote.clone(),
+                )) {
+                    Ok(id) => id,
+                    Err(e) => {
+                        let _ = self.comm_free(local);
+                        return Err(e);
+                    }
+                };
+                self.set_inter_local(inter, local)?;
+                s.within_local(true);
+                let out = s.agree_contexts(c.rank, size, 2);
+                s.within_local(false);
+                let theirs = s.scratch(4);
+                if c.rank == 0 {
+                    s.send(0, out.sub(0, 4));
+                    s.recv(0, theirs);
+                }
+                s.fence();
+                s.within_local(true);
+                nbc::bcast(&mut s, c.rank, size, 0, theirs);
+                s.within_local(false);
+                s.fence();
+                s.install(inter, out.sub(0, 4), theirs);
+                s.install(local, out.sub(4, 4), out.sub(4, 4));
+                vec![inter]
+            }
+        };
+        match self.start_schedule(s, None) {
+            Ok(h) => Ok((made[0], h)),
+            Err(e) => {
+                let _ = self.comm_free(made[0]);
+                Err(e)
+            }
+        }
     }
 }
