@@ -367,6 +367,32 @@ mod tests {
     }
 
     #[test]
+    fn a_reservation_takes_all_or_nothing_and_waits_for_no_claim() {
+        let a = ContextIds::default();
+        let ids = lowest_free(&a.snapshot(), 2);
+        assert_eq!(ids, [4, 6]);
+        assert!(a.try_take(&ids));
+        // Taken now: a second reservation of one of them takes nothing.
+        assert!(!a.try_take(&[6, 8]));
+        assert_eq!(lowest_free(&a.snapshot(), 1), [8]);
+        // While a blocking agreement holds the mask, no reservation is made.
+        let (_, claimed) = a.offer(0);
+        assert!(claimed);
+        assert!(!a.try_take(&[8]));
+        a.conclude(0, true, &[0; CONTEXT_WORDS + 1]).unwrap();
+        assert!(a.try_take(&[8]));
+        a.release(4);
+        assert_eq!(lowest_free(&a.snapshot(), 1), [4]);
+    }
+
+    #[test]
+    fn the_pending_context_is_no_slot() {
+        let a = ContextIds::default();
+        a.release(PENDING_CONTEXT);
+        assert!(!a.try_take(&[PENDING_CONTEXT]));
+    }
+
+    #[test]
     fn the_lowest_parent_goes_first() {
         let a = ContextIds::default();
         // Two agreements under way: the one over parent 8 registers first, but while the one

@@ -535,7 +535,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
                 let id = self.adopt_comm(Comm::intra(PENDING_CONTEXT, c.rank, c.group.clone()))?;
                 let out = s.agree_contexts(c.rank, size, 1);
                 s.install(id, out, out);
-                vec![id]
+                id
             }
             Some(remote) => {
                 let local =
@@ -569,13 +569,13 @@ impl<N: Netmod, S: Shm> Device<N, S> {
                 s.fence();
                 s.install(inter, out.sub(0, 4), theirs);
                 s.install(local, out.sub(4, 4), out.sub(4, 4));
-                vec![inter]
+                inter
             }
         };
         match self.start_schedule(s, None) {
-            Ok(h) => Ok((made[0], h)),
+            Ok(h) => Ok((made, h)),
             Err(e) => {
-                let _ = self.comm_free(made[0]);
+                let _ = self.comm_free(made);
                 Err(e)
             }
         }
