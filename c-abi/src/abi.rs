@@ -166,6 +166,10 @@ pub const UNDEFINED: c_int = -32766;
 pub const COMM_TYPE_SHARED: c_int = 221;
 /// `MPI_COMM_TYPE_HW_GUIDED`: `MPI_Comm_split_type` by the hardware level an info key names.
 pub const COMM_TYPE_HW_GUIDED: c_int = 223;
+/// `MPI_COMM_TYPE_HW_UNGUIDED`: `MPI_Comm_split_type` by the next hardware level down.
+pub const COMM_TYPE_HW_UNGUIDED: c_int = 222;
+/// `MPI_COMM_TYPE_RESOURCE_GUIDED`: `MPI_Comm_split_type` by the resource an info key names.
+pub const COMM_TYPE_RESOURCE_GUIDED: c_int = 224;
 /// `MPI_IDENT`: the same communicator or group.
 pub const IDENT: c_int = 201;
 /// `MPI_CONGRUENT`: the same members in the same order, another context.

@@ -60,6 +60,12 @@ pub unsafe extern "C" fn MPI_Comm_size(comm: Handle, size: *mut c_int) -> c_int 
 pub unsafe extern "C" fn MPI_Comm_dup(comm: Handle, newcomm: *mut Handle) -> c_int {
     let code = call(comm, "MPI_Comm_dup", |st| {
         let (c, fatal) = parent(st, comm)?;
+        if crate::intercomm::remote_size(st, c)?.is_some() {
+            let h = crate::intercomm::dup(st, c, fatal)?;
+            // SAFETY: the caller's contract.
+            unsafe { put(newcomm, h) };
+            return Ok(());
+        }
         let new = on_device!(st, c.vci, |b| ch4_core::coll::new_dup(b, c.id))?;
         let new = st.adopt_comm(new)?;
         let h = st.add_comm(new.id, new.vci, fatal);
@@ -85,6 +91,12 @@ pub unsafe extern "C" fn MPI_Comm_split(
 ) -> c_int {
     let code = call(comm, "MPI_Comm_split", |st| {
         let (c, fatal) = parent(st, comm)?;
+        if crate::intercomm::remote_size(st, c)?.is_some() {
+            let h = crate::intercomm::split(st, c, color, key, fatal)?;
+            // SAFETY: the caller's contract.
+            unsafe { put(newcomm, h) };
+            return Ok(());
+        }
         let new = on_device!(st, c.vci, |b| ch4_core::coll::new_split(
             b, c.id, color, key
         ))?;
@@ -97,12 +109,17 @@ pub unsafe extern "C" fn MPI_Comm_split(
     unsafe { crate::errors::inherit_after(code, comm, newcomm) }
 }
 
-/// `MPI_Comm_split_type`: `MPI_COMM_TYPE_SHARED` splits `comm` by node, from the device's own
-/// map of which processes share its memory (and so `MPI_COMM_TYPE_HW_GUIDED` with the info
-/// key `mpi_hw_resource_type` = `mpi_shared_memory`, the one hardware level MPI names);
-/// `MPI_UNDEFINED` leaves this process out (`MPI_COMM_NULL`), as the other members must still
-/// take part. Other types (the unguided hardware levels, process sets) are refused with
-/// `MPI_ERR_ARG`, naming the type: ch4 knows no level between the node and the process.
+/// `MPI_Comm_split_type` (MPI 4.1 section 7.4.2): `MPI_COMM_TYPE_SHARED` splits `comm` by
+/// node, from the device's own map of which processes share its memory. The guided types
+/// (`MPI_COMM_TYPE_HW_GUIDED`, `MPI_COMM_TYPE_RESOURCE_GUIDED`) split by the level the info
+/// key `mpi_hw_resource_type` names: ch4 knows one level between the process and the job,
+/// the node, which MPI calls `mpi_shared_memory`; any other level, or no key, leaves the
+/// caller out (`MPI_COMM_NULL`), as the standard asks for a level the implementation does not
+/// know. `MPI_COMM_TYPE_HW_UNGUIDED` splits by the node when that is a proper subset of
+/// `comm` (else every member gets `MPI_COMM_NULL`) and names the level in `info`.
+/// `MPI_UNDEFINED` leaves this process out, as the other members must still take part; other
+/// types are refused with `MPI_ERR_ARG`. Members may pass different types and keys: each
+/// finds its color alone, and the split is one collective for all.
 ///
 /// # Safety
 /// `newcomm` is valid for a write.
@@ -114,24 +131,25 @@ pub unsafe extern "C" fn MPI_Comm_split_type(
     info: Handle,
     newcomm: *mut Handle,
 ) -> c_int {
+    const NODE_LEVEL: &str = "mpi_shared_memory";
     let code = call(comm, "MPI_Comm_split_type", |st| {
         let (c, fatal) = parent(st, comm)?;
-        let shared = match split_type {
-            abi::COMM_TYPE_SHARED => true,
-            abi::UNDEFINED => false,
-            abi::COMM_TYPE_HW_GUIDED
-                if crate::info::value(info, "mpi_hw_resource_type")?.as_deref()
-                    == Some("mpi_shared_memory") =>
-            {
-                true
+        crate::intercomm::check_intra(st, c, "MPI_Comm_split_type")?;
+        let named_node = || -> ch4::Result<bool> {
+            if info == abi::INFO_NULL {
+                return Ok(false);
             }
+            Ok(crate::info::value(info, "mpi_hw_resource_type")?.as_deref() == Some(NODE_LEVEL))
+        };
+        let shared = match split_type {
+            abi::COMM_TYPE_SHARED | abi::COMM_TYPE_HW_UNGUIDED => true,
+            abi::UNDEFINED => false,
+            abi::COMM_TYPE_HW_GUIDED | abi::COMM_TYPE_RESOURCE_GUIDED => named_node()?,
             other => {
                 return Err(ch4::Error::new(
                     ErrorKind::Arg,
                     format!(
-                        "split type {other}: ch4 splits by MPI_COMM_TYPE_SHARED (or \
-                         MPI_COMM_TYPE_HW_GUIDED with mpi_hw_resource_type=mpi_shared_memory) \
-                         or MPI_UNDEFINED"
+                        "split type {other}: ch4 splits by MPI_COMM_TYPE_SHARED,                          MPI_COMM_TYPE_HW_UNGUIDED, MPI_COMM_TYPE_HW_GUIDED or                          MPI_COMM_TYPE_RESOURCE_GUIDED, or MPI_UNDEFINED"
                     ),
                 ))
             }
@@ -146,7 +164,20 @@ pub unsafe extern "C" fn MPI_Comm_split_type(
             };
             ch4_core::coll::new_split(b, c.id, color, key)
         })?;
-        let h = adopt_all(st, new, fatal)?;
+        let mut h = adopt_all(st, new, fatal)?;
+        if split_type == abi::COMM_TYPE_HW_UNGUIDED && h != abi::COMM_NULL {
+            // Every member's node is all of `comm` or none is: the same answer everywhere.
+            let new = st.comm(h)?;
+            let n = st.device(new.vci)?.size(new.id)?;
+            let whole = st.device(c.vci)?.size(c.id)?;
+            if n == whole {
+                st.device(new.vci)?.comm_free(new.id)?;
+                st.comms.lock()[h - abi::COMM_BASE] = None;
+                h = abi::COMM_NULL;
+            } else if info != abi::INFO_NULL {
+                crate::info::set(info, "mpi_hw_resource_type", NODE_LEVEL)?;
+            }
+        }
         // SAFETY: the caller's contract.
         unsafe { put(newcomm, h) };
         Ok(())
@@ -207,6 +238,12 @@ pub unsafe extern "C" fn MPI_Comm_create(
     let code = call(comm, "MPI_Comm_create", |st| {
         let (c, fatal) = parent(st, comm)?;
         let g = group_in(st, group)?;
+        if crate::intercomm::remote_size(st, c)?.is_some() {
+            let h = crate::intercomm::create(st, c, &g, fatal)?;
+            // SAFETY: the caller's contract.
+            unsafe { put(newcomm, h) };
+            return Ok(());
+        }
         let new = on_device!(st, c.vci, |b| ch4_core::coll::new_create(b, c.id, &g))?;
         let h = adopt_all(st, new, fatal)?;
         // SAFETY: the caller's contract.
@@ -236,6 +273,7 @@ pub unsafe extern "C" fn MPI_Comm_create_group(
             return Err(null_arg("the new communicator"));
         }
         let (c, fatal) = parent(st, comm)?;
+        crate::intercomm::check_intra(st, c, "MPI_Comm_create_group")?;
         let g = group_in(st, group)?;
         let new = on_device!(st, c.vci, |b| ch4_core::coll::new_create_group(
             b, c.id, &g, tag
@@ -264,9 +302,19 @@ pub unsafe extern "C" fn MPI_Comm_compare(
         } else {
             let ga = st.device(a.vci)?.comm_group(a.id)?;
             let gb = st.device(b.vci)?.comm_group(b.id)?;
-            match compare(&ga, &gb) {
-                IDENT => CONGRUENT,
-                other => other,
+            let ra = st.device(a.vci)?.comm_remote_group(a.id)?;
+            let rb = st.device(b.vci)?.comm_remote_group(b.id)?;
+            // Intercommunicators compare by both groups (MPI 4.1 section 7.4.1): the
+            // weaker of the two results; an intra- and an intercommunicator are unequal.
+            let remote = match (&ra, &rb) {
+                (None, None) => IDENT,
+                (Some(x), Some(y)) => compare(x, y),
+                _ => abi::UNEQUAL,
+            };
+            match (compare(&ga, &gb), remote) {
+                (IDENT, IDENT) => CONGRUENT,
+                (abi::UNEQUAL, _) | (_, abi::UNEQUAL) => abi::UNEQUAL,
+                _ => abi::SIMILAR,
             }
         };
         // SAFETY: the caller's contract.

@@ -37,7 +37,7 @@ pub(crate) fn group_in(st: &State, h: Handle) -> ch4::Result<Group> {
         })
 }
 
-fn group_out(st: &State, g: Group) -> Handle {
+pub(crate) fn group_out(st: &State, g: Group) -> Handle {
     if g.size() == 0 {
         return GROUP_EMPTY;
     }

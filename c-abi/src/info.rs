@@ -346,6 +346,19 @@ pub(crate) fn value(h: Handle, key: &str) -> ch4::Result<Option<String>> {
     .map_err(|e| ch4::Error::new(ch4_core::ErrorKind::Arg, e.message))
 }
 
+/// Sets `key` to `value` in info `h` (what the library writes back into a program's info,
+/// as `MPI_Comm_split_type` with `MPI_COMM_TYPE_HW_UNGUIDED` does).
+pub(crate) fn set(h: Handle, key: &str, value: &str) -> ch4::Result<()> {
+    let (k, v) = (key.as_bytes().to_vec(), value.as_bytes().to_vec());
+    write(h, |pairs| {
+        match pairs.iter_mut().find(|(old, _)| *old == k) {
+            Some((_, old)) => *old = v,
+            None => pairs.push((k, v)),
+        }
+    })
+    .map_err(|e| ch4::Error::new(ch4_core::ErrorKind::Arg, e.message))
+}
+
 // ------------------------------------------------------------------ MPI_INFO_ENV
 
 /// `MPI_INFO_ENV`, made at its first use and the same from then on.
@@ -754,6 +767,13 @@ pub unsafe extern "C" fn MPI_Comm_dup_with_info(
             })?),
         };
         let (c, fatal) = crate::comm::parent(st, comm)?;
+        if crate::intercomm::remote_size(st, c)?.is_some() {
+            // An intercommunicator's VCI is bound by its groups' context ids.
+            let h = crate::intercomm::dup(st, c, fatal)?;
+            // SAFETY: checked non-null; the caller's contract.
+            unsafe { newcomm.write(h) };
+            return Ok(());
+        }
         // Every member checks that all named the same VCI, or none (u64::MAX), before the
         // communicator is agreed on: members that disagree all fail, none hangs.
         let named = target.map_or(u64::MAX, |v: usize| v as u64);

@@ -46,6 +46,8 @@
 //!   datatypes (their copy and delete functions), the predefined attributes, communicator
 //!   names.
 //! - `groups`: `MPI_Comm_group` and the `MPI_Group_` functions.
+//! - `intercomm`: intercommunicators (`MPI_Intercomm_create`, `_merge`, the remote group's
+//!   queries) and `MPI_Comm_idup`.
 //! - `info`: info objects (`MPI_Info_`, `MPI_INFO_ENV`) and a communicator's hints
 //!   (`MPI_Comm_dup_with_info`, whose `ch4_vci` places it on a VCI).
 //! - `datatype`: the predefined datatypes and reduction operations.
@@ -82,6 +84,7 @@ mod errors;
 mod grequests;
 mod groups;
 mod info;
+mod intercomm;
 mod not_implemented;
 mod ops;
 mod probe;

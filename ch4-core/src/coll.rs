@@ -24,10 +24,10 @@ use crate::types::{ContextId, Rank, SendMode, Status, Tag};
 use crate::{Error, ErrorKind, Result};
 
 const TAG_BARRIER: Tag = 1;
-const TAG_BCAST: Tag = 2;
+pub(crate) const TAG_BCAST: Tag = 2;
 const TAG_REDUCE: Tag = 3;
 const TAG_GATHER: Tag = 4;
-const TAG_CONTEXT: Tag = 5;
+pub(crate) const TAG_CONTEXT: Tag = 5;
 const TAG_SPLIT: Tag = 6;
 const TAG_SCATTER: Tag = 7;
 const TAG_ALLTOALL: Tag = 8;
@@ -44,7 +44,7 @@ pub const UNDEFINED: i32 = -32766;
 /// eager credit (beyond it, it goes by rendezvous): the receiver has posted this receive, but
 /// may hold credit in a burst of the program's messages it takes only after the collective,
 /// and a blocking send would wait for that credit for ever.
-fn csend<B: Blocking + ?Sized>(
+pub(crate) fn csend<B: Blocking + ?Sized>(
     b: &mut B,
     comm: CommId,
     dest: Rank,
@@ -59,7 +59,7 @@ fn csend<B: Blocking + ?Sized>(
     b.wait_or_abandon(h).map(drop)
 }
 
-fn crecv<B: Blocking + ?Sized>(
+pub(crate) fn crecv<B: Blocking + ?Sized>(
     b: &mut B,
     comm: CommId,
     src: Rank,
@@ -97,7 +97,7 @@ pub fn sendrecv<B: Blocking + ?Sized>(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn sendrecv_on<B: Blocking + ?Sized>(
+pub(crate) fn sendrecv_on<B: Blocking + ?Sized>(
     b: &mut B,
     comm: CommId,
     send: &[u8],
@@ -163,7 +163,7 @@ pub fn bcast<B: Blocking + ?Sized>(
 }
 
 /// The binomial-tree broadcast, on the collective context with `tag`.
-fn bcast_on<B: Blocking + ?Sized>(
+pub(crate) fn bcast_on<B: Blocking + ?Sized>(
     b: &mut B,
     comm: CommId,
     root: Rank,
@@ -742,7 +742,7 @@ pub fn alltoallv<B: Blocking + ?Sized>(
     Ok(())
 }
 
-fn rank_size<B: Blocking + ?Sized>(b: &mut B, comm: CommId) -> Result<(Rank, Rank)> {
+pub(crate) fn rank_size<B: Blocking + ?Sized>(b: &mut B, comm: CommId) -> Result<(Rank, Rank)> {
     b.visit(|d| {
         let c = d.core.comm(comm)?;
         Ok((c.rank, c.size()))
@@ -754,7 +754,7 @@ fn rank_size<B: Blocking + ?Sized>(b: &mut B, comm: CommId) -> Result<(Rank, Ran
 /// Agrees with every member of `parent` on a context id free at all of them, and takes it.
 /// Runs again while another agreement of a member's process holds that process's context ids
 /// ([`crate::comm::ContextIds`]).
-fn agree_context<B: Blocking + ?Sized>(b: &mut B, parent: CommId) -> Result<ContextId> {
+pub(crate) fn agree_context<B: Blocking + ?Sized>(b: &mut B, parent: CommId) -> Result<ContextId> {
     agree_context_by(b, parent, 0, |b, send, recv| {
         allreduce_tagged(b, parent, send, recv, TAG_CONTEXT)
     })
@@ -771,7 +771,7 @@ const _: () = assert!(2 * crate::comm::CONTEXT_SLOTS <= 1 << PRIORITY_SHIFT);
 /// `parent`'s context id plus `above << PRIORITY_SHIFT`: the same at every member, and, for the
 /// agreements among groups, different for each tag, so that two threads creating
 /// communicators over one parent with different tags finish one after the other.
-fn agree_context_by<B: Blocking + ?Sized>(
+pub(crate) fn agree_context_by<B: Blocking + ?Sized>(
     b: &mut B,
     parent: CommId,
     above: u32,
@@ -810,7 +810,7 @@ fn agree_context_by<B: Blocking + ?Sized>(
 
 /// A bitwise-AND allreduce with its own tag (the context agreement must not be confused with
 /// a user's reduction that is still in flight on another communicator).
-fn allreduce_tagged<B: Blocking + ?Sized>(
+pub(crate) fn allreduce_tagged<B: Blocking + ?Sized>(
     b: &mut B,
     comm: CommId,
     send: &[u8],
@@ -844,13 +844,7 @@ pub fn new_dup<B: Blocking + ?Sized>(b: &mut B, comm: CommId) -> Result<Comm> {
     let context = agree_context(b, comm)?;
     b.visit(|d| {
         let c = d.core.comm(comm)?;
-        Ok(Comm {
-            context,
-            rank: c.rank,
-            group: c.group.clone(),
-            node: Default::default(),
-            schedule_tags: Default::default(),
-        })
+        Ok(Comm::intra(context, c.rank, c.group.clone()))
     })
     .inspect_err(|_| release_context(b, context))
 }
@@ -936,13 +930,7 @@ pub fn new_split<B: Blocking + ?Sized>(
             .iter()
             .position(|&r| r == me)
             .ok_or_else(|| Error::new(ErrorKind::Internal, "split lost the calling rank"))?;
-        Ok(Some(Comm {
-            context,
-            rank: rank as Rank,
-            group,
-            node: Default::default(),
-            schedule_tags: Default::default(),
-        }))
+        Ok(Some(Comm::intra(context, rank as Rank, group)))
     })
     .inspect_err(|_| release_context(b, context))
 }
@@ -969,13 +957,7 @@ pub fn new_create<B: Blocking + ?Sized>(
     })?;
     let context = agree_context(b, comm)?;
     match me {
-        Some(rank) => Ok(Some(Comm {
-            context,
-            rank,
-            group: group.clone(),
-            node: Default::default(),
-            schedule_tags: Default::default(),
-        })),
+        Some(rank) => Ok(Some(Comm::intra(context, rank, group.clone()))),
         None => {
             release_context(b, context);
             Ok(None)
@@ -1031,13 +1013,7 @@ pub fn new_create_group<B: Blocking + ?Sized>(
     let context = agree_context_by(b, comm, above, |b, send, recv| {
         group_and_allreduce(b, comm, &ranks, rank, send, recv, wire_tag)
     })?;
-    Ok(Some(Comm {
-        context,
-        rank,
-        group: group.clone(),
-        node: Default::default(),
-        schedule_tags: Default::default(),
-    }))
+    Ok(Some(Comm::intra(context, rank, group.clone())))
 }
 
 /// A bitwise-AND allreduce among the members of `comm` at ranks `ranks` (this process being
@@ -1091,7 +1067,7 @@ fn group_and_allreduce<B: Blocking + ?Sized>(
 }
 
 /// Returns an agreed context id that no communicator of this process took.
-fn release_context<B: Blocking + ?Sized>(b: &mut B, context: ContextId) {
+pub(crate) fn release_context<B: Blocking + ?Sized>(b: &mut B, context: ContextId) {
     let _ = b.visit(|d| {
         d.core.contexts.release(context);
         Ok(())
@@ -1137,6 +1113,34 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             .remove(comm.0)
             .ok_or_else(|| Error::new(ErrorKind::Comm, "communicator already freed"))?;
         self.core.contexts.release(c.context);
+        // An intercommunicator's own communicator of its local group goes with it.
+        if let Some(local) = c.local.and_then(|l| self.core.comms.remove(l.0)) {
+            self.core.contexts.release(local.context);
+        }
+        Ok(())
+    }
+
+    /// The remote group of intercommunicator `comm` (MPI_Comm_remote_group); `None` for an
+    /// intracommunicator.
+    pub fn comm_remote_group(&self, comm: CommId) -> Result<Option<Group>> {
+        Ok(self.core.comm(comm)?.remote.clone())
+    }
+
+    /// The size of the remote group of intercommunicator `comm`; `None` for an
+    /// intracommunicator.
+    pub fn remote_size(&self, comm: CommId) -> Result<Option<Rank>> {
+        Ok(self
+            .core
+            .comm(comm)?
+            .remote
+            .as_ref()
+            .map(|g| g.size() as Rank))
+    }
+
+    /// Makes intercommunicator `inter` (adopted, or about to be) work within its local group
+    /// over `local`, a communicator of this device with the same local group.
+    pub fn set_inter_local(&mut self, inter: CommId, local: CommId) -> Result<()> {
+        self.core.comm_mut(inter)?.local = Some(local);
         Ok(())
     }
 

@@ -18,14 +18,30 @@ use crate::{Error, ErrorKind, Result};
 pub struct CommId(pub(crate) Handle);
 
 /// One communicator as the device sees it.
+///
+/// An intercommunicator (MPI 4.1 section 7.6) has two groups: `group`, the local one, which
+/// gives this process's rank and size, and `remote`, whose ranks its sends and receives name.
+/// As in MPICH, each group agrees on a context id of its own among its members, on which its
+/// members receive (`context`), and messages to the other group carry that group's id
+/// (`send_context`): no agreement across both groups is needed to make one.
 #[derive(Debug, Clone)]
 pub struct Comm {
-    /// Point-to-point context id (even); the collective context is `context + 1`.
+    /// Point-to-point context id (even) of the messages this process receives; the
+    /// collective context is `context + 1`.
     pub context: ContextId,
+    /// The context id of the messages this process sends: `context` for an
+    /// intracommunicator, the remote group's for an intercommunicator.
+    pub send_context: ContextId,
     /// Our rank in the group.
     pub rank: Rank,
-    /// The members, shared with every dup.
+    /// The members, shared with every dup (an intercommunicator's local group).
     pub group: Group,
+    /// An intercommunicator's remote group, whose ranks address peers; `None` for an
+    /// intracommunicator, whose peers are `group`.
+    pub remote: Option<Group>,
+    /// An intercommunicator's own intracommunicator of its local group (on the same device),
+    /// over which its collectives' schedules work within the group (`crate::schedule`).
+    pub local: Option<CommId>,
     /// Whether its small collectives go through the node's shared segment.
     pub(crate) node: crate::node_coll::NodeLanes,
     /// The tags its collective schedules have taken (`crate::schedule`).
@@ -33,6 +49,36 @@ pub struct Comm {
 }
 
 impl Comm {
+    /// An intracommunicator of `group` with context id `context`, this process at `rank`.
+    pub fn intra(context: ContextId, rank: Rank, group: Group) -> Comm {
+        Comm {
+            context,
+            send_context: context,
+            rank,
+            group,
+            remote: None,
+            local: None,
+            node: Default::default(),
+            schedule_tags: Default::default(),
+        }
+    }
+
+    /// The group whose ranks sends and receives name: the remote group of an
+    /// intercommunicator, else the communicator's own.
+    #[inline(always)]
+    pub fn peers(&self) -> &Group {
+        match &self.remote {
+            None => &self.group,
+            Some(r) => r,
+        }
+    }
+
+    /// Whether it is an intercommunicator.
+    #[inline(always)]
+    pub fn is_inter(&self) -> bool {
+        self.remote.is_some()
+    }
+
     /// The context id collectives over this communicator use.
     #[inline(always)]
     pub fn coll_context(&self) -> ContextId {
@@ -45,17 +91,16 @@ impl Comm {
         self.group.size() as Rank
     }
 
-    /// The checked process id of `rank`.
+    /// The checked process id of peer `rank` (of the remote group, for an
+    /// intercommunicator).
     #[inline(always)]
     pub fn gpid(&self, rank: Rank) -> Result<crate::Gpid> {
-        match self.group.gpid(rank) {
+        let peers = self.peers();
+        match peers.gpid(rank) {
             Some(g) => Ok(g),
             None => Err(Error::new(
                 ErrorKind::Rank,
-                format!(
-                    "rank {rank} outside communicator of size {}",
-                    self.group.size()
-                ),
+                format!("rank {rank} outside communicator of size {}", peers.size()),
             )),
         }
     }
@@ -199,6 +244,55 @@ impl ContextIds {
     pub fn release(&self, context: ContextId) {
         self.state().mask.release(context);
     }
+
+    /// The free mask as it is now, claimed or not: a nonblocking agreement's first round
+    /// (`crate::schedule`), which holds no claim while it waits for the other members and so
+    /// never makes a blocking agreement wait for it (MPICH's `comm_create_group_idup`
+    /// interleaves the two in opposite orders on different members).
+    pub fn snapshot(&self) -> [u64; CONTEXT_WORDS] {
+        self.state().mask.words()
+    }
+
+    /// Takes every id of `ids` if all are free and no agreement holds the mask (whose
+    /// members are choosing among the free ids): a nonblocking agreement's reservation of
+    /// its candidates, which all members then confirm or undo together.
+    pub fn try_take(&self, ids: &[ContextId]) -> bool {
+        let mut st = self.state();
+        if st.claimed {
+            return false;
+        }
+        let free = |c: ContextId| {
+            let slot = c as usize / 2;
+            slot < CONTEXT_SLOTS && st.mask.free[slot / 64] & (1u64 << (slot % 64)) != 0
+        };
+        if !ids.iter().all(|&c| free(c)) {
+            return false;
+        }
+        for &c in ids {
+            let slot = c as usize / 2;
+            st.mask.free[slot / 64] &= !(1u64 << (slot % 64));
+        }
+        true
+    }
+}
+
+/// The context id of a communicator made by a nonblocking agreement still under way: no
+/// slot's (slots are below `CONTEXT_SLOTS`), so releasing it does nothing and nothing
+/// matches it.
+pub const PENDING_CONTEXT: ContextId = ContextId::MAX & !1;
+
+/// The `n` lowest context ids whose slots are set in `agreed` (fewer if there are not).
+pub fn lowest_free(agreed: &[u64; CONTEXT_WORDS], n: usize) -> Vec<ContextId> {
+    let mut out = Vec::with_capacity(n);
+    for (w, &word) in agreed.iter().enumerate() {
+        let mut bits = word;
+        while bits != 0 && out.len() < n {
+            let bit = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            out.push(((w * 64 + bit) * 2) as ContextId);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -270,6 +364,32 @@ mod tests {
         assert_eq!(a.conclude(0, true, &held).unwrap(), Some(4));
         let out = agree(&[&a, &b], 8);
         assert!(out.iter().all(|r| matches!(r, Ok(Some(6)))), "{out:?}");
+    }
+
+    #[test]
+    fn a_reservation_takes_all_or_nothing_and_waits_for_no_claim() {
+        let a = ContextIds::default();
+        let ids = lowest_free(&a.snapshot(), 2);
+        assert_eq!(ids, [4, 6]);
+        assert!(a.try_take(&ids));
+        // Taken now: a second reservation of one of them takes nothing.
+        assert!(!a.try_take(&[6, 8]));
+        assert_eq!(lowest_free(&a.snapshot(), 1), [8]);
+        // While a blocking agreement holds the mask, no reservation is made.
+        let (_, claimed) = a.offer(0);
+        assert!(claimed);
+        assert!(!a.try_take(&[8]));
+        a.conclude(0, true, &[0; CONTEXT_WORDS + 1]).unwrap();
+        assert!(a.try_take(&[8]));
+        a.release(4);
+        assert_eq!(lowest_free(&a.snapshot(), 1), [4]);
+    }
+
+    #[test]
+    fn the_pending_context_is_no_slot() {
+        let a = ContextIds::default();
+        a.release(PENDING_CONTEXT);
+        assert!(!a.try_take(&[PENDING_CONTEXT]));
     }
 
     #[test]

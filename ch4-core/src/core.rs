@@ -349,21 +349,9 @@ impl Core {
             chunk: 16,
             max: crate::comm::CONTEXT_SLOTS,
         })?;
-        let world = CommId(comms.insert(Comm {
-            context: 0,
-            rank: gpid as i32,
-            group: Group::world(world_size),
-            node: Default::default(),
-            schedule_tags: Default::default(),
-        })?);
+        let world = CommId(comms.insert(Comm::intra(0, gpid as i32, Group::world(world_size)))?);
         let self_group = Group::world(world_size).incl(&[gpid as i32])?;
-        let self_comm = CommId(comms.insert(Comm {
-            context: 2,
-            rank: 0,
-            group: self_group,
-            node: Default::default(),
-            schedule_tags: Default::default(),
-        })?);
+        let self_comm = CommId(comms.insert(Comm::intra(2, 0, self_group))?);
         Ok(Core {
             gpid,
             world_size,
@@ -415,7 +403,7 @@ impl Core {
         self.comms
             .iter()
             .find(|(_, c)| c.context == p2p)
-            .and_then(|(_, c)| c.group.gpid(rank))
+            .and_then(|(_, c)| c.peers().gpid(rank))
     }
 
     /// The request behind `h`, or a `Request` error when it is stale.

@@ -19,7 +19,9 @@ use crate::request::{
 use crate::transport::{
     send_ctrl, Arm, Caps, Cx, Netmod, NoPartner, P2p, Partner, PeerState, SendOp, Shm,
 };
-use crate::types::{Envelope, Gpid, Rank, SendMode, Status, Tag, ANY_SOURCE, ANY_TAG, PROC_NULL};
+use crate::types::{
+    ContextId, Envelope, Gpid, Rank, SendMode, Status, Tag, ANY_SOURCE, ANY_TAG, PROC_NULL,
+};
 use crate::{Error, ErrorKind, Result};
 
 /// The device of one process, generic over its netmod `N` and shared-memory layer `S`.
@@ -334,7 +336,9 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             return Ok(None);
         }
         let gpid = c.gpid(dest)?;
-        let context = if coll { c.coll_context() } else { c.context };
+        // The receivers' context: the communicator's own, or an intercommunicator's remote
+        // group's (a field read, no branch).
+        let context = c.send_context + coll as ContextId;
         Ok(Some((
             gpid,
             Envelope {
@@ -975,7 +979,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
                 };
                 if r.want.source == ANY_SOURCE {
                     let me = self.core.gpid;
-                    let group = comm.group.clone();
+                    let group = comm.peers().clone();
                     let failed = (0..group.size() as Rank)
                         .filter_map(|rank| group.gpid(rank).map(|g| (rank, g)))
                         .find(|&(_, g)| g != me && self.peer_state(g) == PeerState::Failed);
@@ -984,7 +988,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
                         None => (false, PROC_NULL),
                     }
                 } else {
-                    match comm.group.gpid(r.want.source) {
+                    match comm.peers().gpid(r.want.source) {
                         Some(g) => (self.peer_state(g) != PeerState::Alive, r.want.source),
                         None => (false, PROC_NULL),
                     }

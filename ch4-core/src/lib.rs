@@ -17,6 +17,7 @@ pub mod datatype;
 pub mod device;
 pub mod env;
 pub mod error;
+pub mod inter;
 pub mod match_bits;
 pub mod matching;
 pub mod native;

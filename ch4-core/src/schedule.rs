@@ -94,10 +94,21 @@ pub struct Out(usize);
 
 /// A step of a schedule.
 enum Step {
-    /// Starts a send of a copy of `from` to `to`.
-    Send { to: Rank, phase: Tag, from: Slice },
-    /// Starts a receive of exactly `into.len` bytes from `from` into `into`.
-    Recv { from: Rank, phase: Tag, into: Slice },
+    /// Starts a send of a copy of `from` to `to` (of the local group when `local`).
+    Send {
+        to: Rank,
+        phase: Tag,
+        from: Slice,
+        local: bool,
+    },
+    /// Starts a receive of exactly `into.len` bytes from `from` (of the local group when
+    /// `local`) into `into`.
+    Recv {
+        from: Rank,
+        phase: Tag,
+        into: Slice,
+        local: bool,
+    },
     /// Waits, then `acc = acc op other` (or `other op acc` when `other_first`).
     Fold {
         acc: Slice,
@@ -114,6 +125,35 @@ enum Step {
     },
     /// Waits for every send and receive started so far.
     Fence,
+    /// Waits, then runs the next round of context-id agreement `n` of the schedule
+    /// ([`Schedule::agree_contexts`]), which may add the steps of another round after it.
+    Agree(usize),
+    /// Waits, then gives communicator `comm` the context ids in `recv` (which it receives on)
+    /// and `send` (which it sends with), little-endian words ([`Schedule::install`]).
+    Install {
+        comm: CommId,
+        recv: Slice,
+        send: Slice,
+    },
+}
+
+/// Where a context-id agreement of a schedule stands (see [`Schedule::agree_contexts`]).
+struct Agreement {
+    /// This member's rank and the number of members, over which it allreduces.
+    rank: Rank,
+    size: Rank,
+    /// Whether it runs within an intercommunicator's local group.
+    local: bool,
+    /// How many ids it agrees on.
+    ids: usize,
+    /// Where the agreed ids go.
+    out: Slice,
+    /// The ids this member reserved in the last round, until all confirm them.
+    taken: Vec<crate::types::ContextId>,
+    /// The buffer the current round allreduces (the masks, then the confirmations).
+    acc: Option<Slice>,
+    /// Whether the next round confirms a reservation (else it reads the masks' AND).
+    confirming: bool,
 }
 
 /// Where a pending receive's bytes go when it completes.
@@ -128,6 +168,11 @@ enum Landing {
 /// [`Device::start_schedule`].
 pub struct Schedule {
     comm: CommId,
+    /// An intercommunicator's communicator of its local group, set when the schedule starts.
+    local: Option<CommId>,
+    /// Whether the sends and receives added now go to the local group
+    /// ([`Schedule::within_local`]).
+    on_local: bool,
     bufs: Vec<Vec<u8>>,
     outs: Vec<RecvBuf>,
     steps: Vec<Step>,
@@ -140,6 +185,8 @@ pub struct Schedule {
     tag: Tag,
     /// Scratch for folds whose other operand goes first, and for steps within one buffer.
     front: Vec<u8>,
+    /// Its context-id agreements.
+    agreements: Vec<Agreement>,
 }
 
 impl Schedule {
@@ -147,6 +194,8 @@ impl Schedule {
     pub fn new(comm: CommId) -> Schedule {
         Schedule {
             comm,
+            local: None,
+            on_local: false,
             bufs: Vec::new(),
             outs: Vec::new(),
             steps: Vec::new(),
@@ -155,6 +204,7 @@ impl Schedule {
             pending: Vec::new(),
             tag: 0,
             front: Vec::new(),
+            agreements: Vec::new(),
         }
     }
 
@@ -191,6 +241,14 @@ impl Schedule {
         self.fold = Some(fold);
     }
 
+    /// On an intercommunicator, makes the sends and receives added from now on go to the
+    /// members of the local group (`true`: an algorithm of `crate::nbc` then works within the
+    /// group, by local ranks) or to the remote group's (`false`, the start). Both run on the
+    /// schedule's tag, on different contexts.
+    pub fn within_local(&mut self, on: bool) {
+        self.on_local = on;
+    }
+
     /// Sends a copy of `from` to member `to` (nothing for `PROC_NULL`).
     pub fn send(&mut self, to: Rank, from: Slice) {
         self.send_phase(to, 0, from)
@@ -199,7 +257,13 @@ impl Schedule {
     /// [`Schedule::send`] on sub-tag `phase` (below [`PHASES`]).
     pub fn send_phase(&mut self, to: Rank, phase: Tag, from: Slice) {
         if to != PROC_NULL {
-            self.steps.push(Step::Send { to, phase, from });
+            let local = self.on_local;
+            self.steps.push(Step::Send {
+                to,
+                phase,
+                from,
+                local,
+            });
         }
     }
 
@@ -212,7 +276,13 @@ impl Schedule {
     /// [`Schedule::recv`] on sub-tag `phase` (below [`PHASES`]).
     pub fn recv_phase(&mut self, from: Rank, phase: Tag, into: Slice) {
         if from != PROC_NULL {
-            self.steps.push(Step::Recv { from, phase, into });
+            let local = self.on_local;
+            self.steps.push(Step::Recv {
+                from,
+                phase,
+                into,
+                local,
+            });
         }
     }
 
@@ -237,6 +307,44 @@ impl Schedule {
         self.steps.push(Step::Deliver { from, out, offset });
     }
 
+    /// Agrees with the members (this one `rank` of `size`; within the local group after
+    /// [`Schedule::within_local`]) on `ids` context ids free at every one of them and takes
+    /// them, without holding the process's context ids while it waits (MPI_Comm_idup): a
+    /// round allreduces the members' free masks (an AND), each member reserves the lowest
+    /// `ids` ids of the result if they are still free and no blocking agreement holds its
+    /// mask ([`crate::comm::ContextIds::try_take`]), and a second allreduce confirms the
+    /// reservations, or undoes them all and starts again. The returned range gets the ids,
+    /// little-endian words, before the steps added after this one run. The schedule's fold is
+    /// the AND it needs (a schedule with another reduction cannot agree).
+    pub fn agree_contexts(&mut self, rank: Rank, size: Rank, ids: usize) -> Slice {
+        let out = self.scratch(4 * ids);
+        self.set_fold(Box::new(|acc: &mut [u8], other: &[u8]| {
+            for (a, o) in acc.iter_mut().zip(other) {
+                *a &= o;
+            }
+        }));
+        self.agreements.push(Agreement {
+            rank,
+            size,
+            local: self.on_local,
+            ids,
+            out,
+            taken: Vec::new(),
+            acc: None,
+            confirming: false,
+        });
+        self.steps.push(Step::Agree(self.agreements.len() - 1));
+        out
+    }
+
+    /// Gives communicator `comm` (of the device the schedule runs on) the context ids in
+    /// `recv` and `send` (4 bytes each, as [`Schedule::agree_contexts`] writes them) once the
+    /// steps before this one are done: how a communicator made at once with a pending context
+    /// id ([`crate::comm::PENDING_CONTEXT`]) gets its own.
+    pub fn install(&mut self, comm: CommId, recv: Slice, send: Slice) {
+        self.steps.push(Step::Install { comm, recv, send });
+    }
+
     /// Waits for every send and receive started before this point.
     pub fn fence(&mut self) {
         if !matches!(self.steps.last(), None | Some(Step::Fence)) {
@@ -258,22 +366,42 @@ impl Schedule {
                 format!("a collective's schedule has a bad {what}"),
             ))
         };
+        let reach = |local: &bool| !*local || self.local.is_some();
         for step in &self.steps {
             let fine = match step {
-                Step::Send { from, phase, .. } => ok(from) && (0..PHASES).contains(phase),
-                Step::Recv { into, phase, .. } => ok(into) && (0..PHASES).contains(phase),
+                Step::Send {
+                    from, phase, local, ..
+                } => ok(from) && (0..PHASES).contains(phase) && reach(local),
+                Step::Recv {
+                    into, phase, local, ..
+                } => ok(into) && (0..PHASES).contains(phase) && reach(local),
                 Step::Fold { acc, other, .. } => {
                     ok(acc) && ok(other) && acc.len == other.len && self.fold.is_some()
                 }
                 Step::Copy { from, to } => ok(from) && ok(to) && from.len == to.len,
                 Step::Deliver { from, out, .. } => ok(from) && out.0 < self.outs.len(),
                 Step::Fence => true,
+                Step::Agree(i) => self
+                    .agreements
+                    .get(*i)
+                    .is_some_and(|a| ok(&a.out) && reach(&a.local)),
+                Step::Install { recv, send, .. } => {
+                    ok(recv) && ok(send) && recv.len == 4 && send.len == 4
+                }
             };
             if !fine {
                 return bad("step");
             }
         }
         Ok(())
+    }
+
+    /// The communicator a send or receive goes on (checked: a local one has `local`).
+    fn target(&self, local: bool) -> CommId {
+        match (local, self.local) {
+            (true, Some(l)) => l,
+            _ => self.comm,
+        }
     }
 
     fn bytes(&self, s: Slice) -> &[u8] {
@@ -326,7 +454,11 @@ impl Schedule {
                     ));
                 }
             }
-            Step::Fence | Step::Send { .. } | Step::Recv { .. } => {}
+            Step::Fence
+            | Step::Send { .. }
+            | Step::Recv { .. }
+            | Step::Agree(_)
+            | Step::Install { .. } => {}
         }
         Ok(())
     }
@@ -365,6 +497,8 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         mut schedule: Schedule,
         tag: Option<Tag>,
     ) -> Result<ReqHandle> {
+        let c = self.core.comm_mut(schedule.comm)?;
+        schedule.local = c.local;
         schedule.check()?;
         let c = self.core.comm_mut(schedule.comm)?;
         schedule.tag = match tag {
@@ -485,21 +619,48 @@ impl<N: Netmod, S: Shm> Device<N, S> {
                 return Ok((ran, s.pending.is_empty()));
             };
             match *step {
-                Step::Send { to, phase, from } => {
+                Step::Send {
+                    to,
+                    phase,
+                    from,
+                    local,
+                } => {
                     let buf = SendBuf::owned(s.bytes(from).to_vec());
-                    let h = self.isend_scheduled(s.comm, to, s.tag + phase, buf)?;
+                    let comm = s.target(local);
+                    let h = self.isend_scheduled(comm, to, s.tag + phase, buf)?;
                     if h != ReqHandle::DONE {
                         s.pending.push((h, Landing::Sent));
                     }
                 }
-                Step::Recv { from, phase, into } => {
-                    let h = self.irecv_scheduled(
-                        s.comm,
-                        from,
-                        s.tag + phase,
-                        RecvBuf::owned(into.len),
-                    )?;
+                Step::Recv {
+                    from,
+                    phase,
+                    into,
+                    local,
+                } => {
+                    let comm = s.target(local);
+                    let h =
+                        self.irecv_scheduled(comm, from, s.tag + phase, RecvBuf::owned(into.len))?;
                     s.pending.push((h, Landing::Into(into)));
+                }
+                Step::Agree(i) => {
+                    if !s.pending.is_empty() {
+                        return Ok((ran, false));
+                    }
+                    self.agree_round(s, i)?;
+                }
+                Step::Install { comm, recv, send } => {
+                    if !s.pending.is_empty() {
+                        return Ok((ran, false));
+                    }
+                    let word = |sl: Slice| {
+                        let b = s.bytes(sl);
+                        u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+                    };
+                    let (recv, send) = (word(recv), word(send));
+                    let c = self.core.comm_mut(comm)?;
+                    c.context = recv;
+                    c.send_context = send;
                 }
                 _ => {
                     if !s.pending.is_empty() {
@@ -511,6 +672,78 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             s.next += 1;
             ran += 1;
         }
+    }
+
+    /// Runs the next round of agreement `i` of `s` (see [`Schedule::agree_contexts`]): reads
+    /// the result of the round that ended, if any, and adds the steps of the next one right
+    /// after the current step, or writes the agreed ids.
+    fn agree_round(&mut self, s: &mut Schedule, i: usize) -> Result<()> {
+        use crate::comm::{lowest_free, CONTEXT_WORDS};
+        let Some(a) = s.agreements.get(i) else {
+            return Err(Error::new(ErrorKind::Internal, "a schedule's agreement"));
+        };
+        let (rank, size, local, ids) = (a.rank, a.size, a.local, a.ids);
+        let outcome = a.acc.map(|acc| s.bytes(acc).to_vec());
+        let contexts = self.core.contexts.clone();
+        // What the next round allreduces, if there is one.
+        let next: Option<(Vec<u8>, bool)> = match (outcome, a.confirming) {
+            (Some(flag), true) if flag.iter().all(|&b| b == 0xff) => {
+                // Every member reserved the candidates: they are the communicator's.
+                let mut words = Vec::with_capacity(4 * ids);
+                for &c in &a.taken {
+                    words.extend_from_slice(&c.to_le_bytes());
+                }
+                let out = a.out;
+                s.bufs[out.buf.0][out.off..out.off + out.len].copy_from_slice(&words);
+                None
+            }
+            (Some(masks), false) => {
+                let mut agreed = [0u64; CONTEXT_WORDS];
+                for (w, chunk) in agreed.iter_mut().zip(masks.chunks_exact(8)) {
+                    *w = u64::from_le_bytes(chunk.try_into().unwrap_or_default());
+                }
+                let candidates = lowest_free(&agreed, ids);
+                if candidates.len() < ids {
+                    return Err(Error::new(
+                        ErrorKind::Exhausted,
+                        "no context id free on every member",
+                    ));
+                }
+                let took = contexts.try_take(&candidates);
+                if took {
+                    s.agreements[i].taken = candidates;
+                }
+                Some((vec![if took { 0xff } else { 0 }; 8], true))
+            }
+            _ => {
+                // The start, or a confirmation that failed somewhere: undo, and read the
+                // masks again.
+                for c in std::mem::take(&mut s.agreements[i].taken) {
+                    contexts.release(c);
+                }
+                let mut bytes = Vec::with_capacity(8 * CONTEXT_WORDS);
+                for w in contexts.snapshot() {
+                    bytes.extend_from_slice(&w.to_le_bytes());
+                }
+                Some((bytes, false))
+            }
+        };
+        let Some((contribution, confirming)) = next else {
+            return Ok(());
+        };
+        // The next round's steps go right after this one, before the steps that follow.
+        let tail = s.steps.split_off(s.next + 1);
+        let was_local = s.on_local;
+        s.on_local = local;
+        let acc = s.buffer(contribution);
+        crate::nbc::allreduce(s, rank, size, acc);
+        s.steps.push(Step::Agree(i));
+        s.on_local = was_local;
+        s.steps.extend(tail);
+        let a = &mut s.agreements[i];
+        a.acc = Some(acc);
+        a.confirming = confirming;
+        Ok(())
     }
 
     /// Takes in the schedule's completed sends and receives; how many.

@@ -33,6 +33,16 @@ pub unsafe extern "C" fn MPI_Alltoallv(
 ) -> c_int {
     call(comm, "MPI_Alltoallv", |st| {
         let c = st.comm(comm)?;
+        if let Some(m) = super::inter::of(st, c)? {
+            // SAFETY: the caller's contract: an entry per remote member in each array.
+            let (send, recv) = unsafe {
+                (
+                    super::inter::v(st, sendbuf, sendcounts, sdispls, sendtype, m)?,
+                    super::inter::v(st, recvbuf, recvcounts, rdispls, recvtype, m)?,
+                )
+            };
+            return super::inter::run(st, c, Ok(super::inter::alltoallw(send, recv)));
+        }
         let id = c.id;
         let (_, size) = rank_size(st, c)?;
         let in_place = sendbuf as usize == abi::IN_PLACE;
@@ -151,6 +161,11 @@ pub unsafe extern "C" fn MPI_Alltoall(
     if !plain(sendtype, sendcount) || !plain(recvtype, recvcount) {
         return call(comm, "MPI_Alltoall", |st| {
             let c = st.comm(comm)?;
+            if let Some(m) = super::inter::of(st, c)? {
+                let send = super::inter::equal(st, sendbuf, sendcount, sendtype, m)?;
+                let recv = super::inter::equal(st, recvbuf, recvcount, recvtype, m)?;
+                return super::inter::run(st, c, Ok(super::inter::alltoallw(send, recv)));
+            }
             let id = c.id;
             let (_, size) = rank_size(st, c)?;
             let all = recvcount.saturating_mul(size as c_int);
@@ -179,10 +194,15 @@ pub unsafe extern "C" fn MPI_Alltoall(
             unsafe { unpack(st, recvbuf, all, recvtype, &back) }
         });
     }
-    let n = state::with(|st| st.comm(comm).and_then(|c| rank_size(st, c)))
-        .ok()
-        .and_then(Result::ok)
-        .map_or(0, |(_, n)| n);
+    // One block per member, of the remote group on an intercommunicator.
+    let n = state::with(|st| {
+        st.comm(comm)
+            .and_then(|c| super::nonblocking::members(st, c))
+            .map(|m| m.peers())
+    })
+    .ok()
+    .and_then(Result::ok)
+    .unwrap_or(0);
     let (sc, rc) = (vec![sendcount; n], vec![recvcount; n]);
     let sd: Vec<c_int> = (0..n).map(|i| i as c_int * sendcount).collect();
     let rd: Vec<c_int> = (0..n).map(|i| i as c_int * recvcount).collect();
@@ -264,6 +284,28 @@ pub unsafe extern "C" fn MPI_Alltoallw(
     }
     call(comm, "MPI_Alltoallw", |st| {
         let c = st.comm(comm)?;
+        if let Some(m) = super::inter::of(st, c)? {
+            let n = m.peers();
+            let blocks =
+                |buf: *const c_void, k: *const c_int, d: *const c_int, t: *const Handle| {
+                    // SAFETY: the caller's contract: an entry per remote member in each array.
+                    let (k, d, t) = unsafe {
+                        (
+                            super::plans::array(k, n, "counts")?,
+                            super::plans::array(d, n, "displacements")?,
+                            super::plans::handles(t, n, "datatypes")?,
+                        )
+                    };
+                    k.iter()
+                        .zip(&d)
+                        .zip(&t)
+                        .map(|((&k, &d), &t)| super::plans::Block::at_bytes(buf, d, k, t))
+                        .collect::<ch4::Result<Vec<_>>>()
+                };
+            let send = blocks(sendbuf, sendcounts, sdispls, sendtypes)?;
+            let recv = blocks(recvbuf, recvcounts, rdispls, recvtypes)?;
+            return super::inter::run(st, c, Ok(super::inter::alltoallw(send, recv)));
+        }
         let id = c.id;
         let (_, size) = rank_size(st, c)?;
         let in_place = sendbuf as usize == abi::IN_PLACE;

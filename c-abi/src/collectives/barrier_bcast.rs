@@ -16,6 +16,9 @@ use crate::datatype::recv_bytes;
 pub extern "C" fn MPI_Barrier(comm: Handle) -> c_int {
     call(comm, "MPI_Barrier", |st| {
         let c = st.comm(comm)?;
+        if super::inter::of(st, c)?.is_some() {
+            return super::inter::run(st, c, Ok(super::inter::barrier()));
+        }
         let id = c.id;
         on_device!(st, c.vci, |b| ch4_core::coll::barrier(b, id))
     })
@@ -35,6 +38,10 @@ pub unsafe extern "C" fn MPI_Bcast(
 ) -> c_int {
     call(comm, "MPI_Bcast", |st| {
         let c = st.comm(comm)?;
+        if let Some(m) = super::inter::of(st, c)? {
+            let plan = super::nonblocking::bcast(buffer, count.into(), datatype, root, m);
+            return super::inter::run(st, c, plan);
+        }
         let id = c.id;
         if !plain(datatype, count) {
             let me = st.device(c.vci)?.rank(id)?;

@@ -33,6 +33,15 @@ pub unsafe extern "C" fn MPI_Gather(
 ) -> c_int {
     call(comm, "MPI_Gather", |st| {
         let c = st.comm(comm)?;
+        if let Some(m) = super::inter::of(st, c)? {
+            let recv = if super::inter::at_root(root, m.peers())? {
+                super::inter::equal(st, recvbuf, recvcount, recvtype, m)?
+            } else {
+                Vec::new()
+            };
+            let send = super::plans::Block::new(sendbuf, sendcount.into(), sendtype)?;
+            return super::inter::run(st, c, Ok(super::inter::gatherv(send, recv, root)));
+        }
         let id = c.id;
         let (me, size) = {
             let dev = st.device(c.vci)?;
@@ -111,6 +120,11 @@ pub unsafe extern "C" fn MPI_Allgather(
 ) -> c_int {
     call(comm, "MPI_Allgather", |st| {
         let c = st.comm(comm)?;
+        if let Some(m) = super::inter::of(st, c)? {
+            let recv = super::inter::equal(st, recvbuf, recvcount, recvtype, m)?;
+            let send = super::plans::Block::new(sendbuf, sendcount.into(), sendtype)?;
+            return super::inter::run(st, c, Ok(super::inter::allgatherv(send, recv)));
+        }
         let id = c.id;
         let (me, size) = {
             let dev = st.device(c.vci)?;
@@ -172,6 +186,16 @@ pub unsafe extern "C" fn MPI_Gatherv(
 ) -> c_int {
     call(comm, "MPI_Gatherv", |st| {
         let c = st.comm(comm)?;
+        if let Some(m) = super::inter::of(st, c)? {
+            let recv = if super::inter::at_root(root, m.peers())? {
+                // SAFETY: the caller's contract: an entry per remote member at the root.
+                unsafe { super::inter::v(st, recvbuf, recvcounts, displs, recvtype, m) }?
+            } else {
+                Vec::new()
+            };
+            let send = super::plans::Block::new(sendbuf, sendcount.into(), sendtype)?;
+            return super::inter::run(st, c, Ok(super::inter::gatherv(send, recv, root)));
+        }
         let id = c.id;
         let (me, size) = rank_size(st, c)?;
         if me != root {
@@ -227,6 +251,12 @@ pub unsafe extern "C" fn MPI_Allgatherv(
 ) -> c_int {
     call(comm, "MPI_Allgatherv", |st| {
         let c = st.comm(comm)?;
+        if let Some(m) = super::inter::of(st, c)? {
+            // SAFETY: the caller's contract: an entry per remote member.
+            let recv = unsafe { super::inter::v(st, recvbuf, recvcounts, displs, recvtype, m) }?;
+            let send = super::plans::Block::new(sendbuf, sendcount.into(), sendtype)?;
+            return super::inter::run(st, c, Ok(super::inter::allgatherv(send, recv)));
+        }
         let id = c.id;
         let (me, size) = rank_size(st, c)?;
         let es = type_size(recvtype)?;

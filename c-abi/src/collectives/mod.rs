@@ -6,6 +6,7 @@
 //! - `gather`: `MPI_Gather`, `MPI_Gatherv`, `MPI_Allgather`, `MPI_Allgatherv`.
 //! - `scatter`: `MPI_Scatter`, `MPI_Scatterv`.
 //! - `alltoall`: `MPI_Alltoall`, `MPI_Alltoallv`, `MPI_Alltoallw`.
+//! - `inter`: every one of those on an intercommunicator, through schedules.
 //!
 //! The device's collectives move contiguous bytes, so every function turns the program's
 //! buffers into byte slices, with counts and displacements in bytes: a predefined datatype's
@@ -17,6 +18,7 @@ mod alltoall;
 mod barrier_bcast;
 mod big_count;
 mod gather;
+mod inter;
 mod neighbour;
 pub(crate) mod nonblocking;
 pub(crate) mod plans;

@@ -15,6 +15,7 @@ use std::ffi::{c_int, c_void};
 
 use ch4_core::ErrorKind;
 
+use super::inter;
 use super::plans::{self, array, handles, Block, Plan, Reduction};
 use super::rank_size;
 use crate::abi::{self, Handle};
@@ -33,8 +34,68 @@ type Aint = i64;
 pub(super) struct Members {
     /// This member's rank.
     pub rank: c_int,
-    /// The communicator's size.
+    /// The communicator's size (an intercommunicator's local group's).
     pub size: usize,
+    /// An intercommunicator's remote group's size; `None` for an intracommunicator.
+    pub remote: Option<usize>,
+}
+
+impl Members {
+    /// How many members the blocks of an all-to-all or an allgather are for: the remote
+    /// group's on an intercommunicator.
+    pub fn peers(&self) -> usize {
+        self.remote.unwrap_or(self.size)
+    }
+
+    /// The plan of an allgather on this communicator (`send` `None` for `MPI_IN_PLACE`, which
+    /// an intercommunicator does not take).
+    pub fn allgatherv(&self, send: Option<Block>, recv: Vec<Block>) -> ch4::Result<Plan> {
+        match (self.remote, send) {
+            (None, send) => Ok(plans::allgatherv(send, recv)),
+            (Some(_), Some(send)) => Ok(inter::allgatherv(send, recv)),
+            (Some(_), None) => Err(in_place_inter()),
+        }
+    }
+
+    /// The plan of an all-to-all on this communicator (as [`Members::allgatherv`]).
+    pub fn alltoallw(&self, send: Option<Vec<Block>>, recv: Vec<Block>) -> ch4::Result<Plan> {
+        match (self.remote, send) {
+            (None, send) => Ok(plans::alltoallw(send, recv)),
+            (Some(_), Some(send)) => Ok(inter::alltoallw(send, recv)),
+            (Some(_), None) => Err(in_place_inter()),
+        }
+    }
+
+    /// The plan of a reduce-scatter on this communicator.
+    pub fn reduce_scatter(
+        &self,
+        sendbuf: *const c_void,
+        recvbuf: *mut c_void,
+        counts: Vec<i64>,
+        dt: Handle,
+        op: Handle,
+    ) -> ch4::Result<Plan> {
+        if self.remote.is_some() {
+            inter::reduce_scatter(sendbuf, recvbuf, counts, dt, op)
+        } else {
+            plans::reduce_scatter(sendbuf, recvbuf, counts, dt, op)
+        }
+    }
+}
+
+/// `MPI_IN_PLACE` on an intercommunicator, where MPI gives it no meaning.
+pub(super) fn in_place_inter() -> ch4::Error {
+    ch4::Error::new(
+        ErrorKind::Buffer,
+        "MPI_IN_PLACE is not allowed on an intercommunicator",
+    )
+}
+
+/// The [`Members`] of communicator `c`.
+pub(super) fn members(st: &State, c: crate::state::CommRef) -> ch4::Result<Members> {
+    let (rank, size) = rank_size(st, c)?;
+    let remote = crate::intercomm::remote_size(st, c)?.map(|n| n as usize);
+    Ok(Members { rank, size, remote })
 }
 
 /// Makes a nonblocking collective's plan, builds its schedule, starts it and writes its
@@ -53,8 +114,7 @@ pub(super) unsafe fn start_now(
             return Err(null_arg("the request"));
         }
         let c = st.comm(comm)?;
-        let (rank, size) = rank_size(st, c)?;
-        let plan = make(st, Members { rank, size })?;
+        let plan = make(st, members(st, c)?)?;
         let schedule = plan(st, c)?;
         let h = st.device(c.vci)?.start_schedule(schedule, None)?;
         // SAFETY: checked non-null; the caller's contract.
@@ -79,8 +139,7 @@ pub(super) unsafe fn init(
             return Err(null_arg("the request"));
         }
         let c = st.comm(comm)?;
-        let (rank, size) = rank_size(st, c)?;
-        let plan = make(st, Members { rank, size })?;
+        let plan = make(st, members(st, c)?)?;
         let tag = st.device(c.vci)?.reserve_schedule_tag(c.id)?;
         let i = st.add_persistent(Persistent::collective(comm, c.vci, plan, tag));
         // SAFETY: checked non-null; the caller's contract.
@@ -110,11 +169,8 @@ pub(super) fn run_blocking(
 ) -> c_int {
     call(comm, func, |st| {
         let c = st.comm(comm)?;
-        let (rank, size) = rank_size(st, c)?;
-        let plan = make(st, Members { rank, size })?;
-        let schedule = plan(st, c)?;
-        let h = st.device(c.vci)?.start_schedule(schedule, None)?;
-        on_device!(st, c.vci, |b| b.wait_or_abandon(h).map(drop))
+        let plan = make(st, members(st, c)?)?;
+        run_plan(st, c, &plan)
     })
 }
 
@@ -133,6 +189,14 @@ pub(crate) unsafe fn via_schedule(start: impl FnOnce(*mut Handle) -> c_int) -> c
     }
     // SAFETY: `req` is the request the call just made; no status is asked for.
     unsafe { crate::requests::MPI_Wait(&mut req, std::ptr::null_mut()) }
+}
+
+/// Builds `plan`'s schedule on `c`, runs it and waits for it: a blocking collective done as
+/// a schedule (the neighbourhood collectives, and every collective on an intercommunicator).
+pub(super) fn run_plan(st: &State, c: crate::state::CommRef, plan: &Plan) -> ch4::Result<()> {
+    let schedule = plan(st, c)?;
+    let h = st.device(c.vci)?.start_schedule(schedule, None)?;
+    on_device!(st, c.vci, |b| b.wait_or_abandon(h).map(drop))
 }
 
 /// Exports a nonblocking collective and its persistent form: the parameters before `comm`,
@@ -170,26 +234,41 @@ macro_rules! collective {
     };
 }
 
-collective!(MPI_Ibarrier, MPI_Barrier_init, (), |_st, _m| Ok(
-    plans::barrier()
+collective!(MPI_Ibarrier, MPI_Barrier_init, (), |_st, m| Ok(
+    if m.remote.is_some() {
+        inter::barrier()
+    } else {
+        plans::barrier()
+    }
 ));
 
 /// `MPI_Ibcast`'s plan.
-fn bcast(buffer: *mut c_void, count: i64, datatype: Handle, root: c_int) -> ch4::Result<Plan> {
-    Ok(plans::bcast(Block::new(buffer, count, datatype)?, root))
+pub(super) fn bcast(
+    buffer: *mut c_void,
+    count: i64,
+    datatype: Handle,
+    root: c_int,
+    m: Members,
+) -> ch4::Result<Plan> {
+    let buf = Block::new(buffer, count, datatype)?;
+    Ok(if m.remote.is_some() {
+        inter::bcast(buf, root)
+    } else {
+        plans::bcast(buf, root)
+    })
 }
 
 collective!(
     MPI_Ibcast,
     MPI_Bcast_init,
     (buffer: *mut c_void, count: c_int, datatype: Handle, root: c_int),
-    |_st, _m| bcast(buffer, count.into(), datatype, root)
+    |_st, m| bcast(buffer, count.into(), datatype, root, m)
 );
 collective!(
     MPI_Ibcast_c,
     MPI_Bcast_init_c,
     (buffer: *mut c_void, count: Count, datatype: Handle, root: c_int),
-    |_st, _m| bcast(buffer, count, datatype, root)
+    |_st, m| bcast(buffer, count, datatype, root, m)
 );
 
 macro_rules! reductions {
@@ -206,14 +285,18 @@ macro_rules! reductions {
                 op: Handle,
                 root: c_int,
             ),
-            |_st, _m| plans::reduction(
-                Reduction::Reduce(root),
-                sendbuf,
-                recvbuf,
-                count.into(),
-                datatype,
-                op
-            )
+            |_st, m| if m.remote.is_some() {
+                inter::reduce(sendbuf, recvbuf, count.into(), datatype, op, root)
+            } else {
+                plans::reduction(
+                    Reduction::Reduce(root),
+                    sendbuf,
+                    recvbuf,
+                    count.into(),
+                    datatype,
+                    op,
+                )
+            }
         );
         collective!(
             $iall,
@@ -225,7 +308,11 @@ macro_rules! reductions {
                 datatype: Handle,
                 op: Handle,
             ),
-            |_st, _m| plans::reduction(Reduction::All, sendbuf, recvbuf, count.into(), datatype, op)
+            |_st, m| if m.remote.is_some() {
+                inter::allreduce(sendbuf, recvbuf, count.into(), datatype, op)
+            } else {
+                plans::reduction(Reduction::All, sendbuf, recvbuf, count.into(), datatype, op)
+            }
         );
         collective!(
             $iscan,
@@ -237,7 +324,11 @@ macro_rules! reductions {
                 datatype: Handle,
                 op: Handle,
             ),
-            |_st, _m| plans::reduction(Reduction::Scan, sendbuf, recvbuf, count.into(), datatype, op)
+            |_st, m| if m.remote.is_some() {
+                Err(inter::undefined(stringify!($iscan)))
+            } else {
+                plans::reduction(Reduction::Scan, sendbuf, recvbuf, count.into(), datatype, op)
+            }
         );
         collective!(
             $iexscan,
@@ -249,14 +340,16 @@ macro_rules! reductions {
                 datatype: Handle,
                 op: Handle,
             ),
-            |_st, _m| plans::reduction(
+            |_st, m| if m.remote.is_some() {
+                Err(inter::undefined(stringify!($iexscan)))
+            } else { plans::reduction(
                 Reduction::Exscan,
                 sendbuf,
                 recvbuf,
                 count.into(),
                 datatype,
                 op
-            )
+            ) }
         );
     };
 }
@@ -286,7 +379,7 @@ reductions!(
 
 /// The blocks of a `v` collective's buffer: `counts[i]` elements of `dt` at `displs[i]`
 /// extents past `buf`.
-fn v_blocks(
+pub(super) fn v_blocks(
     st: &State,
     buf: *const c_void,
     counts: &[i64],
@@ -301,7 +394,7 @@ fn v_blocks(
 }
 
 /// `count` elements of `dt` a block, one per member, back to back from `buf`.
-fn equal_blocks(
+pub(super) fn equal_blocks(
     st: &State,
     buf: *const c_void,
     count: i64,
@@ -345,6 +438,15 @@ macro_rules! gathers {
                 root: c_int,
             ),
             |st, m| {
+                if let Some(rs) = m.remote {
+                    let recv = if inter::at_root(root, rs)? {
+                        equal_blocks(st, recvbuf, recvcount.into(), recvtype, rs)?
+                    } else {
+                        Vec::new()
+                    };
+                    let send = Block::new(sendbuf, sendcount.into(), sendtype)?;
+                    return Ok(inter::gatherv(send, recv, root));
+                }
                 let at_root = root_ok(root, m)?;
                 let recv = if at_root {
                     equal_blocks(st, recvbuf, recvcount.into(), recvtype, m.size)?
@@ -374,6 +476,20 @@ macro_rules! gathers {
                 root: c_int,
             ),
             |st, m| {
+                if let Some(rs) = m.remote {
+                    let recv = if inter::at_root(root, rs)? {
+                        // SAFETY: the caller's contract: one entry per remote member at the
+                        // root.
+                        let counts = unsafe { array(recvcounts, rs, "recvcounts") }?;
+                        // SAFETY: as above.
+                        let displs = unsafe { array(displs, rs, "displs") }?;
+                        v_blocks(st, recvbuf, &counts, &displs, recvtype)?
+                    } else {
+                        Vec::new()
+                    };
+                    let send = Block::new(sendbuf, sendcount.into(), sendtype)?;
+                    return Ok(inter::gatherv(send, recv, root));
+                }
                 let at_root = root_ok(root, m)?;
                 let recv = if at_root {
                     // SAFETY: the caller's contract: one entry per member at the root.
@@ -405,13 +521,13 @@ macro_rules! gathers {
                 recvtype: Handle,
             ),
             |st, m| {
-                let recv = equal_blocks(st, recvbuf, recvcount.into(), recvtype, m.size)?;
+                let recv = equal_blocks(st, recvbuf, recvcount.into(), recvtype, m.peers())?;
                 let send = if is_in_place(sendbuf) {
                     None
                 } else {
                     Some(Block::new(sendbuf, sendcount.into(), sendtype)?)
                 };
-                Ok(plans::allgatherv(send, recv))
+                m.allgatherv(send, recv)
             }
         );
         collective!(
@@ -427,17 +543,17 @@ macro_rules! gathers {
                 recvtype: Handle,
             ),
             |st, m| {
-                // SAFETY: the caller's contract: one entry per member.
-                let counts = unsafe { array(recvcounts, m.size, "recvcounts") }?;
+                // SAFETY: the caller's contract: one entry per member (of the remote group).
+                let counts = unsafe { array(recvcounts, m.peers(), "recvcounts") }?;
                 // SAFETY: as above.
-                let displs = unsafe { array(displs, m.size, "displs") }?;
+                let displs = unsafe { array(displs, m.peers(), "displs") }?;
                 let recv = v_blocks(st, recvbuf, &counts, &displs, recvtype)?;
                 let send = if is_in_place(sendbuf) {
                     None
                 } else {
                     Some(Block::new(sendbuf, sendcount.into(), sendtype)?)
                 };
-                Ok(plans::allgatherv(send, recv))
+                m.allgatherv(send, recv)
             }
         );
     };
@@ -484,6 +600,15 @@ macro_rules! scatters {
                 root: c_int,
             ),
             |st, m| {
+                if let Some(rs) = m.remote {
+                    let send = if inter::at_root(root, rs)? {
+                        equal_blocks(st, sendbuf, sendcount.into(), sendtype, rs)?
+                    } else {
+                        Vec::new()
+                    };
+                    let recv = Block::new(recvbuf, recvcount.into(), recvtype)?;
+                    return Ok(inter::scatterv(send, recv, root));
+                }
                 let at_root = root_ok(root, m)?;
                 let send = if at_root {
                     equal_blocks(st, sendbuf, sendcount.into(), sendtype, m.size)?
@@ -513,6 +638,20 @@ macro_rules! scatters {
                 root: c_int,
             ),
             |st, m| {
+                if let Some(rs) = m.remote {
+                    let send = if inter::at_root(root, rs)? {
+                        // SAFETY: the caller's contract: one entry per remote member at the
+                        // root.
+                        let counts = unsafe { array(sendcounts, rs, "sendcounts") }?;
+                        // SAFETY: as above.
+                        let displs = unsafe { array(displs, rs, "displs") }?;
+                        v_blocks(st, sendbuf, &counts, &displs, sendtype)?
+                    } else {
+                        Vec::new()
+                    };
+                    let recv = Block::new(recvbuf, recvcount.into(), recvtype)?;
+                    return Ok(inter::scatterv(send, recv, root));
+                }
                 let at_root = root_ok(root, m)?;
                 let send = if at_root {
                     // SAFETY: the caller's contract: one entry per member at the root.
@@ -567,13 +706,13 @@ macro_rules! all_to_all {
                 recvtype: Handle,
             ),
             |st, m| {
-                let recv = equal_blocks(st, recvbuf, recvcount.into(), recvtype, m.size)?;
+                let recv = equal_blocks(st, recvbuf, recvcount.into(), recvtype, m.peers())?;
                 let send = if is_in_place(sendbuf) {
                     None
                 } else {
-                    Some(equal_blocks(st, sendbuf, sendcount.into(), sendtype, m.size)?)
+                    Some(equal_blocks(st, sendbuf, sendcount.into(), sendtype, m.peers())?)
                 };
-                Ok(plans::alltoallw(send, recv))
+                m.alltoallw(send, recv)
             }
         );
         collective!(
@@ -593,8 +732,8 @@ macro_rules! all_to_all {
                 // SAFETY: the caller's contract: one entry per member in each array.
                 let (rc, rd) = unsafe {
                     (
-                        array(recvcounts, m.size, "recvcounts")?,
-                        array(rdispls, m.size, "rdispls")?,
+                        array(recvcounts, m.peers(), "recvcounts")?,
+                        array(rdispls, m.peers(), "rdispls")?,
                     )
                 };
                 let recv = v_blocks(st, recvbuf, &rc, &rd, recvtype)?;
@@ -604,13 +743,13 @@ macro_rules! all_to_all {
                     // SAFETY: as above.
                     let (sc, sd) = unsafe {
                         (
-                            array(sendcounts, m.size, "sendcounts")?,
-                            array(sdispls, m.size, "sdispls")?,
+                            array(sendcounts, m.peers(), "sendcounts")?,
+                            array(sdispls, m.peers(), "sdispls")?,
                         )
                     };
                     Some(v_blocks(st, sendbuf, &sc, &sd, sendtype)?)
                 };
-                Ok(plans::alltoallw(send, recv))
+                m.alltoallw(send, recv)
             }
         );
         collective!(
@@ -642,9 +781,9 @@ macro_rules! all_to_all {
                 // SAFETY: the caller's contract: one entry per member in each array.
                 let (rc, rd, rt) = unsafe {
                     (
-                        array(recvcounts, m.size, "recvcounts")?,
-                        array(rdispls, m.size, "rdispls")?,
-                        handles(recvtypes, m.size, "recvtypes")?,
+                        array(recvcounts, m.peers(), "recvcounts")?,
+                        array(rdispls, m.peers(), "rdispls")?,
+                        handles(recvtypes, m.peers(), "recvtypes")?,
                     )
                 };
                 let recv = bytes(recvbuf, &rc, &rd, &rt)?;
@@ -654,14 +793,14 @@ macro_rules! all_to_all {
                     // SAFETY: as above.
                     let (sc, sd, stypes) = unsafe {
                         (
-                            array(sendcounts, m.size, "sendcounts")?,
-                            array(sdispls, m.size, "sdispls")?,
-                            handles(sendtypes, m.size, "sendtypes")?,
+                            array(sendcounts, m.peers(), "sendcounts")?,
+                            array(sdispls, m.peers(), "sdispls")?,
+                            handles(sendtypes, m.peers(), "sendtypes")?,
                         )
                     };
                     Some(bytes(sendbuf, &sc, &sd, &stypes)?)
                 };
-                Ok(plans::alltoallw(send, recv))
+                m.alltoallw(send, recv)
             }
         );
     };
@@ -703,7 +842,7 @@ macro_rules! reduce_scatters {
             |_st, m| {
                 // SAFETY: the caller's contract: one entry per member.
                 let counts = unsafe { array(recvcounts, m.size, "recvcounts") }?;
-                plans::reduce_scatter(sendbuf, recvbuf, counts, datatype, op)
+                m.reduce_scatter(sendbuf, recvbuf, counts, datatype, op)
             }
         );
         collective!(
@@ -718,7 +857,7 @@ macro_rules! reduce_scatters {
             ),
             |_st, m| {
                 let counts = vec![i64::from(recvcount); m.size];
-                plans::reduce_scatter(sendbuf, recvbuf, counts, datatype, op)
+                m.reduce_scatter(sendbuf, recvbuf, counts, datatype, op)
             }
         );
     };

@@ -180,7 +180,9 @@ fn members(st: &State, c: CommRef) -> ch4::Result<(c_int, c_int)> {
 }
 
 /// A plan from a closure (the address values it captures are plain integers).
-fn plan(f: impl Fn(&State, CommRef) -> ch4::Result<Schedule> + Send + Sync + 'static) -> Plan {
+pub(super) fn plan(
+    f: impl Fn(&State, CommRef) -> ch4::Result<Schedule> + Send + Sync + 'static,
+) -> Plan {
     Arc::new(f)
 }
 
@@ -501,7 +503,7 @@ pub(crate) fn neighbours(
 }
 
 /// A working block for each of `recv`'s, in one buffer.
-fn scratch_blocks(
+pub(super) fn scratch_blocks(
     st: &State,
     s: &mut Schedule,
     recv: &[Block],
@@ -527,7 +529,7 @@ fn scratch_blocks(
 }
 
 /// Delivery steps writing each working block into the program's block, except `skip`'s.
-fn deliver_blocks(
+pub(super) fn deliver_blocks(
     st: &State,
     s: &mut Schedule,
     recv: &[Block],

@@ -64,6 +64,10 @@ pub unsafe extern "C" fn MPI_Reduce(
     }
     call(comm, "MPI_Reduce", |st| {
         let c = st.comm(comm)?;
+        if super::inter::of(st, c)?.is_some() {
+            let plan = super::inter::reduce(sendbuf, recvbuf, count.into(), datatype, op, root);
+            return super::inter::run(st, c, plan);
+        }
         let id = c.id;
         let (fold, commutes) = ops::reduction(st, op, datatype)?;
         let me = st.device(c.vci)?.rank(id)?;
@@ -111,6 +115,10 @@ pub unsafe extern "C" fn MPI_Allreduce(
     }
     call(comm, "MPI_Allreduce", |st| {
         let c = st.comm(comm)?;
+        if super::inter::of(st, c)?.is_some() {
+            let plan = super::inter::allreduce(sendbuf, recvbuf, count.into(), datatype, op);
+            return super::inter::run(st, c, plan);
+        }
         let id = c.id;
         // Reduced at rank 0 and broadcast: rank order for any operation.
         let (fold, _) = ops::reduction(st, op, datatype)?;
@@ -148,6 +156,12 @@ pub unsafe extern "C" fn MPI_Reduce_scatter(
     }
     call(comm, "MPI_Reduce_scatter", |st| {
         let c = st.comm(comm)?;
+        if let Some(m) = super::inter::of(st, c)? {
+            // SAFETY: the caller's contract: a count per member of the local group.
+            let counts = unsafe { super::plans::array(recvcounts, m.size, "recvcounts") }?;
+            let plan = super::inter::reduce_scatter(sendbuf, recvbuf, counts, datatype, op);
+            return super::inter::run(st, c, plan);
+        }
         let id = c.id;
         let (me, size) = rank_size(st, c)?;
         let es = datatype::reduce_elem(datatype).ok_or_else(|| datatype::bad_type(datatype))?;
@@ -277,6 +291,9 @@ unsafe fn prefix(
     }
     call(comm, func, |st| {
         let c = st.comm(comm)?;
+        if super::inter::of(st, c)?.is_some() {
+            return Err(super::inter::undefined(func));
+        }
         let id = c.id;
         let (fold, _) = ops::reduction(st, op, datatype)?;
         // SAFETY: the caller's contract.

@@ -30,6 +30,16 @@ pub unsafe extern "C" fn MPI_Scatterv(
 ) -> c_int {
     call(comm, "MPI_Scatterv", |st| {
         let c = st.comm(comm)?;
+        if let Some(m) = super::inter::of(st, c)? {
+            let send = if super::inter::at_root(root, m.peers())? {
+                // SAFETY: the caller's contract: an entry per remote member at the root.
+                unsafe { super::inter::v(st, sendbuf, sendcounts, displs, sendtype, m) }?
+            } else {
+                Vec::new()
+            };
+            let recv = super::plans::Block::new(recvbuf, recvcount.into(), recvtype)?;
+            return super::inter::run(st, c, Ok(super::inter::scatterv(send, recv, root)));
+        }
         let id = c.id;
         let (me, size) = rank_size(st, c)?;
         if me != root {
@@ -88,6 +98,15 @@ pub unsafe extern "C" fn MPI_Scatter(
     if !plain(sendtype, sendcount) || !plain(recvtype, recvcount) {
         return call(comm, "MPI_Scatter", |st| {
             let c = st.comm(comm)?;
+            if let Some(m) = super::inter::of(st, c)? {
+                let send = if super::inter::at_root(root, m.peers())? {
+                    super::inter::equal(st, sendbuf, sendcount, sendtype, m)?
+                } else {
+                    Vec::new()
+                };
+                let recv = super::plans::Block::new(recvbuf, recvcount.into(), recvtype)?;
+                return super::inter::run(st, c, Ok(super::inter::scatterv(send, recv, root)));
+            }
             let id = c.id;
             let (me, size) = rank_size(st, c)?;
             // The root's block size is its send block's (with MPI_IN_PLACE its receive
@@ -123,10 +142,15 @@ pub unsafe extern "C" fn MPI_Scatter(
             unsafe { unpack(st, recvbuf, recvcount, recvtype, &mine) }
         });
     }
-    let n = state::with(|st| st.comm(comm).and_then(|c| rank_size(st, c)))
-        .ok()
-        .and_then(Result::ok)
-        .map_or(0, |(_, n)| n);
+    // One block per member, of the remote group on an intercommunicator.
+    let n = state::with(|st| {
+        st.comm(comm)
+            .and_then(|c| super::nonblocking::members(st, c))
+            .map(|m| m.peers())
+    })
+    .ok()
+    .and_then(Result::ok)
+    .unwrap_or(0);
     let counts = vec![sendcount; n];
     let displs: Vec<c_int> = (0..n).map(|i| i as c_int * sendcount).collect();
     // SAFETY: the caller's contract; the arrays have one entry per member.

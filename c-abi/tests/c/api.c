@@ -265,9 +265,20 @@ int main(int argc, char **argv)
     CHECK((rank % 2 == 1) == (node == MPI_COMM_NULL));
     if (node != MPI_COMM_NULL)
         MPI_Comm_free(&node);
+    /* MPI_COMM_TYPE_HW_UNGUIDED: the node when it is a proper subset, else MPI_COMM_NULL. */
+    CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_HW_UNGUIDED, 0, MPI_INFO_NULL,
+                              &node) == MPI_SUCCESS);
+    if (on_node == size) {
+        CHECK(node == MPI_COMM_NULL);
+    } else {
+        CHECK(node != MPI_COMM_NULL);
+        MPI_Comm_size(node, &n);
+        CHECK(n == on_node);
+        MPI_Comm_free(&node);
+    }
     /* A type ch4 does not know is an argument error, not a hang or a crash. */
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    r = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_HW_UNGUIDED, 0, MPI_INFO_NULL, &node);
+    r = MPI_Comm_split_type(MPI_COMM_WORLD, 12345, 0, MPI_INFO_NULL, &node);
     cls = -1;
     MPI_Error_class(r, &cls);
     CHECK(r != MPI_SUCCESS && cls == MPI_ERR_ARG);

@@ -68,7 +68,11 @@ fn build_library(once: &Once, optimized: bool) -> PathBuf {
         let features = ["--no-default-features", "--features", netmod.as_str()];
         // Two builds: `--bin` would narrow the other package's targets too.
         for (target, own, release) in [
-            (&["-p", "pmi", "--bin", "ch4run"][..], false, !cfg!(debug_assertions)),
+            (
+                &["-p", "pmi", "--bin", "ch4run"][..],
+                false,
+                !cfg!(debug_assertions),
+            ),
             (&["-p", "ch4-mpi-abi", "--lib"], !default, optimized),
         ] {
             let mut cmd = Command::new(&cargo);
