@@ -238,77 +238,55 @@ pub unsafe extern "C" fn MPI_Alltoallw(
     recvtypes: *const Handle,
     comm: Handle,
 ) -> c_int {
-    // Derived datatypes (each block's may differ): packed blocks through the same device
-    // all-to-all, so members that mix derived and predefined types still meet.
-    let derived = |types: *const Handle| {
-        let mut n = 0;
-        // SAFETY: `n` is a valid int to write.
-        let code = unsafe { crate::comm::MPI_Comm_size(comm, &mut n) };
-        code == abi::class::SUCCESS
-            && !types.is_null()
-            // SAFETY: the caller's contract: one type per member.
-            && unsafe { std::slice::from_raw_parts(types, n.max(0) as usize) }
-                .iter()
-                .any(|&t| type_size(t).is_err())
-    };
-    if derived(recvtypes) || (sendbuf as usize != abi::IN_PLACE && derived(sendtypes)) {
-        return call(comm, "MPI_Alltoallw", |st| {
-            let c = st.comm(comm)?;
-            let (_, n) = rank_size(st, c)?;
-            let blocks = |buf: *const c_void,
-                          counts: *const c_int,
-                          displs: *const c_int,
-                          types: *const Handle|
-             -> ch4::Result<Vec<Block>> {
-                // SAFETY: the caller's contract: one entry per member in each array.
-                let (k, d, t) = unsafe {
-                    (
-                        array(counts, n, "counts")?,
-                        array(displs, n, "displacements")?,
-                        handles(types, n, "datatypes")?,
-                    )
-                };
-                (0..n)
-                    .map(|i| Block::at_bytes(buf, d[i], k[i], t[i]))
-                    .collect()
-            };
-            let recv = blocks(recvbuf, recvcounts, rdispls, recvtypes)?;
-            let send = if sendbuf as usize == abi::IN_PLACE {
-                None
-            } else {
-                Some(blocks(sendbuf, sendcounts, sdispls, sendtypes)?)
-            };
-            // SAFETY: the caller's contract.
-            unsafe { packed_blocks(st, c, send.as_deref(), &recv) }
-        });
-    }
     call(comm, "MPI_Alltoallw", |st| {
         let c = st.comm(comm)?;
+        // The blocks of `n` members: counts, byte displacements and a type each.
+        let blocks = |n: usize,
+                      buf: *const c_void,
+                      counts: *const c_int,
+                      displs: *const c_int,
+                      types: *const Handle|
+         -> ch4::Result<Vec<Block>> {
+            // SAFETY: the caller's contract: one entry per member in each array.
+            let (k, d, t) = unsafe {
+                (
+                    array(counts, n, "counts")?,
+                    array(displs, n, "displacements")?,
+                    handles(types, n, "datatypes")?,
+                )
+            };
+            (0..n)
+                .map(|i| Block::at_bytes(buf, d[i], k[i], t[i]))
+                .collect()
+        };
+        let in_place = sendbuf as usize == abi::IN_PLACE;
         if let Some(m) = super::inter::of(st, c)? {
             let n = m.peers();
-            let blocks =
-                |buf: *const c_void, k: *const c_int, d: *const c_int, t: *const Handle| {
-                    // SAFETY: the caller's contract: an entry per remote member in each array.
-                    let (k, d, t) = unsafe {
-                        (
-                            super::plans::array(k, n, "counts")?,
-                            super::plans::array(d, n, "displacements")?,
-                            super::plans::handles(t, n, "datatypes")?,
-                        )
-                    };
-                    k.iter()
-                        .zip(&d)
-                        .zip(&t)
-                        .map(|((&k, &d), &t)| super::plans::Block::at_bytes(buf, d, k, t))
-                        .collect::<ch4::Result<Vec<_>>>()
-                };
-            let send = blocks(sendbuf, sendcounts, sdispls, sendtypes)?;
-            let recv = blocks(recvbuf, recvcounts, rdispls, recvtypes)?;
+            let send = blocks(n, sendbuf, sendcounts, sdispls, sendtypes)?;
+            let recv = blocks(n, recvbuf, recvcounts, rdispls, recvtypes)?;
             return super::inter::run(st, c, Ok(super::inter::alltoallw(send, recv)));
         }
-        let id = c.id;
         let (_, size) = rank_size(st, c)?;
-        let in_place = sendbuf as usize == abi::IN_PLACE;
+        // Derived datatypes (each block's may differ): packed blocks through the same device
+        // all-to-all, so members that mix derived and predefined types still meet.
+        let derived = |types: *const Handle| {
+            !types.is_null()
+                // SAFETY: the caller's contract: one type per member.
+                && unsafe { std::slice::from_raw_parts(types, size) }
+                    .iter()
+                    .any(|&t| type_size(t).is_err())
+        };
+        if derived(recvtypes) || (!in_place && derived(sendtypes)) {
+            let recv = blocks(size, recvbuf, recvcounts, rdispls, recvtypes)?;
+            let send = if in_place {
+                None
+            } else {
+                Some(blocks(size, sendbuf, sendcounts, sdispls, sendtypes)?)
+            };
+            // SAFETY: the caller's contract.
+            return unsafe { packed_blocks(st, c, send.as_deref(), &recv) };
+        }
+        let id = c.id;
         if size > 0 && (recvtypes.is_null() || (!in_place && sendtypes.is_null())) {
             return Err(null_arg("the datatype arrays"));
         }
