@@ -77,6 +77,7 @@ fn every_algorithm<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
     let mut bcast_out = vec![0u8; 1000];
     let mut sum_out = vec![0u8; 16];
     let mut prod_out = vec![0u8; 32];
+    let mut flat_out = vec![0u8; 32];
     let mut scan_out = vec![0u8; 32];
     let mut exscan_out = vec![0xeeu8; 32];
     let mut gather_out = vec![0u8; 3 * n as usize];
@@ -111,6 +112,14 @@ fn every_algorithm<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
         );
         nbc::allreduce(&mut s, r, n, acc);
         let o = s.output(output(&mut sum_out));
+        s.deliver(acc, o, 0);
+        hs.push(d.start_schedule(s, None)?);
+
+        let mut s = Schedule::new(id);
+        s.set_fold(matmul());
+        let acc = s.buffer(matrix(r));
+        nbc::allreduce_flat(&mut s, r, n, acc);
+        let o = s.output(output(&mut flat_out));
         s.deliver(acc, o, 0);
         hs.push(d.start_schedule(s, None)?);
 
@@ -192,6 +201,11 @@ fn every_algorithm<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
     if r == root {
         assert_eq!(prod_out, product(n), "reduce keeps rank order");
     }
+    assert_eq!(
+        flat_out,
+        product(n),
+        "the allreduce through member 0 keeps rank order"
+    );
     assert_eq!(scan_out, product(r + 1), "scan at {r}");
     if r > 0 {
         assert_eq!(exscan_out, product(r), "exscan at {r}");

@@ -1447,6 +1447,13 @@ pub fn set_yield_after(polls: u32) {
     YIELD_AFTER.store(polls, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// Whether waiting loops yield on their first idle poll ([`YIELD_AT_ONCE`]): the node's ranks
+/// crowd its CPUs. Every rank of a node decides it alike (from the node's ranks and CPUs, or
+/// the same `CH4_YIELD`), so the collectives' schedules may choose an algorithm by it.
+pub fn yields_at_once() -> bool {
+    YIELD_AFTER.load(std::sync::atomic::Ordering::Relaxed) == YIELD_AT_ONCE
+}
+
 /// Every how many idle polls a waiting loop asks whether the peer it waits for shares this
 /// rank's CPU, and gives way if so (0: never); see [`set_cpu_mate_check`].
 static CPU_MATE_CHECK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);

@@ -186,6 +186,11 @@ pub(super) fn plan(
     Arc::new(f)
 }
 
+/// The largest allreduce (bytes) that goes through member 0 on a crowded node
+/// ([`ch4_core::nbc::allreduce_flat`]): beyond, member 0's folds and sends of the whole vector
+/// to everyone cost more than the waits they save.
+const FLAT_ALLREDUCE_MAX: usize = 4096;
+
 /// `MPI_Ibarrier`.
 pub(crate) fn barrier() -> Plan {
     plan(|st, c| {
@@ -273,7 +278,17 @@ pub(crate) fn reduction(
                 acc
             }
             Reduction::All => {
-                nbc::allreduce(&mut s, r, n, acc);
+                // Through member 0 where the node's ranks crowd its CPUs (every member of a
+                // communicator on one node decides it alike), by recursive doubling elsewhere.
+                let flat = n > 2
+                    && acc.len() <= FLAT_ALLREDUCE_MAX
+                    && ch4_core::device::yields_at_once()
+                    && st.device(c.vci)?.collectives_on_node(c.id)? == Some(true);
+                if flat {
+                    nbc::allreduce_flat(&mut s, r, n, acc);
+                } else {
+                    nbc::allreduce(&mut s, r, n, acc);
+                }
                 acc
             }
             Reduction::Scan | Reduction::Exscan => {
