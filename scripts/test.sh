@@ -138,10 +138,12 @@ UCX_TLS=posix,sysv,cma,self cargo test --features ucx --test pt2pt --test multit
 cargo test --features ucx --test pt2pt ucx
 UCX_TLS=tcp UCX_NET_DEVICES=lo cargo test --features ucx --test process --test flood --test two_hosts \
     --bench memory_per_peer
-# The C library at MPI_THREAD_MULTIPLE (tests/c/threads.c and MPICH's multithreaded tests) over the network, each
-# rank its own node (over shared memory they ran with the workspace above): TCP, libfabric's
-# tcp;ofi_rxm, UCX's tcp. The OFI and UCX libraries are built in target/abi-<netmod>.
-CH4_NODE_SIZE=1 cargo test -p ch4-mpi-abi --test threads --test mpich thread
+# The C library over the network, each rank its own node (over shared memory it ran with the
+# workspace above): over TCP every folder of MPICH's tests (point-to-point, threads,
+# collectives, communicators, datatypes, caching, error handling, groups, topologies) and
+# tests/c/threads.c; over libfabric's tcp;ofi_rxm and UCX's tcp the MPI_THREAD_MULTIPLE ones.
+# The OFI and UCX libraries are built in target/abi-<netmod>.
+CH4_NODE_SIZE=1 cargo test -p ch4-mpi-abi --test threads --test mpich
 ABI_TEST_NETMOD=ofi CH4_NODE_SIZE=1 cargo test -p ch4-mpi-abi --test threads --test mpich thread
 # The C library built with two netmods, the network chosen per job by CH4_NETMOD.
 ABI_TEST_NETMOD=tcp,ofi cargo test -p ch4-mpi-abi --test api chosen_at_start

@@ -44,8 +44,13 @@ pub fn built() -> PathBuf {
 /// [`built`] with the library optimized whatever this test's profile (`cargo build
 /// --release`): for the suites of many programs (MPICH's folders), which the unoptimized
 /// library runs several times slower. The launcher stays this profile's.
+/// Over another netmod (`ABI_TEST_NETMOD`) the library stays in this test's profile: an
+/// optimized build of its own target directory would cost the suite minutes of compiling.
 #[allow(dead_code)] // each test crate uses part of it
 pub fn built_optimized() -> PathBuf {
+    if abi_netmod() != "tcp" {
+        return built();
+    }
     static BUILD: Once = Once::new();
     build_library(&BUILD, true)
 }
