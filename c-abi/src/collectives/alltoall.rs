@@ -7,7 +7,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use super::plans::{array, handles, Block};
+use super::plans::{array, byte_blocks, handles, v_blocks, Block};
 use super::{packed, packed_len, rank_size, scaled, span, type_size, unpack};
 use crate::abi::{self, Handle};
 use crate::buffers::plain;
@@ -56,9 +56,7 @@ pub unsafe extern "C" fn MPI_Alltoallv(
                         array(displs, size, "displacements")?,
                     )
                 };
-                (0..size)
-                    .map(|i| Block::displaced(st, buf, d[i], k[i], dt))
-                    .collect()
+                v_blocks(st, buf, &k, &d, dt)
             };
             let recv = blocks(recvbuf, recvcounts, rdispls, recvtype)?;
             let send = if in_place {
@@ -255,9 +253,7 @@ pub unsafe extern "C" fn MPI_Alltoallw(
                     handles(types, n, "datatypes")?,
                 )
             };
-            (0..n)
-                .map(|i| Block::at_bytes(buf, d[i], k[i], t[i]))
-                .collect()
+            byte_blocks(buf, &k, &d, &t)
         };
         let in_place = sendbuf as usize == abi::IN_PLACE;
         if let Some(m) = super::inter::of(st, c)? {

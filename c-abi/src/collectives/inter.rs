@@ -316,7 +316,7 @@ pub(super) fn equal(
     dt: Handle,
     m: Members,
 ) -> ch4::Result<Vec<Block>> {
-    super::nonblocking::equal_blocks(st, buf, count.into(), dt, m.peers())
+    super::plans::equal_blocks(st, buf, count.into(), dt, m.peers())
 }
 
 /// The blocks of a `v` collective's buffer with one count and displacement per remote member.
@@ -338,5 +338,5 @@ pub(super) unsafe fn v(
             array(displs, m.peers(), "displacements")?,
         )
     };
-    super::nonblocking::v_blocks(st, buf, &k, &d, dt)
+    super::plans::v_blocks(st, buf, &k, &d, dt)
 }

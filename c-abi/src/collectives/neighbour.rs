@@ -17,7 +17,7 @@ use ch4_core::schedule::PHASES;
 use ch4_core::{ErrorKind, Tag};
 
 use super::nonblocking::{init, run_blocking, start_now, Members};
-use super::plans::{self, array, handles, Block, Plan};
+use super::plans::{self, array, byte_blocks, equal_blocks, handles, v_blocks, Block, Plan};
 use crate::abi::Handle;
 use crate::state::State;
 use crate::topology::{topology_of, Topology};
@@ -66,49 +66,6 @@ fn edges(st: &State, comm: Handle) -> ch4::Result<(Edges, Edges)> {
         sources.into_iter().map(|r| (r, 0)).collect(),
         dests.into_iter().map(|r| (r, 0)).collect(),
     ))
-}
-
-/// `n` blocks of `count` elements of `dt`, back to back from `buf`.
-fn equal(
-    st: &State,
-    buf: *const c_void,
-    count: i64,
-    dt: Handle,
-    n: usize,
-) -> ch4::Result<Vec<Block>> {
-    (0..n as i64)
-        .map(|k| Block::displaced(st, buf, k * count, count, dt))
-        .collect()
-}
-
-/// Blocks at element displacements (the `v` forms).
-fn displaced(
-    st: &State,
-    buf: *const c_void,
-    counts: &[i64],
-    displs: &[i64],
-    dt: Handle,
-) -> ch4::Result<Vec<Block>> {
-    counts
-        .iter()
-        .zip(displs)
-        .map(|(&k, &d)| Block::displaced(st, buf, d, k, dt))
-        .collect()
-}
-
-/// Blocks at byte displacements, each of its own datatype (the `w` form).
-fn in_bytes(
-    buf: *const c_void,
-    counts: &[i64],
-    displs: &[i64],
-    types: &[Handle],
-) -> ch4::Result<Vec<Block>> {
-    counts
-        .iter()
-        .zip(displs)
-        .zip(types)
-        .map(|((&k, &d), &t)| Block::at_bytes(buf, d, k, t))
-        .collect()
 }
 
 /// Exports a neighbourhood collective's blocking, nonblocking and persistent forms: the
@@ -190,7 +147,7 @@ macro_rules! neighbourhoods {
                 let (sources, dests) = edges(st, comm)?;
                 let mine = Block::new(sendbuf, sendcount.into(), sendtype)?;
                 let send = vec![mine; dests.len()];
-                let recv = equal(st, recvbuf, recvcount.into(), recvtype, sources.len())?;
+                let recv = equal_blocks(st, recvbuf, recvcount.into(), recvtype, sources.len())?;
                 Ok(plans::neighbours(sources, dests, send, recv))
             }
         );
@@ -218,7 +175,7 @@ macro_rules! neighbourhoods {
                         array(displs, sources.len(), "displs")?,
                     )
                 };
-                let recv = displaced(st, recvbuf, &rc, &rd, recvtype)?;
+                let recv = v_blocks(st, recvbuf, &rc, &rd, recvtype)?;
                 Ok(plans::neighbours(sources, dests, send, recv))
             }
         );
@@ -236,8 +193,8 @@ macro_rules! neighbourhoods {
             ),
             |st, comm| {
                 let (sources, dests) = edges(st, comm)?;
-                let send = equal(st, sendbuf, sendcount.into(), sendtype, dests.len())?;
-                let recv = equal(st, recvbuf, recvcount.into(), recvtype, sources.len())?;
+                let send = equal_blocks(st, sendbuf, sendcount.into(), sendtype, dests.len())?;
+                let recv = equal_blocks(st, recvbuf, recvcount.into(), recvtype, sources.len())?;
                 Ok(plans::neighbours(sources, dests, send, recv))
             }
         );
@@ -266,8 +223,8 @@ macro_rules! neighbourhoods {
                         array(rdispls, sources.len(), "rdispls")?,
                     )
                 };
-                let send = displaced(st, sendbuf, &sc, &sd, sendtype)?;
-                let recv = displaced(st, recvbuf, &rc, &rd, recvtype)?;
+                let send = v_blocks(st, sendbuf, &sc, &sd, sendtype)?;
+                let recv = v_blocks(st, recvbuf, &rc, &rd, recvtype)?;
                 Ok(plans::neighbours(sources, dests, send, recv))
             }
         );
@@ -299,8 +256,8 @@ macro_rules! neighbourhoods {
                         handles(recvtypes, ns, "recvtypes")?,
                     )
                 };
-                let send = in_bytes(sendbuf, &sc, &sd, &stypes)?;
-                let recv = in_bytes(recvbuf, &rc, &rd, &rtypes)?;
+                let send = byte_blocks(sendbuf, &sc, &sd, &stypes)?;
+                let recv = byte_blocks(recvbuf, &rc, &rd, &rtypes)?;
                 Ok(plans::neighbours(sources, dests, send, recv))
             }
         );

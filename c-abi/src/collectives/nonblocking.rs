@@ -16,7 +16,9 @@ use std::ffi::{c_int, c_void};
 use ch4_core::ErrorKind;
 
 use super::inter;
-use super::plans::{self, array, handles, Block, Plan, Reduction};
+use super::plans::{
+    self, array, byte_blocks, equal_blocks, handles, v_blocks, Block, Plan, Reduction,
+};
 use super::rank_size;
 use crate::abi::{self, Handle};
 use ch4_core::blocking::Blocking;
@@ -376,35 +378,6 @@ reductions!(
     MPI_Iexscan_c,
     MPI_Exscan_init_c
 );
-
-/// The blocks of a `v` collective's buffer: `counts[i]` elements of `dt` at `displs[i]`
-/// extents past `buf`.
-pub(super) fn v_blocks(
-    st: &State,
-    buf: *const c_void,
-    counts: &[i64],
-    displs: &[i64],
-    dt: Handle,
-) -> ch4::Result<Vec<Block>> {
-    counts
-        .iter()
-        .zip(displs)
-        .map(|(&k, &d)| Block::displaced(st, buf, d, k, dt))
-        .collect()
-}
-
-/// `count` elements of `dt` a block, one per member, back to back from `buf`.
-pub(super) fn equal_blocks(
-    st: &State,
-    buf: *const c_void,
-    count: i64,
-    dt: Handle,
-    n: usize,
-) -> ch4::Result<Vec<Block>> {
-    (0..n as i64)
-        .map(|i| Block::displaced(st, buf, i * count, count, dt))
-        .collect()
-}
 
 fn is_in_place(buf: *const c_void) -> bool {
     buf as usize == abi::IN_PLACE
@@ -766,18 +739,6 @@ macro_rules! all_to_all {
                 recvtypes: *const Handle,
             ),
             |_st, m| {
-                let bytes = |buf: *const c_void,
-                             counts: &[i64],
-                             displs: &[i64],
-                             types: &[Handle]|
-                 -> ch4::Result<Vec<Block>> {
-                    counts
-                        .iter()
-                        .zip(displs)
-                        .zip(types)
-                        .map(|((&k, &d), &t)| Block::at_bytes(buf, d, k, t))
-                        .collect()
-                };
                 // SAFETY: the caller's contract: one entry per member in each array.
                 let (rc, rd, rt) = unsafe {
                     (
@@ -786,7 +747,7 @@ macro_rules! all_to_all {
                         handles(recvtypes, m.peers(), "recvtypes")?,
                     )
                 };
-                let recv = bytes(recvbuf, &rc, &rd, &rt)?;
+                let recv = byte_blocks(recvbuf, &rc, &rd, &rt)?;
                 let send = if is_in_place(sendbuf) {
                     None
                 } else {
@@ -798,7 +759,7 @@ macro_rules! all_to_all {
                             handles(sendtypes, m.peers(), "sendtypes")?,
                         )
                     };
-                    Some(bytes(sendbuf, &sc, &sd, &stypes)?)
+                    Some(byte_blocks(sendbuf, &sc, &sd, &stypes)?)
                 };
                 m.alltoallw(send, recv)
             }

@@ -106,6 +106,50 @@ impl Block {
     }
 }
 
+/// The blocks of a `v` collective's buffer: `counts[i]` elements of `dt` at `displs[i]`
+/// extents past `buf`.
+pub(crate) fn v_blocks(
+    st: &State,
+    buf: *const c_void,
+    counts: &[i64],
+    displs: &[i64],
+    dt: Handle,
+) -> ch4::Result<Vec<Block>> {
+    counts
+        .iter()
+        .zip(displs)
+        .map(|(&k, &d)| Block::displaced(st, buf, d, k, dt))
+        .collect()
+}
+
+/// `count` elements of `dt` a block, one per member, back to back from `buf`.
+pub(crate) fn equal_blocks(
+    st: &State,
+    buf: *const c_void,
+    count: i64,
+    dt: Handle,
+    n: usize,
+) -> ch4::Result<Vec<Block>> {
+    (0..n as i64)
+        .map(|i| Block::displaced(st, buf, i * count, count, dt))
+        .collect()
+}
+
+/// Blocks at byte displacements, each of its own datatype (the `w` forms).
+pub(crate) fn byte_blocks(
+    buf: *const c_void,
+    counts: &[i64],
+    displs: &[i64],
+    types: &[Handle],
+) -> ch4::Result<Vec<Block>> {
+    counts
+        .iter()
+        .zip(displs)
+        .zip(types)
+        .map(|((&k, &d), &t)| Block::at_bytes(buf, d, k, t))
+        .collect()
+}
+
 /// A count that fits C's `int`, or a count error.
 pub(crate) fn int_count(count: i64) -> ch4::Result<c_int> {
     c_int::try_from(count).map_err(|_| {
