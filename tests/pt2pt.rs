@@ -407,7 +407,7 @@ fn misuse<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
         w.recv(&mut [0u8], 0, -9).unwrap_err().kind(),
         ErrorKind::Tag
     );
-    assert_eq!(w.bcast(n, &mut [0u8]).unwrap_err().kind(), ErrorKind::Rank);
+    assert_eq!(w.bcast(n, &mut [0u8]).unwrap_err().kind(), ErrorKind::Root);
     let d = w.dup()?;
     let stale = d.clone();
     d.free()?;

@@ -103,6 +103,12 @@ pub mod class {
     pub const BUFFER: c_int = 1;
     /// `MPI_ERR_COUNT`.
     pub const COUNT: c_int = 2;
+    /// `MPI_ERR_TYPE`.
+    pub const TYPE: c_int = 3;
+    /// `MPI_ERR_ROOT`.
+    pub const ROOT: c_int = 8;
+    /// `MPI_ERR_OP`.
+    pub const OP: c_int = 10;
     /// `MPI_ERR_TAG`.
     pub const TAG: c_int = 4;
     /// `MPI_ERR_COMM`.

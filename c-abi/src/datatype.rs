@@ -287,12 +287,9 @@ pub fn bad_type(dt: Handle) -> ch4::Error {
     let why = match name_of(dt) {
         Some("MPI_DATATYPE_NULL") => "MPI_DATATYPE_NULL is no datatype".to_string(),
         Some(n) => format!("{n} is not supported yet (its members have a gap between them)"),
-        None => format!(
-            "datatype {dt:#x} is not a predefined datatype (derived datatypes are not \
-             implemented yet)"
-        ),
+        None => format!("datatype {dt:#x} is not a predefined datatype"),
     };
-    ch4::Error::new(ErrorKind::Buffer, why)
+    ch4::Error::new(ErrorKind::Type, why)
 }
 
 /// The element kinds reductions compute on.
@@ -411,7 +408,7 @@ pub fn reduction(op_h: Handle, dt: Handle) -> ch4::Result<Fold> {
         };
         let type_name = name_of(dt).map_or_else(|| format!("datatype {dt:#x}"), str::to_string);
         return Err(ch4::Error::new(
-            ErrorKind::Arg,
+            ErrorKind::Op,
             format!("{op_name} on {type_name}: not a reduction ch4 supports"),
         ));
     };
@@ -480,7 +477,7 @@ fn loc_reduction(min: bool, dt: Handle) -> ch4::Result<impl FnMut(&mut [u8], &[u
         _ => {
             let name = name_of(dt).map_or_else(|| format!("datatype {dt:#x}"), str::to_string);
             return Err(ch4::Error::new(
-                ErrorKind::Arg,
+                ErrorKind::Op,
                 format!(
                     "{} on {name}: MPI_MINLOC and MPI_MAXLOC take a value-and-index pair type",
                     if min { "MPI_MINLOC" } else { "MPI_MAXLOC" }
@@ -507,7 +504,7 @@ mod tests {
         assert_eq!(name_of(0x20b), Some("MPI_LONG_LONG"));
         assert_eq!(byte_len(3, 0x214).unwrap(), 24);
         assert_eq!(byte_len(-1, 0x214).unwrap_err().kind(), ErrorKind::Count);
-        assert_eq!(byte_len(1, 0x1234).unwrap_err().kind(), ErrorKind::Buffer);
+        assert_eq!(byte_len(1, 0x1234).unwrap_err().kind(), ErrorKind::Type);
     }
 
     #[test]

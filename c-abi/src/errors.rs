@@ -70,6 +70,9 @@ pub(crate) fn class_of(kind: ErrorKind) -> c_int {
     match kind {
         ErrorKind::Buffer => class::BUFFER,
         ErrorKind::Count => class::COUNT,
+        ErrorKind::Type => class::TYPE,
+        ErrorKind::Root => class::ROOT,
+        ErrorKind::Op => class::OP,
         ErrorKind::Tag => class::TAG,
         ErrorKind::Comm => class::COMM,
         ErrorKind::Rank => class::RANK,

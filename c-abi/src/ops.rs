@@ -111,7 +111,7 @@ fn op_in(h: Handle) -> Option<usize> {
 
 fn bad_op(h: Handle) -> ch4::Error {
     ch4::Error::new(
-        ErrorKind::Arg,
+        ErrorKind::Op,
         format!("operation {h:#x} is not a reduction operation (or was freed)"),
     )
 }

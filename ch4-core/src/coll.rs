@@ -1385,7 +1385,7 @@ fn check_root(root: Rank, size: Rank) -> Result<()> {
         Ok(())
     } else {
         Err(Error::new(
-            ErrorKind::Rank,
+            ErrorKind::Root,
             format!("root {root} outside communicator of size {size}"),
         ))
     }

@@ -20,8 +20,14 @@ pub enum ErrorKind {
     Comm,
     /// A count or length that cannot be represented or does not fit (MPI_ERR_COUNT).
     Count,
-    /// A malformed buffer, layout or datatype description (MPI_ERR_BUFFER / MPI_ERR_TYPE).
+    /// A malformed buffer or layout (MPI_ERR_BUFFER).
     Buffer,
+    /// A datatype handle that names no datatype, or one not committed (MPI_ERR_TYPE).
+    Type,
+    /// A collective's root outside its communicator (MPI_ERR_ROOT).
+    Root,
+    /// A reduction operation that does not exist or does not apply (MPI_ERR_OP).
+    Op,
     /// An invalid argument that fits no narrower class (MPI_ERR_ARG).
     Arg,
     /// The message was longer than the receive buffer (MPI_ERR_TRUNCATE).
@@ -53,6 +59,9 @@ impl ErrorKind {
         match self {
             ErrorKind::Buffer => 1,
             ErrorKind::Count => 2,
+            ErrorKind::Type => 3,
+            ErrorKind::Root => 7,
+            ErrorKind::Op => 9,
             ErrorKind::Tag => 4,
             ErrorKind::Comm => 5,
             ErrorKind::Rank => 6,
@@ -76,6 +85,9 @@ impl ErrorKind {
             ErrorKind::Comm => "invalid communicator",
             ErrorKind::Count => "invalid count",
             ErrorKind::Buffer => "invalid buffer or layout",
+            ErrorKind::Type => "invalid datatype",
+            ErrorKind::Root => "invalid root",
+            ErrorKind::Op => "invalid operation",
             ErrorKind::Arg => "invalid argument",
             ErrorKind::Truncate => "message truncated",
             ErrorKind::Request => "invalid request",

@@ -384,7 +384,7 @@ impl Rooted {
             PROC_NULL => Ok(Rooted::Idle),
             r if (0..remote_size).contains(&r) => Ok(Rooted::Leaf(r)),
             r => Err(Error::new(
-                ErrorKind::Rank,
+                ErrorKind::Root,
                 format!(
                     "root {r} on an intercommunicator: MPI_ROOT, MPI_PROC_NULL or a rank of \
                      the remote group of {remote_size}"

@@ -387,7 +387,7 @@ fn is_in_place(buf: *const c_void) -> bool {
 fn root_ok(root: c_int, m: Members) -> ch4::Result<bool> {
     if !(0..m.size as c_int).contains(&root) {
         return Err(ch4::Error::new(
-            ErrorKind::Rank,
+            ErrorKind::Root,
             format!("root {root} outside a communicator of {}", m.size),
         ));
     }

@@ -204,7 +204,7 @@ fn check_root(root: c_int, size: c_int) -> ch4::Result<()> {
         Ok(())
     } else {
         Err(ch4::Error::new(
-            ErrorKind::Rank,
+            ErrorKind::Root,
             format!("root {root} outside a communicator of {size}"),
         ))
     }

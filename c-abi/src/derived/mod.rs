@@ -826,7 +826,7 @@ pub(crate) unsafe fn recv_buf_big(
 #[cold]
 fn uncommitted() -> ch4::Error {
     ch4::Error::new(
-        ErrorKind::Buffer,
+        ErrorKind::Type,
         "the datatype was not committed (MPI_Type_commit)",
     )
 }

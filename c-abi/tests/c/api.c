@@ -185,6 +185,21 @@ int main(int argc, char **argv)
     CHECK(cls == MPI_ERR_RANK);
     MPI_Error_string(rc, msg, &len);
     CHECK(strstr(msg, "MPI_Send") != NULL);
+    /* The classes of a bad datatype, root and operation (MPI 4.1 section 9.4). */
+    rc = MPI_Send(&rank, 1, MPI_DATATYPE_NULL, 0, 0, MPI_COMM_WORLD);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_TYPE);
+    rc = MPI_Bcast(&rank, 1, MPI_INT, size + 1, MPI_COMM_WORLD);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_ROOT);
+    int one = 1, sum = 0;
+    rc = MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_OP_NULL, MPI_COMM_WORLD);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_OP);
+    MPI_Request nbreq;
+    rc = MPI_Ibcast(&rank, 1, MPI_INT, -7, MPI_COMM_WORLD, &nbreq);
+    MPI_Error_class(rc, &cls);
+    CHECK(cls == MPI_ERR_ROOT);
     MPI_Win win;
     rc = MPI_Win_create_dynamic(MPI_INFO_NULL, MPI_COMM_WORLD, &win);
     MPI_Error_class(rc, &cls);
