@@ -729,20 +729,8 @@ pub(crate) unsafe fn send_buf(
     count: c_int,
     dt: Handle,
 ) -> ch4::Result<SendBuf> {
-    let d = desc(st, dt)?;
-    let n = count_of(count, "count")?;
-    if !d.committed {
-        return Err(uncommitted());
-    }
-    if d.contiguous() {
-        let len = n.checked_mul(d.size).ok_or_else(too_big)?;
-        // SAFETY: the caller's contract.
-        return Ok(unsafe { SendBuf::borrowed(raw(buf, len)?) });
-    }
-    let (base, layout) = d.layout(n)?;
-    let len = layout.extent_bytes();
-    // SAFETY: the caller's contract: every byte of the elements is at buf + base + [0, len).
-    unsafe { SendBuf::borrowed_with_layout(raw(buf.wrapping_offset(base), len)?, layout) }
+    // SAFETY: the caller's contract.
+    unsafe { send_buf_big(st, buf, count.into(), dt) }
 }
 
 /// The receive buffer of `count` elements of `dt` at `buf`.
@@ -755,20 +743,8 @@ pub(crate) unsafe fn recv_buf(
     count: c_int,
     dt: Handle,
 ) -> ch4::Result<RecvBuf> {
-    let d = desc(st, dt)?;
-    let n = count_of(count, "count")?;
-    if !d.committed {
-        return Err(uncommitted());
-    }
-    if d.contiguous() {
-        let len = n.checked_mul(d.size).ok_or_else(too_big)?;
-        // SAFETY: the caller's contract.
-        return Ok(unsafe { RecvBuf::borrowed(raw_mut(buf, len)?) });
-    }
-    let (base, layout) = d.layout(n)?;
-    let len = layout.extent_bytes();
-    // SAFETY: the caller's contract: every byte of the elements is at buf + base + [0, len).
-    unsafe { RecvBuf::borrowed_with_layout(raw_mut(buf.wrapping_offset(base), len)?, layout) }
+    // SAFETY: the caller's contract.
+    unsafe { recv_buf_big(st, buf, count.into(), dt) }
 }
 
 /// [`send_buf`] of an `MPI_Count` of elements (the `_c` forms of point-to-point).
