@@ -104,12 +104,32 @@ export CARGO_INCREMENTAL=0
 mkdir -p target
 rm -f target/skipped-tests.txt
 report_skips() {
+    { set +x; } 2>/dev/null
+    if [ -n "${steps_fd:-}" ]; then report_steps; fi
     if [ -s target/skipped-tests.txt ]; then
         echo "Skipped (see above for why; the rest of the suite ran):"
         sort -u target/skipped-tests.txt
     fi
 }
 trap report_skips EXIT
+
+# Where the time goes (CI allows 90 minutes; we keep the suite well under 30): each step below is
+# traced with the second it started into target/suite-steps.txt, and the steps that took longer
+# than 20 s are listed at the end, longest first.
+exec {steps_fd}>target/suite-steps.txt
+BASH_XTRACEFD=$steps_fd
+PS4='+ ${SECONDS} '
+report_steps() {
+    echo "+ $SECONDS (end)" >&"$steps_fd"
+    echo "Steps over 20 s (seconds, command), of ${SECONDS} s in all:"
+    # xtrace prints a command's environment assignments on a line of their own before it.
+    awk '!/^\+ [0-9]+ / { next }
+         $3 ~ /^[A-Za-z_][A-Za-z0-9_]*=/ { env = env substr($0, index($0, $3)) " "; next }
+         { if (prev != "") { d = $2 - t; if (d > 20) printf "%6d  %s\n", d, prev }
+           t = $2; prev = env substr($0, index($0, $3)); env = "" }' target/suite-steps.txt |
+        sort -rn
+}
+set -x
 
 cargo test --workspace --all-targets
 cargo test --workspace --doc
