@@ -252,3 +252,101 @@ fn moved_by_other_waits<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
     w.barrier()
 }
 on_all_routes!(moved_by_other_waits_test, 3, moved_by_other_waits);
+
+/// `acc = acc`, whatever comes: of members folded in rank order, the result is member 0's.
+/// Checks that the order of a large, non-commuting fold survives its staging buffer.
+fn first_wins() -> Fold {
+    Box::new(|_acc: &mut [u8], _other: &[u8]| {})
+}
+
+/// Large schedules one after another: from the second round on they work in the memory the
+/// earlier ones left (buffers of 64 KiB and more are kept for reuse), which must neither leak
+/// old bytes into a result nor mix one round's data into the next.
+fn large_schedules_in_reused_memory<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
+    let w = ctx.world();
+    let (r, n) = (w.rank(), w.size());
+    let id = w.id();
+    let words = 16 * 1024;
+    for round in 0..3u64 {
+        let mut sum_out = vec![0u8; 8 * words];
+        let mut first_out = vec![0u8; 96 * 1024];
+        let mut bcast_out = vec![0u8; 200 * 1024];
+        let mut zero_out = vec![u8::from(round == 2); 90 * 1024];
+        let handles = {
+            let mut d = w.device()?;
+            let mut hs = Vec::new();
+
+            let mut s = Schedule::new(id);
+            s.set_fold(sum_u64());
+            let mine = (0..words as u64)
+                .flat_map(|i| (i * (r as u64 + 1) + round).to_le_bytes())
+                .collect();
+            let acc = s.buffer(mine);
+            nbc::allreduce(&mut s, r, n, acc);
+            let o = s.output(output(&mut sum_out));
+            s.deliver(acc, o, 0);
+            hs.push(d.start_schedule(s, None)?);
+
+            let mut s = Schedule::new(id);
+            s.set_fold(first_wins());
+            let acc = s.buffer(vec![0x80 | ((r as u8) ^ (round as u8 * 16)); 96 * 1024]);
+            nbc::allreduce(&mut s, r, n, acc);
+            let o = s.output(output(&mut first_out));
+            s.deliver(acc, o, 0);
+            hs.push(d.start_schedule(s, None)?);
+
+            let mut s = Schedule::new(id);
+            let data = if r == 0 {
+                s.buffer(
+                    (0..200 * 1024)
+                        .map(|i| (i as u64 * 3 + round) as u8)
+                        .collect(),
+                )
+            } else {
+                s.scratch(200 * 1024)
+            };
+            nbc::bcast(&mut s, r, n, 0, data);
+            let o = s.output(output(&mut bcast_out));
+            s.deliver(data, o, 0);
+            if round == 2 {
+                // A working buffer nothing writes is delivered as it was made, zeros, though
+                // it is likely made of a 96 KiB buffer of an earlier round (the best fit).
+                let untouched = s.scratch(90 * 1024);
+                let o = s.output(output(&mut zero_out));
+                s.deliver(untouched, o, 0);
+            }
+            hs.push(d.start_schedule(s, None)?);
+            hs
+        };
+        for h in handles {
+            w.device()?.wait(h)?;
+        }
+        let ranks: u64 = (1..=n as u64).sum();
+        for (i, word) in sum_out.chunks_exact(8).enumerate() {
+            let want = i as u64 * ranks + round * n as u64;
+            assert_eq!(
+                u64::from_le_bytes(word.try_into().unwrap()),
+                want,
+                "word {i}"
+            );
+        }
+        assert!(
+            first_out.iter().all(|&b| b == 0x80 | (round as u8 * 16)),
+            "round {round}"
+        );
+        assert!(bcast_out
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == (i as u64 * 3 + round) as u8));
+        assert!(
+            zero_out.iter().all(|&b| b == 0),
+            "round {round}: old bytes leaked"
+        );
+    }
+    w.barrier()
+}
+on_all_routes!(
+    large_schedules_in_reused_memory_test,
+    3,
+    large_schedules_in_reused_memory
+);

@@ -259,8 +259,14 @@ impl RecvBuf {
 
     /// A receive buffer the request owns (used where no user memory exists, e.g. a discard).
     pub fn owned(capacity: usize) -> RecvBuf {
+        RecvBuf::owned_vec(vec![0; capacity])
+    }
+
+    /// A receive buffer the request owns, `bytes.len()` bytes long, in memory the caller already
+    /// has (a collective's schedule lends its spares: fresh memory costs a page fault per page).
+    pub fn owned_vec(bytes: Vec<u8>) -> RecvBuf {
         RecvBuf(Repr::General(Box::new(RecvGeneral {
-            storage: Storage::Owned(vec![0; capacity]),
+            storage: Storage::Owned(bytes),
             layout: None,
         })))
     }

@@ -36,6 +36,8 @@ pub struct Device<N: Netmod, S: Shm> {
     /// The collectives' schedules that are running (`crate::schedule`), moved on by every
     /// progress step while there are any.
     pub(crate) schedules: Vec<crate::schedule::Running>,
+    /// Large byte vectors the finished schedules left, for the next ones (`crate::spares`).
+    pub(crate) schedule_spares: crate::spares::Spares,
 }
 
 /// Cancels the netmod half of an ANY_SOURCE receive on behalf of the shm engine.
@@ -149,6 +151,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
             shm,
             net_in_use,
             schedules: Vec::new(),
+            schedule_spares: Default::default(),
         })
     }
 

@@ -27,6 +27,7 @@ pub mod pool;
 pub mod rankmap;
 pub mod request;
 pub mod schedule;
+mod spares;
 pub mod transport;
 pub mod types;
 

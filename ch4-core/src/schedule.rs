@@ -32,6 +32,7 @@ use crate::buffer::{RecvBuf, SendBuf};
 use crate::comm::CommId;
 use crate::device::Device;
 use crate::request::{ReqHandle, Request, RequestKind};
+use crate::spares::Spares;
 use crate::transport::{Netmod, Shm};
 use crate::types::{Rank, Status, Tag, PROC_NULL};
 use crate::{Error, ErrorKind, Result};
@@ -174,6 +175,9 @@ pub struct Schedule {
     /// ([`Schedule::within_local`]).
     on_local: bool,
     bufs: Vec<Vec<u8>>,
+    /// The working buffers ([`Schedule::scratch`]) by index and length, made when the
+    /// schedule starts, from the device's spares (`crate::spares`).
+    scratch: Vec<(usize, usize)>,
     outs: Vec<RecvBuf>,
     steps: Vec<Step>,
     fold: Option<Fold>,
@@ -197,6 +201,7 @@ impl Schedule {
             local: None,
             on_local: false,
             bufs: Vec::new(),
+            scratch: Vec::new(),
             outs: Vec::new(),
             steps: Vec::new(),
             fold: None,
@@ -224,9 +229,42 @@ impl Schedule {
         }
     }
 
-    /// A zeroed working buffer of `len` bytes; the whole of it.
+    /// A zeroed working buffer of `len` bytes; the whole of it. It is made when the schedule
+    /// starts, from memory earlier schedules left where there is some.
     pub fn scratch(&mut self, len: usize) -> Slice {
-        self.buffer(vec![0; len])
+        let slice = self.buffer(Vec::new());
+        self.scratch.push((slice.buf.0, len));
+        Slice { len, ..slice }
+    }
+
+    /// Makes the working buffers ([`Schedule::scratch`]) and the fold buffer from `spares`.
+    fn make_buffers(&mut self, spares: &mut Spares) {
+        for (i, len) in std::mem::take(&mut self.scratch) {
+            self.bufs[i] = spares.take_zeroed(len);
+        }
+        let staged = self
+            .steps
+            .iter()
+            .map(|step| match step {
+                Step::Fold {
+                    acc, other_first, ..
+                } if *other_first => acc.len,
+                Step::Copy { from, to } if from.buf == to.buf => from.len,
+                _ => 0,
+            })
+            .max()
+            .unwrap_or(0);
+        if staged > 0 {
+            self.front = spares.take_empty(staged);
+        }
+    }
+
+    /// Gives every buffer of the schedule to `spares`.
+    fn give_buffers(&mut self, spares: &mut Spares) {
+        for b in self.bufs.drain(..) {
+            spares.give(b);
+        }
+        spares.give(std::mem::take(&mut self.front));
     }
 
     /// Gives the schedule one of the program's receive buffers, written only by
@@ -422,24 +460,30 @@ impl Schedule {
                         "a fold without a reduction",
                     ));
                 };
+                if !other_first {
+                    if let Some((a, o)) = two_ranges(&mut self.bufs, acc, other) {
+                        fold(a, o);
+                        return Ok(());
+                    }
+                }
+                // Staged through `front`: the operand goes first (front = other op acc, then
+                // acc = front), or both ranges are in one buffer.
                 self.front.clear();
+                self.front
+                    .extend_from_slice(&self.bufs[other.buf.0][other.off..other.off + other.len]);
+                let a = &mut self.bufs[acc.buf.0][acc.off..acc.off + acc.len];
                 if other_first {
-                    // front = other op acc, then acc = front.
-                    self.front.extend_from_slice(
-                        &self.bufs[other.buf.0][other.off..other.off + other.len],
-                    );
-                    let a = &mut self.bufs[acc.buf.0][acc.off..acc.off + acc.len];
                     fold(&mut self.front, a);
                     a.copy_from_slice(&self.front);
                 } else {
-                    self.front.extend_from_slice(
-                        &self.bufs[other.buf.0][other.off..other.off + other.len],
-                    );
-                    let a = &mut self.bufs[acc.buf.0][acc.off..acc.off + acc.len];
                     fold(a, &self.front);
                 }
             }
             Step::Copy { from, to } => {
+                if let Some((t, f)) = two_ranges(&mut self.bufs, to, from) {
+                    t.copy_from_slice(f);
+                    return Ok(());
+                }
                 self.front.clear();
                 self.front
                     .extend_from_slice(&self.bufs[from.buf.0][from.off..from.off + from.len]);
@@ -462,6 +506,23 @@ impl Schedule {
         }
         Ok(())
     }
+}
+
+/// Range `a` to write and range `b` to read, when they lie in different buffers (else `None`:
+/// one buffer cannot be lent twice).
+fn two_ranges(bufs: &mut [Vec<u8>], a: Slice, b: Slice) -> Option<(&mut [u8], &[u8])> {
+    let (ai, bi) = (a.buf.0, b.buf.0);
+    if ai == bi {
+        return None;
+    }
+    let (wa, wb) = if ai < bi {
+        let (lo, hi) = bufs.split_at_mut(bi);
+        (&mut lo[ai], &hi[0])
+    } else {
+        let (lo, hi) = bufs.split_at_mut(ai);
+        (&mut hi[0], &lo[bi])
+    };
+    Some((&mut wa[a.off..a.off + a.len], &wb[b.off..b.off + b.len]))
 }
 
 /// A schedule the device runs, and the request that completes when it ends.
@@ -499,6 +560,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
     ) -> Result<ReqHandle> {
         let c = self.core.comm_mut(schedule.comm)?;
         schedule.local = c.local;
+        schedule.make_buffers(&mut self.schedule_spares);
         schedule.check()?;
         let c = self.core.comm_mut(schedule.comm)?;
         schedule.tag = match tag {
@@ -596,6 +658,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         for (h, _) in schedule.pending.drain(..) {
             self.release(h);
         }
+        schedule.give_buffers(&mut self.schedule_spares);
         if let Some(e) = &error {
             tracing::debug!(error = %e, "a collective's schedule failed");
         }
@@ -625,7 +688,9 @@ impl<N: Netmod, S: Shm> Device<N, S> {
                     from,
                     local,
                 } => {
-                    let buf = SendBuf::owned(s.bytes(from).to_vec());
+                    let mut copy = self.schedule_spares.take(from.len);
+                    copy.copy_from_slice(s.bytes(from));
+                    let buf = SendBuf::owned(copy);
                     let comm = s.target(local);
                     let h = self.isend_scheduled(comm, to, s.tag + phase, buf)?;
                     if h != ReqHandle::DONE {
@@ -639,8 +704,8 @@ impl<N: Netmod, S: Shm> Device<N, S> {
                     local,
                 } => {
                     let comm = s.target(local);
-                    let h =
-                        self.irecv_scheduled(comm, from, s.tag + phase, RecvBuf::owned(into.len))?;
+                    let landing = RecvBuf::owned_vec(self.schedule_spares.take(into.len));
+                    let h = self.irecv_scheduled(comm, from, s.tag + phase, landing)?;
                     s.pending.push((h, Landing::Into(into)));
                 }
                 Step::Agree(i) => {
@@ -790,8 +855,15 @@ impl<N: Netmod, S: Shm> Device<N, S> {
                     ));
                 }
                 let data = recv.buf.into_owned()?;
-                s.bufs[into.buf.0][into.off..into.off + into.len]
-                    .copy_from_slice(&data[..into.len]);
+                let whole = &mut s.bufs[into.buf.0];
+                if into.off == 0 && into.len == whole.len() && data.len() == into.len {
+                    // The message filled a buffer of its own: it becomes that buffer.
+                    let old = std::mem::replace(whole, data);
+                    self.schedule_spares.give(old);
+                } else {
+                    whole[into.off..into.off + into.len].copy_from_slice(&data[..into.len]);
+                    self.schedule_spares.give(data);
+                }
             }
         }
         Ok(done)
