@@ -270,7 +270,7 @@ pub fn init_with_level<L: ThreadLevel>(config: DeviceConfig, _level: L) -> Resul
     };
     let created: Vec<Option<Result<Segment>>> = (0..vcis).map(|v| segments.create(v)).collect();
     let published = if spans_nodes && rank == 0 {
-        client.put("ch4-job-key", &format!("{:016x}", random_key()))
+        random_key().and_then(|key| client.put("ch4-job-key", &format!("{key:016x}")))
     } else {
         Ok(())
     };
@@ -431,7 +431,7 @@ fn open_netmods<N: Bootstrap>(
     if !spans_nodes {
         // The key is still random, so that no other local process can pass for a rank.
         return (0..vcis)
-            .map(|_| N::open(rank, size, random_key(), false))
+            .map(|_| N::open(rank, size, random_key()?, false))
             .collect();
     }
     let key = client
@@ -511,22 +511,27 @@ fn read_card(client: &mut ProcessManager, r: u32, vci: usize) -> Result<Vec<u8>>
     join_card_segments(r, &segs)
 }
 
-/// A job key nobody outside the job can guess: 8 bytes from the kernel's generator.
-pub(crate) fn random_key() -> u64 {
-    use std::io::Read;
+/// A job key nobody outside the job can guess: 8 bytes from the kernel's generator
+/// (`getrandom(2)`, which needs no /dev; else /dev/urandom). When neither answers, start-up
+/// fails: a key made of the time and the process id could be guessed by any local process.
+pub(crate) fn random_key() -> Result<u64> {
     let mut b = [0u8; 8];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .is_err()
-    {
-        // No /dev/urandom: time and pid, which still keep jobs apart.
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        return t ^ (u64::from(std::process::id()) << 32);
+    // SAFETY: getrandom writes at most `b.len()` bytes into `b`, a valid, writable array of
+    // this frame; flags 0 (the urandom pool, blocking only before it is first seeded).
+    let got = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if got == b.len() as isize {
+        return Ok(u64::from_le_bytes(b));
     }
-    u64::from_le_bytes(b)
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::Transport,
+                format!("no random numbers for the job's key (getrandom and /dev/urandom: {e})"),
+            )
+        })?;
+    Ok(u64::from_le_bytes(b))
 }
 
 /// Node id of every rank: `CH4_NODE_SIZE` if set, else the host it runs on ([`host_ids`]).
