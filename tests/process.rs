@@ -9,8 +9,55 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn segment_of(launcher_pid: u32) -> PathBuf {
-    PathBuf::from(format!("/dev/shm/ch4-kvs_{launcher_pid}_0-n0"))
+/// The start of the names of the segments of a job ch4run (pid `launcher_pid`) started.
+fn segment_prefix(launcher_pid: u32) -> String {
+    format!("ch4-kvs_{launcher_pid}_0-n0-")
+}
+
+/// The files in /dev/shm named after the job ch4run `launcher_pid` started.
+fn segments_named(launcher_pid: u32) -> Vec<PathBuf> {
+    let prefix = segment_prefix(launcher_pid);
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Checks the segment rank process `pid` has mapped, through /proc: its name is the job's
+/// with 64 random bits after it, the name is gone already, and the file (reached through
+/// /proc/PID/map_files) is this user's and mode 0600. `false` when /proc does not let us see.
+fn segment_mapped_by(pid: u32, launcher_pid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        return false;
+    };
+    let prefix = format!("/dev/shm/{}", segment_prefix(launcher_pid));
+    let Some(line) = maps.lines().find(|l| l.contains(&prefix)) else {
+        panic!("rank {pid} maps no segment of the job:\n{maps}");
+    };
+    let name = &line[line.find(&prefix).unwrap()..];
+    let (name, deleted) = match name.strip_suffix(" (deleted)") {
+        Some(n) => (n, true),
+        None => (name, false),
+    };
+    assert!(deleted, "the segment is still named: {line}");
+    let random = name.rsplit('-').next().unwrap();
+    assert!(
+        random.len() == 16 && random.chars().all(|c| c.is_ascii_hexdigit()),
+        "no random part in {name}"
+    );
+    let range = line.split_whitespace().next().unwrap();
+    let Ok(meta) = std::fs::metadata(format!("/proc/{pid}/map_files/{range}")) else {
+        return false;
+    };
+    assert_eq!(meta.mode() & 0o777, 0o600, "{name}");
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(meta.uid(), unsafe { libc::geteuid() }, "{name}");
+    true
 }
 
 #[test]
@@ -237,11 +284,16 @@ fn kill_9_of_a_rank_ends_the_job_and_leaves_nothing_behind() {
             pids.push((f[1].parse::<u32>().unwrap(), f[2].parse::<u32>().unwrap()));
         }
     }
-    // The segment's name was unlinked as soon as all ranks attached.
-    assert!(
-        !segment_of(launcher).exists(),
-        "segment still named in /dev/shm"
-    );
+    // The segment's name was unlinked as soon as all ranks attached; the file the ranks map
+    // is private.
+    assert_eq!(segments_named(launcher), Vec::<PathBuf>::new());
+    let seen = pids
+        .iter()
+        .filter(|(_, pid)| segment_mapped_by(*pid, launcher))
+        .count();
+    if seen == 0 {
+        eprintln!("process: /proc/PID/map_files unreadable here: the segment's mode not checked");
+    }
     std::thread::sleep(Duration::from_millis(100)); // let traffic flow
     let victim = pids.iter().find(|(r, _)| *r == 1).unwrap().1;
     let killed = Instant::now();
@@ -275,7 +327,7 @@ fn kill_9_of_a_rank_ends_the_job_and_leaves_nothing_behind() {
             "rank process {pid} survived"
         );
     }
-    assert!(!segment_of(launcher).exists());
+    assert_eq!(segments_named(launcher), Vec::<PathBuf>::new());
 }
 
 /// MPICH's launcher drives the same PMI-1 bootstrap, on one node and over TCP.
