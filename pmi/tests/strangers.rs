@@ -1,7 +1,8 @@
 //! Who may join a ch4run job: a process of any user of the host can reach the port ch4run
 //! serves PMI on with `--pmi-port` (127.0.0.1); only the ranks, which were given their
 //! `PMI_ID` in an environment no other user can read, get in. A stray process that connects
-//! and speaks PMI is refused and the job goes on; its refusal names no id.
+//! and speaks PMI is refused and the job goes on, and so is a rank of another job pointed at
+//! this job's port; no refusal names an id.
 
 mod common;
 
@@ -26,7 +27,7 @@ fn a_stray_process_on_the_pmi_port_is_refused_and_the_job_goes_on() {
     let mut cmd = Command::new(CH4RUN);
     cmd.args(["-n", "2", "-l", "--pmi-port", "--", "sh", "-c"])
         .arg(format!(
-            "echo \"port $PMI_PORT id $PMI_ID\"; sleep 1; exec {HELLO} --expect-size 2"
+            "echo \"port $PMI_PORT id $PMI_ID\"; sleep 2; exec {HELLO} --expect-size 2"
         ))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -66,6 +67,19 @@ fn a_stray_process_on_the_pmi_port_is_refused_and_the_job_goes_on() {
         assert_eq!(reply.len(), 1, "{line:?}: {reply:?}");
         assert!(reply[0].contains("rc=-1"), "{line:?}: {reply:?}");
     }
+    // A rank of another job (ch4run --pmi-port too, its own PMI_ID) sent to this job's port:
+    // refused, so that job fails, saying why, and this one goes on.
+    let mut other = Command::new(CH4RUN);
+    other
+        .args(["-n", "1", "--pmi-port", "--", "sh", "-c"])
+        .arg(format!("PMI_PORT={port} exec {HELLO}"));
+    for v in ["PMI_FD", "PMI_PORT", "PMI_ID", "PMI_RANK", "PMI_SIZE"] {
+        other.env_remove(v);
+    }
+    let other = other.output().expect("run the other job");
+    let other_err = String::from_utf8_lossy(&other.stderr);
+    assert!(!other.status.success(), "{other_err}");
+    assert!(other_err.contains("pmiid"), "{other_err}");
     // One that says nothing at all while the job runs.
     let _silent = TcpStream::connect(&port).unwrap();
     let status = wait_for(&mut child, Duration::from_secs(30));
@@ -76,7 +90,7 @@ fn a_stray_process_on_the_pmi_port_is_refused_and_the_job_goes_on() {
     assert_eq!(rest.matches(": ok").count(), 2, "{rest}");
     assert_eq!(
         stderr.matches("refused a PMI connection").count(),
-        6,
+        7,
         "{stderr}"
     );
     for id in &ids {
