@@ -97,3 +97,20 @@ fn a_stray_process_on_the_pmi_port_is_refused_and_the_job_goes_on() {
         assert!(!stderr.contains(id.as_str()), "an id in the log: {stderr}");
     }
 }
+
+/// A program a rank starts does not inherit the rank's PMI socket: it could otherwise speak PMI
+/// as that rank (its `PMI_FD` now names no open descriptor, a clear error).
+#[test]
+fn a_ranks_children_do_not_inherit_its_pmi_socket() {
+    let r = common::run(
+        common::ch4run(&["-n", "2"], &["--child-sees-pmi-fd"]),
+        Duration::from_secs(30),
+    );
+    assert!(r.status.success(), "{}\n{}", r.stdout, r.stderr);
+    assert_eq!(
+        r.stdout.matches("child has no PMI socket").count(),
+        2,
+        "{}",
+        r.stdout
+    );
+}
