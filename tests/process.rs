@@ -330,6 +330,57 @@ fn kill_9_of_a_rank_ends_the_job_and_leaves_nothing_behind() {
     assert_eq!(segments_named(launcher), Vec::<PathBuf>::new());
 }
 
+/// The file rank process `pid` maps as its node segment (its path, " (deleted)" cut off).
+fn mapped_segment(pid: u32) -> String {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let line = maps
+        .lines()
+        .find(|l| l.contains("/dev/shm/ch4-"))
+        .unwrap_or_else(|| panic!("rank {pid} maps no segment:\n{maps}"));
+    let path = &line[line.find("/dev/shm/").unwrap()..];
+    path.trim_end_matches(" (deleted)").to_owned()
+}
+
+/// Two jobs at once on one host never meet in shared memory: each job's ranks map one
+/// segment, the two jobs' segments differ, and neither is named in /dev/shm while they run.
+#[test]
+fn two_jobs_at_once_map_segments_of_their_own() {
+    let dir = built();
+    let start = || {
+        let mut child = Command::new(dir.join("ch4run"))
+            .args(["-n", "2"])
+            .arg(dir.join("examples/shm_stress"))
+            .args(["--hold", "--max-size", "1000"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut pids = Vec::new();
+        while pids.len() < 2 {
+            let line = lines.next().expect("ranks announce themselves").unwrap();
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.first() == Some(&"ready") {
+                pids.push(f[2].parse::<u32>().unwrap());
+            }
+        }
+        (child, pids)
+    };
+    let (mut a, a_pids) = start();
+    let (mut b, b_pids) = start();
+    let a_seg: Vec<String> = a_pids.iter().map(|&p| mapped_segment(p)).collect();
+    let b_seg: Vec<String> = b_pids.iter().map(|&p| mapped_segment(p)).collect();
+    assert_eq!(a_seg[0], a_seg[1], "job A's ranks share one segment");
+    assert_eq!(b_seg[0], b_seg[1], "job B's ranks share one segment");
+    assert_ne!(a_seg[0], b_seg[0], "the two jobs share a segment");
+    assert!(segments_named(a.id()).is_empty() && segments_named(b.id()).is_empty());
+    for child in [&mut a, &mut b] {
+        // SAFETY: kill with a pid of our own child and SIGTERM: ch4run ends its job.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let _ = child.wait();
+    }
+}
+
 /// MPICH's launcher drives the same PMI-1 bootstrap, on one node and over TCP.
 #[test]
 fn ring_runs_under_hydra() {
