@@ -5,8 +5,11 @@
 //! Bootstrap, in order: PMI init gives rank, size and the job's key-value space; node locality
 //! comes from `PMI_process_mapping` (or, if the launcher publishes none, from hostnames exchanged
 //! through the key-value space); the first rank of each node creates the node's shared segment
-//! (a /dev/shm file named after the job, mode 0600), the others attach after a fence, and after a
-//! second fence the name is unlinked — so nothing is left behind even if a rank is later killed.
+//! (a /dev/shm file named after the job and 64 random bits, made exclusively, mode 0600) and
+//! publishes its name, the others attach after a fence (refusing a file that is not their
+//! user's alone), and the last to attach unlinks the name (the first rank, after a second
+//! fence, should one fail) — so nothing is left behind even if a rank is later killed, and no
+//! other user can have made the file for the job to map.
 //! When the job spans nodes, every rank also opens the build's netmod and publishes its business
 //! card through the key-value space (the TCP netmod's: its listening address), cut into as many
 //! values as the process manager's value size needs, together with a random job key that rank 0
@@ -266,11 +269,13 @@ pub fn init_with_level<L: ThreadLevel>(config: DeviceConfig, _level: L) -> Resul
         node: my_node,
         me,
         ranks: local.len(),
+        first: local[0],
         cfg,
     };
-    let created: Vec<Option<Result<Segment>>> = (0..vcis).map(|v| segments.create(v)).collect();
+    let created: Vec<Option<Result<Segment>>> =
+        (0..vcis).map(|v| segments.create(&mut client, v)).collect();
     let published = if spans_nodes && rank == 0 {
-        client.put("ch4-job-key", &format!("{:016x}", random_key()))
+        random_key().and_then(|key| client.put("ch4-job-key", &format!("{key:016x}")))
     } else {
         Ok(())
     };
@@ -279,7 +284,7 @@ pub fn init_with_level<L: ThreadLevel>(config: DeviceConfig, _level: L) -> Resul
     let attached: Vec<Result<Segment>> = created
         .into_iter()
         .enumerate()
-        .map(|(v, c)| c.unwrap_or_else(|| segments.attach(v)))
+        .map(|(v, c)| c.unwrap_or_else(|| segments.attach(&mut client, v)))
         .collect();
     let opened = open_netmods::<ProcessNetmod>(&mut client, rank, size, spans_nodes, vcis);
     client.barrier()?;
@@ -431,7 +436,7 @@ fn open_netmods<N: Bootstrap>(
     if !spans_nodes {
         // The key is still random, so that no other local process can pass for a rank.
         return (0..vcis)
-            .map(|_| N::open(rank, size, random_key(), false))
+            .map(|_| N::open(rank, size, random_key()?, false))
             .collect();
     }
     let key = client
@@ -511,22 +516,27 @@ fn read_card(client: &mut ProcessManager, r: u32, vci: usize) -> Result<Vec<u8>>
     join_card_segments(r, &segs)
 }
 
-/// A job key nobody outside the job can guess: 8 bytes from the kernel's generator.
-pub(crate) fn random_key() -> u64 {
-    use std::io::Read;
+/// A job key nobody outside the job can guess: 8 bytes from the kernel's generator
+/// (`getrandom(2)`, which needs no /dev; else /dev/urandom). When neither answers, start-up
+/// fails: a key made of the time and the process id could be guessed by any local process.
+pub(crate) fn random_key() -> Result<u64> {
     let mut b = [0u8; 8];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut b))
-        .is_err()
-    {
-        // No /dev/urandom: time and pid, which still keep jobs apart.
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        return t ^ (u64::from(std::process::id()) << 32);
+    // SAFETY: getrandom writes at most `b.len()` bytes into `b`, a valid, writable array of
+    // this frame; flags 0 (the urandom pool, blocking only before it is first seeded).
+    let got = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if got == b.len() as isize {
+        return Ok(u64::from_le_bytes(b));
     }
-    u64::from_le_bytes(b)
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .map_err(|e| {
+            Error::new(
+                ErrorKind::Transport,
+                format!("no random numbers for the job's key (getrandom and /dev/urandom: {e})"),
+            )
+        })?;
+    Ok(u64::from_le_bytes(b))
 }
 
 /// Node id of every rank: `CH4_NODE_SIZE` if set, else the host it runs on ([`host_ids`]).
@@ -599,46 +609,80 @@ fn hostname() -> String {
         .unwrap_or_else(|_| "localhost".to_string())
 }
 
-/// Where a job's node segment of VCI `vci` lives: the job's key-value-space name makes it
-/// unique.
-fn segment_path(kvs: &str, node: u32, vci: usize) -> PathBuf {
+/// The start of the names of a job's node segment of VCI `vci` (see
+/// [`Segment::create_unique`], which adds 64 random bits): the job's key-value-space name, so
+/// that a stray file in /dev/shm says whose it was, cut to keep the name within a file name's
+/// 255 bytes.
+fn segment_prefix(kvs: &str, node: u32, vci: usize) -> PathBuf {
     let clean: String = kvs
         .chars()
+        .take(64)
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
         .collect();
     PathBuf::from(format!("/dev/shm/ch4-{clean}-n{node}-v{vci}"))
 }
 
+/// The key under which the node's first rank publishes the random part of VCI `vci`'s segment
+/// name.
+fn segment_key(node: u32, vci: usize) -> String {
+    format!("ch4-shm-n{node}-v{vci}")
+}
+
 /// The node's segments, one a VCI; see the module docs for the protocol.
 struct NodeSegments<'a> {
-    /// The job's name, which makes the segments' names unique.
+    /// The job's name, the start of the segments' names.
     kvs: &'a str,
     node: u32,
     /// This rank's index on the node.
     me: usize,
     /// Ranks on the node.
     ranks: usize,
+    /// The node's first rank, which makes the segments and publishes their names.
+    first: Gpid,
     cfg: ShmConfig,
 }
 
 impl NodeSegments<'_> {
     /// Before the first barrier: VCI `vci`'s segment, made by the node's first rank (in private
-    /// memory when the rank is alone on its node: no file is needed at all); `None` for the
-    /// ranks that attach after it.
-    fn create(&self, vci: usize) -> Option<Result<Segment>> {
+    /// memory when the rank is alone on its node: no file is needed at all) under a name no one
+    /// can guess and made exclusively, so no other user can have made the file first; its
+    /// name is published for the others. `None` for the ranks that attach after it.
+    fn create(&self, client: &mut ProcessManager, vci: usize) -> Option<Result<Segment>> {
         if self.ranks == 1 {
             return Some(Segment::anonymous(1, self.cfg.geometry()));
         }
         if self.me != 0 {
             return None;
         }
-        let path = segment_path(self.kvs, self.node, vci);
-        let _ = std::fs::remove_file(&path); // a stale file of a crashed job with the same name
-        Some(Segment::create(&path, self.ranks, self.cfg.geometry()))
+        let prefix = segment_prefix(self.kvs, self.node, vci);
+        Some(
+            Segment::create_unique(&prefix, self.ranks, self.cfg.geometry(), random_key).and_then(
+                |(seg, n)| {
+                    client.put(&segment_key(self.node, vci), &format!("{n:016x}"))?;
+                    Ok(seg)
+                },
+            ),
+        )
     }
 
-    /// Between the barriers: VCI `vci`'s segment made by the node's first rank.
-    fn attach(&self, vci: usize) -> Result<Segment> {
-        Segment::attach(&segment_path(self.kvs, self.node, vci), self.ranks)
+    /// Between the barriers: VCI `vci`'s segment, under the name the node's first rank
+    /// published.
+    fn attach(&self, client: &mut ProcessManager, vci: usize) -> Result<Segment> {
+        let n = client
+            .get(self.first, &segment_key(self.node, vci))?
+            .filter(|v| v.len() == 16)
+            .and_then(|v| u64::from_str_radix(&v, 16).ok())
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::Transport,
+                    format!(
+                        "rank {} published no shared segment for VCI {vci}: it could not make \
+                         it (see its error)",
+                        self.first
+                    ),
+                )
+            })?;
+        let prefix = segment_prefix(self.kvs, self.node, vci);
+        Segment::attach(&Segment::unique_path(&prefix, n), self.ranks)
     }
 }

@@ -432,7 +432,7 @@ impl FromFabric for netmod_tcp::TcpNetmod {
         let cfg = fabric.config();
         if cfg.ranks_per_node >= cfg.ranks {
             // One node: no rank is reached through the netmod.
-            return open(crate::process::random_key());
+            return open(crate::process::random_key()?);
         }
         exchange_cards_in_memory(&fabric, me, open)
     }
@@ -499,10 +499,14 @@ pub(crate) fn exchange_cards_in_memory<N: Bootstrap>(
     let mut books = lock.lock().map_err(poisoned)?;
     // The first rank of the job draws its key; a predictable one would let any local process
     // pass for a rank.
-    let key = books
-        .entry(job)
-        .or_insert_with(|| (vec![None; ranks as usize], 0, crate::process::random_key()))
-        .2;
+    let key = match books.get(&job) {
+        Some(book) => book.2,
+        None => {
+            let key = crate::process::random_key()?;
+            books.insert(job, (vec![None; ranks as usize], 0, key));
+            key
+        }
+    };
     let mut net = open(key)?;
     let card = net.business_card()?;
     if let Some(book) = books.get_mut(&job) {

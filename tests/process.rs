@@ -9,8 +9,55 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn segment_of(launcher_pid: u32) -> PathBuf {
-    PathBuf::from(format!("/dev/shm/ch4-kvs_{launcher_pid}_0-n0"))
+/// The start of the names of the segments of a job ch4run (pid `launcher_pid`) started.
+fn segment_prefix(launcher_pid: u32) -> String {
+    format!("ch4-kvs_{launcher_pid}_0-n0-")
+}
+
+/// The files in /dev/shm named after the job ch4run `launcher_pid` started.
+fn segments_named(launcher_pid: u32) -> Vec<PathBuf> {
+    let prefix = segment_prefix(launcher_pid);
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Checks the segment rank process `pid` has mapped, through /proc: its name is the job's
+/// with 64 random bits after it, the name is gone already, and the file (reached through
+/// /proc/PID/map_files) is this user's and mode 0600. `false` when /proc does not let us see.
+fn segment_mapped_by(pid: u32, launcher_pid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        return false;
+    };
+    let prefix = format!("/dev/shm/{}", segment_prefix(launcher_pid));
+    let Some(line) = maps.lines().find(|l| l.contains(&prefix)) else {
+        panic!("rank {pid} maps no segment of the job:\n{maps}");
+    };
+    let name = &line[line.find(&prefix).unwrap()..];
+    let (name, deleted) = match name.strip_suffix(" (deleted)") {
+        Some(n) => (n, true),
+        None => (name, false),
+    };
+    assert!(deleted, "the segment is still named: {line}");
+    let random = name.rsplit('-').next().unwrap();
+    assert!(
+        random.len() == 16 && random.chars().all(|c| c.is_ascii_hexdigit()),
+        "no random part in {name}"
+    );
+    let range = line.split_whitespace().next().unwrap();
+    let Ok(meta) = std::fs::metadata(format!("/proc/{pid}/map_files/{range}")) else {
+        return false;
+    };
+    assert_eq!(meta.mode() & 0o777, 0o600, "{name}");
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(meta.uid(), unsafe { libc::geteuid() }, "{name}");
+    true
 }
 
 #[test]
@@ -237,11 +284,16 @@ fn kill_9_of_a_rank_ends_the_job_and_leaves_nothing_behind() {
             pids.push((f[1].parse::<u32>().unwrap(), f[2].parse::<u32>().unwrap()));
         }
     }
-    // The segment's name was unlinked as soon as all ranks attached.
-    assert!(
-        !segment_of(launcher).exists(),
-        "segment still named in /dev/shm"
-    );
+    // The segment's name was unlinked as soon as all ranks attached; the file the ranks map
+    // is private.
+    assert_eq!(segments_named(launcher), Vec::<PathBuf>::new());
+    let seen = pids
+        .iter()
+        .filter(|(_, pid)| segment_mapped_by(*pid, launcher))
+        .count();
+    if seen == 0 {
+        eprintln!("process: /proc/PID/map_files unreadable here: the segment's mode not checked");
+    }
     std::thread::sleep(Duration::from_millis(100)); // let traffic flow
     let victim = pids.iter().find(|(r, _)| *r == 1).unwrap().1;
     let killed = Instant::now();
@@ -275,7 +327,58 @@ fn kill_9_of_a_rank_ends_the_job_and_leaves_nothing_behind() {
             "rank process {pid} survived"
         );
     }
-    assert!(!segment_of(launcher).exists());
+    assert_eq!(segments_named(launcher), Vec::<PathBuf>::new());
+}
+
+/// The file rank process `pid` maps as its node segment (its path, " (deleted)" cut off).
+fn mapped_segment(pid: u32) -> String {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let line = maps
+        .lines()
+        .find(|l| l.contains("/dev/shm/ch4-"))
+        .unwrap_or_else(|| panic!("rank {pid} maps no segment:\n{maps}"));
+    let path = &line[line.find("/dev/shm/").unwrap()..];
+    path.trim_end_matches(" (deleted)").to_owned()
+}
+
+/// Two jobs at once on one host never meet in shared memory: each job's ranks map one
+/// segment, the two jobs' segments differ, and neither is named in /dev/shm while they run.
+#[test]
+fn two_jobs_at_once_map_segments_of_their_own() {
+    let dir = built();
+    let start = || {
+        let mut child = Command::new(dir.join("ch4run"))
+            .args(["-n", "2"])
+            .arg(dir.join("examples/shm_stress"))
+            .args(["--hold", "--max-size", "1000"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut pids = Vec::new();
+        while pids.len() < 2 {
+            let line = lines.next().expect("ranks announce themselves").unwrap();
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.first() == Some(&"ready") {
+                pids.push(f[2].parse::<u32>().unwrap());
+            }
+        }
+        (child, pids)
+    };
+    let (mut a, a_pids) = start();
+    let (mut b, b_pids) = start();
+    let a_seg: Vec<String> = a_pids.iter().map(|&p| mapped_segment(p)).collect();
+    let b_seg: Vec<String> = b_pids.iter().map(|&p| mapped_segment(p)).collect();
+    assert_eq!(a_seg[0], a_seg[1], "job A's ranks share one segment");
+    assert_eq!(b_seg[0], b_seg[1], "job B's ranks share one segment");
+    assert_ne!(a_seg[0], b_seg[0], "the two jobs share a segment");
+    assert!(segments_named(a.id()).is_empty() && segments_named(b.id()).is_empty());
+    for child in [&mut a, &mut b] {
+        // SAFETY: kill with a pid of our own child and SIGTERM: ch4run ends its job.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+        let _ = child.wait();
+    }
 }
 
 /// MPICH's launcher drives the same PMI-1 bootstrap, on one node and over TCP.

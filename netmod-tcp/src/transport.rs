@@ -344,6 +344,19 @@ impl TcpNetmod {
         }
     }
 
+    /// Whether this poll, having read the connections directly, may skip epoll_wait.
+    /// Handshakes and connections that are still saying who they are advance only on epoll
+    /// events (a connection silent past `connect::HELLO_PATIENCE` no longer counts: a stray
+    /// process must not make every poll pay for an epoll_wait); otherwise epoll is needed just
+    /// for new connections (and, with many connections, for the peers not read directly) and
+    /// can wait.
+    #[inline]
+    fn epoll_can_wait(&self, direct: bool) -> bool {
+        let settled = self.handshakes == 0 && !self.hellos_awaited();
+        let every = if direct { EPOLL_EVERY } else { EPOLL_EVERY_HOT };
+        (settled || !direct) && self.polls % every != 0
+    }
+
     /// Moves `peer`'s VC to `state`, counting the VCs in a handshake.
     fn set_state(&mut self, peer: usize, state: VcState) {
         let vc = &mut self.vcs[peer];
@@ -655,12 +668,7 @@ impl AmTransport for TcpNetmod {
             if delivered < budget && !self.backlog.is_empty() {
                 delivered += self.deliver_backlog(sink, budget - delivered)?;
             }
-            // Handshakes and connections that are still saying who they are advance only on
-            // epoll events; otherwise epoll is needed just for new connections (and, with many
-            // connections, for the peers not read directly) and can wait.
-            let settled = self.handshakes == 0 && self.incoming.iter().all(Option::is_none);
-            let every = if direct { EPOLL_EVERY } else { EPOLL_EVERY_HOT };
-            if (settled || !direct) && self.polls % every != 0 {
+            if self.epoll_can_wait(direct) {
                 return Ok(delivered);
             }
         }
@@ -785,5 +793,7 @@ impl Netmod for TcpNetmod {
 mod close;
 mod connect;
 mod receive;
+#[cfg(test)]
+mod stranger_tests;
 #[cfg(test)]
 mod tests;

@@ -1033,6 +1033,13 @@ fn take_inherited_fd(fd: RawFd) -> Result<OwnedFd> {
             io::Error::last_os_error(),
         ));
     }
+    // The inherited descriptor stays open (its number must not be reused while `PMI_FD`
+    // names it) but goes no further: a program this rank starts must not inherit the socket
+    // and speak PMI as this rank. In such a program `PMI_FD` then names no open descriptor,
+    // a clear error.
+    // SAFETY: fcntl(F_SETFD) takes plain integers and touches no memory of ours; `fd` is open
+    // (F_DUPFD_CLOEXEC of it just succeeded).
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     // SAFETY: `dup` was just returned by F_DUPFD_CLOEXEC, so it is open and no other object in
     // the process owns it; the OwnedFd becomes its only owner and closes it exactly once.
     Ok(unsafe { OwnedFd::from_raw_fd(dup) })

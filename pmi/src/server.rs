@@ -61,6 +61,13 @@ pub struct JobConfig {
     /// Keys present in the key-value space before any rank starts (Hydra's "preput"), such as
     /// `PMI_process_mapping`.
     pub preput: Vec<(String, String)>,
+    /// What a `PMI_PORT` client must say in `initack` to be rank `r`: `None`, its rank itself
+    /// (the convention of Hydra and MPICH's clients); `Some(ids)`, `ids[r]`. A port on
+    /// 127.0.0.1 is reachable by every user of the host, so a launcher that serves one draws
+    /// these at random and hands each rank its own in `PMI_ID` (readable only by the rank's
+    /// user): a process that was not given one cannot join, read the key-value space or
+    /// abort the job. Ids are `u32` below 2^31, what MPICH's clients read with `atoi`.
+    pub port_ids: Option<Vec<u32>>,
 }
 
 impl JobConfig {
@@ -77,6 +84,7 @@ impl JobConfig {
                 PROCESS_MAPPING_KEY.to_owned(),
                 ProcessMapping::single_node(size).to_string(),
             )],
+            port_ids: None,
         }
     }
 }
@@ -115,6 +123,16 @@ pub enum Output {
     Failed {
         /// Why, naming the rank.
         message: String,
+    },
+    /// A connection that has not said which rank it is (a `PMI_PORT` client before a
+    /// successful `initack`) sent something else, or an `initack` that names no rank it may
+    /// be: it is refused. Its error reply has been queued before this; the transport writes
+    /// it, then closes the connection. The job goes on.
+    Refused {
+        /// The connection.
+        client: ClientId,
+        /// Why, for the launcher's log: never an id or a key of the job.
+        reason: String,
     },
 }
 
@@ -164,6 +182,18 @@ impl Server {
             ));
         }
         check_token("kvsname", &config.kvsname, MAX_KVSNAME_LEN)?;
+        if let Some(ids) = &config.port_ids {
+            let distinct: BTreeSet<u32> = ids.iter().copied().collect();
+            if ids.len() != config.size as usize
+                || distinct.len() != ids.len()
+                || ids.iter().any(|&id| id > i32::MAX as u32)
+            {
+                return Err(Error::new(
+                    ErrorKind::InvalidArgument,
+                    "port ids must be one per rank, distinct, below 2^31",
+                ));
+            }
+        }
         let mut kvs = BTreeMap::new();
         for (k, v) in &config.preput {
             check_token("preput key", k, MAX_KEY_LEN)?;
@@ -196,6 +226,12 @@ impl Server {
     /// How many ranks are waiting in the current barrier.
     pub fn barrier_waiting(&self) -> u32 {
         self.barrier_count
+    }
+
+    /// Whether every rank of the job is held by a connection (or was, and left): no further
+    /// connection can join, so a launcher may stop listening for them.
+    pub fn all_ranks_held(&self) -> bool {
+        self.ranks.len() == self.config.size as usize
     }
 
     /// The rank of a connection, once known.
@@ -280,9 +316,15 @@ impl Server {
 
     /// A line from `from` that did not decode. The client gets `cmd=error rc=-1` with the
     /// reason, so a client blocked on a reply is released with an error rather than a hang.
+    /// A connection that has not said which rank it is is refused ([`Output::Refused`]).
     pub fn handle_malformed(&mut self, from: ClientId, err: &WireError) -> Result<()> {
         self.known(from)?;
-        self.send_error(from, "error", &format!("malformed PMI line: {err}"));
+        let msg = format!("malformed PMI line: {err}");
+        if self.rank_of(from).is_none() {
+            self.refuse(from, "error", msg);
+        } else {
+            self.send_error(from, "error", &msg);
+        }
         Ok(())
     }
 
@@ -314,8 +356,20 @@ impl Server {
 
     /// A decoded message from `from`: queues the reply (or replies, for a completed barrier)
     /// and any job-level event.
+    ///
+    /// A connection that has not said which rank it is may send only `initack`: anything else
+    /// is refused ([`Output::Refused`]), so a stray process that reached the launcher's port
+    /// learns nothing of the job and can neither write its key-value space nor abort it.
     pub fn handle_command(&mut self, from: ClientId, cmd: &Command) -> Result<()> {
         self.known(from)?;
+        if self.rank_of(from).is_none() && (cmd.is_multi() || cmd.name() != "initack") {
+            let reason = format!(
+                "cmd={} from a connection that has not said which rank it is (initack first)",
+                cmd.name()
+            );
+            self.refuse(from, "error", reason);
+            return Ok(());
+        }
         if cmd.is_multi() {
             // Only spawn uses the multi-line form; answer it the way its caller waits for.
             let reply = if cmd.name() == "spawn" {
@@ -416,31 +470,69 @@ impl Server {
         self.send(from, reply);
     }
 
+    /// Queues an error reply to `to`, then [`Output::Refused`].
+    fn refuse(&mut self, to: ClientId, reply_cmd: &str, reason: String) {
+        self.send_error(to, reply_cmd, &reason);
+        self.out.push_back(Output::Refused { client: to, reason });
+    }
+
+    /// The rank whose port id is `id`: the id itself without [`JobConfig::port_ids`]; with
+    /// them, compared with every rank's id in the same time whatever matches, so how long the
+    /// answer takes says nothing about the ids.
+    fn rank_of_port_id(&self, id: u32) -> Option<u32> {
+        match &self.config.port_ids {
+            None => (id < self.config.size).then_some(id),
+            Some(ids) => {
+                let mut found = u32::MAX;
+                for (rank, &want) in ids.iter().enumerate() {
+                    let diff = want ^ id;
+                    // All ones when `diff` is 0, else 0, without a branch on the id.
+                    let same = ((u64::from(diff)).wrapping_sub(1) >> 32) as u32;
+                    found = (found & !same) | (rank as u32 & same);
+                }
+                (found != u32::MAX).then_some(found)
+            }
+        }
+    }
+
     fn on_initack(&mut self, from: ClientId, cmd: &Command) {
         let Some(id) = cmd.get("pmiid").and_then(|v| v.parse::<u32>().ok()) else {
-            self.send_error(from, "initack", "initack needs a numeric pmiid");
+            if self.rank_of(from).is_none() {
+                self.refuse(from, "initack", "initack needs a numeric pmiid".into());
+            } else {
+                self.send_error(from, "initack", "initack needs a numeric pmiid");
+            }
             return;
         };
-        // ch4run hands out PMI_ID = rank.
+        let Some(claimed) = self.rank_of_port_id(id) else {
+            // Not an id this launcher gave out: never say which ones are.
+            let reason = "initack with a pmiid this job did not give out".to_owned();
+            if self.rank_of(from).is_none() {
+                self.refuse(from, "initack", reason);
+            } else {
+                self.send_error(from, "initack", &reason);
+            }
+            return;
+        };
         match self.rank_of(from) {
-            Some(rank) if rank == id => {}
+            Some(rank) if rank == claimed => {}
             Some(rank) => {
-                let msg = format!("this connection already is rank {rank}, not {id}");
+                let msg = format!("this connection already is rank {rank}, not {claimed}");
                 self.send_error(from, "initack", &msg);
                 return;
             }
             None => {
-                if let Err(e) = self.claim_rank(from, id) {
-                    self.send_error(from, "initack", e.detail());
+                if let Err(e) = self.claim_rank(from, claimed) {
+                    self.refuse(from, "initack", e.detail().to_owned());
                     return;
                 }
                 if let Some(state) = self.clients.get_mut(&from) {
-                    state.rank = Some(id);
+                    state.rank = Some(claimed);
                 }
             }
         }
         let data = format!(
-            "cmd=initack\ncmd=set size={}\ncmd=set rank={id}\ncmd=set debug={}\n",
+            "cmd=initack\ncmd=set size={}\ncmd=set rank={claimed}\ncmd=set debug={}\n",
             self.config.size,
             u8::from(self.config.debug)
         );
@@ -952,13 +1044,23 @@ mod tests {
         assert_eq!((r.name(), r.get("rc")), ("spawn_result", Some("-1")));
     }
 
+    /// Feeds one line from a connection that is refused: the error reply, then `Refused`.
+    fn refused(s: &mut Server, from: ClientId, line: &str) -> (Command, String) {
+        match feed(s, from, line).as_slice() {
+            [Output::Send { to, data }, Output::Refused { client, reason }]
+                if *to == from && *client == from =>
+            {
+                (cmd(data), reason.clone())
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
     #[test]
     fn port_clients_get_their_rank_from_initack() {
         let mut s = server(2);
         s.add_client(A, None).unwrap();
         s.add_client(B, None).unwrap();
-        let r = ask(&mut s, A, "cmd=get_rank");
-        assert_eq!(r.get("rc"), Some("-1"));
         let out = feed(&mut s, A, "cmd=initack pmiid=1");
         assert_eq!(
             out,
@@ -968,11 +1070,111 @@ mod tests {
             }]
         );
         assert_eq!(s.rank_of(A), Some(1));
-        // The same pmiid twice, or out of range, is refused.
-        assert_eq!(ask(&mut s, B, "cmd=initack pmiid=1").get("rc"), Some("-1"));
-        assert_eq!(ask(&mut s, B, "cmd=initack pmiid=2").get("rc"), Some("-1"));
-        assert_eq!(ask(&mut s, B, "cmd=initack").get("rc"), Some("-1"));
+        assert!(!s.all_ranks_held());
+        // Once identified, the rank may ask again (and get the same answer) or anything else.
+        assert_eq!(feed(&mut s, A, "cmd=initack pmiid=1").len(), 1);
+        assert_eq!(ask(&mut s, A, "cmd=get_rank").get("rank"), Some("1"));
+        // The same pmiid twice, or out of range, or none: refused, and the connection goes.
+        for bad in ["cmd=initack pmiid=1", "cmd=initack pmiid=2", "cmd=initack"] {
+            let mut s2 = server(2);
+            s2.add_client(A, None).unwrap();
+            s2.add_client(B, None).unwrap();
+            assert_eq!(feed(&mut s2, A, "cmd=initack pmiid=1").len(), 1);
+            let (reply, _) = refused(&mut s2, B, bad);
+            assert_eq!(reply.get("rc"), Some("-1"), "{bad}");
+            assert_eq!(s2.rank_of(B), None);
+        }
         assert_eq!(feed(&mut s, B, "cmd=initack pmiid=0").len(), 1);
+        assert!(s.all_ranks_held());
+    }
+
+    /// A connection that has not said which rank it is (a stray process that found the
+    /// launcher's port) is refused whatever it sends first: it cannot read the job's key-value
+    /// space, write it, enter a barrier or abort the job, and the job does not notice.
+    #[test]
+    fn an_unidentified_connection_may_only_say_initack() {
+        let mut s = server(2);
+        s.add_client(A, Some(0)).unwrap();
+        assert_eq!(
+            ask(
+                &mut s,
+                A,
+                "cmd=put kvsname=kvs_test key=ch4-job-key value=secret"
+            )
+            .get("rc"),
+            Some("0")
+        );
+        for line in [
+            "cmd=get kvsname=kvs_test key=ch4-job-key",
+            "cmd=put kvsname=kvs_test key=ch4-job-key value=mine",
+            "cmd=get_my_kvsname",
+            "cmd=init pmi_version=1 pmi_subversion=1",
+            "cmd=barrier_in",
+            "cmd=abort exitcode=9",
+            "cmd=finalize",
+            "cmd=watch_peers",
+            "cmd=get_rank",
+        ] {
+            s.add_client(B, None).unwrap();
+            let (reply, reason) = refused(&mut s, B, line);
+            assert_eq!(reply.get("rc"), Some("-1"), "{line}");
+            assert!(!reply.to_wire().unwrap().contains("secret"), "{line}");
+            assert!(!reason.contains("secret"), "{line}");
+            s.handle_disconnect(B).unwrap();
+            assert!(std::iter::from_fn(|| s.poll_output()).next().is_none());
+        }
+        // A malformed line too.
+        s.add_client(B, None).unwrap();
+        s.handle_malformed(B, &WireError::Empty).unwrap();
+        assert!(matches!(
+            std::iter::from_fn(|| s.poll_output()).last(),
+            Some(Output::Refused { client: B, .. })
+        ));
+        s.handle_disconnect(B).unwrap();
+        // The key-value space is as rank 0 left it.
+        assert_eq!(s.kvs_get("ch4-job-key"), Some("secret"));
+        assert_eq!(s.barrier_waiting(), 0);
+    }
+
+    /// With port ids drawn by the launcher, a rank's number is not enough to join: only the
+    /// id the launcher gave that rank is, and a wrong one is refused without saying which are
+    /// right.
+    #[test]
+    fn with_port_ids_only_the_ids_given_out_join() {
+        let ids = vec![1_234_567_891, 987_654_321, 555_555_555];
+        let mut cfg = JobConfig::single_node(3);
+        cfg.kvsname = "kvs_test".into();
+        cfg.port_ids = Some(ids.clone());
+        let mut s = Server::new(cfg).unwrap();
+        for (client, guess) in [(A, "0"), (B, "1"), (C, "1234567890")] {
+            s.add_client(client, None).unwrap();
+            let (reply, reason) = refused(&mut s, client, &format!("cmd=initack pmiid={guess}"));
+            assert_eq!(reply.get("rc"), Some("-1"));
+            for id in &ids {
+                let id = id.to_string();
+                assert!(!reply.to_wire().unwrap().contains(&id) && !reason.contains(&id));
+            }
+            s.handle_disconnect(client).unwrap();
+        }
+        for (rank, id) in ids.iter().enumerate().rev() {
+            let client = ClientId(100 + rank as u64);
+            s.add_client(client, None).unwrap();
+            let out = feed(&mut s, client, &format!("cmd=initack pmiid={id}"));
+            let [Output::Send { data, .. }] = out.as_slice() else {
+                panic!("{out:?}");
+            };
+            assert!(data.contains(&format!("cmd=set rank={rank}\n")), "{data}");
+        }
+        assert!(s.all_ranks_held());
+        // A second connection with a right id finds the rank held.
+        s.add_client(A, None).unwrap();
+        refused(&mut s, A, &format!("cmd=initack pmiid={}", ids[1]));
+        // Ids that are not one per rank, or repeat, or do not fit MPICH's int, are refused.
+        for bad in [vec![1, 2], vec![1, 1, 2], vec![1, 2, 1 << 31]] {
+            let mut cfg = JobConfig::single_node(3);
+            cfg.port_ids = Some(bad);
+            assert!(Server::new(cfg).is_err());
+        }
     }
 
     #[test]

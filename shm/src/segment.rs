@@ -10,8 +10,10 @@
 //!
 //! Every position is an offset computed from `n` and the [`Geometry`], identical in every
 //! process, so nothing inside the segment is a pointer. For processes the segment is a file in
-//! /dev/shm (mode 0600) created by the node's first rank and unlinked as soon as every local rank
-//! has mapped it; for ranks as threads it is anonymous memory.
+//! /dev/shm created by the node's first rank — under a random name, exclusively, mode 0600
+//! ([`Segment::create_unique`]) — and unlinked by the last local rank to map it
+//! ([`Segment::attach`], which maps only a file of this user's open to no one else); for ranks
+//! as threads it is anonymous memory.
 
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
@@ -117,6 +119,10 @@ pub struct Segment {
     ranks: usize,
     geometry: Geometry,
     path: Option<PathBuf>,
+    /// Whether this process created the file: its name goes when this segment does, attached
+    /// to or not, so a rank whose start failed between creating and the others' attaching
+    /// leaves nothing in /dev/shm.
+    creator: bool,
 }
 
 // SAFETY: the mapping is shared memory whose concurrent use goes only through atomics and the
@@ -318,6 +324,7 @@ impl Segment {
             ranks,
             geometry,
             path: None,
+            creator: false,
         };
         seg.init_header();
         Ok(seg)
@@ -332,15 +339,32 @@ impl Segment {
     /// [`Segment::attach`] learns it from the file.
     pub fn create(path: &Path, ranks: usize, geometry: Geometry) -> Result<Segment> {
         check_params(ranks, geometry)?;
-        let file = OpenOptions::new()
+        let file =
+            Segment::create_file(path).map_err(|e| io_err("creating shared segment", path, e))?;
+        Segment::create_in(file, path, ranks, geometry)
+    }
+
+    /// A new file at `path`, made exclusively (`O_EXCL`: never an existing file, nor through a
+    /// symbolic link), readable and writable by this user only.
+    fn create_file(path: &Path) -> std::io::Result<File> {
+        OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
             .mode(0o600)
             .open(path)
-            .map_err(|e| io_err("creating shared segment", path, e))?;
+    }
+
+    /// Sizes, reserves and maps the new segment file `file` at `path`; removes it on failure.
+    fn create_in(file: File, path: &Path, ranks: usize, geometry: Geometry) -> Result<Segment> {
         let geometry = fitting_geometry(&file, ranks, geometry);
-        let size = segment_size(ranks, geometry)?;
+        let size = match segment_size(ranks, geometry) {
+            Ok(size) => size,
+            Err(e) => {
+                let _ = std::fs::remove_file(path);
+                return Err(e);
+            }
+        };
         let sized = file
             .set_len(size as u64)
             .map_err(|e| io_err("sizing shared segment", path, e))
@@ -349,15 +373,72 @@ impl Segment {
             let _ = std::fs::remove_file(path);
             return Err(e);
         }
-        let map = Segment::map_file(&file, path, size)?;
+        let map = match Segment::map_file(&file, path, size) {
+            Ok(map) => map,
+            Err(e) => {
+                let _ = std::fs::remove_file(path);
+                return Err(e);
+            }
+        };
         let seg = Segment {
             map,
             ranks,
             geometry,
             path: Some(path.to_path_buf()),
+            creator: true,
         };
         seg.init_header();
         Ok(seg)
+    }
+
+    /// [`Segment::create`] under a name no one can guess: `{prefix}-{n:016x}` with `n` from
+    /// `random` (64 random bits). The file is made exclusively, so a name that exists already
+    /// — a file another user made there, hoping a job would map it — is never opened: the next
+    /// name is tried, up to [`Segment::NAME_TRIES`] in all. Returns the segment and the `n`
+    /// of its name, which the other local ranks need to attach.
+    pub fn create_unique(
+        prefix: &Path,
+        ranks: usize,
+        geometry: Geometry,
+        mut random: impl FnMut() -> Result<u64>,
+    ) -> Result<(Segment, u64)> {
+        check_params(ranks, geometry)?;
+        let mut taken = Vec::new();
+        for _ in 0..Segment::NAME_TRIES {
+            let n = random()?;
+            let path = Segment::unique_path(prefix, n);
+            match Segment::create_file(&path) {
+                Ok(file) => {
+                    return Segment::create_in(file, &path, ranks, geometry).map(|s| (s, n))
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    taken.push(path.display().to_string());
+                }
+                Err(e) => return Err(io_err("creating shared segment", &path, e)),
+            }
+        }
+        Err(Error::new(
+            ErrorKind::Transport,
+            format!(
+                "every name tried for the shared segment exists already ({}): someone is \
+                 making files under this job's names in {}",
+                taken.join(", "),
+                prefix
+                    .parent()
+                    .map_or_else(|| "/dev/shm".into(), |p| p.display().to_string())
+            ),
+        ))
+    }
+
+    /// Names [`Segment::create_unique`] tries before giving up: with 64 random bits a name,
+    /// one already taken is someone's doing, never chance.
+    pub const NAME_TRIES: usize = 4;
+
+    /// The path of the segment named `n` under `prefix` (see [`Segment::create_unique`]).
+    pub fn unique_path(prefix: &Path, n: u64) -> PathBuf {
+        let mut name = prefix.as_os_str().to_owned();
+        name.push(format!("-{n:016x}"));
+        PathBuf::from(name)
     }
 
     /// Maps `size` bytes of a segment file at least that long (the callers have made or
@@ -378,6 +459,7 @@ impl Segment {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(path)
             .map_err(|e| {
                 if e.kind() == std::io::ErrorKind::NotFound {
@@ -393,10 +475,10 @@ impl Segment {
                     io_err("opening shared segment", path, e)
                 }
             })?;
-        let len = file
+        let meta = file
             .metadata()
-            .map_err(|e| io_err("inspecting shared segment", path, e))?
-            .len();
+            .map_err(|e| io_err("inspecting shared segment", path, e))?;
+        let len = meta.len();
         let not_ours = |why: String| {
             Error::new(
                 ErrorKind::Transport,
@@ -406,6 +488,29 @@ impl Segment {
                 ),
             )
         };
+        // Made by a rank of this job: by this user, readable by no one else. (The name is
+        // random and made exclusively, so this holds unless something is badly wrong; mapping
+        // another user's file would hand that user this job's messages.)
+        {
+            use std::os::unix::fs::MetadataExt;
+            // SAFETY: geteuid has no preconditions and cannot fail.
+            let me = unsafe { libc::geteuid() };
+            if !meta.file_type().is_file() {
+                return Err(not_ours("not a regular file".into()));
+            }
+            if meta.uid() != me {
+                return Err(not_ours(format!(
+                    "owned by user {}, not by this job's user {me}",
+                    meta.uid()
+                )));
+            }
+            if meta.mode() & 0o077 != 0 {
+                return Err(not_ours(format!(
+                    "mode {:o}: open to other users",
+                    meta.mode() & 0o777
+                )));
+            }
+        }
         if len < HEADER as u64 || len > usize::MAX as u64 {
             return Err(not_ours(format!("{len} bytes")));
         }
@@ -438,9 +543,15 @@ impl Segment {
             ranks,
             geometry,
             path: Some(path.to_path_buf()),
+            creator: false,
         };
         let h = seg.header();
-        h.attached.fetch_add(1, Ordering::AcqRel);
+        let attached = h.attached.fetch_add(1, Ordering::AcqRel) + 1;
+        if attached >= ranks as u64 {
+            // The last local rank is in: no one needs the name any more, so it goes now, not
+            // at the job's next barrier.
+            seg.unlink()?;
+        }
         Ok(seg)
     }
 
@@ -727,9 +838,134 @@ impl Segment {
 
 impl Drop for Segment {
     fn drop(&mut self) {
-        // Only the creator's name matters, and unlinking twice is harmless.
-        if self.path.is_some() && self.attached() >= self.ranks as u64 {
+        // The creator's segment dropped means the job's start failed or the rank ends: no one
+        // will attach any more. Unlinking twice is harmless.
+        if self.path.is_some() && (self.creator || self.attached() >= self.ranks as u64) {
             let _ = self.unlink();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+
+    /// A name prefix in /dev/shm (the tmpfs segments live on) of this test alone.
+    fn prefix(test: &str) -> PathBuf {
+        PathBuf::from(format!("/dev/shm/ch4-test-{}-{test}", std::process::id()))
+    }
+
+    fn small() -> Geometry {
+        Geometry {
+            ring_capacity: 4096,
+            cell_size: 1024,
+            cells_per_rank: 2,
+        }
+    }
+
+    /// Numbers 1, 2, 3, ... for names that a test can squat on beforehand.
+    fn counter() -> impl FnMut() -> Result<u64> {
+        let mut n = 0;
+        move || {
+            n += 1;
+            Ok(n)
+        }
+    }
+
+    /// The segment file is this user's, mode 0600, and its name goes as soon as the last
+    /// local rank has attached: the segment itself keeps working.
+    #[test]
+    fn a_segment_is_private_and_its_name_goes_once_every_rank_is_in() {
+        let pre = prefix("private");
+        let (made, n) = Segment::create_unique(&pre, 3, small(), counter()).unwrap();
+        let path = Segment::unique_path(&pre, n);
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.mode() & 0o777, 0o600);
+        // SAFETY: geteuid has no preconditions.
+        assert_eq!(meta.uid(), unsafe { libc::geteuid() });
+        let second = Segment::attach(&path, 3).unwrap();
+        assert!(path.exists(), "two of three ranks in: the name stays");
+        let third = Segment::attach(&path, 3).unwrap();
+        assert!(!path.exists(), "every rank in: the name is gone");
+        assert_eq!(made.attached(), 3);
+        second.mark_left(1);
+        assert_eq!(third.peer_state(1), PeerState::Left);
+    }
+
+    /// A start that fails after the segment was made (the others never attach) leaves nothing.
+    #[test]
+    fn the_creators_segment_dropped_before_the_others_attach_leaves_no_file() {
+        let pre = prefix("dropped");
+        let (made, n) = Segment::create_unique(&pre, 4, small(), counter()).unwrap();
+        let path = Segment::unique_path(&pre, n);
+        assert!(path.exists());
+        drop(made);
+        assert!(!path.exists());
+    }
+
+    /// A file another user made under the name a job would pick is never opened: the next
+    /// name is taken, and when every name tried is taken the start fails saying so.
+    #[test]
+    fn a_squatted_name_is_passed_over_never_mapped() {
+        let pre = prefix("squat");
+        let squatted = Segment::unique_path(&pre, 1);
+        std::fs::write(&squatted, b"not yours").unwrap();
+        std::fs::set_permissions(&squatted, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let (seg, n) = Segment::create_unique(&pre, 2, small(), counter()).unwrap();
+        assert_eq!(n, 2);
+        assert_eq!(std::fs::read(&squatted).unwrap(), b"not yours");
+        drop(seg);
+        // Every name taken (a symbolic link among them: O_EXCL does not follow it).
+        let target = prefix("squat-target");
+        std::fs::write(&target, b"target").unwrap();
+        for k in 2..=Segment::NAME_TRIES as u64 {
+            std::os::unix::fs::symlink(&target, Segment::unique_path(&pre, k)).unwrap();
+        }
+        let e = match Segment::create_unique(&pre, 2, small(), counter()) {
+            Err(e) => e,
+            Ok(_) => panic!("a squatted name was used"),
+        };
+        assert!(e.to_string().contains("exists already"), "{e}");
+        assert_eq!(std::fs::read(&target).unwrap(), b"target");
+        assert_eq!(std::fs::read(&squatted).unwrap(), b"not yours");
+        for k in 1..=Segment::NAME_TRIES as u64 {
+            let _ = std::fs::remove_file(Segment::unique_path(&pre, k));
+        }
+        let _ = std::fs::remove_file(&target);
+    }
+
+    /// Attaching checks that the file is what this job's first rank made: not a link, this
+    /// user's, open to no one else.
+    #[test]
+    fn attach_refuses_a_file_not_made_by_this_jobs_user_alone() {
+        let pre = prefix("attach");
+        let (seg, n) = Segment::create_unique(&pre, 2, small(), counter()).unwrap();
+        let path = Segment::unique_path(&pre, n);
+        let link = prefix("attach-link");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        let e = Segment::attach(&link, 2)
+            .err()
+            .expect("attached through a link");
+        assert!(e.to_string().contains("attach-link"), "{e}");
+        let _ = std::fs::remove_file(&link);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let e = Segment::attach(&path, 2)
+            .err()
+            .expect("attached a file open to others");
+        assert!(e.to_string().contains("open to other users"), "{e}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            // As root, hand the file to another user and back.
+            std::os::unix::fs::chown(&path, Some(65534), None).unwrap();
+            let e = Segment::attach(&path, 2)
+                .err()
+                .expect("attached another user's file");
+            assert!(e.to_string().contains("owned by user 65534"), "{e}");
+            std::os::unix::fs::chown(&path, Some(0), None).unwrap();
+        }
+        assert!(Segment::attach(&path, 2).is_ok());
+        drop(seg);
     }
 }

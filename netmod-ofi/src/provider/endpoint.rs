@@ -47,6 +47,25 @@ pub enum Completions {
     Failed(CqError),
 }
 
+/// 64 bits from the kernel's generator for [`Endpoint::key_for`]; none is an error rather
+/// than keys a stranger could guess.
+fn random_seed() -> Result<u64> {
+    let mut b = [0u8; 8];
+    // SAFETY: getrandom writes at most `b.len()` bytes into `b`, a valid, writable array of
+    // this frame; flags 0 (the urandom pool).
+    let got = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if got != b.len() as isize {
+        return Err(Error::new(
+            ErrorKind::Transport,
+            format!(
+                "no random numbers for memory region keys: getrandom: {}",
+                std::io::Error::last_os_error()
+            ),
+        ));
+    }
+    Ok(u64::from_le_bytes(b))
+}
+
 /// An operation that completed with an error (`fi_cq_readerr`'s entry).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CqError {
@@ -107,9 +126,14 @@ pub struct Endpoint {
     /// null slot is free). The endpoint owns them so that they are closed after the endpoint
     /// (which ends every read of them) and before the domain they belong to.
     regions: RefCell<Vec<*mut fid_mr>>,
-    /// The key the next region asks for, where the application chooses keys (no
-    /// `FI_MR_PROV_KEY`): unique in the domain, as libfabric requires.
+    /// How many regions this endpoint has asked keys for: the next key is made from it, where
+    /// the application chooses keys (no `FI_MR_PROV_KEY`; see [`Endpoint::key_for`]).
     next_key: Cell<u64>,
+    /// 64 random bits drawn when the endpoint opens, from which every key is made: keys must
+    /// be unique in the domain, as libfabric requires, and must not be guessable — a process
+    /// that reaches this endpoint (any host, for `tcp;ofi_rxm`) and names a registered
+    /// region's key can read it, and the providers check nothing else.
+    key_seed: u64,
     info: Info,
 }
 
@@ -152,7 +176,8 @@ impl Endpoint {
             rx_iov_limit: info.rx_iov_limit(),
             peek: info.peek(),
             regions: RefCell::new(Vec::new()),
-            next_key: Cell::new(1),
+            next_key: Cell::new(0),
+            key_seed: random_seed()?,
             info,
         };
         let fi = me.info.as_mut_ptr();
@@ -564,6 +589,23 @@ impl Endpoint {
         None
     }
 
+    /// The key of the `n`th region this endpoint registers, where keys are the application's
+    /// to choose: SplitMix64's finalizer (a bijection of 64-bit words) of the random seed plus
+    /// `n`, so keys never repeat until 2^64 regions and none can be told from the others
+    /// without the seed; cut to the domain's key size when that is under 8 bytes.
+    fn key_for(&self, n: u64) -> u64 {
+        let mut z = self
+            .key_seed
+            .wrapping_add(n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        match self.info.mr_key_size() {
+            size @ 1..=7 => z & ((1u64 << (8 * size)) - 1),
+            _ => z,
+        }
+    }
+
     /// Registers `buf[..len]` for peers to read (`FI_REMOTE_READ`), bound to this endpoint
     /// where the domain asks for that (`FI_MR_ENDPOINT`).
     ///
@@ -582,13 +624,18 @@ impl Endpoint {
             return Err(Error::new(ErrorKind::Transport, why));
         }
         let mode = self.info.mr_mode();
-        let requested = self.next_key.get();
         let mut mr: *mut fid_mr = null_mut();
-        // SAFETY: the domain is live; `buf[..len]` stays allocated until the region is closed
-        // (caller); `mr` is writable. A region is closed by `deregister` or by drop, once.
-        unsafe {
-            ok(
-                "fi_mr_reg",
+        let mut requested;
+        // A key already in use (possible only when the domain's keys are shorter than 8
+        // bytes) is answered -FI_ENOKEY: take the next one.
+        let mut tries = 0;
+        loop {
+            requested = self.key_for(self.next_key.get());
+            self.next_key.set(self.next_key.get().wrapping_add(1));
+            // SAFETY: the domain is live; `buf[..len]` stays allocated until the region is
+            // closed (caller); `mr` is writable. A region is closed by `deregister` or by
+            // drop, once.
+            let r = unsafe {
                 fi_mr_reg(
                     self.domain,
                     buf.cast(),
@@ -599,8 +646,18 @@ impl Endpoint {
                     0,
                     &mut mr,
                     null_mut(),
-                ),
-            )?;
+                )
+            };
+            tries += 1;
+            if r == -libfabric_sys::FI_ENOKEY && mode & FI_MR_PROV_KEY == 0 && tries < 8 {
+                continue;
+            }
+            ok("fi_mr_reg", r)?;
+            break;
+        }
+        // SAFETY: `mr` is the live region just registered; it is closed here if binding it
+        // fails, else by `deregister` or by drop, once.
+        unsafe {
             let bound = if mode & FI_MR_ENDPOINT != 0 {
                 ok(
                     "fi_mr_bind",
@@ -615,7 +672,6 @@ impl Endpoint {
                 return Err(e);
             }
         }
-        self.next_key.set(requested + 1);
         let key = if mode & FI_MR_PROV_KEY != 0 {
             // SAFETY: `mr` is the live region just registered.
             unsafe { fi_mr_key(mr) }

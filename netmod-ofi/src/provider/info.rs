@@ -326,6 +326,12 @@ impl Info {
         self.domain().mr_mode
     }
 
+    /// Bytes of a memory region's key (`mr_key_size`; 8 on this machine's providers): the keys
+    /// this netmod chooses must fit in them.
+    pub fn mr_key_size(&self) -> usize {
+        self.domain().mr_key_size
+    }
+
     /// Whether `FI_PEEK`, `FI_CLAIM` and `FI_DISCARD` receives do what fi_tagged(3) says.
     ///
     /// False for shm before 1.19: its receive path ignores those flags (a peek is an ordinary

@@ -2,6 +2,7 @@
 //! connections, the simultaneous-connect tie-break, and which sockets epoll watches.
 
 use std::io::{self, Read, Write};
+use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
 use mio::{Interest, Token};
@@ -39,13 +40,26 @@ const BYTE_ORDER_MARK: u32 = 0x0102_0304;
 /// sender's rank (u32 LE), its connection generation with the receiver (u32 LE: how many
 /// connections the pair has had so far; see `Vc::generation`), and [`BYTE_ORDER_MARK`] in the
 /// sender's native order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) struct HelloMsg {
     pub(super) key: u64,
     pub(super) rank: u32,
     pub(super) generation: u32,
     /// Whether the sender's byte order is ours (always true for a hello we make).
     pub(super) same_byte_order: bool,
+}
+
+/// Without the key: a hello printed in a log or an error must not hand the job's key to whoever
+/// reads it.
+impl std::fmt::Debug for HelloMsg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HelloMsg")
+            .field("key", &"(not shown)")
+            .field("rank", &self.rank)
+            .field("generation", &self.generation)
+            .field("same_byte_order", &self.same_byte_order)
+            .finish()
+    }
 }
 
 impl HelloMsg {
@@ -87,6 +101,30 @@ pub(super) enum Hello {
 pub(super) struct Incoming {
     pub(super) stream: TcpStream,
     pub(super) hello: Vec<u8>,
+    /// When it was accepted: one still silent after [`HELLO_PATIENCE`] no longer makes
+    /// progress look for its hello at every poll.
+    pub(super) since: Instant,
+}
+
+/// How long progress looks for an accepted connection's hello at every poll. A rank sends its
+/// hello as soon as its connect completes, so this is only ever reached by a rank that stopped
+/// calling progress right after connecting (its hello is then read at a later epoll pass, as
+/// new connections are: nothing is lost) or by a stray process that connected and says nothing
+/// — which must not make every poll of the job pay for an epoll_wait.
+pub(super) const HELLO_PATIENCE: Duration = Duration::from_secs(1);
+
+/// Connections that may be waiting for their hello at once, beyond two for each rank of the
+/// job (every peer connecting at once, each with a stale attempt besides). Past that the oldest
+/// is dropped: a rank's hello comes right behind its connect, so only strays wait that long,
+/// and a flood of them must not take every descriptor of the process.
+pub(super) const SPARE_INCOMING: usize = 64;
+
+/// Whether two keys are equal, in the same time whatever their bits: a stranger timing the
+/// refusals learns nothing of the key.
+pub(super) fn same_key(a: u64, b: u64) -> bool {
+    let diff = a ^ b;
+    // 0 only when every bit agrees; `black_box` keeps the compiler from branching early.
+    std::hint::black_box(diff | diff.wrapping_neg()) >> 63 == 0
 }
 
 impl TcpNetmod {
@@ -269,6 +307,7 @@ impl TcpNetmod {
         loop {
             match self.listener.accept() {
                 Ok((mut stream, _)) => {
+                    self.make_room_for_a_hello();
                     let slot = match self.incoming.iter().position(Option::is_none) {
                         Some(i) => i,
                         None => {
@@ -285,6 +324,7 @@ impl TcpNetmod {
                         self.incoming[slot] = Some(Incoming {
                             stream,
                             hello: Vec::with_capacity(HELLO),
+                            since: Instant::now(),
                         });
                     }
                 }
@@ -295,6 +335,46 @@ impl TcpNetmod {
                 }
             }
         }
+    }
+
+    /// Most connections that may wait for their hello at once (see [`SPARE_INCOMING`]).
+    pub(super) fn max_incoming(&self) -> usize {
+        2 * self.vcs.len() + SPARE_INCOMING
+    }
+
+    /// Drops the oldest connection still waiting for its hello when [`Self::max_incoming`]
+    /// are.
+    fn make_room_for_a_hello(&mut self) {
+        let waiting = self.incoming.iter().flatten().count();
+        if waiting < self.max_incoming() {
+            return;
+        }
+        let oldest = self
+            .incoming
+            .iter()
+            .enumerate()
+            .filter_map(|(i, inc)| inc.as_ref().map(|inc| (inc.since, i)))
+            .min();
+        if let Some((_, slot)) = oldest {
+            tracing::warn!(
+                waiting,
+                "tcp: too many connections that say nothing: dropped the oldest"
+            );
+            self.drop_incoming(slot, None);
+        }
+    }
+
+    /// Whether a connection accepted less than [`HELLO_PATIENCE`] ago still owes its hello:
+    /// progress then looks for it at every poll.
+    pub(super) fn hellos_awaited(&self) -> bool {
+        if self.incoming.iter().all(Option::is_none) {
+            return false;
+        }
+        let now = Instant::now();
+        self.incoming
+            .iter()
+            .flatten()
+            .any(|inc| now.duration_since(inc.since) < HELLO_PATIENCE)
     }
 
     /// Reads an incoming connection's hello and accepts, refuses or drops it.
@@ -312,7 +392,7 @@ impl TcpNetmod {
             }
         }
         let from_job = HelloMsg::decode(&inc.hello).filter(|h| {
-            h.key == self.key && (h.rank as usize) < self.vcs.len() && h.rank != self.me
+            same_key(h.key, self.key) && (h.rank as usize) < self.vcs.len() && h.rank != self.me
         });
         let Some(hello) = from_job else {
             let from = inc.stream.peer_addr().ok();

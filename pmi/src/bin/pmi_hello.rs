@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! pmi_hello [--print-pid] [--exit RANK CODE] [--kill RANK] [--abort RANK CODE]
-//!           [--leave RANK] [--hang] [--expect-size N]
+//!           [--leave RANK] [--hang] [--expect-size N] [--child-sees-pmi-fd]
 //! ```
 //!
 //! * `--exit R C`: rank R exits with code C before the first fence (the others wait in it).
@@ -15,6 +15,8 @@
 //! * `--leave R`: rank R exits 0 without finalize before the first fence.
 //! * `--hang`: every rank sleeps for a minute after init (for signal tests).
 //! * `--print-pid`: print `pid RANK PID` right after init.
+//! * `--child-sees-pmi-fd`: after init, start `sh` and print whether it inherited the
+//!   `PMI_FD` socket (`child has the PMI socket` / `child has no PMI socket`).
 //!
 //! Failures are reported on stderr with exit code 1; nothing here panics on a PMI error.
 
@@ -32,6 +34,7 @@ struct Opts {
     leave: Option<u32>,
     hang: bool,
     expect_size: Option<u32>,
+    child_sees_pmi_fd: bool,
 }
 
 fn parse() -> Result<Opts, String> {
@@ -48,6 +51,7 @@ fn parse() -> Result<Opts, String> {
         match argv[i].as_str() {
             "--print-pid" => o.print_pid = true,
             "--hang" => o.hang = true,
+            "--child-sees-pmi-fd" => o.child_sees_pmi_fd = true,
             "--exit" => {
                 let r = val(&mut i, "--exit RANK")?;
                 let c = val(&mut i, "--exit CODE")?;
@@ -109,6 +113,14 @@ fn run(opts: &Opts) -> Result<(), String> {
     }
     if opts.hang {
         std::thread::sleep(Duration::from_secs(60));
+    }
+    if opts.child_sees_pmi_fd {
+        let out = std::process::Command::new("sh")
+            .args(["-c", "test -e /proc/self/fd/$PMI_FD && echo has || echo no"])
+            .output()
+            .map_err(|e| format!("sh: {e}"))?;
+        let has = String::from_utf8_lossy(&out.stdout).trim() == "has";
+        println!("child has {} PMI socket", if has { "the" } else { "no" });
     }
     if opts.exit.is_some_and(|(r, _)| r == rank) {
         let code = opts.exit.map_or(1, |(_, c)| c);

@@ -118,7 +118,9 @@ pub struct LaunchOptions {
     /// Prefix every output line with `[rank] `, to tell interleaved ranks apart.
     pub prefix_output: bool,
     /// Serve PMI on a TCP port (`PMI_PORT` + `PMI_ID`) instead of inherited sockets, for rank
-    /// programs whose PMI client only speaks that.
+    /// programs whose PMI client only speaks that. The port (127.0.0.1) is reachable by every
+    /// user of the host, so each rank's `PMI_ID` is drawn at random and the port is closed
+    /// once every rank has joined ([`JobConfig::port_ids`]).
     pub pmi_port: bool,
     /// How long ranks get between SIGTERM and SIGKILL when the job is torn down, to flush and
     /// clean up.
@@ -214,8 +216,15 @@ pub fn run(opts: &LaunchOptions) -> Result<i32> {
     };
     let _signals = sys::SignalHandlers::install()
         .map_err(|e| Error::io("cannot install signal handlers", e))?;
-    let server = SocketServer::new(JobConfig::single_node(opts.ranks))
-        .map_err(|e| context("cannot start the PMI server", &e))?;
+    let mut config = JobConfig::single_node(opts.ranks);
+    if opts.pmi_port {
+        // The port is open to every user of the host: only a process given one of these ids
+        // (in its environment, which only its user can read) may join.
+        config.port_ids = Some(random_port_ids(opts.ranks)?);
+    }
+    let port_ids = config.port_ids.clone();
+    let server =
+        SocketServer::new(config).map_err(|e| context("cannot start the PMI server", &e))?;
     let mut job = Job {
         opts,
         server,
@@ -226,6 +235,7 @@ pub fn run(opts: &LaunchOptions) -> Result<i32> {
         pmi_failure: None,
         forwarders: Vec::new(),
         stdin: None,
+        port_ids,
         cpus: match opts.bind {
             Bind::Core | Bind::Auto => {
                 let cpus = sys::allowed_cpus();
@@ -332,6 +342,25 @@ fn under_pmix() -> bool {
     std::env::var_os("PMIX_NAMESPACE").is_some() && std::env::var_os("PMIX_RANK").is_some()
 }
 
+/// One `PMI_ID` a rank, distinct, 1 ..= 2^31 - 1 (what MPICH's clients read with `atoi`), from
+/// the kernel's generator. No generator is an error, not a guessable id.
+fn random_port_ids(ranks: u32) -> Result<Vec<u32>> {
+    let mut urandom = std::fs::File::open("/dev/urandom")
+        .map_err(|e| Error::io("cannot read /dev/urandom to draw the PMI port ids", e))?;
+    let mut ids: Vec<u32> = Vec::with_capacity(ranks as usize);
+    while ids.len() < ranks as usize {
+        let mut b = [0u8; 4];
+        urandom
+            .read_exact(&mut b)
+            .map_err(|e| Error::io("cannot read /dev/urandom to draw the PMI port ids", e))?;
+        let id = u32::from_le_bytes(b) & 0x7fff_ffff;
+        if id != 0 && !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    Ok(ids)
+}
+
 /// `err` with `what` in front, keeping its kind.
 fn context(what: &str, err: &Error) -> Error {
     Error::new(err.kind(), format!("{what}: {err}"))
@@ -436,6 +465,8 @@ struct Job<'a> {
     stdin: Option<StdinPump>,
     /// The CPU of each rank when binding (empty: unbound).
     cpus: Vec<usize>,
+    /// Each rank's `PMI_ID` when PMI is served on a port (see [`JobConfig::port_ids`]).
+    port_ids: Option<Vec<u32>>,
 }
 
 impl Job<'_> {
@@ -468,7 +499,12 @@ impl Job<'_> {
         let mut child_end = None;
         match port {
             Some(addr) => {
-                cmd.env("PMI_PORT", addr).env("PMI_ID", rank.to_string());
+                let id = self
+                    .port_ids
+                    .as_ref()
+                    .and_then(|ids| ids.get(rank as usize))
+                    .map_or(rank, |&id| id);
+                cmd.env("PMI_PORT", addr).env("PMI_ID", id.to_string());
                 sys::prepare_rank(&mut cmd, None, self.cpu_of(rank));
             }
             None => {
@@ -622,6 +658,9 @@ impl Job<'_> {
             } => self.fail(Failure::Abort { rank, code }, message),
             JobEvent::Failed { message } => {
                 self.pmi_failure = Some((message, Instant::now() + PMI_FAILURE_HOLD));
+            }
+            JobEvent::Refused { reason } => {
+                say!("ch4run: refused a PMI connection: {reason}");
             }
             JobEvent::Finalized { .. } | JobEvent::Disconnected { .. } => {}
         }
