@@ -21,10 +21,9 @@
 //! (`inproc::Shuffled`, re-exported by the kit, shuffles batches instead; it is the wrapper the
 //! facade's thread mode uses.)
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::ops::Range;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use ch4_core::transport::{AmSink, AmTransport, HandlerId, Netmod, PeerRead, PeerState, Shm};
 use ch4_core::{Error, ErrorKind, Gpid, Result};
@@ -176,6 +175,12 @@ impl Shared {
     }
 }
 
+/// Locks the shared state. A test that panicked while holding it has failed already, so a
+/// poisoned lock is taken over rather than panicking again.
+fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    shared.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Refuses settings that would break what the wrapper's type promises.
 #[track_caller]
 fn check(config: &FaultConfig, unordered: bool) {
@@ -189,12 +194,13 @@ fn check(config: &FaultConfig, unordered: bool) {
 /// The test's handle on a [`Faulty`] transport that a device owns.
 ///
 /// A device hands out only `&` references to its netmod, so the switches live behind a shared
-/// handle (the same `Rc` pattern as [`crate::Wire`]): take it with [`Faulty::control`] —
-/// before or after the device is built — and turn faults on and off, or kill a peer, between
-/// progress calls.
+/// handle: take it with [`Faulty::control`] — before or after the device is built — and turn
+/// faults on and off, or kill a peer, between progress calls. It is an `Arc` with a lock, not
+/// an `Rc`, so that a wrapped transport can go under a rank that is a thread of its own
+/// (`ch4::threads::Threads::run_wrapped`) and the test can still reach it from outside.
 #[derive(Debug, Clone)]
 pub struct FaultControl {
-    shared: Rc<RefCell<Shared>>,
+    shared: Arc<Mutex<Shared>>,
 }
 
 impl FaultControl {
@@ -202,21 +208,21 @@ impl FaultControl {
     /// wrapper is ordered (a test bug: see [`Unordered`]).
     #[track_caller]
     pub fn set(&self, config: FaultConfig) {
-        let mut s = self.shared.borrow_mut();
+        let mut s = lock(&self.shared);
         check(&config, s.unordered);
         s.config = config;
     }
 
     /// The settings in force.
     pub fn config(&self) -> FaultConfig {
-        self.shared.borrow().config.clone()
+        lock(&self.shared).config.clone()
     }
 
     /// From now on `gpid` is dead to this transport, as if its process had been killed: its
     /// state reads [`PeerState::Failed`], sends to it fail with `PeerFailed`, and whatever it
     /// sent that was not delivered yet is thrown away (a reset connection loses its data).
     pub fn kill(&self, gpid: Gpid) {
-        let mut s = self.shared.borrow_mut();
+        let mut s = lock(&self.shared);
         if !s.is_killed(gpid) {
             s.killed.push(gpid);
         }
@@ -224,7 +230,7 @@ impl FaultControl {
 
     /// What the wrapper did so far.
     pub fn stats(&self) -> FaultStats {
-        self.shared.borrow().stats
+        lock(&self.shared).stats
     }
 }
 
@@ -253,7 +259,7 @@ struct Held {
 pub struct Faulty<T, const UNORDERED: bool = false> {
     inner: T,
     rng: SplitMix64,
-    shared: Rc<RefCell<Shared>>,
+    shared: Arc<Mutex<Shared>>,
     /// Arrivals pulled from `inner` and not yet delivered, in arrival order.
     queue: VecDeque<Held>,
     /// Polls so far (the clock of delays).
@@ -281,7 +287,7 @@ impl<T: AmTransport, const UNORDERED: bool> Faulty<T, UNORDERED> {
         Faulty {
             inner,
             rng: SplitMix64::new(seed),
-            shared: Rc::new(RefCell::new(Shared {
+            shared: Arc::new(Mutex::new(Shared {
                 config,
                 unordered: UNORDERED,
                 killed: Vec::new(),
@@ -301,7 +307,7 @@ impl<T: AmTransport, const UNORDERED: bool> Faulty<T, UNORDERED> {
 
     /// What the wrapper did so far (also through [`FaultControl::stats`]).
     pub fn stats(&self) -> FaultStats {
-        self.shared.borrow().stats
+        lock(&self.shared).stats
     }
 
     /// The wrapped transport, for inspection.
@@ -315,7 +321,7 @@ impl<T: AmTransport, const UNORDERED: bool> Faulty<T, UNORDERED> {
     }
 
     fn killed(&self, gpid: Gpid) -> bool {
-        self.shared.borrow().is_killed(gpid)
+        lock(&self.shared).is_killed(gpid)
     }
 }
 
@@ -431,7 +437,7 @@ impl<T: AmTransport, const UNORDERED: bool> AmTransport for Faulty<T, UNORDERED>
         let now = self.polls;
         let room = HOLD_MAX.saturating_sub(self.queue.len());
         {
-            let mut shared = self.shared.borrow_mut();
+            let mut shared = lock(&self.shared);
             let mut collect = Collect {
                 queue: &mut self.queue,
                 rng: &mut self.rng,
@@ -450,7 +456,7 @@ impl<T: AmTransport, const UNORDERED: bool> AmTransport for Faulty<T, UNORDERED>
             let src = h.frame.src;
             if self.killed(src) {
                 self.queue.remove(i);
-                self.shared.borrow_mut().stats.discarded += 1;
+                lock(&self.shared).stats.discarded += 1;
                 continue;
             }
             let due = h.ready_at <= now && (!h.overtake || h.since + REORDER_WAIT <= now);
@@ -469,7 +475,7 @@ impl<T: AmTransport, const UNORDERED: bool> AmTransport for Faulty<T, UNORDERED>
                 earlier.overtake = false;
             }
             delivered += 1;
-            let mut shared = self.shared.borrow_mut();
+            let mut shared = lock(&self.shared);
             shared.stats.delivered += 1;
             shared.stats.overtaken += u64::from(i > 0);
             drop(shared);
@@ -512,6 +518,30 @@ impl<T: AmTransport, const UNORDERED: bool> AmTransport for Faulty<T, UNORDERED>
         self.inner.can_send_now(dest, bytes)
     }
 
+    // The rest of the route's shape is the wrapped transport's, so that a suite run through
+    // the wrapper takes the paths it takes without it (first pieces with the request-to-send,
+    // its piece sizes, single-copy reads), only with the faults added.
+
+    fn can_stream_now(&mut self, dest: Gpid, bytes: usize) -> bool {
+        self.inner.can_stream_now(dest, bytes)
+    }
+
+    fn stream_piece(&self, crowded: bool) -> usize {
+        self.inner.stream_piece(crowded)
+    }
+
+    fn first_piece(&self) -> usize {
+        self.inner.first_piece()
+    }
+
+    fn background_progress(&mut self, on: bool) {
+        self.inner.background_progress(on)
+    }
+
+    fn read_pays(&self, bytes: usize, both_ways: bool) -> bool {
+        self.inner.read_pays(bytes, both_ways)
+    }
+
     fn offers_peer_read(&self, dest: Gpid, bytes: usize) -> bool {
         self.inner.offers_peer_read(dest, bytes)
     }
@@ -543,5 +573,13 @@ where
 
     fn is_local(&self, gpid: Gpid) -> bool {
         self.inner.is_local(gpid)
+    }
+
+    fn peer_shares_cpu(&mut self, peer: Option<Gpid>) -> bool {
+        self.inner.peer_shares_cpu(peer)
+    }
+
+    fn move_off_cpu(&mut self) -> bool {
+        self.inner.move_off_cpu()
     }
 }
