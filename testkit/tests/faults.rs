@@ -496,3 +496,48 @@ where
     assert_eq!((st.error, st.source, st.tag, st.bytes), (None, 1, 7, 5));
     assert_eq!(&got[..5], b"hello");
 }
+
+/// A peer that fails while rendezvous data streams to it fails that send alone: progress goes
+/// on for the others. Before, the failed `am_send` of the next data piece (or of a control
+/// packet to the dead peer) came out of `progress` as an error, so a wait on a request that
+/// had nothing to do with the dead peer failed with `PeerFailed` (found by the TCP proxy tests,
+/// `netmod-tcp/tests/faults.rs`, resetting a connection mid-rendezvous).
+#[test]
+fn a_peer_that_fails_mid_stream_fails_that_send_alone() {
+    let (_wire, mut h) = pipe_job(3, DeviceConfig::default(), |p| {
+        let me = u64::from(p.me());
+        Faulty::<Pipe>::new(p, me)
+    })
+    .unwrap();
+    let w: Vec<_> = (0..3).map(|i| h[i].world()).collect();
+    // Rank 0 streams 4 KiB (in 100-byte pieces over the pipe) to rank 1.
+    let big: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
+    let s = h[0]
+        .isend(w[0], 1, 1, SendBuf::owned(big.clone()), SendMode::Standard)
+        .unwrap();
+    let r = h[1].irecv(w[1], 0, 1, RecvBuf::owned(big.len())).unwrap();
+    // Step until the data is under way, not done.
+    let streaming = h
+        .steps_until(1000, |d| {
+            Ok(d[0].netmod().control().stats().arrived > 0 && !d[1].is_done(r)?)
+        })
+        .unwrap();
+    assert!(streaming);
+    for _ in 0..3 {
+        h.step().unwrap();
+    }
+    assert!(
+        !h[1].is_done(r).unwrap(),
+        "the stream ended before the failure"
+    );
+    // Rank 1 dies to rank 0 (its wrapper refuses further sends) while rank 0 also waits for a
+    // message from rank 2.
+    h[0].netmod().control().kill(1);
+    let from_two = h[0].irecv(w[0], 2, 2, RecvBuf::owned(5)).unwrap();
+    h[2].send(w[2], 0, 2, b"hello", SendMode::Standard).unwrap();
+    let st = h.wait(0, from_two).expect("a receive from a live peer");
+    assert_eq!((st.source, st.bytes), (2, 5));
+    let st = h.wait_status(0, s).unwrap();
+    assert_eq!(st.error, Some(ErrorKind::PeerFailed));
+    h[1].release(r);
+}
