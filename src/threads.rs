@@ -347,6 +347,9 @@ impl<L: ThreadLevel> Threads<L> {
     }
 }
 
+/// What opens a rank's transports of one VCI: `make(fabric, rank, vci)`.
+type MakeTransports<'a, Net, Sh> = dyn Fn(&Arc<Fabric>, Gpid, usize) -> Result<(Net, Sh)> + 'a;
+
 impl ThreadJob {
     /// One rank's thread: builds its device, runs `f`, finalizes. A failure (an error `f`
     /// returned, a panic, a failed finalize) is recorded as the job's first failure if no other
@@ -357,7 +360,7 @@ impl ThreadJob {
         &self,
         rank: Gpid,
         device: DeviceConfig,
-        make: &dyn Fn(&Arc<Fabric>, Gpid, usize) -> Result<(Net, Sh)>,
+        make: &MakeTransports<'_, Net, Sh>,
         f: &F,
     ) -> Option<R>
     where
