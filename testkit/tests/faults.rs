@@ -135,6 +135,24 @@ fn delay_holds_a_message_for_the_given_polls_and_reports_work_meanwhile() {
 }
 
 #[test]
+fn without_report_held_a_poll_that_only_holds_reports_no_work() {
+    let config = FaultConfig::NONE.with_delay(100, 2).reporting_held(false);
+    let (wire, mut t) = wrapped::<false>(2, 0, config);
+    wire.endpoint(0).am_send(1, 7, &header(0), &[]).unwrap();
+    let mut rec = Record::default();
+    for _ in 0..2 {
+        assert_eq!(
+            t.am_poll(&mut rec, 16).unwrap(),
+            0,
+            "idle, as a real transport"
+        );
+        assert_eq!(t.held(), 1);
+    }
+    assert_eq!(t.am_poll(&mut rec, 16).unwrap(), 1);
+    assert_eq!((rec.0.len(), t.held()), (1, 0));
+}
+
+#[test]
 fn an_ordered_delay_holds_back_later_messages_of_the_same_sender() {
     let config = FaultConfig::NONE.with_delay(20, 5);
     let (got, stats) = run::<false>(500, 9, config);
