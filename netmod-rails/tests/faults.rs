@@ -24,7 +24,9 @@ use testkit::{Cut, Harness, Limit, Proxy, SplitMix64};
 const LEN: usize = 8 << 20;
 
 /// How long after the cut both ends must have ended.
-const DETECTED_WITHIN: Duration = Duration::from_secs(2);
+/// Milliseconds when unloaded; the margin is for a host shared with other builds (at a load
+/// average of 65 a check took 2.05 s).
+const DETECTED_WITHIN: Duration = Duration::from_secs(5);
 
 /// Two ranks over two rails; each rank reaches the other's second rail through a proxy that
 /// cuts after `budget` bytes as `cut` says.

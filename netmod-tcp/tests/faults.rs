@@ -64,7 +64,9 @@ fn message(i: u32, len: usize) -> Vec<u8> {
 }
 
 /// How long after the cut the last request ended, at most.
-const DETECTED_WITHIN: Duration = Duration::from_secs(2);
+/// Milliseconds when unloaded; the margin is for a host shared with other builds (at a load
+/// average of 65 a check took 2.05 s).
+const DETECTED_WITHIN: Duration = Duration::from_secs(5);
 
 /// The traffic one case sends from rank 0 to rank 1: `count` messages of `len` bytes each, all
 /// posted at once at both ends (nonblocking), so that the cut meets some complete, some under
