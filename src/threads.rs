@@ -216,6 +216,24 @@ impl<L: ThreadLevel> Threads<L> {
         R: Send,
         F: Fn(Context<Net, Sh, L>) -> Result<R> + Sync,
     {
+        self.run_wrapped::<Net, Sh, Net, Sh, _, R, F>(|_, _, net, shm| (net, shm), f)
+    }
+
+    /// Like [`Threads::run_with_shm`], with every rank's transports handed to `wrap` before
+    /// its device is built: `wrap(rank, vci, netmod, shm)` returns the pair the device runs
+    /// over. For wrappers that stand between the device and a real transport — the test kit's
+    /// seeded fault injector (`testkit::Faulty`) runs the semantics suite over TCP and shared
+    /// memory this way — which [`FromFabric`] could only name if the facade depended on them.
+    pub fn run_wrapped<InNet, InShm, Net, Sh, W, R, F>(self, wrap: W, f: F) -> Result<Vec<R>>
+    where
+        InNet: FromFabric,
+        InShm: ThreadShm,
+        Net: Netmod + Send + 'static,
+        Sh: Shm + Send + 'static,
+        W: Fn(Gpid, usize, InNet, InShm) -> (Net, Sh) + Sync,
+        R: Send,
+        F: Fn(Context<Net, Sh, L>) -> Result<R> + Sync,
+    {
         crate::settings::check_environment()?;
         crate::log::init_if_asked();
         let defaults = FabricConfig::new(self.ranks);
@@ -276,13 +294,20 @@ impl<L: ThreadLevel> Threads<L> {
             first_failure: Mutex::new(None),
         };
         let job = &job;
+        let make = |fabric: &Arc<Fabric>, rank: Gpid, vci: usize| -> Result<(Net, Sh)> {
+            let net = InNet::from_fabric(fabric.clone(), rank, job)?;
+            let shm = InShm::for_thread(job, rank, vci)?;
+            Ok(wrap(rank, vci, net, shm))
+        };
         let results: Vec<Option<R>> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..n)
                 .map(|rank| {
-                    let f = &f;
+                    let (f, make) = (&f, &make);
                     std::thread::Builder::new()
                         .name(format!("ch4-rank-{rank}"))
-                        .spawn_scoped(s, move || job.run_rank::<Net, Sh, L, R, F>(rank, device, f))
+                        .spawn_scoped(s, move || {
+                            job.run_rank::<Net, Sh, L, R, F>(rank, device, make, f)
+                        })
                 })
                 .collect();
             handles
@@ -322,15 +347,25 @@ impl<L: ThreadLevel> Threads<L> {
     }
 }
 
+/// What opens a rank's transports of one VCI: `make(fabric, rank, vci)`.
+type MakeTransports<'a, Net, Sh> = dyn Fn(&Arc<Fabric>, Gpid, usize) -> Result<(Net, Sh)> + 'a;
+
 impl ThreadJob {
     /// One rank's thread: builds its device, runs `f`, finalizes. A failure (an error `f`
     /// returned, a panic, a failed finalize) is recorded as the job's first failure if no other
     /// came before, and only then is the rank's device dropped — which is what tells its peers
     /// that it failed — so the first failure recorded is the cause, not one of its effects.
-    fn run_rank<Net, Sh, L, R, F>(&self, rank: Gpid, device: DeviceConfig, f: &F) -> Option<R>
+    /// `make(fabric, rank, vci)` opens the rank's transports of one VCI.
+    fn run_rank<Net, Sh, L, R, F>(
+        &self,
+        rank: Gpid,
+        device: DeviceConfig,
+        make: &MakeTransports<'_, Net, Sh>,
+        f: &F,
+    ) -> Option<R>
     where
-        Net: Netmod + FromFabric + Send + 'static,
-        Sh: Shm + ThreadShm + Send + 'static,
+        Net: Netmod + Send + 'static,
+        Sh: Shm + Send + 'static,
         L: ThreadLevel,
         F: Fn(Context<Net, Sh, L>) -> Result<R>,
     {
@@ -338,8 +373,7 @@ impl ThreadJob {
         let started = (|| -> Result<Context<Net, Sh, L>> {
             let mut devices = Vec::with_capacity(self.fabrics.len());
             for (vci, fabric) in self.fabrics.iter().enumerate() {
-                let net = Net::from_fabric(fabric.clone(), rank, self)?;
-                let shm = Sh::for_thread(self, rank, vci)?;
+                let (net, shm) = make(fabric, rank, vci)?;
                 devices.push(Device::new(net, shm, rank, n, device)?);
             }
             let mut devices = devices.into_iter();

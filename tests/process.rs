@@ -636,3 +636,113 @@ fn exit_without_finalize_rank() {
     assert_eq!(e.kind(), ErrorKind::PeerFailed, "{e}");
     println!("rank 0 saw it fail");
 }
+
+/// Milliseconds since the Unix epoch: the clock two ranks of one host share.
+fn unix_ms() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0)
+}
+
+/// The longest a receive from a killed rank may wait before it fails.
+const KILLED_PEER_BOUND_MS: u128 = 3000;
+
+/// A rank killed with SIGKILL in the middle of a rendezvous send, while its peer waits to
+/// receive from it: the peer's receives fail with `PeerFailed` within
+/// [`KILLED_PEER_BOUND_MS`] — over the build's network (every rank its own node: TCP, or with
+/// `--features ofi` libfabric, with `--features ucx` UCX, which learn it from the launcher's
+/// peer events) and over shared memory (one node: the liveness word and `kill(pid, 0)`). The
+/// surviving rank ignores the launcher's SIGTERM (ch4run ends the job when a rank is killed)
+/// so that it lives to see the failure; the launcher's grace is raised to let it.
+#[test]
+fn a_receive_from_a_killed_rank_fails_within_a_bound() {
+    let dir = built();
+    for node_size in ["1", "2"] {
+        let out = Command::new(dir.join("ch4run"))
+            .args(["-n", "2", "--grace-ms", "5000"])
+            .arg(std::env::current_exe().unwrap())
+            .args([
+                "--ignored",
+                "--exact",
+                "killed_in_rendezvous_rank",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("CH4_NODE_SIZE", node_size)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        let out = common::jobs::finished(out, &format!("killed peer, node size {node_size}"));
+        eprintln!(
+            "node size {node_size}: the job took {:?}",
+            started.elapsed()
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let why = format!(
+            "node size {node_size}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let at = |prefix: &str| -> u128 {
+            stdout
+                .lines()
+                .find_map(|l| l.split_once(prefix)?.1.trim().parse().ok())
+                .unwrap_or_else(|| panic!("no `{prefix}` line: {why}"))
+        };
+        let killed = at("rank 1 kills itself at");
+        let failed = at("rank 0 saw it fail at");
+        let took = failed.saturating_sub(killed);
+        eprintln!("node size {node_size}: the receive failed {took} ms after the kill");
+        assert!(took < KILLED_PEER_BOUND_MS, "{took} ms: {why}");
+    }
+}
+
+/// One rank of `a_receive_from_a_killed_rank_fails_within_a_bound`.
+#[test]
+#[ignore = "one rank of a process job"]
+fn killed_in_rendezvous_rank() {
+    use ch4::{ErrorKind, ANY_SOURCE};
+    use std::io::Write;
+    let universe = ch4::process::init().expect("join");
+    let ctx = universe.context().clone();
+    let w = universe.world();
+    let big = vec![7u8; 8 << 20];
+    if w.rank() == 1 {
+        w.send(&[1u8; 100], 0, 1).unwrap();
+        w.recv(&mut [0u8], 0, 2).unwrap(); // rank 0 is ready
+        let _: ch4::Result<()> = ctx.scope(|s| {
+            let _pending = w.isend(s, &big, 0, 3)?;
+            // Let the request-to-send (and over TCP its first piece) go out.
+            let _ = w.iprobe(0, 99)?;
+            println!("rank 1 kills itself at {}", unix_ms());
+            let _ = std::io::stdout().flush();
+            // SAFETY: kill(2) of this very process: it ends here.
+            unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+            Ok(())
+        });
+        unreachable!("rank 1 outlived SIGKILL");
+    }
+    // SAFETY: signal(2) with SIG_IGN installs no handler of ours; the launcher's SIGTERM, sent
+    // when rank 1 dies, must not end this rank before it has seen the failure.
+    unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
+    let mut b = [0u8; 100];
+    w.recv(&mut b, 1, 1).unwrap();
+    w.send(&[0u8], 1, 2).unwrap();
+    // The rendezvous message may arrive whole (a single-copy read can finish before the kill)
+    // or fail; the receive of a message never sent must fail, and an ANY_SOURCE one too.
+    let mut got = vec![0u8; 8 << 20];
+    match w.recv(&mut got, 1, 3) {
+        Ok(st) => assert!(st.bytes == big.len() && got == big, "a damaged message"),
+        Err(e) => assert_eq!(e.kind(), ErrorKind::PeerFailed, "{e}"),
+    }
+    let e = w.recv(&mut b, 1, 4).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::PeerFailed, "{e}");
+    let e = w.recv(&mut b, ANY_SOURCE, 4).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::PeerFailed, "{e}");
+    println!("rank 0 saw it fail at {}", unix_ms());
+    let _ = std::io::stdout().flush();
+    // Not finalize: the job is over (the launcher ends it), and a peer is gone.
+    std::process::exit(0);
+}

@@ -1,8 +1,9 @@
 //! Ranks as threads that fail: a rank that returns an error or panics fails like a killed
 //! process — its peers' pending and later operations on it end with `PeerFailed` instead of
 //! waiting — and `Threads::run` returns the first failure, the cause rather than its effects.
-//! Each case runs with the build's netmod (TCP) between nodes, on one shared-memory node, and
-//! with the in-process active-message netmod.
+//! Each case runs with TCP between nodes, on one shared-memory node, with the in-process
+//! active-message and natively matching netmods, and with `--features ofi` / `ucx` over
+//! libfabric and UCX.
 
 #![cfg(feature = "tcp")]
 
@@ -96,8 +97,9 @@ fn leaving_is_no_failure<N: Netmod, S: Shm>(ctx: Context<N, S>) -> Result<()> {
     Ok(())
 }
 
-/// Runs `f` as threads four ways (TCP, shm, the in-process AM and natively matching netmods) and hands each outcome, labelled, to `check`; each run must
-/// end within 20 s.
+/// Runs `f` as threads four ways (TCP, shm, the in-process AM and natively matching netmods),
+/// and over libfabric and UCX in the builds with `ofi` and `ucx`, and hands each outcome,
+/// labelled, to `check`; the runs must end within 60 s together.
 macro_rules! three_ways {
     ($ranks:expr, $f:ident, $check:expr) => {{
         let check = $check;
@@ -120,6 +122,22 @@ macro_rules! three_ways {
             Threads::new($ranks)
                 .ranks_per_node(1)
                 .run_with::<inproc::InprocNet<inproc::Native>, _, _>(|ctx| $f(ctx)),
+        );
+        // The natively matching netmods for real, in the builds that have them: they learn of
+        // the failure from the job's record (as process mode's from the launcher).
+        #[cfg(feature = "ofi")]
+        check(
+            "ofi",
+            Threads::new($ranks)
+                .ranks_per_node(1)
+                .run_with::<netmod_ofi::OfiNetmod, _, _>(|ctx| $f(ctx)),
+        );
+        #[cfg(feature = "ucx")]
+        check(
+            "ucx",
+            Threads::new($ranks)
+                .ranks_per_node(1)
+                .run_with::<netmod_ucx::UcxNetmod, _, _>(|ctx| $f(ctx)),
         );
         assert!(
             started.elapsed() < Duration::from_secs(60),

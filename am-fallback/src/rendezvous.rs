@@ -285,7 +285,23 @@ pub(crate) fn stream_pending<T: AmTransport>(
             }
         };
         core.am[route.index()].scratch = scratch;
-        sent?;
+        if let Err(e) = sent {
+            if e.kind() != ErrorKind::PeerFailed {
+                return Err(e);
+            }
+            // The receiver is gone: this send fails, alone. Returned from progress, the error
+            // failed whatever wait ran it instead — a receive from a live peer among them.
+            tracing::debug!(
+                dest = s.dest,
+                "rendezvous data for a gone peer: the send fails"
+            );
+            finished(&mut core.am[route.index()]);
+            if let Some(r) = core.requests.get_mut(h) {
+                r.status.error = Some(ErrorKind::PeerFailed);
+                r.complete = true;
+            }
+            continue;
+        }
         s.sent = end;
         done += 1;
         if s.sent >= s.accepted {

@@ -160,11 +160,19 @@ pub trait AmTransport: Sized {
 }
 
 /// Sends a queued control packet on `transport`; a droppable one's failure is ignored (see
-/// [`CtrlPacket::droppable`]).
+/// [`CtrlPacket::droppable`]), and so is any packet's to a peer that is gone (`PeerFailed`):
+/// the replies a dead peer will never read (a clear-to-send, an acknowledgement, credit) are
+/// for operations that depend on it, which fail with it when they are waited for. Returned
+/// from progress, the error failed whatever wait happened to run it — a receive from another,
+/// live peer.
 #[inline]
 pub fn send_ctrl<T: AmTransport>(transport: &mut T, p: &CtrlPacket) -> Result<()> {
     match transport.am_send(p.dest, p.handler, p.header(), &[]) {
         Err(_) if p.droppable => Ok(()),
+        Err(e) if e.kind() == crate::ErrorKind::PeerFailed => {
+            tracing::debug!(dest = p.dest, "a control packet for a gone peer dropped");
+            Ok(())
+        }
         other => other,
     }
 }

@@ -218,6 +218,27 @@ impl<T: Rail> Rails<T> {
             < u128::from(self.carried[b]) * u128::from(self.weight[a])
     }
 
+    /// The first rail other than the primary whose connection to `dest` failed. Such a peer is
+    /// failed ([`AmTransport::peer_state`]), and so are the messages the primary would still
+    /// carry to it: before, a send after the loss went out over the healthy primary and
+    /// completed, to a peer every wait already took for failed.
+    #[inline]
+    fn lost_rail(&self, dest: Gpid) -> Option<usize> {
+        (1..self.reaching(dest)).find(|&i| self.rail(i).peer_state(dest) == PeerState::Failed)
+    }
+
+    /// The error of a send to `dest`, which rail `i` no longer reaches.
+    #[cold]
+    fn rail_lost(&self, dest: Gpid, i: usize) -> Error {
+        Error::new(
+            ErrorKind::PeerFailed,
+            format!(
+                "process {dest} is failed: its connection over rail {} broke",
+                self.described[i]
+            ),
+        )
+    }
+
     #[cold]
     fn send_striped(&mut self, dest: Gpid, header: &[u8], payload: &[&[u8]]) -> Result<()> {
         let bytes: usize = payload.iter().map(|p| p.len()).sum();
@@ -276,8 +297,13 @@ impl<T: Rail> AmTransport for Rails<T> {
         header: &[u8],
         payload: &[&[u8]],
     ) -> Result<()> {
-        if handler == handler::DATA && !self.extra.is_empty() {
-            return self.send_striped(dest, header, payload);
+        if !self.extra.is_empty() {
+            if handler == handler::DATA {
+                return self.send_striped(dest, header, payload);
+            }
+            if let Some(i) = self.lost_rail(dest) {
+                return Err(self.rail_lost(dest, i));
+            }
         }
         self.primary.am_send(dest, handler, header, payload)
     }

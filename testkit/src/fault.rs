@@ -21,10 +21,9 @@
 //! (`inproc::Shuffled`, re-exported by the kit, shuffles batches instead; it is the wrapper the
 //! facade's thread mode uses.)
 
-use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::ops::Range;
-use std::rc::Rc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use ch4_core::transport::{AmSink, AmTransport, HandlerId, Netmod, PeerRead, PeerState, Shm};
 use ch4_core::{Error, ErrorKind, Gpid, Result};
@@ -67,6 +66,14 @@ pub struct FaultConfig {
     /// ends before the range is left alone). Pointing it at one field (the length of a
     /// `MatchHeader` is bytes 32..40) makes a corruption the test can predict the effect of.
     pub corrupt_bytes: Range<usize>,
+    /// Whether a poll that delivered nothing while arrivals are held reports one event anyway
+    /// (the default), so that a caller polling until idle (`Harness::settle`) does not stop
+    /// with messages still held. Off, it reports what it delivered, as a real transport with
+    /// data still in flight does: a device's waiting loop then counts idle polls and yields
+    /// its CPU as it would — with ranks as threads on fewer cores than ranks, a rank spinning
+    /// on "work" it cannot do kept the rank it waited for off the CPU (a case of the suite took
+    /// 15 s instead of 0.8).
+    pub report_held: bool,
 }
 
 impl FaultConfig {
@@ -80,6 +87,7 @@ impl FaultConfig {
         reorder_pct: 0,
         corrupt_pct: 0,
         corrupt_bytes: 0..usize::MAX,
+        report_held: true,
     };
 
     // Builders, so a test states only the fault it is about:
@@ -115,6 +123,14 @@ impl FaultConfig {
     pub const fn with_reorder(self, pct: u8) -> FaultConfig {
         FaultConfig {
             reorder_pct: pct,
+            ..self
+        }
+    }
+
+    /// These settings, with [`FaultConfig::report_held`] set to `on`.
+    pub const fn reporting_held(self, on: bool) -> FaultConfig {
+        FaultConfig {
+            report_held: on,
             ..self
         }
     }
@@ -176,6 +192,12 @@ impl Shared {
     }
 }
 
+/// Locks the shared state. A test that panicked while holding it has failed already, so a
+/// poisoned lock is taken over rather than panicking again.
+fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    shared.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Refuses settings that would break what the wrapper's type promises.
 #[track_caller]
 fn check(config: &FaultConfig, unordered: bool) {
@@ -189,12 +211,13 @@ fn check(config: &FaultConfig, unordered: bool) {
 /// The test's handle on a [`Faulty`] transport that a device owns.
 ///
 /// A device hands out only `&` references to its netmod, so the switches live behind a shared
-/// handle (the same `Rc` pattern as [`crate::Wire`]): take it with [`Faulty::control`] —
-/// before or after the device is built — and turn faults on and off, or kill a peer, between
-/// progress calls.
+/// handle: take it with [`Faulty::control`] — before or after the device is built — and turn
+/// faults on and off, or kill a peer, between progress calls. It is an `Arc` with a lock, not
+/// an `Rc`, so that a wrapped transport can go under a rank that is a thread of its own
+/// (`ch4::threads::Threads::run_wrapped`) and the test can still reach it from outside.
 #[derive(Debug, Clone)]
 pub struct FaultControl {
-    shared: Rc<RefCell<Shared>>,
+    shared: Arc<Mutex<Shared>>,
 }
 
 impl FaultControl {
@@ -202,21 +225,21 @@ impl FaultControl {
     /// wrapper is ordered (a test bug: see [`Unordered`]).
     #[track_caller]
     pub fn set(&self, config: FaultConfig) {
-        let mut s = self.shared.borrow_mut();
+        let mut s = lock(&self.shared);
         check(&config, s.unordered);
         s.config = config;
     }
 
     /// The settings in force.
     pub fn config(&self) -> FaultConfig {
-        self.shared.borrow().config.clone()
+        lock(&self.shared).config.clone()
     }
 
     /// From now on `gpid` is dead to this transport, as if its process had been killed: its
     /// state reads [`PeerState::Failed`], sends to it fail with `PeerFailed`, and whatever it
     /// sent that was not delivered yet is thrown away (a reset connection loses its data).
     pub fn kill(&self, gpid: Gpid) {
-        let mut s = self.shared.borrow_mut();
+        let mut s = lock(&self.shared);
         if !s.is_killed(gpid) {
             s.killed.push(gpid);
         }
@@ -224,7 +247,7 @@ impl FaultControl {
 
     /// What the wrapper did so far.
     pub fn stats(&self) -> FaultStats {
-        self.shared.borrow().stats
+        lock(&self.shared).stats
     }
 }
 
@@ -253,7 +276,7 @@ struct Held {
 pub struct Faulty<T, const UNORDERED: bool = false> {
     inner: T,
     rng: SplitMix64,
-    shared: Rc<RefCell<Shared>>,
+    shared: Arc<Mutex<Shared>>,
     /// Arrivals pulled from `inner` and not yet delivered, in arrival order.
     queue: VecDeque<Held>,
     /// Polls so far (the clock of delays).
@@ -281,7 +304,7 @@ impl<T: AmTransport, const UNORDERED: bool> Faulty<T, UNORDERED> {
         Faulty {
             inner,
             rng: SplitMix64::new(seed),
-            shared: Rc::new(RefCell::new(Shared {
+            shared: Arc::new(Mutex::new(Shared {
                 config,
                 unordered: UNORDERED,
                 killed: Vec::new(),
@@ -301,7 +324,7 @@ impl<T: AmTransport, const UNORDERED: bool> Faulty<T, UNORDERED> {
 
     /// What the wrapper did so far (also through [`FaultControl::stats`]).
     pub fn stats(&self) -> FaultStats {
-        self.shared.borrow().stats
+        lock(&self.shared).stats
     }
 
     /// The wrapped transport, for inspection.
@@ -315,7 +338,7 @@ impl<T: AmTransport, const UNORDERED: bool> Faulty<T, UNORDERED> {
     }
 
     fn killed(&self, gpid: Gpid) -> bool {
-        self.shared.borrow().is_killed(gpid)
+        lock(&self.shared).is_killed(gpid)
     }
 }
 
@@ -423,15 +446,15 @@ impl<T: AmTransport, const UNORDERED: bool> AmTransport for Faulty<T, UNORDERED>
     /// Pulls up to `budget` arrivals (deciding their fates), then delivers up to `budget` of
     /// the held ones that are due, oldest first; on an ordered wrapper nothing passes an
     /// earlier message from the same sender. While it holds anything it reports at least one
-    /// event, so a caller that polls until idle (as with `inproc::Shuffled`) does not stop
-    /// with messages still held; a sink's error ends the poll, the message counted as
-    /// delivered, never offered twice.
+    /// event (unless [`FaultConfig::report_held`] is off), so a caller that polls until idle
+    /// (as with `inproc::Shuffled`) does not stop with messages still held; a sink's error
+    /// ends the poll, the message counted as delivered, never offered twice.
     fn am_poll<K: AmSink>(&mut self, sink: &mut K, budget: usize) -> Result<usize> {
         self.polls += 1;
         let now = self.polls;
         let room = HOLD_MAX.saturating_sub(self.queue.len());
         {
-            let mut shared = self.shared.borrow_mut();
+            let mut shared = lock(&self.shared);
             let mut collect = Collect {
                 queue: &mut self.queue,
                 rng: &mut self.rng,
@@ -444,13 +467,22 @@ impl<T: AmTransport, const UNORDERED: bool> AmTransport for Faulty<T, UNORDERED>
         let mut delivered = 0;
         // Ordered: senders with an earlier message still held, which later ones must not pass.
         let mut blocked: Vec<Gpid> = Vec::new();
+        // Looked up once a poll: the queue may hold a thousand arrivals.
+        let killed = lock(&self.shared).killed.clone();
+        // How deep a poll looks for a deliverable arrival. A delayed message holds back its
+        // sender's later ones, so the queue can grow to `HOLD_MAX` while the first is held;
+        // scanning all of it at every poll made a run of ten thousand messages take minutes.
+        // What lies deeper waits for a later poll: slower, never lost or misordered.
+        let window = budget.saturating_mul(4).max(64);
         let mut i = 0;
-        while i < self.queue.len() && delivered < budget && sink.wants_more() {
+        let mut looked = 0;
+        while i < self.queue.len() && delivered < budget && looked < window && sink.wants_more() {
+            looked += 1;
             let h = &self.queue[i];
             let src = h.frame.src;
-            if self.killed(src) {
+            if killed.contains(&src) {
                 self.queue.remove(i);
-                self.shared.borrow_mut().stats.discarded += 1;
+                lock(&self.shared).stats.discarded += 1;
                 continue;
             }
             let due = h.ready_at <= now && (!h.overtake || h.since + REORDER_WAIT <= now);
@@ -464,23 +496,28 @@ impl<T: AmTransport, const UNORDERED: bool> AmTransport for Faulty<T, UNORDERED>
             let Some(h) = self.queue.remove(i) else {
                 break;
             };
-            // Everything held before it has now been overtaken.
-            for earlier in self.queue.range_mut(..i) {
-                earlier.overtake = false;
+            if UNORDERED {
+                // Everything held before it has now been overtaken.
+                for earlier in self.queue.range_mut(..i) {
+                    earlier.overtake = false;
+                }
             }
             delivered += 1;
-            let mut shared = self.shared.borrow_mut();
+            let mut shared = lock(&self.shared);
             shared.stats.delivered += 1;
             shared.stats.overtaken += u64::from(i > 0);
             drop(shared);
             let f = &h.frame;
             sink.deliver(f.src, f.handler, &f.header, &f.payload)?;
         }
-        Ok(if delivered == 0 && budget > 0 && !self.queue.is_empty() {
-            1
-        } else {
-            delivered
-        })
+        let report_held = lock(&self.shared).config.report_held;
+        Ok(
+            if report_held && delivered == 0 && budget > 0 && !self.queue.is_empty() {
+                1
+            } else {
+                delivered
+            },
+        )
     }
 
     /// Failed once killed; else the inner transport's verdict, except that a peer whose
@@ -510,6 +547,30 @@ impl<T: AmTransport, const UNORDERED: bool> AmTransport for Faulty<T, UNORDERED>
 
     fn can_send_now(&mut self, dest: Gpid, bytes: usize) -> bool {
         self.inner.can_send_now(dest, bytes)
+    }
+
+    // The rest of the route's shape is the wrapped transport's, so that a suite run through
+    // the wrapper takes the paths it takes without it (first pieces with the request-to-send,
+    // its piece sizes, single-copy reads), only with the faults added.
+
+    fn can_stream_now(&mut self, dest: Gpid, bytes: usize) -> bool {
+        self.inner.can_stream_now(dest, bytes)
+    }
+
+    fn stream_piece(&self, crowded: bool) -> usize {
+        self.inner.stream_piece(crowded)
+    }
+
+    fn first_piece(&self) -> usize {
+        self.inner.first_piece()
+    }
+
+    fn background_progress(&mut self, on: bool) {
+        self.inner.background_progress(on)
+    }
+
+    fn read_pays(&self, bytes: usize, both_ways: bool) -> bool {
+        self.inner.read_pays(bytes, both_ways)
     }
 
     fn offers_peer_read(&self, dest: Gpid, bytes: usize) -> bool {
@@ -543,5 +604,13 @@ where
 
     fn is_local(&self, gpid: Gpid) -> bool {
         self.inner.is_local(gpid)
+    }
+
+    fn peer_shares_cpu(&mut self, peer: Option<Gpid>) -> bool {
+        self.inner.peer_shares_cpu(peer)
+    }
+
+    fn move_off_cpu(&mut self) -> bool {
+        self.inner.move_off_cpu()
     }
 }

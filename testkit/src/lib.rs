@@ -12,6 +12,8 @@
 //!   duplicates, delays, reorders, corrupts and kills peers — every failure replays from its
 //!   seed ([`SplitMix64`] is the kit's own generator); [`Shuffled`] is re-exported so that
 //!   all the wrappers are found here;
+//! - [`Proxy`]: a TCP proxy that resets or drops the connections it carries after a given
+//!   number of bytes — broken connections, for real, mid-transfer;
 //! - [`Harness`]: N devices of any transport stepped from one thread, every wait bounded by a
 //!   [`Limit`], with the usual send-receive-wait loops as methods;
 //! - [`irecv_leaked`] and [`isend_owned`]: requests posted without tying a test's buffers to
@@ -31,6 +33,7 @@ mod fault;
 mod harness;
 mod jobs;
 mod pipe;
+mod proxy;
 mod requests;
 mod rng;
 pub mod skip;
@@ -41,6 +44,7 @@ pub use jobs::{inproc_job, pipe_job, pipe_pair, tcp_job, InprocHarness, PipeHarn
 #[cfg(not(loom))]
 pub use jobs::{shm_job, ShmHarness};
 pub use pipe::{Frame, Pipe, Wire};
+pub use proxy::{Cut, Proxy};
 pub use requests::{irecv_leaked, isend_owned};
 pub use rng::SplitMix64;
 

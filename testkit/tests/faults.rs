@@ -135,6 +135,24 @@ fn delay_holds_a_message_for_the_given_polls_and_reports_work_meanwhile() {
 }
 
 #[test]
+fn without_report_held_a_poll_that_only_holds_reports_no_work() {
+    let config = FaultConfig::NONE.with_delay(100, 2).reporting_held(false);
+    let (wire, mut t) = wrapped::<false>(2, 0, config);
+    wire.endpoint(0).am_send(1, 7, &header(0), &[]).unwrap();
+    let mut rec = Record::default();
+    for _ in 0..2 {
+        assert_eq!(
+            t.am_poll(&mut rec, 16).unwrap(),
+            0,
+            "idle, as a real transport"
+        );
+        assert_eq!(t.held(), 1);
+    }
+    assert_eq!(t.am_poll(&mut rec, 16).unwrap(), 1);
+    assert_eq!((rec.0.len(), t.held()), (1, 0));
+}
+
+#[test]
 fn an_ordered_delay_holds_back_later_messages_of_the_same_sender() {
     let config = FaultConfig::NONE.with_delay(20, 5);
     let (got, stats) = run::<false>(500, 9, config);
@@ -495,4 +513,49 @@ where
     let st = h.wait_status(0, r).unwrap();
     assert_eq!((st.error, st.source, st.tag, st.bytes), (None, 1, 7, 5));
     assert_eq!(&got[..5], b"hello");
+}
+
+/// A peer that fails while rendezvous data streams to it fails that send alone: progress goes
+/// on for the others. Before, the failed `am_send` of the next data piece (or of a control
+/// packet to the dead peer) came out of `progress` as an error, so a wait on a request that
+/// had nothing to do with the dead peer failed with `PeerFailed` (found by the TCP proxy tests,
+/// `netmod-tcp/tests/faults.rs`, resetting a connection mid-rendezvous).
+#[test]
+fn a_peer_that_fails_mid_stream_fails_that_send_alone() {
+    let (_wire, mut h) = pipe_job(3, DeviceConfig::default(), |p| {
+        let me = u64::from(p.me());
+        Faulty::<Pipe>::new(p, me)
+    })
+    .unwrap();
+    let w: Vec<_> = (0..3).map(|i| h[i].world()).collect();
+    // Rank 0 streams 4 KiB (in 100-byte pieces over the pipe) to rank 1.
+    let big: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
+    let s = h[0]
+        .isend(w[0], 1, 1, SendBuf::owned(big.clone()), SendMode::Standard)
+        .unwrap();
+    let r = h[1].irecv(w[1], 0, 1, RecvBuf::owned(big.len())).unwrap();
+    // Step until the data is under way, not done.
+    let streaming = h
+        .steps_until(1000, |d| {
+            Ok(d[0].netmod().control().stats().arrived > 0 && !d[1].is_done(r)?)
+        })
+        .unwrap();
+    assert!(streaming);
+    for _ in 0..3 {
+        h.step().unwrap();
+    }
+    assert!(
+        !h[1].is_done(r).unwrap(),
+        "the stream ended before the failure"
+    );
+    // Rank 1 dies to rank 0 (its wrapper refuses further sends) while rank 0 also waits for a
+    // message from rank 2.
+    h[0].netmod().control().kill(1);
+    let from_two = h[0].irecv(w[0], 2, 2, RecvBuf::owned(5)).unwrap();
+    h[2].send(w[2], 0, 2, b"hello", SendMode::Standard).unwrap();
+    let st = h.wait(0, from_two).expect("a receive from a live peer");
+    assert_eq!((st.source, st.bytes), (2, 5));
+    let st = h.wait_status(0, s).unwrap();
+    assert_eq!(st.error, Some(ErrorKind::PeerFailed));
+    h[1].release(r);
 }

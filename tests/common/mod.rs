@@ -26,6 +26,7 @@
 #![allow(dead_code)]
 
 pub mod c_programs;
+pub mod faults;
 pub mod hosts;
 pub mod jobs;
 
@@ -125,6 +126,64 @@ macro_rules! on_all_routes {
                     .rails("127.0.0.1,127.0.0.2")
                     .run_with::<netmod_rails::TcpRails, _, _>(|ctx| $body(ctx))
                     .unwrap();
+            }
+
+            /// The same through the seeded fault wrapper over TCP, every rank its own node:
+            /// arrivals delayed, and on odd seeds overtaking each other (`common::faults`).
+            #[cfg(feature = "tcp")]
+            #[test]
+            fn faults_tcp() {
+                common::faults::each_seed(concat!(module_path!(), "::faults_tcp"), |run| {
+                    let job = common::small($ranks).thread_level($level).ranks_per_node(1);
+                    type Net = netmod_tcp::TcpNetmod;
+                    if run.seed % 2 == 0 {
+                        job.run_wrapped::<Net, shm::ShmTransport, _, _, _, _, _>(
+                            move |rank, vci, net, shm| {
+                                (run.ordered(net, rank, vci), shm)
+                            },
+                            |ctx| $body(ctx),
+                        )
+                        .map(drop)
+                    } else {
+                        job.run_wrapped::<Net, shm::ShmTransport, _, _, _, _, _>(
+                            move |rank, vci, net, shm| {
+                                (run.unordered(net, rank, vci), shm)
+                            },
+                            |ctx| $body(ctx),
+                        )
+                        .map(drop)
+                    }
+                });
+            }
+
+            /// The same through the seeded fault wrapper over the shared-memory rings, every
+            /// rank on one node (single-copy reads on).
+            #[test]
+            fn faults_shm() {
+                common::faults::each_seed(concat!(module_path!(), "::faults_shm"), |run| {
+                    let job = common::small($ranks)
+                        .thread_level($level)
+                        .ranks_per_node($ranks)
+                        .shm_single_copy(true);
+                    type Net = ch4_core::transport::NoNetmod;
+                    if run.seed % 2 == 0 {
+                        job.run_wrapped::<Net, shm::ShmTransport, _, _, _, _, _>(
+                            move |rank, vci, net, shm| {
+                                (net, run.ordered(shm, rank, vci))
+                            },
+                            |ctx| $body(ctx),
+                        )
+                        .map(drop)
+                    } else {
+                        job.run_wrapped::<Net, shm::ShmTransport, _, _, _, _, _>(
+                            move |rank, vci, net, shm| {
+                                (net, run.unordered(shm, rank, vci))
+                            },
+                            |ctx| $body(ctx),
+                        )
+                        .map(drop)
+                    }
+                });
             }
 
             /// The same body with every rank a process of its own node, over real TCP.
