@@ -147,7 +147,7 @@ cargo test --features pmix --test open_mpi --test slurm pmix
 cargo test --features ofi --test pt2pt --test multithreaded ofi
 CH4_OFI_MAX_MSG_SIZE=4096 cargo test --features ofi --test pt2pt ofi
 cargo test --features ofi --test process --test flood --test netmod_choice --test two_hosts \
-    --bench memory_per_peer
+    --test thread_failures --bench memory_per_peer
 # And over UCX (the `ucx` feature): the semantics suite over UCX's TCP transport on the
 # loopback device, over its shared-memory transports, and with UCX's own choice; the
 # process-mode tests with UCX as the network.
@@ -157,7 +157,10 @@ CH4_UCX_ERR_MODE=peer UCX_TLS=tcp UCX_NET_DEVICES=lo cargo test --features ucx -
 UCX_TLS=posix,sysv,cma,self cargo test --features ucx --test pt2pt --test multithreaded ucx
 cargo test --features ucx --test pt2pt ucx
 UCX_TLS=tcp UCX_NET_DEVICES=lo cargo test --features ucx --test process --test flood --test two_hosts \
-    --bench memory_per_peer
+    --test thread_failures --bench memory_per_peer
+# A rank killed mid-rendezvous, with UCX's own failure guarantee on the endpoints.
+CH4_UCX_ERR_MODE=peer UCX_TLS=tcp UCX_NET_DEVICES=lo cargo test --features ucx --test process \
+    a_receive_from_a_killed
 # The C library over the network, each rank its own node (over shared memory it ran with the
 # workspace above): over TCP every folder of MPICH's tests (point-to-point, threads,
 # collectives, communicators, datatypes, caching, error handling, groups, topologies) and
