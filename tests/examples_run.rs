@@ -237,13 +237,18 @@ fn rayon_workers_trade_halos_on_their_own_communicators_as_processes_and_as_thre
 // ----------------------------------------------------------------------------------- soak
 
 /// Runs a short soak (4 ranks, 3 threads each, at the multiple level with fewer VCIs than
-/// threads) with `env` and `args`; returns (exit status, stdout, stderr).
-fn soak(env: &[(&str, &str)], args: &[&str]) -> (std::process::ExitStatus, String, String) {
+/// threads; sizes up to 100 kB, past the shm and TCP eager limits) of `messages` with `env` and
+/// `args`; returns (exit status, stdout, stderr).
+fn soak(
+    messages: &str,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> (std::process::ExitStatus, String, String) {
     let dir = built();
     let out = Command::new(dir.join("ch4run"))
         .args(["-n", "4"])
         .arg(dir.join("examples/soak"))
-        .args(["-m", "8000", "-t", "3", "--max-size", "200000"])
+        .args(["-m", messages, "-t", "3", "--max-size", "100000"])
         .args(["--rss-every-ms", "50", "--stall-secs", "20"])
         .args(args)
         .env("CH4_NUM_VCIS", "2")
@@ -274,13 +279,13 @@ fn soak_receives_every_message_in_order_over_shared_memory_and_the_network() {
     // A second is too short for memory to mean anything: only the counts are checked here
     // (scripts/soak.sh runs the long ones).
     for env in [&[][..], &[("CH4_NODE_SIZE", "1")][..]] {
-        let (status, stdout, stderr) = soak(env, &["--rss-slack-pct", "10000"]);
+        let (status, stdout, stderr) = soak("4000", env, &["--rss-slack-pct", "10000"]);
         assert!(status.success(), "{env:?}:\n{stdout}\n{stderr}");
         for key in ["lost", "misordered", "corrupt", "extra"] {
             assert_eq!(soak_field(&stdout, key), "0", "{env:?}:\n{stdout}");
         }
         let messages: u64 = soak_field(&stdout, "messages").parse().unwrap();
-        assert!(messages >= 8000, "{stdout}");
+        assert!(messages >= 4000, "{stdout}");
         assert_eq!(soak_field(&stdout, "verdict"), "ok", "{stdout}");
         assert_eq!(soak_field(&stdout, "vcis"), "2", "{stdout}");
     }
@@ -290,17 +295,17 @@ fn soak_receives_every_message_in_order_over_shared_memory_and_the_network() {
 /// place, a message never sent (each made on purpose by `--break`).
 #[test]
 fn soak_fails_and_says_why_when_a_message_is_corrupted_reordered_or_lost() {
-    let (status, stdout, stderr) = soak(&[], &["--break", "corrupt"]);
+    let (status, stdout, stderr) = soak("2000", &[], &["--break", "corrupt"]);
     assert!(!status.success(), "{stdout}");
     assert_eq!(soak_field(&stdout, "corrupt"), "1", "{stdout}\n{stderr}");
     assert!(stderr.contains("are wrong"), "{stderr}");
 
-    let (status, stdout, stderr) = soak(&[], &["--break", "reorder"]);
+    let (status, stdout, stderr) = soak("2000", &[], &["--break", "reorder"]);
     assert!(!status.success(), "{stdout}");
     assert_ne!(soak_field(&stdout, "misordered"), "0", "{stdout}\n{stderr}");
     assert!(stderr.contains("overtook"), "{stderr}");
 
-    let (status, stdout, stderr) = soak(&[], &["--break", "drop", "--stall-secs", "2"]);
+    let (status, stdout, stderr) = soak("2000", &[], &["--break", "drop", "--stall-secs", "2"]);
     assert!(!status.success(), "{stdout}");
     assert!(stderr.contains("stalled"), "{stdout}\n{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
