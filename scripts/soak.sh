@@ -66,7 +66,7 @@ for route in "${routes[@]}"; do
                 tcp) env=(CH4_NODE_SIZE=1) ;;
                 ofi) env=(CH4_NODE_SIZE=1 FI_PROVIDER=tcp) exe=target/ofi/release/examples/soak ;;
                 ucx) env=(CH4_NODE_SIZE=1 UCX_TLS=tcp UCX_NET_DEVICES=lo) exe=target/ucx/release/examples/soak ;;
-                ucx-shm) env=(CH4_NODE_SIZE=1 UCX_TLS=posix,sysv,cma,self) exe=target/ucx/release/examples/soak ;;
+                ucx-shm) env=(CH4_NODE_SIZE=1 "UCX_TLS=posix,sysv,cma,self") exe=target/ucx/release/examples/soak ;;
             esac
             log="$out/$route-${ranks}x$threads.log"
             echo "soak: $route, $ranks ranks x $threads threads, $messages messages (log: $log)" >&2
@@ -89,6 +89,8 @@ for route in "${routes[@]}"; do
             fi
             echo "$line" | awk -v rc="$rc" '{
                 for (i = 3; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = substr($i, length(kv[1]) + 2) }
+                # The verdict is last and may hold spaces: "FAIL(1 lost, 2 corrupt)".
+                if (match($0, /verdict=.*/)) v["verdict"] = substr($0, RSTART + 8)
                 printf "%s\t%s\t%s\t%s\t%s\t%s\t%s/%s/%s/%s\t%s\t%s\t%+d KiB (%+.1f%%)\t%s\n",
                     v["netmod"], v["ranks"], v["threads"], v["messages"], v["time_s"], v["msgs_per_s"],
                     v["lost"], v["misordered"], v["corrupt"], v["extra"],
