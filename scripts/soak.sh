@@ -5,7 +5,7 @@
 # sampled. One table at the end; exits nonzero if any run lost, misordered or corrupted a
 # message, stalled, or grew after warm-up.
 #
-#   ./scripts/soak.sh [messages] [route...]       (default 1e7 messages a run; every route)
+#   ./scripts/soak.sh [--dry-run] [messages] [route...]   (default 1e7 messages a run; every route)
 #
 # Routes: shm (every rank on one node: ch4's shared memory), tcp (every rank its own node,
 # CH4_NODE_SIZE=1: the TCP netmod over loopback), ofi (libfabric's tcp;ofi_rxm, the `ofi` build
@@ -20,15 +20,34 @@
 # (SOAK_OUT names another directory, so that two invocations can run side by side).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-messages="${1:-10000000}"
-shift || true
-routes=("$@")
+dry_run=no
+args=()
+for a in "$@"; do
+    if [ "$a" = --dry-run ]; then dry_run=yes; else args+=("$a"); fi
+done
+messages="${args[0]:-10000000}"
+routes=("${args[@]:1}")
 [ ${#routes[@]} -gt 0 ] || routes=(shm tcp ofi ucx ucx-shm)
+case "$messages" in
+    '' | *[!0-9e]* | e* | *e*e*) echo "messages is a count (10000000 or 1e7), not '$messages'" >&2; exit 2 ;;
+esac
+for r in "${routes[@]}"; do
+    case "$r" in
+        shm | tcp | ofi | ucx | ucx-shm) ;;
+        *) echo "no route '$r': shm, tcp, ofi, ucx or ucx-shm" >&2; exit 2 ;;
+    esac
+done
 read -r -a ranks_list <<<"${SOAK_RANKS:-4 8}"
 read -r -a threads_list <<<"${SOAK_THREADS:-4}"
 read -r -a extra <<<"${SOAK_ARGS:-}"
 export CH4_NUM_VCIS="${CH4_NUM_VCIS:-3}"
 timeout_s="${SOAK_TIMEOUT:-7200}"
+
+if [ "$dry_run" = yes ]; then
+    echo "would build the soak for ${routes[*]} and run $messages messages on each with" \
+        "${ranks_list[*]} ranks x ${threads_list[*]} threads (CH4_NUM_VCIS=$CH4_NUM_VCIS)"
+    exit 0
+fi
 
 export CARGO_INCREMENTAL=0
 built_default=no built_ofi=no built_ucx=no
@@ -46,7 +65,6 @@ for r in "${routes[@]}"; do
             [ "$built_ucx" = yes ] || CARGO_TARGET_DIR=target/ucx cargo build --release -q \
                 --no-default-features --features ucx -p ch4 --example soak
             built_ucx=yes ;;
-        *) echo "no route '$r': shm, tcp, ofi, ucx or ucx-shm" >&2; exit 2 ;;
     esac
 done
 # The launcher does not depend on the netmod: one build serves every route.
