@@ -1,6 +1,7 @@
-//! The teaching examples `pingpong`, `halo2d`, `embedding`, `async_tokio` and `rayon_halo` run
-//! as real processes under the `ch4run` launcher, and what they print is checked: an example
-//! that compiles but computes nonsense, hangs or panics on bad input fails here.
+//! The teaching examples `pingpong`, `halo2d`, `embedding`, `async_tokio` and `rayon_halo`, and
+//! a short `soak`, run as real processes under the `ch4run` launcher, and what they print is
+//! checked: an example that compiles but computes nonsense, hangs or panics on bad input fails
+//! here.
 
 mod common;
 
@@ -231,4 +232,81 @@ fn rayon_workers_trade_halos_on_their_own_communicators_as_processes_and_as_thre
         .output()
         .unwrap();
     assert!(succeeded(out).contains(want));
+}
+
+// ----------------------------------------------------------------------------------- soak
+
+/// Runs a short soak (4 ranks, 3 threads each, at the multiple level with fewer VCIs than
+/// threads; sizes up to 100 kB, past the shm and TCP eager limits) of `messages` with `env` and
+/// `args`; returns (exit status, stdout, stderr).
+fn soak(
+    messages: &str,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> (std::process::ExitStatus, String, String) {
+    let dir = built();
+    let out = Command::new(dir.join("ch4run"))
+        .args(["-n", "4"])
+        .arg(dir.join("examples/soak"))
+        .args(["-m", messages, "-t", "3", "--max-size", "100000"])
+        .args(["--rss-every-ms", "50", "--stall-secs", "20"])
+        .args(args)
+        .env("CH4_NUM_VCIS", "2")
+        .envs(env.iter().copied())
+        .output()
+        .expect("ch4run starts");
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The `key=value` field of the soak's result line.
+fn soak_field<'a>(stdout: &'a str, key: &str) -> &'a str {
+    stdout
+        .lines()
+        .find(|l| l.starts_with("soak: result: "))
+        .and_then(|l| {
+            l.split_whitespace()
+                .find_map(|f| f.strip_prefix(key)?.strip_prefix('='))
+        })
+        .unwrap_or_else(|| panic!("no {key}= in the result line of:\n{stdout}"))
+}
+
+#[test]
+fn soak_receives_every_message_in_order_over_shared_memory_and_the_network() {
+    // A second is too short for memory to mean anything: only the counts are checked here
+    // (scripts/soak.sh runs the long ones).
+    for env in [&[][..], &[("CH4_NODE_SIZE", "1")][..]] {
+        let (status, stdout, stderr) = soak("4000", env, &["--rss-slack-pct", "10000"]);
+        assert!(status.success(), "{env:?}:\n{stdout}\n{stderr}");
+        for key in ["lost", "misordered", "corrupt", "extra"] {
+            assert_eq!(soak_field(&stdout, key), "0", "{env:?}:\n{stdout}");
+        }
+        let messages: u64 = soak_field(&stdout, "messages").parse().unwrap();
+        assert!(messages >= 4000, "{stdout}");
+        assert_eq!(soak_field(&stdout, "verdict"), "ok", "{stdout}");
+        assert_eq!(soak_field(&stdout, "vcis"), "2", "{stdout}");
+    }
+}
+
+/// The soak's checks catch what they are for: a flipped byte, two messages sent in each other's
+/// place, a message never sent (each made on purpose by `--break`).
+#[test]
+fn soak_fails_and_says_why_when_a_message_is_corrupted_reordered_or_lost() {
+    let (status, stdout, stderr) = soak("2000", &[], &["--break", "corrupt"]);
+    assert!(!status.success(), "{stdout}");
+    assert_eq!(soak_field(&stdout, "corrupt"), "1", "{stdout}\n{stderr}");
+    assert!(stderr.contains("are wrong"), "{stderr}");
+
+    let (status, stdout, stderr) = soak("2000", &[], &["--break", "reorder"]);
+    assert!(!status.success(), "{stdout}");
+    assert_ne!(soak_field(&stdout, "misordered"), "0", "{stdout}\n{stderr}");
+    assert!(stderr.contains("overtook"), "{stderr}");
+
+    let (status, stdout, stderr) = soak("2000", &[], &["--break", "drop", "--stall-secs", "2"]);
+    assert!(!status.success(), "{stdout}");
+    assert!(stderr.contains("stalled"), "{stdout}\n{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
 }
