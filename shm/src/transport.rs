@@ -29,7 +29,6 @@ use crate::cells::{CellReceiver, CellSendError, CellSender, CELL_HEADER, MAX_CEL
 use crate::cma::{self, CmaConfig, ReadFailure, ReadWhen};
 use crate::ring::{max_record_body, Consumer, Producer, PushError, MAX_CAPACITY};
 use crate::segment::{coll_slots, Geometry, Segment, COLL_OUTBOX, COLL_SLOTS};
-use crate::sync::Ordering;
 
 /// `local_of` entry of a process on another node.
 const NOT_LOCAL: u32 = u32::MAX;
