@@ -5,12 +5,15 @@
 # flags on the stable toolchain (RUSTC_BOOTSTRAP=1) and the rust-src component, added here when
 # missing. A separate target dir: every crate is rebuilt.
 #
-# Default (the CI set): the locks of the thread-level crate; shm's own tests (rings and cell
-# queues streamed between threads, the transport between threads); the multithreaded
+# Default (the CI set): the locks of the thread-level crate; shm's own tests (the transport
+# between threads; the ring and cell-queue streams of 200,000 and 2 x 50,000 messages between
+# threads only with --all: minutes under the sanitizer); the multithreaded
 # semantics suite on every in-process route (ranks as threads: shared memory, TCP, the
 # in-process NICs, a stalled VCI); the asynchronous progress thread with tokio's and futures'
-# executors; many senders into one cell queue; ranks as threads that fail.
-# `--all` adds the point-to-point semantics suite (every in-process route: shm, streamed,
+# executors; many senders into one cell queue.
+# `--all` adds ranks as threads that fail (its bounds — 60 s for four routes, a 1 MiB send that
+# must not complete before its receiver fails — are timing a sanitized, loaded host can miss),
+# the point-to-point semantics suite (every in-process route: shm, streamed,
 # crowded, the in-process AM netmod, TCP, two TCP rails, the native NIC mixed with shm) and
 # the collective schedules on every route — about ten times as long.
 #
@@ -36,11 +39,13 @@ export RUSTFLAGS="-Zsanitizer=thread"
 export CARGO_TARGET_DIR="${TSAN_TARGET_DIR:-target/tsan}"
 export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1}"
 target="$(rustc -vV | sed -n 's/^host: //p')"
-tests=(--test multithreaded --test async_progress --test shm_cells --test thread_failures
-    --test transport)
+tests=(--test multithreaded --test async_progress --test shm_cells --test transport)
+skip=(--skip two_threads_stream_many_records_in_order
+    --skip threads_stream_through_one_queue_without_loss_or_reordering)
 if [ "${1:-}" = --all ]; then
-    tests+=(--test pt2pt --test schedules)
+    tests+=(--test thread_failures --test pt2pt --test schedules)
+    skip=()
 fi
 # One build for all (the packages' features unified once).
 cargo test -q -Zbuild-std --target "$target" -p ch4 -p shm -p thread-level --lib "${tests[@]}" \
-    -- --skip processes --skip two_hosts
+    -- --skip processes --skip two_hosts "${skip[@]}"
