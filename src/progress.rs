@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use ch4_core::transport::{Arm, Netmod, Shm, WaitFd};
 use ch4_core::{Error, ErrorKind, ReqHandle, Result};
-use thread_level::{Multiple, RankLock, ThreadLevel, VciSet};
+use thread_level::{Multiple, RankLock, SleepFlag, ThreadLevel, VciSet};
 
 use crate::{Context, RankState};
 
@@ -155,8 +155,10 @@ struct Running {
 pub(crate) struct Progress {
     /// Whether the thread runs (futures then register wakers instead of polling).
     on: AtomicBool,
-    /// Whether the thread sleeps (or is about to): the next call rings its doorbell.
-    asleep: AtomicBool,
+    /// Whether the thread sleeps (or is about to): the next call rings its doorbell. The
+    /// protocol is model-checked with loom beside the VCI locks it relies on
+    /// (`thread_level::SleepFlag`).
+    asleep: SleepFlag,
     running: Mutex<Option<Running>>,
     /// Tasks awaiting requests; `waiting` counts them, so the thread looks only when some wait.
     wakers: Mutex<Vec<Waiting>>,
@@ -179,14 +181,14 @@ impl Progress {
     /// level, so that a request posted to a sleeping thread gets its attention at once.
     #[inline(always)]
     pub(crate) fn nudge(&self) {
-        if self.asleep.load(Ordering::Relaxed) {
+        if self.asleep.is_set() {
             self.wake_thread();
         }
     }
 
     #[cold]
     fn wake_thread(&self) {
-        self.asleep.store(false, Ordering::Relaxed);
+        self.asleep.clear();
         if let Some(r) = lock(&self.running).as_ref() {
             r.doorbell.ring();
         }
@@ -371,10 +373,10 @@ fn drive<N: Netmod, S: Shm>(
         // the flag (it looks while holding the VCI, which the look took and let go of after
         // setting it), and one inside it now makes the look give up; either way no request
         // posted meanwhile waits for the sleep to end.
-        progress.asleep.store(true, Ordering::Relaxed);
+        progress.asleep.set();
         fds.clear();
         let Some((armed, outstanding)) = arm_round(&rank, &mut fds) else {
-            progress.asleep.store(false, Ordering::Relaxed);
+            progress.asleep.clear();
             continue;
         };
         let timeout = match (outstanding, armed) {
@@ -386,7 +388,7 @@ fn drive<N: Netmod, S: Shm>(
         drop(rank);
         doorbell.sleep(&fds, timeout, &mut polled);
         if let Some(rank) = weak.upgrade() {
-            rank.progress.asleep.store(false, Ordering::Relaxed);
+            rank.progress.asleep.clear();
         }
         if !outstanding {
             idle = 0;

@@ -434,7 +434,7 @@ fn probes_see_a_large_message_whole() {
         assert_eq!(st.bytes, n, "{p}: improbe");
         // Not the blocking mrecv: the read needs the sender's progress, and one thread steps
         // both here.
-        let buf: &'static mut [u8] = Box::leak(vec![0u8; n].into_boxed_slice());
+        let buf = testkit::leaked_buffer(n);
         let ptr: *mut [u8] = buf;
         // SAFETY: leaked, so it outlives the request; read only after it completed.
         let r = d[1]

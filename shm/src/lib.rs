@@ -12,6 +12,7 @@
 pub mod cells;
 #[cfg(not(loom))]
 pub mod cma;
+mod lanes;
 pub mod ring;
 // Under `--cfg loom` only the ring and cell protocols are modelled; the segment and transport (real
 // shared memory, syscalls) are compiled out.

@@ -104,3 +104,59 @@ fn loom_a_freed_cell_is_refilled_and_requeued() {
     // and appends it to a queue the receiver has just emptied (or is emptying).
     loom::model(|| cells_to_one_receiver(1, 1, 3));
 }
+
+/// Two local ranks run `ops` collectives through one slot of collective lanes by
+/// `ch4_core::node_coll`'s protocol. Allgather: each waits until both arrived at `op - 1`,
+/// publishes, arrives at `op`, waits until both arrived at `op`, reads the other's outbox.
+/// Broadcast from rank 0: the root publishes (after the same wait) and arrives; rank 1
+/// arrives, waits for the root's arrival and reads; so the root may run one operation ahead
+/// into the other outbox. Outboxes of 8 bytes, so that loom tracks every byte.
+fn lanes(ops: u64, allgather: bool) {
+    use crate::lanes::Lanes;
+    use crate::sync::Bytes;
+    const OUTBOX: usize = 8;
+    let bytes = Bytes::zeroed(2 * Lanes::lane_size(OUTBOX));
+    let rank = move |me: usize, bytes: Bytes| {
+        move || {
+            let l = Lanes::new(bytes, 2, 1, OUTBOX);
+            let wait_all = |op: u64| {
+                while (0..2).any(|r| l.arrived(0, r) < op) {
+                    thread::yield_now();
+                }
+            };
+            for op in 1..=ops {
+                let payload = [me as u8, op as u8, 0xa5];
+                if allgather || me == 0 {
+                    wait_all(op - 1);
+                    // SAFETY: `me` writes only its own lane, after both arrived at `op - 1`.
+                    unsafe { l.publish(0, me, op, &payload) };
+                }
+                l.arrive(0, me, op);
+                let from = if allgather { 1 - me } else { 0 };
+                if from == me {
+                    continue;
+                }
+                while l.arrived(0, from) < op {
+                    thread::yield_now();
+                }
+                // SAFETY: saw `from` arrive at `op`; arrives at `op + 1` only after the read.
+                let got = unsafe { l.read(0, from, op, |b| b.to_vec()) };
+                assert_eq!(got, [from as u8, op as u8, 0xa5]);
+            }
+        }
+    };
+    let other = thread::spawn(rank(1, bytes.clone()));
+    rank(0, bytes)();
+    other.join().unwrap();
+}
+
+#[test]
+fn loom_lanes_allgather_reuses_both_outboxes() {
+    // Three operations: the third writes the outbox the first used.
+    loom::model(|| lanes(3, true));
+}
+
+#[test]
+fn loom_lanes_broadcasts_run_one_operation_ahead() {
+    loom::model(|| lanes(3, false));
+}

@@ -24,8 +24,9 @@ use ch4_core::{Error, ErrorKind, PeerState, Result};
 use memmap2::{MmapMut, MmapOptions};
 
 use crate::cells::{CellQueue, CellReceiver, CellSender, CELL_HEADER, MAX_CELLS_PER_RANK};
+use crate::lanes::Lanes;
 use crate::ring::{Consumer, Producer, RingIndices, MAX_CAPACITY};
-use crate::sync::{AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Bytes, Ordering};
 
 const MAGIC: u64 = 0x6368_345f_7368_6d34; // "ch4_shm4"
 const HEADER: usize = 4096;
@@ -52,7 +53,7 @@ pub const COLL_OUTBOX: usize = 2048;
 pub const COLL_MAX_RANKS: usize = 64;
 /// One lane: an arrival word on a 128-byte line of its own (two cache lines, as the adjacent
 /// line prefetcher fetches pairs), then the two outboxes.
-const COLL_LANE: usize = 128 + 2 * COLL_OUTBOX;
+const COLL_LANE: usize = Lanes::lane_size(COLL_OUTBOX);
 /// Bytes of lanes a segment aims at: every VCI has a segment, so the lanes of a large node
 /// count eight times over where ranks have eight VCIs.
 const COLL_BUDGET: usize = 1 << 20;
@@ -737,33 +738,17 @@ impl Segment {
         coll_area_size(self.ranks) != 0
     }
 
-    /// Offset of the lane of local rank `local` in collective slot `slot`, if both exist.
-    fn coll_lane(&self, slot: usize, local: usize) -> Option<usize> {
-        (slot < coll_slots(self.ranks) && local < self.ranks)
-            .then(|| self.coll_base() + (slot * self.ranks + local) * COLL_LANE)
-    }
-
-    /// The arrival word of local rank `local` in collective slot `slot`: the number of the
-    /// last collective operation it has entered on that slot (see `ch4_core::node_coll`).
-    pub(crate) fn coll_arrival(&self, slot: usize, local: usize) -> Option<&AtomicU64> {
-        self.coll_lane(slot, local).map(|at| self.word(at))
-    }
-
-    /// The length word of outbox `parity` (0 or 1) of local rank `local` in slot `slot`: how
-    /// many bytes its owner last published there.
-    pub(crate) fn coll_len(&self, slot: usize, local: usize, parity: usize) -> Option<&AtomicU64> {
-        self.coll_lane(slot, local)
-            .map(|at| self.word(at + 8 + 8 * (parity & 1)))
-    }
-
-    /// The outbox `parity` (0 or 1) of local rank `local` in collective slot `slot`:
-    /// [`COLL_OUTBOX`] bytes, written by that rank only and read by the others under the
-    /// protocol of `ch4_core::node_coll`.
-    pub(crate) fn coll_outbox(&self, slot: usize, local: usize, parity: usize) -> Option<*mut u8> {
-        let at = self.coll_lane(slot, local)? + 128 + (parity & 1) * COLL_OUTBOX;
-        // SAFETY: `coll_lane` checked slot and rank, so the lane, and both its outboxes, lie
-        // within the mapping by construction of `segment_size`.
-        Some(unsafe { (self.map.as_ptr() as *mut u8).add(at) })
+    /// The collective lanes (see `crate::lanes`): none on a segment without them.
+    #[inline]
+    pub(crate) fn lanes(&self) -> Lanes {
+        let slots = if self.has_coll_lanes() {
+            coll_slots(self.ranks)
+        } else {
+            0
+        };
+        // The lanes start 128-aligned within the mapping, and `segment_size` counted them.
+        let ptr = self.map.as_ptr().wrapping_add(self.coll_base()) as *mut u8;
+        Lanes::new(Bytes { ptr }, self.ranks, slots, COLL_OUTBOX)
     }
 
     /// Pointers to the cell queues and the cell area.

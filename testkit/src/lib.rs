@@ -45,7 +45,7 @@ pub use jobs::{inproc_job, pipe_job, pipe_pair, tcp_job, InprocHarness, PipeHarn
 pub use jobs::{shm_job, ShmHarness};
 pub use pipe::{Frame, Pipe, Wire};
 pub use proxy::{Cut, Proxy};
-pub use requests::{irecv_leaked, isend_owned};
+pub use requests::{irecv_leaked, isend_owned, leaked_buffer};
 pub use rng::SplitMix64;
 
 /// The reordering wrapper the facade's thread mode runs netmods under (it shuffles batches of

@@ -564,6 +564,57 @@ impl<T> VciSet<T> for Many<T> {
     }
 }
 
+/// Whether a rank's progress thread sleeps (or is about to): the flag between that thread and
+/// the rank's callers, here so that loom checks it beside the VCI locks it relies on.
+///
+/// The protocol (ch4's `src/progress.rs`): the thread [`set`](SleepFlag::set)s the flag, then
+/// takes every VCI once more with `try_enter` for a last look, and sleeps only if that look
+/// found nothing to do and no VCI busy. A caller looks at the flag while it holds a VCI
+/// ([`is_set`](SleepFlag::is_set)) and, when set, [`clear`](SleepFlag::clear)s it and rings
+/// the thread's doorbell (an eventfd, which stays rung until read). A caller that entered a
+/// VCI after the thread's last look at it acquired the lock the look released, so it sees the
+/// flag; one that held it during the look made the look give up. Plain loads and stores
+/// suffice: the VCI locks order them. A wake-up can therefore be rung twice, never lost.
+#[doc(hidden)]
+pub struct SleepFlag {
+    asleep: AtomicBool,
+}
+
+impl Default for SleepFlag {
+    fn default() -> Self {
+        SleepFlag::new()
+    }
+}
+
+impl SleepFlag {
+    /// A flag that says awake.
+    pub fn new() -> Self {
+        SleepFlag {
+            asleep: AtomicBool::new(false),
+        }
+    }
+
+    /// The thread is about to sleep: before its last look at every VCI.
+    #[inline]
+    pub fn set(&self) {
+        self.asleep.store(true, Ordering::Relaxed);
+    }
+
+    /// The thread is awake (it woke, or its last look gave up); also a caller that is about to
+    /// ring the doorbell.
+    #[inline]
+    pub fn clear(&self) {
+        self.asleep.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether the thread sleeps, looked at by a caller holding a VCI: one load, on every call
+    /// at the multiple level.
+    #[inline(always)]
+    pub fn is_set(&self) -> bool {
+        self.asleep.load(Ordering::Relaxed)
+    }
+}
+
 /// Model checks of the multiple level's lock: `scripts/loom.sh` runs them
 /// (`RUSTFLAGS="--cfg loom"`, every interleaving up to a bound of preemptions).
 #[cfg(all(test, loom))]
@@ -618,6 +669,72 @@ mod loom_models {
             }
             setter.join().unwrap();
         });
+    }
+
+    /// The progress thread's sleep against a caller's post (`SleepFlag`, ch4's
+    /// `src/progress.rs`): a caller posts one request on one of two VCIs and nudges; the
+    /// thread runs rounds, and when a round finds nothing it sets the flag, looks at every VCI
+    /// once more with `try_enter` (giving up if one is busy or has work) and sleeps until the
+    /// doorbell rings — here with no timeout, so a lost wake-up leaves it asleep for ever and
+    /// loom fails the model (a deadlock, or past its bound). The doorbell stands for the
+    /// eventfd: rung by adding, read by taking the count, and a ring stays until read.
+    fn sleep_against_post(vci_of_post: usize) {
+        use loom::sync::atomic::AtomicU64;
+        let vcis = Arc::new([WaitLock::new(0u32), WaitLock::new(0u32)]);
+        let flag = Arc::new(SleepFlag::new());
+        let doorbell = Arc::new(AtomicU64::new(0));
+        let caller = {
+            let (vcis, flag, doorbell) = (vcis.clone(), flag.clone(), doorbell.clone());
+            loom::thread::spawn(move || {
+                // `RankState::device`, then the post under the same guard.
+                let mut dev = vcis[vci_of_post].enter().unwrap();
+                if flag.is_set() {
+                    flag.clear();
+                    doorbell.fetch_add(1, Ordering::AcqRel);
+                }
+                *dev += 1;
+            })
+        };
+        // The progress thread (`drive`, `arm_round`).
+        'rounds: loop {
+            // A round: every VCI no caller holds.
+            let mut found = 0;
+            for v in vcis.iter() {
+                if let Some(d) = v.try_enter() {
+                    found += *d;
+                }
+            }
+            if found == 1 {
+                break;
+            }
+            flag.set();
+            for v in vcis.iter() {
+                match v.try_enter() {
+                    Some(d) if *d == 0 => {}
+                    _ => {
+                        flag.clear();
+                        loom::thread::yield_now();
+                        continue 'rounds;
+                    }
+                }
+            }
+            // Asleep until rung.
+            while doorbell.swap(0, Ordering::AcqRel) == 0 {
+                loom::thread::yield_now();
+            }
+            flag.clear();
+        }
+        caller.join().unwrap();
+    }
+
+    #[test]
+    fn a_sleeping_progress_thread_is_woken_by_a_post_on_the_first_vci() {
+        loom::model(|| sleep_against_post(0));
+    }
+
+    #[test]
+    fn a_sleeping_progress_thread_is_woken_by_a_post_on_the_last_vci() {
+        loom::model(|| sleep_against_post(1));
     }
 
     /// Closing the lock (finalize) refuses every later entry, on every thread, also one that
