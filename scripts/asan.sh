@@ -19,9 +19,21 @@
 #   need the ASan runtime preloaded into each; not done here;
 # - the fuzz targets: scripts/fuzz.sh builds them with ASan already (cargo fuzz's default).
 #
-# Usage: scripts/asan.sh [ofi|ucx|shm|core]...   (default: all four)
+# Usage: scripts/asan.sh [--dry-run] [ofi|ucx|shm|core]...   (default: all four)
+# --dry-run checks the arguments and says what would run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = --dry-run ]; then
+    shift
+    for part in "$@"; do
+        case "$part" in
+            ofi | ucx | shm | core) ;;
+            *) echo "scripts/asan.sh: unknown part $part (ofi, ucx, shm or core)" >&2; exit 2 ;;
+        esac
+    done
+    echo "would run AddressSanitizer over: ${*:-ofi ucx shm core}"
+    exit 0
+fi
 if ! rustup component list --installed 2>/dev/null | grep -q '^rust-src' &&
     ! rustup component add rust-src >/dev/null 2>&1; then
     mkdir -p target

@@ -5,9 +5,22 @@
 # tests over every network the machine has. A failing seed is printed with the line that
 # replays it (FAULT_SEED=s).
 #
-#   ./scripts/faults.sh [SEEDS]     # default 16: about 10 minutes on 2 cores
+#   ./scripts/faults.sh [--dry-run] [SEEDS]     # default 16: about 10 minutes on 2 cores
+# --dry-run checks the arguments and says what would run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+dry_run=no
+if [ "${1:-}" = --dry-run ]; then
+    dry_run=yes
+    shift
+fi
+case "${1:-16}" in
+    '' | *[!0-9]*) echo "scripts/faults.sh: SEEDS must be a number, not ${1}" >&2; exit 2 ;;
+esac
+if [ "$dry_run" = yes ]; then
+    echo "would run the fault tests with ${1:-16} seeds each"
+    exit 0
+fi
 export FAULT_SEEDS="${1:-16}"
 export CARGO_INCREMENTAL=0
 start=$(date +%s)

@@ -15,6 +15,10 @@
 # slower than native code. Isolation is off so that proptest may read its regression files.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = --dry-run ]; then
+    echo "would run Miri over ch4-core and am-fallback (toolchain ${MIRI_TOOLCHAIN:-nightly})"
+    exit 0
+fi
 toolchain="${MIRI_TOOLCHAIN:-nightly}"
 if ! cargo "+$toolchain" miri --version >/dev/null 2>&1; then
     mkdir -p target
