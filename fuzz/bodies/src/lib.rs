@@ -21,6 +21,7 @@
 pub mod am;
 pub mod cards;
 pub mod credit;
+pub mod datatype;
 pub mod input;
 pub mod pmi;
 pub mod seeds;
@@ -46,4 +47,5 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("ofi_large", credit::ofi_large),
     ("credit", credit::credit),
     ("settings", settings::settings),
+    ("datatypes", datatype::datatypes),
 ];

@@ -210,6 +210,14 @@ pub fn all() -> Vec<(&'static str, Vec<Vec<u8>>)> {
             .concat()],
         ),
         (
+            "datatypes",
+            vec![
+                vec![0, 4, 0, 3, 0, 8, 0, 5, 1],
+                vec![1, 3, 10, 0, 4, 0, 0, 2, 20, 0, 3, 7, 9],
+                vec![3, 2, 0, 0, 2, 4, 0, 2, 1],
+            ],
+        ),
+        (
             "settings",
             vec![
                 b"\x0064K".to_vec(),
