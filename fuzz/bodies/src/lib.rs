@@ -29,8 +29,11 @@ pub mod settings;
 pub mod shm;
 pub mod tcp;
 
+/// A target's body: the fuzzer's bytes in, a panic out when a check fails.
+pub type Body = fn(&[u8]);
+
 /// Every target's name and body, for the replay test and the seed writer.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Body)] = &[
     ("am_headers", am::headers),
     ("am_packets", am::packets),
     ("tcp_frames", tcp::frames),

@@ -105,7 +105,7 @@ pub fn all() -> Vec<(&'static str, Vec<Vec<u8>>)> {
     let mut ring = vec![0u8];
     for (h, hl, pl) in [(1u8, 16u8, 8u16), (11, 16, 40), (4, 16, 1000)] {
         ring.extend([0, h, hl]);
-        ring.extend(std::iter::repeat_n(0x11, hl as usize));
+        ring.extend(vec![0x11; hl as usize]);
         ring.extend(pl.to_le_bytes());
         ring.extend([2, 3]);
     }

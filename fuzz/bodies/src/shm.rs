@@ -98,7 +98,6 @@ pub fn ring(data: &[u8]) {
             }
         }
     }
-    drop((p, c));
 }
 
 /// Cells for two ranks (four cells each, 128 or 256 bytes), both ranks' senders honest, the
@@ -118,7 +117,7 @@ pub fn cells(data: &[u8]) {
     let cp = cells.as_mut_ptr().cast::<u8>();
     // SAFETY: the areas are zeroed (empty queues, free cells), 128-aligned and large enough for
     // RANKS queues and RANKS * PER_RANK cells of `cell_size` (a multiple of 64); they outlive
-    // the ends (dropped below, before them); one sender per rank and one receiver.
+    // the ends (declared after them, so dropped first); one sender per rank and one receiver.
     let (mut senders, mut receiver) = unsafe {
         (
             [0, 1].map(|me| CellSender::new(qp, cp, RANKS, PER_RANK, cell_size, me)),
@@ -178,5 +177,4 @@ pub fn cells(data: &[u8]) {
             }
         }
     }
-    drop((senders, receiver));
 }
