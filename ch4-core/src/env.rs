@@ -112,7 +112,10 @@ pub fn bad(name: &str, value: &str, wanted: &str) -> Error {
     )
 }
 
-fn parse_bytes(v: &str) -> Option<usize> {
+/// A byte count as [`bytes`] reads it (a number with an optional binary suffix); public for
+/// the fuzz targets (`fuzz/`), which feed it arbitrary values.
+#[doc(hidden)]
+pub fn parse_bytes(v: &str) -> Option<usize> {
     let v = v.trim();
     let digits = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
     if digits == 0 {

@@ -543,8 +543,9 @@ impl P2p<AnyNetmod> for AnyEngine {
 }
 
 /// The chosen netmod's part of rank `rank`'s card, which must name the netmod `mine` as this
-/// rank's does.
-fn inner_card(mine: Kind, rank: Gpid, card: &[u8]) -> Result<&[u8]> {
+/// rank's does. Public for the fuzz targets (`fuzz/`): the card is another rank's bytes.
+#[doc(hidden)]
+pub fn inner_card(mine: Kind, rank: Gpid, card: &[u8]) -> Result<&[u8]> {
     let Some((&code, rest)) = card.split_first() else {
         return Err(Error::new(
             ErrorKind::Transport,

@@ -224,7 +224,7 @@ fn post_send<P: Partner>(
 }
 
 /// The payload of a stub that carries its descriptor ([`tag::INLINE`]).
-fn inline_stub(ack: u32, desc: Descriptor) -> Vec<u8> {
+pub(crate) fn inline_stub(ack: u32, desc: Descriptor) -> Vec<u8> {
     let mut b = u64::from(ack).to_le_bytes().to_vec();
     b.extend(desc.to_bytes());
     b

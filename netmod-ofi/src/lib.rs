@@ -55,3 +55,26 @@ pub const SETTINGS: &[Setting] = &[
     ),
 ];
 pub use netmod::{OfiNetmod, PeerWatch};
+
+/// The parsers of what a peer sends that are otherwise private to the engine, for the fuzz
+/// targets (`fuzz/`); not an interface.
+#[doc(hidden)]
+pub mod fuzzing {
+    use crate::netmod::Descriptor;
+
+    /// A large message's stub payload: (acknowledgement name, length, address, key), `None`
+    /// unless the bytes are one.
+    pub fn inline_stub(b: &[u8]) -> Option<(u32, u64, u64, u64)> {
+        crate::large::parse_inline_stub(b).map(|(ack, d)| (ack, d.len, d.addr, d.key))
+    }
+
+    /// The stub payload a sender writes for these values.
+    pub fn inline_stub_bytes(ack: u32, len: u64, addr: u64, key: u64) -> Vec<u8> {
+        crate::large::inline_stub(ack, Descriptor { len, addr, key })
+    }
+
+    /// A descriptor sent in a message of its own: (length, address, key).
+    pub fn descriptor(b: &[u8]) -> Option<(u64, u64, u64)> {
+        Descriptor::from_bytes(b).map(|d| (d.len, d.addr, d.key))
+    }
+}

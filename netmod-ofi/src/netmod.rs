@@ -620,13 +620,25 @@ impl Bootstrap for OfiNetmod {
                 format!("{} business cards for a job of {}", cards.len(), self.size),
             ));
         }
-        let names: Vec<u8> = cards.concat();
         let ep = self.ep.as_mut().ok_or_else(|| {
             Error::new(
                 ErrorKind::Transport,
                 "the OFI netmod has no endpoint to introduce",
             )
         })?;
+        for (rank, card) in cards.iter().enumerate() {
+            if !ep.is_name(card)? {
+                return Err(Error::new(
+                    ErrorKind::Transport,
+                    format!(
+                        "rank {rank} published a card that is no {} address ({} bytes)",
+                        ep.info().provider(),
+                        card.len()
+                    ),
+                ));
+            }
+        }
+        let names: Vec<u8> = cards.concat();
         // In process order, all at once: a process's address is its number.
         ep.insert_addresses(&names, cards.len())?;
         for _ in 0..crate::credit::CREDIT_RECEIVES {

@@ -97,8 +97,9 @@ impl<T: Rail> Bootstrap for Rails<T> {
 }
 
 /// A rails card's per-rail cards; `None` when malformed (no rail, a length past the end, bytes
-/// left over).
-fn split_card(card: &[u8]) -> Option<Vec<&[u8]>> {
+/// left over). Public for the fuzz targets (`fuzz/`): the card is another rank's bytes.
+#[doc(hidden)]
+pub fn split_card(card: &[u8]) -> Option<Vec<&[u8]>> {
     let (&n, mut rest) = card.split_first()?;
     if n == 0 {
         return None;

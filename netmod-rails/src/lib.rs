@@ -38,6 +38,9 @@ use ch4_core::{Error, ErrorKind, Gpid, PeerState, Result};
 
 pub use spec::RAILS_VAR;
 
+#[doc(hidden)]
+pub use bootstrap::split_card;
+
 /// The settings of this crate.
 pub const SETTINGS: &[Setting] = &[Setting::new(
     RAILS_VAR,

@@ -134,10 +134,9 @@ pub(crate) fn returned<P: Partner>(
     bits: u64,
     payload: Option<&[u8]>,
 ) -> Result<()> {
-    let giver = tag::from_credit_tag(bits);
-    match payload.and_then(|p| <[u8; 4]>::try_from(p).ok()) {
-        Some(count) => {
-            let mut messages = u32::from_le_bytes(count);
+    let (giver, count) = tag::credit_message(bits, payload);
+    match count {
+        Some(mut messages) => {
             if let Some(peer) = cx.transport.credit_peers.get_mut(giver) {
                 let kept = messages.min(peer.debt);
                 peer.debt -= kept;

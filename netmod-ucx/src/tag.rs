@@ -69,6 +69,14 @@ pub fn from_credit_tag(bits: u64) -> Gpid {
     ((bits >> 32) & ((1 << 20) - 1)) as Gpid
 }
 
+/// A credit message as it arrived (its tag and its payload, if the receive completed whole):
+/// the giver and, when the payload is the 4 bytes a giver sends, the number of messages given
+/// back. Anything else a peer sends there is `None` (ignored, with a warning).
+pub fn credit_message(bits: u64, payload: Option<&[u8]>) -> (Gpid, Option<u32>) {
+    let count = payload.and_then(|p| <[u8; 4]>::try_from(p).ok());
+    (from_credit_tag(bits), count.map(u32::from_le_bytes))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

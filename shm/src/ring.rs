@@ -388,15 +388,16 @@ impl Producer {
     }
 
     /// Whether everything up to `end` is free; reloads the consumer's index only when the cached
-    /// one says no.
+    /// one says no. The index is another process's write: one past `end` (a corrupted segment)
+    /// wraps to "no room" instead of overflowing (a panic where overflow is checked).
     #[inline(always)]
     fn room_for(&mut self, end: u64) -> bool {
-        if end - self.head_cache <= self.capacity as u64 {
+        if end.wrapping_sub(self.head_cache) <= self.capacity as u64 {
             return true;
         }
         // Acquire: the consumer's reads of the space we are about to reuse are done.
         self.head_cache = self.indices().head.load(Ordering::Acquire);
-        end - self.head_cache <= self.capacity as u64
+        end.wrapping_sub(self.head_cache) <= self.capacity as u64
     }
 }
 
@@ -727,6 +728,19 @@ mod tests {
         p.take_seq();
         p.push(2, b"", &[]).unwrap();
         assert_eq!(c.pop_with(|h, _, _| h), None);
+    }
+
+    /// A consumer index ahead of everything the producer wrote (another process's garbage) is
+    /// "no room", not an overflow: found by the shm_ring fuzz target, which panicked with
+    /// "attempt to subtract with overflow" in `room_for`.
+    #[test]
+    fn a_consumer_index_from_nowhere_leaves_no_room_and_no_panic() {
+        let (_keep, mut p, c) = heap_ring(4096);
+        let body = [0u8; 2000];
+        while p.push(1, b"", &[&body]).is_ok() {}
+        c.indices().head.store(u64::MAX, Ordering::Release);
+        assert_eq!(p.push(1, b"", &[&body]), Err(PushError::Full));
+        assert!(!p.has_room(8));
     }
 
     #[test]

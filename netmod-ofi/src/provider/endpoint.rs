@@ -260,13 +260,25 @@ impl Endpoint {
         }
     }
 
+    /// Whether `name` (another process's business card) is a name of this endpoint's format
+    /// that [`insert_addresses`](Endpoint::insert_addresses) can take: as long as this
+    /// endpoint's own for a fixed-length format, one NUL-terminated string for `FI_ADDR_STR`.
+    pub fn is_name(&self, name: &[u8]) -> Result<bool> {
+        if self.info.addr_format() == FI_ADDR_STR as u32 {
+            return Ok(name.iter().position(|&b| b == 0) == Some(name.len().wrapping_sub(1)));
+        }
+        Ok(name.len() == self.name()?.len())
+    }
+
     /// Inserts `count` addresses, concatenated in `names` in process order, into the AV and
     /// returns their `fi_addr_t`s, checking that the AV numbered them in order from
     /// [`av_len`](Endpoint::av_len): inserting every process's name at once, in process order,
     /// makes a process's `fi_addr_t` its number.
     ///
-    /// Names of fixed-length formats (sockaddrs) are `names.len() / count` bytes each;
-    /// `FI_ADDR_STR` names (shm's) are NUL-terminated strings, back to back.
+    /// Names of fixed-length formats (sockaddrs) are as long as this endpoint's own
+    /// ([`name`](Endpoint::name)): the provider reads that many bytes for each, whatever
+    /// `names` holds, so shorter names would be read past their end. `FI_ADDR_STR` names
+    /// (shm's) are NUL-terminated strings, back to back.
     ///
     /// # Errors
     ///
@@ -280,7 +292,8 @@ impl Endpoint {
         let splits = if self.info.addr_format() == FI_ADDR_STR as u32 {
             names.last() == Some(&0) && names.iter().filter(|&&b| b == 0).count() == count
         } else {
-            names.len() % count == 0 && !names.is_empty()
+            let own = self.name()?.len();
+            own != 0 && count.checked_mul(own) == Some(names.len())
         };
         if !splits {
             return Err(Error::new(

@@ -1,0 +1,3 @@
+#![no_main]
+// The body, and what it checks, is fuzz_bodies::settings::settings (fuzz/bodies/src).
+libfuzzer_sys::fuzz_target!(|data: &[u8]| fuzz_bodies::settings::settings(data));
