@@ -7,19 +7,34 @@
 # whether it found a crash (kept under fuzz/artifacts/<target>/; minimize with
 # `cargo fuzz tmin <target> <file>`, then keep it in fuzz/regressions/<target>/ and fix the bug).
 #
-#   scripts/fuzz.sh [seconds-per-target] [target ...]      (default: 600 s, every target)
+#   scripts/fuzz.sh [--dry-run] [seconds-per-target] [target ...]   (default: 600 s, every target)
 #
-# Needs cargo-fuzz (`cargo install cargo-fuzz`) and nothing but the stable toolchain:
+# Needs cargo-fuzz (installed from crates.io when missing) and nothing but the stable toolchain:
 # RUSTC_BOOTSTRAP=1 lets stable rustc take the nightly flags cargo-fuzz passes
 # (-Zsanitizer=address, -Cpasses=sancov-module ...). FUZZ_ARGS adds libFuzzer options
 # (FUZZ_ARGS="-jobs=2 -workers=2"). Exit status: 1 if any target found a crash.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# --dry-run checks the arguments and says what would run.
+dry_run=no
+if [ "${1:-}" = --dry-run ]; then
+  dry_run=yes
+  shift
+fi
 secs=${1:-600}
 shift || true
+case "$secs" in
+  '' | *[!0-9]*) echo "scripts/fuzz.sh: seconds-per-target must be a number, not $secs" >&2; exit 2 ;;
+esac
 if [ $# -gt 0 ]; then
   targets=("$@")
+  for t in "${targets[@]}"; do
+    if [ ! -f "fuzz/fuzz_targets/$t.rs" ]; then
+      echo "scripts/fuzz.sh: no target $t (see fuzz/fuzz_targets/)" >&2
+      exit 2
+    fi
+  done
 else
   targets=()
   for f in fuzz/fuzz_targets/*.rs; do
@@ -27,11 +42,15 @@ else
     targets+=("${t%.rs}")
   done
 fi
+if [ "$dry_run" = yes ]; then
+  echo "would fuzz ${targets[*]} for ${secs} s each"
+  exit 0
+fi
 
 export RUSTC_BOOTSTRAP=1
 if ! cargo fuzz --version >/dev/null 2>&1; then
-  echo "cargo-fuzz is missing: cargo install cargo-fuzz" >&2
-  exit 2
+  echo "installing cargo-fuzz from crates.io (cargo install cargo-fuzz)..."
+  cargo install -q --locked cargo-fuzz
 fi
 
 # Release code with debug assertions (overflow checks, debug_assert!): what the fuzzer must
