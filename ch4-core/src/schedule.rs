@@ -237,7 +237,9 @@ impl Schedule {
         Slice { len, ..slice }
     }
 
-    /// Makes the working buffers ([`Schedule::scratch`]) and the fold buffer from `spares`.
+    /// Makes the working buffers ([`Schedule::scratch`]) not made yet and a large enough
+    /// staging buffer for folds and copies, from `spares`: when the schedule starts, and again
+    /// when a running step adds steps (a context-id agreement's next round).
     fn make_buffers(&mut self, spares: &mut Spares) {
         for (i, len) in std::mem::take(&mut self.scratch) {
             self.bufs[i] = spares.take_zeroed(len);
@@ -254,8 +256,9 @@ impl Schedule {
             })
             .max()
             .unwrap_or(0);
-        if staged > 0 {
-            self.front = spares.take_empty(staged);
+        if staged > self.front.capacity() {
+            let old = std::mem::replace(&mut self.front, spares.take_empty(staged));
+            spares.give(old);
         }
     }
 
@@ -805,6 +808,10 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         s.steps.push(Step::Agree(i));
         s.on_local = was_local;
         s.steps.extend(tail);
+        // The round's working buffers, made now that it runs; and its steps checked like
+        // the schedule's first ones.
+        s.make_buffers(&mut self.schedule_spares);
+        s.check()?;
         let a = &mut s.agreements[i];
         a.acc = Some(acc);
         a.confirming = confirming;
