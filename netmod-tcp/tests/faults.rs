@@ -41,17 +41,7 @@ fn job_through_proxies(budget: u64, cut: Cut) -> (TcpHarness, [Proxy; 2]) {
 
 /// The seeds: `FAULT_SEED` alone, else `0..FAULT_SEEDS` (default 2).
 fn seeds() -> Vec<u64> {
-    let read = |name: &str| {
-        std::env::var(name).ok().map(|v| {
-            v.trim()
-                .parse::<u64>()
-                .unwrap_or_else(|_| panic!("{name}={v:?}: a number"))
-        })
-    };
-    match (read("FAULT_SEED"), read("FAULT_SEEDS")) {
-        (Some(s), _) => vec![s],
-        (None, n) => (0..n.unwrap_or(2)).collect(),
-    }
+    testkit::fault_seeds(2)
 }
 
 /// A pattern message `i` of `len` bytes: its number in the first four.

@@ -46,7 +46,7 @@ pub use jobs::{shm_job, ShmHarness};
 pub use pipe::{Frame, Pipe, Wire};
 pub use proxy::{Cut, Proxy};
 pub use requests::{irecv_leaked, isend_owned, leaked_buffer};
-pub use rng::SplitMix64;
+pub use rng::{fault_seeds, SplitMix64};
 
 /// The reordering wrapper the facade's thread mode runs netmods under (it shuffles batches of
 /// arrivals; [`Unordered`] reorders by seeded per-message faults instead).

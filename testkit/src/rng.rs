@@ -45,6 +45,23 @@ pub(crate) fn chance(x: u64, pct: u8) -> bool {
     x % 100 < u64::from(pct)
 }
 
+/// The seeds a fault test runs: `FAULT_SEED=s` alone (to replay one), else `0..FAULT_SEEDS`,
+/// else `0..default`. Not `CH4_*` names: the library refuses `CH4_*` variables it does not
+/// know, and these belong to the tests.
+pub fn fault_seeds(default: u64) -> Vec<u64> {
+    let read = |name: &str| {
+        std::env::var(name).ok().map(|v| {
+            v.trim()
+                .parse::<u64>()
+                .unwrap_or_else(|_| panic!("{name}={v:?}: a number"))
+        })
+    };
+    match (read("FAULT_SEED"), read("FAULT_SEEDS")) {
+        (Some(s), _) => vec![s],
+        (None, n) => (0..n.unwrap_or(default)).collect(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -48,17 +48,7 @@ pub const UNORDERED: FaultConfig = FaultConfig::NONE
 
 /// The seeds to run: `FAULT_SEED=s` alone, else `0..FAULT_SEEDS` (default `0..1`).
 pub fn seeds() -> Vec<u64> {
-    let read = |name: &str| {
-        std::env::var(name).ok().map(|v| {
-            v.trim()
-                .parse::<u64>()
-                .unwrap_or_else(|_| panic!("{name}={v:?}: a number"))
-        })
-    };
-    match (read("FAULT_SEED"), read("FAULT_SEEDS")) {
-        (Some(s), _) => vec![s],
-        (None, n) => (0..n.unwrap_or(1)).collect(),
-    }
+    testkit::fault_seeds(1)
 }
 
 /// The seed of rank `rank`'s wrapper on VCI `vci` in the run of `seed`: every wrapper draws
