@@ -106,6 +106,33 @@ pub type Device = ch4_core::Device<SelectedNetmod, SelectedShm>;
 /// owners dropped them to finish.
 pub(crate) const FINALIZE_LIMIT: Duration = Duration::from_secs(60);
 
+/// Drives every device in turn until none holds output for a live peer (or a close under
+/// way): [`ch4_core::Device::flush`] across a rank's VCIs, bounded by `limit`.
+fn flush_together<N, S, G>(devs: &mut [G], limit: Duration) -> Result<()>
+where
+    N: ch4_core::transport::Netmod,
+    S: ch4_core::transport::Shm,
+    G: std::ops::DerefMut<Target = ch4_core::Device<N, S>>,
+{
+    let start = std::time::Instant::now();
+    while devs.iter().any(|d| d.has_queued_output()) {
+        if start.elapsed() > limit {
+            return Err(Error::new(
+                ErrorKind::Pending,
+                format!("output still queued after {limit:?}: a peer stopped receiving"),
+            ));
+        }
+        let mut moved = 0;
+        for dev in devs.iter_mut() {
+            moved += dev.progress()?;
+        }
+        if moved == 0 {
+            std::thread::yield_now();
+        }
+    }
+    Ok(())
+}
+
 /// One rank's handle on its device: where communicators and scopes come from.
 ///
 /// The type parameters default to this build's transports ([`SelectedNetmod`],
@@ -563,10 +590,20 @@ impl<N: Netmod, S: Shm, L: ThreadLevel> RankState<N, S, L> {
         }
         let mut flushed = before_close();
         for dev in &mut devs {
-            let r = dev.finalize(FINALIZE_LIMIT);
+            let r = dev.flush(FINALIZE_LIMIT);
             if flushed.is_ok() {
                 flushed = r;
             }
+        }
+        // Every VCI's close begins before any is driven, and all are driven together: a peer's
+        // close on one VCI waits for this rank to answer on that VCI, which a rank closing its
+        // VCIs one after another had already left (UCX's endpoint flush then ran out its time).
+        for dev in &mut devs {
+            dev.close_connections();
+        }
+        let r = flush_together(&mut devs, FINALIZE_LIMIT);
+        if flushed.is_ok() {
+            flushed = r;
         }
         self.finalized.store(true, Ordering::Relaxed);
         // From now on no device can be taken, so every later call fails with `busy`'s

@@ -1364,10 +1364,7 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         let start = std::time::Instant::now();
         let mut idle = 0u32;
         loop {
-            let pending = (S::PRESENT && self.shm.has_queued_output())
-                || self.net.has_queued_output()
-                || self.core.am.iter().any(|a| !a.outbox.is_empty());
-            if !pending {
+            if !self.has_queued_output() {
                 return Ok(());
             }
             if start.elapsed() > limit {
@@ -1381,16 +1378,33 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         }
     }
 
+    /// Whether a transport still holds output for a live peer (or a close under way):
+    /// [`Device::flush`] drives progress until it is false.
+    pub fn has_queued_output(&self) -> bool {
+        (S::PRESENT && self.shm.has_queued_output())
+            || self.net.has_queued_output()
+            || self.core.am.iter().any(|a| !a.outbox.is_empty())
+    }
+
+    /// Starts closing the transports' connections in order (see
+    /// [`AmTransport::close_connections`]) without waiting: the goodbyes go out as progress
+    /// runs, and [`Device::has_queued_output`] stays true until they have. A process with
+    /// several devices (VCIs) starts every one's close before it drives any, since a peer's
+    /// close may wait for this process to answer on a device it would otherwise have left.
+    pub fn close_connections(&mut self) {
+        self.net.close_connections();
+        if S::PRESENT {
+            self.shm.close_connections();
+        }
+    }
+
     /// Leaves the job: flushes every transport (see [`Device::flush`]), then closes the
     /// netmod's connections in order, so peers learn that this process left (requests still
     /// waiting on it fail rather than wait) instead of seeing it vanish; `limit` bounds each
     /// of the two waits.
     pub fn finalize(&mut self, limit: std::time::Duration) -> Result<()> {
         self.flush(limit)?;
-        self.net.close_connections();
-        if S::PRESENT {
-            self.shm.close_connections();
-        }
+        self.close_connections();
         self.flush(limit)
     }
 

@@ -72,7 +72,8 @@ pub trait AmTransport: Sized {
 
     /// The process is leaving the job (finalize): close every connection in order once what
     /// was sent on it is out, telling the peer we are gone. Never blocks; `has_queued_output`
-    /// stays true until the goodbyes are written. Transports without connections do nothing.
+    /// stays true until the goodbyes are written (or the transport gives up on a peer that
+    /// stopped reading), and progress drives them. Transports without connections do nothing.
     fn close_connections(&mut self) {}
 
     /// Readies this transport for a thread that wants to sleep until it has something to do

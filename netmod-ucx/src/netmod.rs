@@ -14,6 +14,10 @@ use crate::paged::Paged;
 use crate::tag;
 use crate::worker::{Completion, ErrMode, Worker};
 
+/// How long finalize waits for endpoint closes (UCX's flush of each endpoint) before it leaves
+/// them to UCX: a peer that stopped reading must not keep this rank from exiting.
+const CLOSE_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// What the engine keeps with one outstanding operation.
 pub(crate) struct Op {
     /// The request it serves ([`ReqHandle::DONE`] for the engine's own operations).
@@ -310,8 +314,20 @@ impl AmTransport for UcxNetmod {
             failed.contains(&g) || watch.as_ref().is_some_and(|w| w(g) != PeerState::Alive)
         };
         if let Some(w) = &mut self.worker {
-            w.close_endpoints(std::time::Duration::from_secs(2), gone);
+            w.begin_close(gone);
         }
+    }
+
+    /// True while endpoint closes begun by `close_connections` are under way, for at most
+    /// [`CLOSE_LIMIT`]: the device drives this worker (and finalize every VCI's) meanwhile. A
+    /// close still going past it (a peer that stopped reading) is left to UCX, with a warning
+    /// when the worker is dropped.
+    fn has_queued_output(&self) -> bool {
+        self.worker.as_ref().is_some_and(|w| {
+            w.closing_since()
+                .is_some_and(|since| since.elapsed() < CLOSE_LIMIT)
+                && w.closing_in_flight()
+        })
     }
 
     /// What the launcher's (or the thread job's) watch says; a peer whose endpoint UCX

@@ -283,6 +283,10 @@ pub struct Worker {
     pub peer_errors: bool,
     /// The number of processes in the job.
     processes: u32,
+    /// Endpoint closes begun by [`Worker::begin_close`] and not yet seen complete, with when
+    /// they began: finalize drives every VCI's worker until all of them are done.
+    closing: Vec<ucs_status_ptr_t>,
+    closing_since: Option<std::time::Instant>,
 }
 
 /// Where a worker finds a process's address.
@@ -387,6 +391,8 @@ impl Worker {
             peer_errors: mode == ErrMode::Peer
                 && tls.as_deref().map_or(true, can_detect_failed_peers),
             processes,
+            closing: Vec::new(),
+            closing_since: None,
         })
     }
 
@@ -563,8 +569,21 @@ impl Worker {
     /// without it is flushed — unless its error handler ran: its connection is broken, nothing
     /// can reach the other side, and it is released at once.
     pub fn close_endpoints(&mut self, limit: std::time::Duration, gone: impl Fn(Gpid) -> bool) {
+        self.begin_close(gone);
         let start = std::time::Instant::now();
-        let mut closing = Vec::new();
+        while self.closing_in_flight() && start.elapsed() < limit {
+            self.progress();
+        }
+        self.release_closes();
+    }
+
+    /// Starts closing every endpoint as [`Worker::close_endpoints`] does, without waiting:
+    /// the closes complete as this worker progresses. Finalize begins them on every VCI's
+    /// worker before it drives any: a peer's close waits for this rank to answer on the same
+    /// VCI, and a rank that closed its VCIs one after another no longer drove the first while
+    /// it waited on the second (the peer's flush then ran out its time: seen with 3 VCIs at 8
+    /// ranks over tcp).
+    pub fn begin_close(&mut self, gone: impl Fn(Gpid) -> bool) {
         // One record per endpoint made (an endpoint is made only where none is).
         for record in &self.records {
             let (peer, forceable) = (record.peer, record.forceable);
@@ -591,33 +610,50 @@ impl Worker {
                 *slot = Ep::default();
             }
             if ucs_ptr_is_ptr(r) {
-                closing.push(r);
+                self.closing.push(r);
             }
         }
-        while !closing.is_empty() && start.elapsed() < limit {
-            self.progress();
-            closing.retain(|&r| {
-                // SAFETY: `r` is a live close request until freed here.
-                if unsafe { ucp_request_check_status(r) } == UCS_INPROGRESS {
-                    return true;
-                }
-                // SAFETY: a completed close request, freed once.
-                unsafe { ucp_request_free(r) };
-                false
-            });
+        if !self.closing.is_empty() && self.closing_since.is_none() {
+            self.closing_since = Some(std::time::Instant::now());
         }
-        if !closing.is_empty() {
+    }
+
+    /// Whether an endpoint close begun by [`Worker::begin_close`] is still under way.
+    pub fn closing_in_flight(&self) -> bool {
+        self.closing.iter().any(|&r| {
+            // SAFETY: `r` is a live close request until `release_closes` frees it.
+            let status = unsafe { ucp_request_check_status(r) };
+            status == UCS_INPROGRESS
+        })
+    }
+
+    /// When the endpoint closes began, while any are held.
+    pub fn closing_since(&self) -> Option<std::time::Instant> {
+        self.closing_since
+    }
+
+    /// Frees the close requests, warning about those still under way (peers that stopped
+    /// reading): UCX finishes them itself, at the latest when the worker is destroyed.
+    pub fn release_closes(&mut self) {
+        let unfinished = self
+            .closing
+            .iter()
+            // SAFETY: as in `closing_in_flight`.
+            .filter(|&&r| unsafe { ucp_request_check_status(r) } == UCS_INPROGRESS)
+            .count();
+        if unfinished > 0 {
             tracing::warn!(
-                endpoints = closing.len(),
+                endpoints = unfinished,
                 "UCX endpoints still flushing to peers that stopped reading; left to UCX"
             );
         }
-        for r in closing {
-            // SAFETY: a live close request, freed once: UCX releases it when it completes (at
-            // the latest when the worker is destroyed), and an unreleased one would fail the
+        for r in self.closing.drain(..) {
+            // SAFETY: a close request, freed once: UCX releases it when it completes (at the
+            // latest when the worker is destroyed), and an unreleased one would fail the
             // worker's destruction.
             unsafe { ucp_request_free(r) };
         }
+        self.closing_since = None;
     }
 }
 
