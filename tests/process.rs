@@ -654,13 +654,16 @@ const KILLED_PEER_BOUND_MS: u128 = 3000;
 /// `--features ofi` libfabric, with `--features ucx` UCX, which learn it from the launcher's
 /// peer events) and over shared memory (one node: the liveness word and `kill(pid, 0)`). The
 /// surviving rank ignores the launcher's SIGTERM (ch4run ends the job when a rank is killed)
-/// so that it lives to see the failure; the launcher's grace is raised to let it.
+/// so that it lives to see the failure; the launcher's grace is raised to let it, past the
+/// device's cancel limit (10 s), so that a receive the network would not let go of ends with
+/// its error in the output rather than killed by the launcher. Rank 0 prints when each step
+/// ended: a failure shows where it waited.
 #[test]
 fn a_receive_from_a_killed_rank_fails_within_a_bound() {
     let dir = built();
     for node_size in ["1", "2"] {
         let out = Command::new(dir.join("ch4run"))
-            .args(["-n", "2", "--grace-ms", "5000"])
+            .args(["-n", "2", "--grace-ms", "15000"])
             .arg(std::env::current_exe().unwrap())
             .args([
                 "--ignored",
@@ -670,6 +673,9 @@ fn a_receive_from_a_killed_rank_fails_within_a_bound() {
                 "--test-threads=1",
             ])
             .env("CH4_NODE_SIZE", node_size)
+            // The library's warnings (a request failed, an operation the network kept) go to
+            // the output a failure prints.
+            .env("CH4_LOG", "warn")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -732,17 +738,59 @@ fn killed_in_rendezvous_rank() {
     w.send(&[0u8], 1, 2).unwrap();
     // The rendezvous message may arrive whole (a single-copy read can finish before the kill)
     // or fail; the receive of a message never sent must fail, and an ANY_SOURCE one too.
+    // Each step says when it ended, so a run that hangs shows where.
+    let step = |what: &str| {
+        println!("rank 0 {what} at {}", unix_ms());
+        let _ = std::io::stdout().flush();
+    };
+    step("posts the rendezvous receive");
     let mut got = vec![0u8; 8 << 20];
     match w.recv(&mut got, 1, 3) {
         Ok(st) => assert!(st.bytes == big.len() && got == big, "a damaged message"),
         Err(e) => assert_eq!(e.kind(), ErrorKind::PeerFailed, "{e}"),
     }
+    step("ended the rendezvous receive");
     let e = w.recv(&mut b, 1, 4).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::PeerFailed, "{e}");
+    step("saw a receive from it fail");
     let e = w.recv(&mut b, ANY_SOURCE, 4).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::PeerFailed, "{e}");
     println!("rank 0 saw it fail at {}", unix_ms());
     let _ = std::io::stdout().flush();
     // Not finalize: the job is over (the launcher ends it), and a peer is gone.
     std::process::exit(0);
+}
+
+/// Eight ranks, each its own node, three VCIs each, finalize without one waiting out a
+/// peer's goodbye: every VCI's connections begin to close before any is driven. Closed one VCI
+/// after another, a rank that had moved on to its second VCI no longer answered on its first,
+/// and UCX's endpoint flush of a peer still closing there ran out its 2 s ("still flushing",
+/// about half the runs). Three short soaks, so a regression shows in almost every run.
+#[test]
+fn finalize_across_vcis_waits_for_no_peer() {
+    let dir = built();
+    for round in 0..3 {
+        let started = Instant::now();
+        let out = Command::new(dir.join("ch4run"))
+            .args(["-n", "8"])
+            .arg(dir.join("examples/soak"))
+            .args(["-m", "2000", "-t", "3", "--max-size", "4096"])
+            // Too short for memory to mean anything.
+            .args(["--rss-slack-pct", "10000"])
+            .env("CH4_NUM_VCIS", "3")
+            .env("CH4_NODE_SIZE", "1")
+            .env("CH4_LOG", "warn")
+            .output()
+            .expect("ch4run starts");
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "round {round}:\n{stdout}\n{stderr}");
+        assert!(
+            !stderr.contains("still flushing"),
+            "round {round}: a rank waited out a peer's close ({:?}):\n{stderr}",
+            started.elapsed()
+        );
+    }
 }
