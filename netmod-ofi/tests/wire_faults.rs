@@ -160,6 +160,15 @@ struct Outcome {
     after_a_gap: u32,
     /// Requests still waiting at the end (sends and receives).
     waiting: u32,
+    /// Messages whose send completed without error and whose receive still waits, per
+    /// direction: given up by the transport while the sender was told all was well.
+    sent_not_received: [u32; 2],
+    /// With [`Wait::ObserveThenSend`]: whether a fresh message sent each way after the
+    /// window arrived within [`AFTER`].
+    fresh_arrived: Option<[bool; 2]>,
+    /// With [`Wait::ObserveThenFollow`]: per direction, the message whose (waiting) receive
+    /// the following message completed.
+    taken_by_the_next: [Option<u32>; 2],
     /// Connections the proxies accepted.
     accepted: u64,
     /// Whether a proxy cut.
@@ -173,7 +182,17 @@ enum Wait {
     AllEnd,
     /// At most this long; requests still waiting then are counted, not failed.
     Observe(Duration),
+    /// As `Observe`, then a fresh message each way (tag 9): does the connection carry
+    /// traffic again?
+    ObserveThenSend(Duration),
+    /// As `Observe`, then one more message each way on the traffic's own tag (message number
+    /// `count`): a receive still waiting for a lost message takes it, if the connection
+    /// carries traffic again — the loss then shows as a receive holding a later message.
+    ObserveThenFollow(Duration),
 }
+
+/// How long a fresh message after a cut may take.
+const AFTER: Duration = Duration::from_secs(2);
 
 /// Runs `traffic` through proxies that behave as `plans`; checks every request that ended
 /// (completed with its own message, in order, or failed with `PeerFailed` or `Transport`) and
@@ -220,7 +239,7 @@ fn run(plans: [Plan; 2], traffic: Traffic, wait: Wait, what: &str) -> Option<Out
     let started = Instant::now();
     let window = match wait {
         Wait::AllEnd => bound(),
-        Wait::Observe(d) => d,
+        Wait::Observe(d) | Wait::ObserveThenSend(d) | Wait::ObserveThenFollow(d) => d,
     };
     let mut done = vec![false; reqs.len()];
     while !done.iter().all(|&d| d) && started.elapsed() < window {
@@ -291,6 +310,94 @@ fn run(plans: [Plan; 2], traffic: Traffic, wait: Wait, what: &str) -> Option<Out
                 out.whole[dir] += 1;
             }
             Some(_) => failed_yet[dir] = true,
+        }
+    }
+    for (k, &(_, _, dir, i, is_recv)) in reqs.iter().enumerate() {
+        let ok = |st: &Option<Status>| st.is_some_and(|st| st.error.is_none());
+        // A message's send comes just before its receive in `reqs`.
+        if !is_recv && ok(&ended[k]) && ended[k + 1].is_none() {
+            debug_assert_eq!(reqs[k + 1].3, i);
+            out.sent_not_received[dir] += 1;
+        }
+    }
+    if wait == Wait::ObserveThenSend(window) {
+        let mut fresh = Vec::new();
+        for from in [0usize, 1] {
+            let to = 1 - from;
+            let w = h[from].world();
+            let s = h[from]
+                .isend(
+                    w,
+                    to as i32,
+                    9,
+                    SendBuf::owned(vec![from as u8; 8]),
+                    SendMode::Standard,
+                )
+                .map_err(|e| eprintln!("{what}: fresh isend {from}→{to}: {e}"))
+                .ok();
+            let w = h[to].world();
+            let r = h[to]
+                .irecv(w, from as i32, 9, RecvBuf::owned(8))
+                .map_err(|e| eprintln!("{what}: fresh irecv {from}→{to}: {e}"))
+                .ok();
+            fresh.push((from, s, to, r));
+        }
+        let until = Instant::now() + AFTER;
+        let mut arrived = [false; 2];
+        while Instant::now() < until && !arrived.iter().all(|&a| a) {
+            let _ = h.step();
+            for &(from, _, to, r) in &fresh {
+                if let Some(r) = r {
+                    arrived[from] = arrived[from] || h[to].is_done(r).unwrap_or(false);
+                }
+            }
+        }
+        for &(from, _, to, r) in &fresh {
+            if let (true, Some(r)) = (arrived[from], r) {
+                let st = h[to].test_status(r).unwrap().unwrap();
+                arrived[from] = st.error.is_none();
+            }
+        }
+        out.fresh_arrived = Some(arrived);
+    }
+    if wait == Wait::ObserveThenFollow(window) {
+        let mut watch = Vec::new();
+        for from in [0usize, 1] {
+            let to = 1 - from;
+            let w = h[from].world();
+            let tag = 5 + from as i32;
+            // The first receive of this direction still waiting, if one is: it will take
+            // the next message if the earlier ones are gone.
+            let Some(k) = reqs
+                .iter()
+                .zip(&ended)
+                .position(|(r, st)| r.2 == from && r.4 && st.is_none())
+            else {
+                continue;
+            };
+            watch.push(k);
+            let next = message(from, traffic.count, traffic.len);
+            if let Err(e) =
+                h[from].isend(w, to as i32, tag, SendBuf::owned(next), SendMode::Standard)
+            {
+                eprintln!("{what}: the next message {from}→{to}: {e}");
+            }
+        }
+        let until = Instant::now() + AFTER;
+        while Instant::now() < until && !watch.is_empty() {
+            let _ = h.step();
+            watch.retain(|&k| {
+                let (dev, r, dir, i, _) = reqs[k];
+                if !h[dev].is_done(r).unwrap_or(false) {
+                    return true;
+                }
+                let st = h[dev].test_status(r).unwrap().unwrap();
+                let m = &got[dir][i as usize];
+                if st.error.is_none() && m[..5] == message(dir, traffic.count, 8)[..5] {
+                    out.taken_by_the_next[dir] = Some(i);
+                }
+                false
+            });
         }
     }
     // Nothing left over to arrive twice (give stragglers a moment): every message has a
@@ -392,6 +499,9 @@ fn named(what: &str, case: impl FnOnce() -> Option<Outcome>) -> Option<Outcome> 
                 .cloned()
                 .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_default();
+            if msg.contains(what) {
+                std::panic::resume_unwind(p)
+            }
             panic!("{what}: {msg}")
         }
     }
@@ -533,7 +643,7 @@ fn survey() {
         for (cut, reopen) in CUTS {
             for traffic in [EAGER, LARGE] {
                 let r = catch_unwind(AssertUnwindSafe(|| {
-                    cut_case(seed, cut, reopen, traffic, Wait::Observe(bound()))
+                    cut_case(seed, cut, reopen, traffic, Wait::ObserveThenSend(bound()))
                 }));
                 let line = match r {
                     Ok(o) => format!("ran {o:?}"),
@@ -551,5 +661,26 @@ fn survey() {
     }
     for l in lines {
         eprintln!("SURVEY {l}");
+    }
+}
+
+/// The loss in plain sight: after a cut the peer is reachable again and rxm reconnects, and
+/// one more message on the traffic's tag completes the receive that waited for an earlier
+/// message — one whose standard send had completed without error. MPI's order (and the
+/// message) are lost without an error anywhere. Fails when run (`-- --ignored`).
+#[test]
+#[ignore = "open: over tcp;ofi_rxm a reconnected pair skips the messages lost with the old connection"]
+fn after_a_reconnection_no_later_message_takes_a_lost_ones_receive() {
+    for seed in seeds() {
+        for cut in [Cut::Reset, Cut::Drop] {
+            let wait = Wait::ObserveThenFollow(Duration::from_secs(1));
+            if let Some(o) = cut_case(seed, cut, true, EAGER, wait) {
+                assert_eq!(
+                    o.taken_by_the_next, [None; 2],
+                    "{cut:?}, seed {seed} (replay: FAULT_SEED={seed}): the receive of this \
+                     message (per direction) took the next message instead: {o:?}"
+                );
+            }
+        }
     }
 }
