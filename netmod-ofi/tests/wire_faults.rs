@@ -163,6 +163,9 @@ struct Outcome {
     /// Messages whose send completed without error and whose receive still waits, per
     /// direction: given up by the transport while the sender was told all was well.
     sent_not_received: [u32; 2],
+    /// Messages whose send completed without error and whose receive failed, per direction
+    /// (a large receive whose read failed other than by `PeerFailed` still acknowledges).
+    sent_but_receive_failed: [u32; 2],
     /// With [`Wait::ObserveThenSend`]: whether a fresh message sent each way after the
     /// window arrived within [`AFTER`].
     fresh_arrived: Option<[bool; 2]>,
@@ -315,9 +318,13 @@ fn run(plans: [Plan; 2], traffic: Traffic, wait: Wait, what: &str) -> Option<Out
     for (k, &(_, _, dir, i, is_recv)) in reqs.iter().enumerate() {
         let ok = |st: &Option<Status>| st.is_some_and(|st| st.error.is_none());
         // A message's send comes just before its receive in `reqs`.
-        if !is_recv && ok(&ended[k]) && ended[k + 1].is_none() {
+        if !is_recv && ok(&ended[k]) {
             debug_assert_eq!(reqs[k + 1].3, i);
-            out.sent_not_received[dir] += 1;
+            match ended[k + 1] {
+                None => out.sent_not_received[dir] += 1,
+                Some(Status { error: Some(_), .. }) => out.sent_but_receive_failed[dir] += 1,
+                Some(_) => {}
+            }
         }
     }
     if wait == Wait::ObserveThenSend(window) {
