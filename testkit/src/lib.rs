@@ -44,7 +44,7 @@ pub use jobs::{inproc_job, pipe_job, pipe_pair, tcp_job, InprocHarness, PipeHarn
 #[cfg(not(loom))]
 pub use jobs::{shm_job, ShmHarness};
 pub use pipe::{Frame, Pipe, Wire};
-pub use proxy::{Cut, Proxy};
+pub use proxy::{Cut, Fragment, Plan, Proxy};
 pub use requests::{irecv_leaked, isend_owned, leaked_buffer};
 pub use rng::{fault_seeds, SplitMix64};
 

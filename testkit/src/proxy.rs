@@ -6,6 +6,11 @@
 //! connection it carries (RST, as a crashed host's kernel or a firewall does) or drops it
 //! (FIN without the netmod's goodbye, as a middlebox that gives up does), and refuses new ones.
 //! Unlike `ss -K`, which needs iproute2 and root, it cuts at a chosen byte, mid-transfer.
+//!
+//! [`Proxy::start_with`] takes a [`Plan`] for two more behaviours: after the cut, accept new
+//! connections again and forward them without limit (a transient failure, for transports that
+//! reconnect by themselves, such as libfabric's `ofi_rxm`), and a slow, fragmented wire that
+//! forwards in seeded random small pieces with seeded random short pauses (no cut).
 #![allow(unsafe_code)] // setsockopt(SO_LINGER): one FFI call, with its SAFETY comment.
 
 use std::io::{ErrorKind as IoKind, Read, Write};
@@ -16,6 +21,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::SplitMix64;
+
 /// How the proxy breaks its connections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cut {
@@ -25,10 +32,54 @@ pub enum Cut {
     Drop,
 }
 
+/// What a proxy does besides forwarding: see [`Proxy::start_with`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    /// Bytes forwarded (both ways, all connections together) before the cut; `u64::MAX`:
+    /// never cut.
+    pub budget: u64,
+    /// How the cut breaks the connections.
+    pub cut: Cut,
+    /// After the cut, accept new connections and forward them without limit, instead of
+    /// refusing them (the peer is then reachable again: a transient failure).
+    pub reopen: bool,
+    /// Forward in pieces of 1 to `max_piece` bytes, each piece written alone, with a pause of
+    /// up to `max_pause` after a quarter of them, drawn from this seed.
+    pub fragment: Option<Fragment>,
+}
+
+/// A slow, fragmented wire: see [`Plan::fragment`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fragment {
+    /// The seed of the pieces' sizes and the pauses.
+    pub seed: u64,
+    /// The largest piece, in bytes (at least 1).
+    pub max_piece: usize,
+    /// The longest pause between two pieces.
+    pub max_pause: Duration,
+}
+
+impl Plan {
+    /// Cut after `budget` bytes as `cut` says, and refuse new connections afterwards.
+    pub fn cut(budget: u64, cut: Cut) -> Plan {
+        Plan {
+            budget,
+            cut,
+            reopen: false,
+            fragment: None,
+        }
+    }
+}
+
 /// What the proxy thread and the test share.
 struct Shared {
     /// Bytes forwarded so far, both ways, over all connections.
     forwarded: AtomicU64,
+    /// Connections accepted so far (and forwarded to the target).
+    accepted: AtomicU64,
+    /// Pieces written and pauses taken by a fragmenting proxy.
+    pieces: AtomicU64,
+    pauses: AtomicU64,
     /// When the cut happened (set once), in ms since `epoch`, plus one (0: not yet).
     cut_at: AtomicU64,
     epoch: Instant,
@@ -52,17 +103,26 @@ impl Proxy {
     /// A proxy to `target` that forwards `budget` bytes (both ways together) and then cuts as
     /// `cut` says. Panics if it cannot listen on loopback (a test's setup).
     pub fn start(target: SocketAddr, budget: u64, cut: Cut) -> Proxy {
+        Proxy::start_with(target, Plan::cut(budget, cut))
+    }
+
+    /// A proxy to `target` that behaves as `plan` says. Panics if it cannot listen on
+    /// loopback (a test's setup).
+    pub fn start_with(target: SocketAddr, plan: Plan) -> Proxy {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("proxy listens");
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
         let shared = Arc::new(Shared {
             forwarded: AtomicU64::new(0),
+            accepted: AtomicU64::new(0),
+            pieces: AtomicU64::new(0),
+            pauses: AtomicU64::new(0),
             cut_at: AtomicU64::new(0),
             epoch: Instant::now(),
             stop: AtomicBool::new(false),
         });
         let s = shared.clone();
-        let thread = std::thread::spawn(move || run_proxy(listener, target, budget, cut, &s));
+        let thread = std::thread::spawn(move || run_proxy(listener, target, plan, &s));
         Proxy {
             addr,
             shared,
@@ -81,6 +141,19 @@ impl Proxy {
     /// Bytes forwarded so far, both ways.
     pub fn forwarded(&self) -> u64 {
         self.shared.forwarded.load(Ordering::Relaxed)
+    }
+
+    /// Connections accepted so far (a transport that reconnects after a cut opens more).
+    pub fn accepted(&self) -> u64 {
+        self.shared.accepted.load(Ordering::Relaxed)
+    }
+
+    /// Pieces written and pauses taken by a fragmenting proxy ([`Plan::fragment`]).
+    pub fn pieces_and_pauses(&self) -> (u64, u64) {
+        (
+            self.shared.pieces.load(Ordering::Relaxed),
+            self.shared.pauses.load(Ordering::Relaxed),
+        )
     }
 }
 
@@ -119,17 +192,29 @@ fn linger_zero(s: &TcpStream) {
 }
 
 /// Moves bytes from `from` to `to` through `pending`, at most `allowance` new ones; returns how
-/// many were read and whether `from` ended.
+/// many were read and whether `from` ended. With `fragment`, reads at most one piece of a
+/// size drawn from it and writes it alone (see [`Plan::fragment`]).
 fn pump(
     from: &mut TcpStream,
     to: &mut TcpStream,
     pending: &mut Pending,
     allowance: u64,
+    fragment: Option<(&mut SplitMix64, &Fragment, &Shared)>,
 ) -> (u64, bool) {
     let mut read = 0u64;
     let mut ended = false;
     if pending.0.is_empty() && allowance > 0 {
-        let mut buf = vec![0u8; (allowance.min(64 * 1024)) as usize];
+        let mut want = allowance.min(64 * 1024);
+        if let Some((rng, f, s)) = fragment {
+            want = want.min(1 + rng.below(f.max_piece.max(1) as u64));
+            s.pieces.fetch_add(1, Ordering::Relaxed);
+            if rng.below(4) == 0 && !f.max_pause.is_zero() {
+                let pause = rng.below(f.max_pause.as_micros() as u64 + 1);
+                s.pauses.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_micros(pause));
+            }
+        }
+        let mut buf = vec![0u8; want as usize];
         match from.read(&mut buf) {
             Ok(0) => ended = true,
             Ok(n) => {
@@ -155,7 +240,14 @@ fn pump(
     (read, ended)
 }
 
-fn run_proxy(listener: TcpListener, target: SocketAddr, budget: u64, cut: Cut, s: &Shared) {
+fn run_proxy(listener: TcpListener, target: SocketAddr, plan: Plan, s: &Shared) {
+    let Plan {
+        mut budget,
+        cut,
+        reopen,
+        fragment,
+    } = plan;
+    let mut rng = SplitMix64::new(fragment.map_or(0, |f| f.seed));
     let mut listener = Some(listener);
     // (client side, upstream side, pending client→upstream, pending upstream→client, open)
     let mut conns: Vec<(TcpStream, TcpStream, Pending, Pending, bool)> = Vec::new();
@@ -169,15 +261,29 @@ fn run_proxy(listener: TcpListener, target: SocketAddr, budget: u64, cut: Cut, s
                         t.set_nodelay(true).unwrap();
                     }
                     conns.push((client, up, Pending::default(), Pending::default(), true));
+                    s.accepted.fetch_add(1, Ordering::Relaxed);
                 }
                 idle = false;
             }
         }
         let mut forwarded = s.forwarded.load(Ordering::Relaxed);
         for (client, up, to_up, to_client, open) in conns.iter_mut().filter(|c| c.4) {
-            let (a, end_a) = pump(client, up, to_up, budget - forwarded);
+            let f = fragment.as_ref();
+            let (a, end_a) = pump(
+                client,
+                up,
+                to_up,
+                budget - forwarded,
+                f.map(|f| (&mut rng, f, s)),
+            );
             forwarded += a;
-            let (b, end_b) = pump(up, client, to_client, budget - forwarded);
+            let (b, end_b) = pump(
+                up,
+                client,
+                to_client,
+                budget - forwarded,
+                f.map(|f| (&mut rng, f, s)),
+            );
             forwarded += b;
             idle &= a + b == 0;
             // An orderly end of one side is passed on as such.
@@ -206,7 +312,12 @@ fn run_proxy(listener: TcpListener, target: SocketAddr, budget: u64, cut: Cut, s
                     }
                 }
             }
-            listener = None;
+            if reopen {
+                // From now on new connections are forwarded without limit.
+                budget = u64::MAX;
+            } else {
+                listener = None;
+            }
         }
         if idle {
             std::thread::sleep(Duration::from_micros(200));
