@@ -49,12 +49,21 @@ fn job_and_stranger() -> Option<(Harness<OfiNetmod, NoShm>, Endpoint)> {
 
 /// Sends `payload` from the stranger to rank 0 with match bits `bits` and remote CQ data
 /// `data`, stepping the job meanwhile (rxm connects inside progress calls).
-fn forge(h: &mut Harness<OfiNetmod, NoShm>, stranger: &Endpoint, payload: &[u8], bits: u64, data: u64) {
+fn forge(
+    h: &mut Harness<OfiNetmod, NoShm>,
+    stranger: &Endpoint,
+    payload: &[u8],
+    bits: u64,
+    data: u64,
+) {
     let started = Instant::now();
     while stranger.tinjectdata(payload, data, 0, bits).unwrap() == Posted::Again {
         let _ = stranger.poll(&mut [fi_cq_tagged_entry::default(); 4]);
         h.step().unwrap();
-        assert!(started.elapsed() < Duration::from_secs(10), "could not send");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "could not send"
+        );
     }
 }
 
@@ -68,7 +77,10 @@ fn completion(h: &mut Harness<OfiNetmod, NoShm>, stranger: &Endpoint, req: ReqHa
         if let Some(st) = h[0].take_completed(req).unwrap() {
             return st;
         }
-        assert!(started.elapsed() < Duration::from_secs(10), "request never completed");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "request never completed"
+        );
     }
 }
 
@@ -95,7 +107,12 @@ fn an_endpoint_outside_the_job_cannot_complete_a_receive() {
     forge(&mut h, &stranger, b"forged", bits, data);
     // The first receive that matches takes the message: it must not complete as rank 1's.
     let st = completion(&mut h, &stranger, named);
-    assert_eq!(st.error, Some(ErrorKind::Transport), "{st:?}: {:?}", &named_buf[..6]);
+    assert_eq!(
+        st.error,
+        Some(ErrorKind::Transport),
+        "{st:?}: {:?}",
+        &named_buf[..6]
+    );
     // Rank 1's own message still arrives, at the next receive.
     isend_owned(&mut h[1], 0, 42, b"honest".to_vec(), SendMode::Standard);
     let st = completion(&mut h, &stranger, any);
