@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The fault tests with many seeds (docs/hardening/faults.md): the semantics suite through the
-# seeded fault wrapper over TCP and shared memory, connections reset and dropped by a proxy,
-# a rail lost mid-transfer, with FAULT_SEEDS seeds each (CI runs 1 and 2); then the killed-rank
+# seeded fault wrapper over TCP and shared memory, connections reset and dropped by a proxy
+# (ch4's TCP netmod and libfabric's tcp;ofi_rxm), a rail lost mid-transfer, with FAULT_SEEDS seeds each (CI runs 1 and 2); then the killed-rank
 # tests over every network the machine has. A failing seed is printed with the line that
 # replays it (FAULT_SEED=s).
 #
@@ -26,10 +26,11 @@ export CARGO_INCREMENTAL=0
 start=$(date +%s)
 echo "== semantics suite through the fault wrapper, $FAULT_SEEDS seeds"
 cargo test -q --test pt2pt --test multithreaded --test schedules faults_
-echo "== TCP connections reset and dropped, a rail lost, $FAULT_SEEDS seeds"
+echo "== TCP connections reset and dropped, a rail lost, libfabric's cut, $FAULT_SEEDS seeds"
 cargo test -q -p testkit --test faults
 cargo test -q -p netmod-tcp --test faults
 cargo test -q -p netmod-rails --test faults
+cargo test -q -p netmod-ofi --test wire_faults
 echo "== killed ranks: TCP and shared memory, then libfabric and UCX where they build"
 cargo test -q --test process a_receive_from_a_killed -- --nocapture 2>&1 |
     grep -E "the receive failed|test result"
