@@ -24,7 +24,7 @@ use std::ptr::null_mut;
 use ch4_core::native::{self, message_credit, word_of, CancelStep, Holding, OpIndex};
 use ch4_core::request::{Message, RecvState, ReqHandle, Request, RequestKind, UNKNOWN_PROCESS};
 use ch4_core::transport::{Caps, Cx, P2p, Partner, SendOp};
-use ch4_core::{Envelope, Error, ErrorKind, Gpid, Result, SendMode, Status};
+use ch4_core::{Envelope, Error, ErrorKind, Gpid, PeerState, Result, SendMode, Status};
 use ucx_sys::*;
 
 use crate::credit;
@@ -848,6 +848,28 @@ fn finish_recv<P: Partner>(
     Ok(())
 }
 
+/// Closes the endpoints of the peers known to have failed (UCX's error handler, or the
+/// launcher's word), where UCX allows a forced close.
+#[cold]
+fn close_failed_endpoints(net: &mut Net) {
+    let failed = net.failed.clone();
+    let watch = net.watch.clone();
+    if failed.is_empty() && watch.is_none() {
+        return;
+    }
+    if let Some(w) = &mut net.worker {
+        let closed = w.close_failed(|g| {
+            failed.contains(&g) || watch.as_ref().is_some_and(|w| w(g) == PeerState::Failed)
+        });
+        if closed > 0 {
+            tracing::debug!(
+                closed,
+                "closed the endpoints of failed peers before waiting on UCX"
+            );
+        }
+    }
+}
+
 /// Destroys the worker (ending every operation on it, so nothing is written into a posted
 /// buffer afterwards) and fails every request that had an operation there.
 pub(crate) fn close_and_fail<P: Partner>(cx: &mut Cx<'_, Net, P>, why: &'static str) {
@@ -862,12 +884,15 @@ pub(crate) fn close_and_fail<P: Partner>(cx: &mut Cx<'_, Net, P>, why: &'static 
 }
 
 /// Drives this worker until operation `i` of request `req` has been applied (its slot freed),
-/// within the device's cancel limit; past it the worker is destroyed.
+/// within the device's cancel limit; past it the worker is destroyed. The endpoints of failed
+/// peers are closed first (see [`crate::worker::Worker::close_failed`]): what UCX holds for a
+/// dead peer then ends at once.
 fn drive_until_released<P: Partner>(
     cx: &mut Cx<'_, Net, P>,
     i: OpIndex,
     req: ReqHandle,
 ) -> Result<()> {
+    close_failed_endpoints(cx.transport);
     native::drive_until_released(
         cx,
         |net| net.ops.get(i).is_some_and(|o| o.req == req),

@@ -98,7 +98,7 @@ pub struct UcxNetmod {
     /// The same for the completions of sends posted without a slot.
     pub(crate) applying_slotless: Vec<crate::worker::SlotlessDone>,
     /// Where this rank learns that a peer failed or left (the launcher, or the thread job).
-    watch: Option<PeerWatch>,
+    pub(crate) watch: Option<PeerWatch>,
 }
 
 // SAFETY: the worker is `Send` (see `Worker`); the raw pointers in the operations (UCX

@@ -618,6 +618,40 @@ impl Worker {
         }
     }
 
+    /// Closes at once (forced) the endpoints of the peers that are `failed`, where the
+    /// endpoint was made with peer-failure handling (a forced close is undefined behaviour
+    /// otherwise): UCX then ends what it still held for them — a rendezvous receive it had
+    /// matched to a message of the dead peer, which `ucp_request_cancel` does not take back —
+    /// with an error, instead of leaving it to the device's cancel limit. A later send to such
+    /// a peer makes a new endpoint, which fails in turn. Returns how many it closed.
+    pub fn close_failed(&mut self, failed: impl Fn(Gpid) -> bool) -> usize {
+        let mut closed = 0;
+        for record in &self.records {
+            let Ep(ep) = self.eps.get(record.peer);
+            if ep.is_null() || !record.forceable || !failed(record.peer) {
+                continue;
+            }
+            let param = ucp_request_param_t {
+                op_attr_mask: UCP_OP_ATTR_FIELD_FLAGS,
+                flags: UCP_EP_CLOSE_FLAG_FORCE,
+                ..Default::default()
+            };
+            // SAFETY: a live endpoint made with peer-failure handling, closed once (its slot
+            // is cleared below).
+            let r = unsafe { ucp_ep_close_nbx(ep, &param) };
+            if let Some(slot) = self.eps.get_mut(record.peer) {
+                *slot = Ep::default();
+            }
+            if ucs_ptr_is_ptr(r) {
+                self.closing.push(r);
+                self.closing_since
+                    .get_or_insert_with(std::time::Instant::now);
+            }
+            closed += 1;
+        }
+        closed
+    }
+
     /// Whether an endpoint close begun by [`Worker::begin_close`] is still under way.
     pub fn closing_in_flight(&self) -> bool {
         self.closing.iter().any(|&r| {
@@ -800,6 +834,81 @@ mod tests {
             // SAFETY: as above.
             unsafe { ucp_request_free(request) };
         }
+    }
+
+    /// A rendezvous receive UCX has matched to a peer that then stops (it never progresses
+    /// again, as a killed process) is not ended by UCX while the endpoint lives; closing the
+    /// failed peer's endpoint (forced, peer-failure mode) ends it with an error, so the device
+    /// need not wait out its cancel limit and destroy the worker.
+    #[test]
+    fn closing_a_failed_peers_endpoint_ends_its_matched_rendezvous() {
+        let settings = [("TLS", "tcp"), ("NET_DEVICES", "lo")];
+        let (Ok(mut w0), Ok(mut w1)) = (
+            Worker::open(2, &settings, ErrMode::Peer),
+            Worker::open(2, &settings, ErrMode::Peer),
+        ) else {
+            eprintln!("note: UCX's tcp transport unavailable here, test skipped");
+            return;
+        };
+        let cards = vec![w0.address().unwrap(), w1.address().unwrap()];
+        w0.learn(&cards);
+        w1.learn(&cards);
+        // Rank 0 has an endpoint to rank 1 (as the killed-rank test's rank 0 does).
+        w0.ep(1).unwrap();
+        let big = vec![7u8; 8 << 20];
+        let mut into = vec![0u8; 8 << 20];
+        let param = ucp_request_param_t::default();
+        let ep = w1.ep(0).unwrap();
+        // SAFETY: a live endpoint of `w1`; `big` outlives the request, freed below.
+        let sending = unsafe { ucp_tag_send_nbx(ep, big.as_ptr().cast(), big.len(), 9, &param) };
+        assert!(ucs_ptr_is_ptr(sending), "an 8 MiB send goes by rendezvous");
+        // SAFETY: `into` outlives the request, freed below; no callback.
+        let receiving = unsafe {
+            ucp_tag_recv_nbx(
+                w0.raw(),
+                into.as_mut_ptr().cast(),
+                into.len(),
+                9,
+                !0,
+                &param,
+            )
+        };
+        assert!(ucs_ptr_is_ptr(receiving));
+        // Let the request-to-send arrive and match, then rank 1 stops for good.
+        for _ in 0..20 {
+            w1.progress();
+            w0.progress();
+        }
+        let started = std::time::Instant::now();
+        while started.elapsed() < std::time::Duration::from_millis(200) {
+            w0.progress();
+        }
+        // SAFETY: `receiving` is `w0`'s live receive request.
+        let before = unsafe { ucp_request_check_status(receiving) };
+        assert_eq!(
+            before, UCS_INPROGRESS,
+            "UCX ends nothing while the endpoint lives"
+        );
+        assert_eq!(w0.close_failed(|g| g == 1), 1);
+        let started = std::time::Instant::now();
+        // SAFETY: as above.
+        while unsafe { ucp_request_check_status(receiving) } == UCS_INPROGRESS {
+            w0.progress();
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(5),
+                "the receive outlived its peer's endpoint"
+            );
+        }
+        // SAFETY: as above.
+        let after = unsafe { ucp_request_check_status(receiving) };
+        assert_ne!(after, UCS_OK, "ended with an error, not as if delivered");
+        // SAFETY: both requests are live and freed once; `w1` is dropped after, which ends
+        // its send.
+        unsafe {
+            ucp_request_free(receiving);
+            ucp_request_free(sending);
+        }
+        w0.release_closes();
     }
 
     #[test]
