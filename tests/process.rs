@@ -660,6 +660,17 @@ const KILLED_PEER_BOUND_MS: u128 = 3000;
 /// ended: a failure shows where it waited.
 #[test]
 fn a_receive_from_a_killed_rank_fails_within_a_bound() {
+    // UCX's default endpoints ask for no failure guarantee (`UCP_ERR_HANDLING_MODE_NONE`): a
+    // rendezvous receive UCX has matched to the killed rank may then never end (seen in two
+    // full suite runs of eight here: it waited out the device's 10-s cancel limit, which
+    // closed the worker). The guarantee is `CH4_UCX_ERR_MODE=peer`, which test.sh's next line
+    // runs this test with; see docs/hardening/faults.md.
+    if cfg!(feature = "ucx")
+        && !std::env::var("CH4_UCX_ERR_MODE").is_ok_and(|m| m.trim().eq_ignore_ascii_case("peer"))
+    {
+        eprintln!("skipped: UCX without CH4_UCX_ERR_MODE=peer guarantees no failure report");
+        return;
+    }
     let dir = built();
     for node_size in ["1", "2"] {
         let out = Command::new(dir.join("ch4run"))
