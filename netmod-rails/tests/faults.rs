@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use ch4_core::bootstrap::Bootstrap;
 use ch4_core::buffer::{RecvBuf, SendBuf};
 use ch4_core::core::DeviceConfig;
-use ch4_core::{ErrorKind, NoShm, SendMode};
+use ch4_core::{AmTransport, ErrorKind, NoShm, PeerState, SendMode};
 use netmod_rails::{Rails, TcpRails};
 use netmod_tcp::TcpNetmod;
 use testkit::{Cut, Harness, Limit, Proxy, SplitMix64};
@@ -113,6 +113,17 @@ fn lose_a_rail(budget: u64, cut: Cut, what: &str) -> (bool, Vec<u64>) {
             took < DETECTED_WITHIN,
             "{what}: the failure took {took:?} to show"
         );
+        // Rank 1 saw the cut first (its receive failed); rank 0's own leg of the cut rail
+        // reports the reset when its kernel has it and rank 0 polls: wait for that (a send
+        // before it goes out over the healthy primary, as it may while no one knows).
+        let deadline = Instant::now() + DETECTED_WITHIN;
+        while h[0].netmod().peer_state(1) == PeerState::Alive {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: rank 0 never saw its rail cut"
+            );
+            h.step().unwrap();
+        }
         // The peer stays failed: later operations fail at once, also over the primary.
         let e = h[0]
             .send(w0, 1, 3, b"after", SendMode::Standard)
