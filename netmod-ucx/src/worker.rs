@@ -765,6 +765,23 @@ mod tests {
     use std::ptr::null_mut;
     use ucx_sys::*;
 
+    /// Two workers of a job of two over UCX's tcp on loopback, endpoints asking for `mode`,
+    /// each knowing both addresses; `None` (with a note) where UCX's tcp is unavailable.
+    fn tcp_pair(mode: ErrMode) -> Option<(Worker, Worker)> {
+        let settings = [("TLS", "tcp"), ("NET_DEVICES", "lo")];
+        let (Ok(mut w0), Ok(mut w1)) = (
+            Worker::open(2, &settings, mode),
+            Worker::open(2, &settings, mode),
+        ) else {
+            eprintln!("note: UCX's tcp transport unavailable here, test skipped");
+            return None;
+        };
+        let cards = vec![w0.address().unwrap(), w1.address().unwrap()];
+        w0.learn(&cards);
+        w1.learn(&cards);
+        Some((w0, w1))
+    }
+
     /// Sends `payload` with `bits` from `from` to process `to` and drives both workers until
     /// UCX is done with it.
     fn send(from: &mut Worker, to: &Worker, dest: u32, bits: u64, payload: &[u8]) {
@@ -790,17 +807,9 @@ mod tests {
     /// closes, and nothing else is: a message of the program's own stays for UCX to report.
     #[test]
     fn late_credit_is_dropped_and_nothing_else() {
-        let settings = [("TLS", "tcp"), ("NET_DEVICES", "lo")];
-        let (Ok(mut w0), Ok(mut w1)) = (
-            Worker::open(2, &settings, ErrMode::None),
-            Worker::open(2, &settings, ErrMode::None),
-        ) else {
-            eprintln!("note: UCX's tcp transport unavailable here, test skipped");
+        let Some((mut w0, mut w1)) = tcp_pair(ErrMode::None) else {
             return;
         };
-        let cards = vec![w0.address().unwrap(), w1.address().unwrap()];
-        w0.learn(&cards);
-        w1.learn(&cards);
         for _ in 0..6 {
             // As the engine sends credit: the number of messages, 4 bytes.
             send(&mut w1, &w0, 0, tag::credit_tag(1), &7u32.to_le_bytes());
@@ -842,17 +851,9 @@ mod tests {
     /// need not wait out its cancel limit and destroy the worker.
     #[test]
     fn closing_a_failed_peers_endpoint_ends_its_matched_rendezvous() {
-        let settings = [("TLS", "tcp"), ("NET_DEVICES", "lo")];
-        let (Ok(mut w0), Ok(mut w1)) = (
-            Worker::open(2, &settings, ErrMode::Peer),
-            Worker::open(2, &settings, ErrMode::Peer),
-        ) else {
-            eprintln!("note: UCX's tcp transport unavailable here, test skipped");
+        let Some((mut w0, mut w1)) = tcp_pair(ErrMode::Peer) else {
             return;
         };
-        let cards = vec![w0.address().unwrap(), w1.address().unwrap()];
-        w0.learn(&cards);
-        w1.learn(&cards);
         // Rank 0 has an endpoint to rank 1 (as the killed-rank test's rank 0 does).
         w0.ep(1).unwrap();
         let big = vec![7u8; 8 << 20];
