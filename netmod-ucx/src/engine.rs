@@ -852,15 +852,9 @@ fn finish_recv<P: Partner>(
 /// launcher's word), where UCX allows a forced close.
 #[cold]
 fn close_failed_endpoints(net: &mut Net) {
-    let failed = net.failed.clone();
-    let watch = net.watch.clone();
-    if failed.is_empty() && watch.is_none() {
-        return;
-    }
+    let failed = net.peers_where(|st| st == PeerState::Failed);
     if let Some(w) = &mut net.worker {
-        let closed = w.close_failed(|g| {
-            failed.contains(&g) || watch.as_ref().is_some_and(|w| w(g) == PeerState::Failed)
-        });
+        let closed = w.close_failed(failed);
         if closed > 0 {
             tracing::debug!(
                 closed,

@@ -98,7 +98,7 @@ pub struct UcxNetmod {
     /// The same for the completions of sends posted without a slot.
     pub(crate) applying_slotless: Vec<crate::worker::SlotlessDone>,
     /// Where this rank learns that a peer failed or left (the launcher, or the thread job).
-    pub(crate) watch: Option<PeerWatch>,
+    watch: Option<PeerWatch>,
 }
 
 // SAFETY: the worker is `Send` (see `Worker`); the raw pointers in the operations (UCX
@@ -203,6 +203,17 @@ impl Drop for UcxNetmod {
 }
 
 impl UcxNetmod {
+    /// A test of peers, owning what it reads (so the worker can be borrowed beside it): true
+    /// for a peer whose endpoint UCX reported broken, or whose state the watch says `pick`s.
+    pub(crate) fn peers_where(
+        &self,
+        pick: impl Fn(PeerState) -> bool + 'static,
+    ) -> impl Fn(Gpid) -> bool + 'static {
+        let failed = self.failed.clone();
+        let watch = self.watch.clone();
+        move |g| failed.contains(&g) || watch.as_ref().is_some_and(|w| pick(w(g)))
+    }
+
     /// Hands UCX back the requests of the operations still outstanding (the receives kept
     /// posted for credit, anything the device did not wait for): cancelled, their callbacks
     /// given a moment to run, then freed — before the worker is destroyed, which fails on a
@@ -308,11 +319,7 @@ impl AmTransport for UcxNetmod {
     }
 
     fn close_connections(&mut self) {
-        let failed = self.failed.clone();
-        let watch = self.watch.clone();
-        let gone = move |g: Gpid| {
-            failed.contains(&g) || watch.as_ref().is_some_and(|w| w(g) != PeerState::Alive)
-        };
+        let gone = self.peers_where(|st| st != PeerState::Alive);
         if let Some(w) = &mut self.worker {
             w.begin_close(gone);
         }

@@ -195,6 +195,37 @@ unsafe extern "C" fn ep_failed(arg: *mut c_void, _ep: ucp_ep_h, status: ucs_stat
     }
 }
 
+/// Closes `peer`'s endpoint if it has one (`force`: at once, `UCP_EP_CLOSE_FLAG_FORCE`, only
+/// for an endpoint made with peer-failure handling or whose error handler ran; else after a
+/// flush), clearing its slot; a close UCX has not finished goes to `closing`. Whether there was
+/// an endpoint.
+fn close_endpoint(
+    eps: &mut Paged<Ep>,
+    closing: &mut Vec<ucs_status_ptr_t>,
+    peer: Gpid,
+    force: bool,
+) -> bool {
+    let Ep(ep) = eps.get(peer);
+    if ep.is_null() {
+        return false;
+    }
+    let param = ucp_request_param_t {
+        op_attr_mask: UCP_OP_ATTR_FIELD_FLAGS,
+        flags: if force { UCP_EP_CLOSE_FLAG_FORCE } else { 0 },
+        ..Default::default()
+    };
+    // SAFETY: a live endpoint, closed once (its slot is cleared below); the callers force only
+    // an endpoint made with peer-failure handling or one whose error handler ran.
+    let r = unsafe { ucp_ep_close_nbx(ep, &param) };
+    if let Some(slot) = eps.get_mut(peer) {
+        *slot = Ep::default();
+    }
+    if ucs_ptr_is_ptr(r) {
+        closing.push(r);
+    }
+    true
+}
+
 /// An error for a failed UCX call.
 pub fn ucx_error(kind: ErrorKind, what: &str, status: ucs_status_t) -> Error {
     Error::new(kind, format!("{what}: {}", status_string(status)))
@@ -283,9 +314,11 @@ pub struct Worker {
     pub peer_errors: bool,
     /// The number of processes in the job.
     processes: u32,
-    /// Endpoint closes begun by [`Worker::begin_close`] and not yet seen complete, with when
-    /// they began: finalize drives every VCI's worker until all of them are done.
+    /// Endpoint closes UCX had not finished when they were begun (by [`Worker::begin_close`]
+    /// or [`Worker::close_failed`]), freed by [`Worker::release_closes`].
     closing: Vec<ucs_status_ptr_t>,
+    /// When finalize began its closes ([`Worker::begin_close`]): it drives every VCI's worker
+    /// until they are done, for a limited time from here.
     closing_since: Option<std::time::Instant>,
 }
 
@@ -586,36 +619,13 @@ impl Worker {
     pub fn begin_close(&mut self, gone: impl Fn(Gpid) -> bool) {
         // One record per endpoint made (an endpoint is made only where none is).
         for record in &self.records {
-            let (peer, forceable) = (record.peer, record.forceable);
-            let Ep(ep) = self.eps.get(peer);
-            if ep.is_null() {
-                continue;
-            }
             // An endpoint whose handler reported an error can no longer flush: ucp.h says
             // such an endpoint is to be released (a flush fails, and UCX logs it as an error).
-            let failed = record.failed.get();
-            let param = ucp_request_param_t {
-                op_attr_mask: UCP_OP_ATTR_FIELD_FLAGS,
-                flags: if failed || (forceable && gone(peer)) {
-                    UCP_EP_CLOSE_FLAG_FORCE
-                } else {
-                    0
-                },
-                ..Default::default()
-            };
-            // SAFETY: a live endpoint, closed once (its slot is cleared); forced only when it
-            // was made with peer-failure handling.
-            let r = unsafe { ucp_ep_close_nbx(ep, &param) };
-            if let Some(slot) = self.eps.get_mut(peer) {
-                *slot = Ep::default();
-            }
-            if ucs_ptr_is_ptr(r) {
-                self.closing.push(r);
-            }
+            let force = record.failed.get() || (record.forceable && gone(record.peer));
+            close_endpoint(&mut self.eps, &mut self.closing, record.peer, force);
         }
-        if !self.closing.is_empty() && self.closing_since.is_none() {
-            self.closing_since = Some(std::time::Instant::now());
-        }
+        // Finalize's clock starts here (closes forced earlier do not start it).
+        self.closing_since = (!self.closing.is_empty()).then(std::time::Instant::now);
     }
 
     /// Closes at once (forced) the endpoints of the peers that are `failed`, where the
@@ -627,27 +637,12 @@ impl Worker {
     pub fn close_failed(&mut self, failed: impl Fn(Gpid) -> bool) -> usize {
         let mut closed = 0;
         for record in &self.records {
-            let Ep(ep) = self.eps.get(record.peer);
-            if ep.is_null() || !record.forceable || !failed(record.peer) {
-                continue;
+            if record.forceable
+                && failed(record.peer)
+                && close_endpoint(&mut self.eps, &mut self.closing, record.peer, true)
+            {
+                closed += 1;
             }
-            let param = ucp_request_param_t {
-                op_attr_mask: UCP_OP_ATTR_FIELD_FLAGS,
-                flags: UCP_EP_CLOSE_FLAG_FORCE,
-                ..Default::default()
-            };
-            // SAFETY: a live endpoint made with peer-failure handling, closed once (its slot
-            // is cleared below).
-            let r = unsafe { ucp_ep_close_nbx(ep, &param) };
-            if let Some(slot) = self.eps.get_mut(record.peer) {
-                *slot = Ep::default();
-            }
-            if ucs_ptr_is_ptr(r) {
-                self.closing.push(r);
-                self.closing_since
-                    .get_or_insert_with(std::time::Instant::now);
-            }
-            closed += 1;
         }
         closed
     }
