@@ -315,6 +315,15 @@ impl CellReceiver {
         unsafe { &*self.queue }
     }
 
+    /// Whether `cell`, found in this rank's list, can be there: a cell of the area that its
+    /// sender has marked busy. A sender sets the busy word before it publishes the cell, and
+    /// only this receiver clears it, after reading the cell; so a link to a free cell (one
+    /// already read, as in a cycle a foreign writer made) is a corrupted list.
+    #[inline(always)]
+    fn linkable(&self, cell: u64) -> bool {
+        self.area.valid(cell) && self.area.word(cell, BUSY).load(Ordering::Relaxed) != 0
+    }
+
     /// Whether nothing may be waiting (one load of a line that stays in our cache while idle).
     #[inline(always)]
     pub fn looks_empty(&self) -> bool {
@@ -331,7 +340,7 @@ impl CellReceiver {
             if head == 0 {
                 return None;
             }
-            if !self.area.valid(head) {
+            if !self.linkable(head) {
                 return Some(Err(CorruptCells));
             }
             // The list is ours now; the next sender that finds the queue empty (after we swap
@@ -345,7 +354,8 @@ impl CellReceiver {
             // Acquire: a successor's contents are visible once its link is.
             let next = self.area.word(cell, NEXT).load(Ordering::Acquire);
             if next != 0 {
-                if !self.area.valid(next) {
+                // A cell linked to itself would hand out its message again after freeing it.
+                if next == cell || !self.linkable(next) {
                     return Some(Err(CorruptCells));
                 }
                 self.after = Some(next);
@@ -535,6 +545,31 @@ mod tests {
         keep.queues[1].head.store(0, Ordering::Release);
         keep.queues[1].tail.store(77, Ordering::Release);
         assert_eq!(tx[0].send(1, 0, 1, b"", &[]), Err(CellSendError::Corrupt));
+    }
+
+    #[test]
+    fn a_cell_linked_to_itself_is_reported_not_read_twice() {
+        let (_keep, mut tx, mut rx) = cells(2, 2, 128);
+        tx[0].send(1, 0, 1, b"", &[b"once"]).unwrap();
+        // Rank 0's first cell is cell 1.
+        rx[1].area.word(1, NEXT).store(1, Ordering::Release);
+        assert_eq!(rx[1].front(), Some(Err(CorruptCells)));
+    }
+
+    #[test]
+    fn a_link_back_to_a_cell_already_read_is_reported() {
+        let (_keep, mut tx, mut rx) = cells(2, 2, 128);
+        tx[0].send(1, 0, 1, b"", &[b"a"]).unwrap();
+        tx[0].send(1, 1, 1, b"", &[b"b"]).unwrap();
+        let (front, _, _, payload) = recv(&mut rx[1]).unwrap();
+        assert_eq!((front.seq, payload.as_slice()), (0, &b"a"[..]));
+        // A cycle: the second cell (2) points back at the first, which the receiver has freed.
+        rx[1].area.word(2, NEXT).store(1, Ordering::Release);
+        assert_eq!(rx[1].front(), Some(Err(CorruptCells)));
+        // A head naming a free cell is the same corruption.
+        let (keep, _tx, mut rx) = cells(2, 2, 128);
+        keep.queues[1].head.store(1, Ordering::Release);
+        assert_eq!(rx[1].front(), Some(Err(CorruptCells)));
     }
 
     #[test]
