@@ -15,7 +15,7 @@
 //!
 //! `CH4_NODE_SIZE=1` in the environment runs every case over the network (each rank its own
 //! node); `ABI_TEST_NETMOD=ofi` or `ucx` builds the library over that netmod (`common::built`).
-//! `CH4_MPICH_ONLY` runs the cases of the programs it names, `CH4_MPICH_SKIP` leaves out the
+//! `CH4_MPICH_ONLY` runs the cases of the programs it names, `ABI_TEST_MPICH_SKIP` leaves out the
 //! cases it names.
 
 mod common;
@@ -155,13 +155,13 @@ fn chosen(program: &str) -> bool {
     }
 }
 
-/// Whether case `c` is among those `CH4_MPICH_SKIP` names: a comma-separated list of case-name
+/// Whether case `c` is among those `ABI_TEST_MPICH_SKIP` names: a comma-separated list of case-name
 /// prefixes as [`case_name`] writes them ("gather_big", "nonblocking3 -n 10"). The suite uses
 /// it to leave the long stress cases out of its runs over the network: they have run over
 /// shared memory already, and over TCP two of them took a minute of the suite's time.
 fn set_aside(c: &Case) -> bool {
     let name = case_name(c);
-    std::env::var("CH4_MPICH_SKIP").is_ok_and(|list| {
+    std::env::var("ABI_TEST_MPICH_SKIP").is_ok_and(|list| {
         list.split(',')
             .map(str::trim)
             .any(|p| !p.is_empty() && name.starts_with(p))
@@ -297,9 +297,8 @@ fn run(dir: &Path, c: &Case) -> (bool, String) {
         .arg(dir.join(&c.program))
         .args(&c.args)
         .envs(c.env.iter().map(|(k, v)| (k, v)))
-        // The runner's own settings, which the library would refuse as unknown CH4_ names.
+        // The runner's own setting, which the library would refuse as an unknown CH4_ name.
         .env_remove("CH4_MPICH_ONLY")
-        .env_remove("CH4_MPICH_SKIP")
         .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -425,7 +424,7 @@ fn run_suite(sources: &Path, suite: &str, harness: &[&str]) {
             continue;
         }
         if set_aside(&c) {
-            report.push(format!("skip {name}: named by CH4_MPICH_SKIP"));
+            report.push(format!("skip {name}: named by ABI_TEST_MPICH_SKIP"));
             continue;
         }
         let started = std::time::Instant::now();
