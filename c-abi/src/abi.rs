@@ -249,7 +249,12 @@ impl MpiStatus {
     }
 
     /// Writes `st` through `out` (unless null), leaving its `MPI_ERROR` as it was: functions
-    /// that complete one operation do not set it (MPI's rule; MPICH's tests check it).
+    /// that complete one operation do not set it (MPI's rule; MPICH's tests check it). The
+    /// exception is the *empty* status of a null or inactive request (source `MPI_ANY_SOURCE`,
+    /// tag `MPI_ANY_TAG`, which no message has), whose `MPI_ERROR` is `MPI_SUCCESS` by
+    /// definition (MPI 4.1, section 3.7.3; MPICH's `MPIR_Status_set_empty` writes it too):
+    /// `MPI_Request_get_status(MPI_REQUEST_NULL, ...)` must not hand back what the caller's
+    /// stack held there.
     ///
     /// # Safety
     /// `out` is null or valid for a read and a write.
@@ -257,7 +262,8 @@ impl MpiStatus {
     pub unsafe fn put(out: *mut MpiStatus, st: &Status) {
         // SAFETY: the caller's contract.
         if let Some(o) = unsafe { out.as_mut() } {
-            let error = o.error;
+            let empty = st.source == ch4_core::ANY_SOURCE && st.tag == ch4_core::ANY_TAG;
+            let error = if empty { class::SUCCESS } else { o.error };
             *o = MpiStatus::of(st, error);
         }
     }

@@ -484,6 +484,31 @@ static void grequests(int peer)
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
 }
 
+/* A null or inactive request has the empty status: source MPI_ANY_SOURCE, tag MPI_ANY_TAG,
+ * error MPI_SUCCESS (MPI 4.1, 3.7.3), whatever the caller's status held before. */
+static void empty_statuses(void)
+{
+    MPI_Status st;
+    int flag = 0;
+    st.MPI_SOURCE = 7;
+    st.MPI_TAG = 7;
+    st.MPI_ERROR = 12345;
+    CHECK(MPI_Request_get_status(MPI_REQUEST_NULL, &flag, &st) == MPI_SUCCESS);
+    CHECK(flag && st.MPI_SOURCE == MPI_ANY_SOURCE && st.MPI_TAG == MPI_ANY_TAG &&
+          st.MPI_ERROR == MPI_SUCCESS);
+    MPI_Request r = MPI_REQUEST_NULL;
+    st.MPI_ERROR = 12345;
+    CHECK(MPI_Wait(&r, &st) == MPI_SUCCESS);
+    CHECK(st.MPI_SOURCE == MPI_ANY_SOURCE && st.MPI_ERROR == MPI_SUCCESS);
+    int buf = 0;
+    MPI_Recv_init(&buf, 1, MPI_INT, 0, 0, MPI_COMM_WORLD, &r);
+    st.MPI_ERROR = 12345;
+    flag = 0;
+    CHECK(MPI_Test(&r, &flag, &st) == MPI_SUCCESS);
+    CHECK(flag && st.MPI_TAG == MPI_ANY_TAG && st.MPI_ERROR == MPI_SUCCESS);
+    MPI_Request_free(&r);
+}
+
 int main(int argc, char **argv)
 {
     int size;
@@ -495,6 +520,7 @@ int main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     int peer = 1 - rank;
+    empty_statuses();
     big_counts(peer);
     MPI_Barrier(MPI_COMM_WORLD);
     buffers(peer);
