@@ -57,7 +57,13 @@ impl<T: AmTransport> P2p<T> for Am {
     }
 
     #[inline(always)]
-    fn irecv<P: Partner>(cx: &mut Cx<'_, T, P>, req: ReqHandle, want: &Envelope) -> Result<()> {
+    fn irecv<P: Partner>(
+        cx: &mut Cx<'_, T, P>,
+        req: ReqHandle,
+        want: &Envelope,
+        // The core's queues match by the envelope; the sender's process is in every packet.
+        _from: Option<Gpid>,
+    ) -> Result<()> {
         let core = &mut *cx.core;
         // The request is checked before a message leaves the unexpected queue, so that a bad
         // one cannot lose it.

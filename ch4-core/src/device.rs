@@ -656,23 +656,23 @@ impl<N: Netmod, S: Shm> Device<N, S> {
     fn start_recv(&mut self, h: ReqHandle, gpid: Option<Gpid>, want: &Envelope) -> Result<()> {
         match gpid {
             Some(g) if self.route_of(g) == Route::Shm => {
-                on_shm!(self, |cx| ShmP2p::<S>::irecv(cx, h, want))
+                on_shm!(self, |cx| ShmP2p::<S>::irecv(cx, h, want, gpid))
             }
             Some(_) => {
                 if self.net_native() {
-                    self.post_native(h, false, want)
+                    self.post_native(h, false, want, gpid)
                 } else {
-                    on_net!(self, |cx| NetP2p::<N>::irecv(cx, h, want))
+                    on_net!(self, |cx| NetP2p::<N>::irecv(cx, h, want, gpid))
                 }
             }
             None => {
                 // ANY_SOURCE: the core's queues first (shm, and the netmod when it is AM-only)...
-                on_core_queues!(self, irecv(h, want))?;
+                on_core_queues!(self, irecv(h, want, None))?;
                 // ...then, for a natively matching netmod, its partner half in the network —
                 // only while the core's half is still unmatched (a matched rendezvous is not
                 // complete yet, but it is taken).
                 if S::PRESENT && self.net_native() && self.net_in_use && self.still_posted(h) {
-                    self.post_native(h, true, want)?;
+                    self.post_native(h, true, want, None)?;
                 }
                 Ok(())
             }
@@ -681,11 +681,17 @@ impl<N: Netmod, S: Shm> Device<N, S> {
 
     /// Posts receive `h` to the natively matching netmod, its state [`NativeHalf::Posted`]
     /// before the engine sees it (the engine may match at once and move it on).
-    fn post_native(&mut self, h: ReqHandle, partnered: bool, want: &Envelope) -> Result<()> {
+    fn post_native(
+        &mut self,
+        h: ReqHandle,
+        partnered: bool,
+        want: &Envelope,
+        from: Option<Gpid>,
+    ) -> Result<()> {
         if let Some(r) = self.core.requests.get_mut(h).and_then(Request::recv_mut) {
             r.native = NativeHalf::Posted { partnered };
         }
-        let posted = on_net!(self, |cx| NetP2p::<N>::irecv(cx, h, want));
+        let posted = on_net!(self, |cx| NetP2p::<N>::irecv(cx, h, want, from));
         if posted.is_err() {
             if let Some(r) = self.core.requests.get_mut(h).and_then(Request::recv_mut) {
                 r.native = NativeHalf::NotPosted;

@@ -558,8 +558,17 @@ pub trait P2p<T: AmTransport> {
     /// Starts the receive `req` (already in the pool with its [`crate::RecvState`]), which
     /// accepts `want` (its `RecvState::want`, handed over so that an engine need not read back
     /// the request just written: on this project's host that read-back stalled on the stores
-    /// still in flight); may complete it at once.
-    fn irecv<P: Partner>(cx: &mut Cx<'_, T, P>, req: ReqHandle, want: &Envelope) -> Result<()>;
+    /// still in flight); may complete it at once. `from` is the process `want.source` names
+    /// (`None` for any source): an engine that matches in the network may post the receive
+    /// for that process's address alone, so that nothing sent from another address can
+    /// complete it, whatever its match bits say (MPICH's OFI netmod posts `fi_trecvmsg` with
+    /// the source's address the same way).
+    fn irecv<P: Partner>(
+        cx: &mut Cx<'_, T, P>,
+        req: ReqHandle,
+        want: &Envelope,
+        from: Option<Gpid>,
+    ) -> Result<()>;
     /// Cancels an unmatched receive. `Ok(true)`: cancelled; `Ok(false)`: already matched.
     ///
     /// The answer is definite: a natively matching engine asks its network and answers only
@@ -677,7 +686,12 @@ impl<T: AmTransport> P2p<T> for NoEngine {
     fn isend<P: Partner>(_: &mut Cx<'_, T, P>, _: SendOp) -> Result<ReqHandle> {
         crate::bail!(Internal, "send routed to a transport that is not there")
     }
-    fn irecv<P: Partner>(_: &mut Cx<'_, T, P>, _: ReqHandle, _: &Envelope) -> Result<()> {
+    fn irecv<P: Partner>(
+        _: &mut Cx<'_, T, P>,
+        _: ReqHandle,
+        _: &Envelope,
+        _: Option<Gpid>,
+    ) -> Result<()> {
         crate::bail!(Internal, "receive routed to a transport that is not there")
     }
     fn cancel_recv<P: Partner>(_: &mut Cx<'_, T, P>, _: ReqHandle) -> Result<bool> {

@@ -430,7 +430,13 @@ impl P2p<Net> for NativeEngine {
         Ok(h)
     }
 
-    fn irecv<P: Partner>(cx: &mut Cx<'_, Net, P>, req: ReqHandle, want: &Envelope) -> Result<()> {
+    fn irecv<P: Partner>(
+        cx: &mut Cx<'_, Net, P>,
+        req: ReqHandle,
+        want: &Envelope,
+        // The simulated NIC carries only the job's own ranks.
+        _from: Option<Gpid>,
+    ) -> Result<()> {
         let eng = &mut cx.transport.native;
         if eng.nic.closed {
             return Err(closed_error());

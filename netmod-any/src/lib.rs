@@ -490,8 +490,9 @@ impl P2p<AnyNetmod> for AnyEngine {
         cx: &mut Cx<'_, AnyNetmod, P>,
         req: ReqHandle,
         want: &Envelope,
+        from: Option<Gpid>,
     ) -> Result<()> {
-        on_engine!(cx, irecv(req, want))
+        on_engine!(cx, irecv(req, want, from))
     }
     fn cancel_recv<P: Partner>(cx: &mut Cx<'_, AnyNetmod, P>, req: ReqHandle) -> Result<bool> {
         on_engine!(cx, cancel_recv(req))

@@ -35,7 +35,7 @@ use ch4_core::transport::AmTransport;
 use ch4_core::PeerState;
 
 use crate::netmod::{OfiNetmod, Op, OpKind, QueuedRecv};
-use crate::provider::Posted;
+use crate::provider::{Posted, FI_ADDR_UNSPEC};
 use crate::tag;
 
 type Net = OfiNetmod;
@@ -123,6 +123,8 @@ pub(crate) fn post_receive(net: &mut Net) -> Result<()> {
         cap: 0,
         bits: tag::CREDIT,
         ignore: 0,
+        // Credit comes back from every peer this rank sends to.
+        src: FI_ADDR_UNSPEC,
         program: false,
     })
     .inspect_err(|_| {

@@ -116,7 +116,12 @@ impl P2p<Net> for OfiEngine {
         start_send(cx, op, bits, total, sync, uncredited)
     }
 
-    fn irecv<P: Partner>(cx: &mut Cx<'_, Net, P>, req: ReqHandle, want: &Envelope) -> Result<()> {
+    fn irecv<P: Partner>(
+        cx: &mut Cx<'_, Net, P>,
+        req: ReqHandle,
+        want: &Envelope,
+        from: Option<ch4_core::Gpid>,
+    ) -> Result<()> {
         let Some(r) = cx.core.requests.get_mut(req).and_then(Request::recv_mut) else {
             return Err(Error::new(
                 ErrorKind::Internal,
@@ -132,6 +137,7 @@ impl P2p<Net> for OfiEngine {
             cap,
             bits,
             ignore,
+            src: net.source_address(from),
             // The program's traffic is on even context ids, each communicator's collectives
             // on the odd one after (`ch4_core::comm::Comm::coll_context`).
             program: want.context % 2 == 0,
@@ -434,6 +440,8 @@ fn post_send<P: Partner>(
             cap: 0,
             bits: tag::ack_tag(ack),
             ignore: 0,
+            // Only the receiver acknowledges.
+            src: net.source_address(Some(dest)),
             program: false,
         })?;
     }

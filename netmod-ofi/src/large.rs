@@ -171,6 +171,8 @@ fn post_send<P: Partner>(
         cap: 0,
         bits: tag::ack_tag(ack),
         ignore: 0,
+        // Only the receiver acknowledges.
+        src: net.source_address(Some(dest)),
         program: false,
     }) {
         // Nothing was posted.
@@ -460,6 +462,7 @@ fn fetch_descriptor(
         cap: Descriptor::SIZE,
         bits: tag::control_tag(src, ack),
         ignore: 0,
+        src: net.source_address(Some(src)),
         program: false,
     });
     if posted.is_err() {

@@ -39,6 +39,11 @@ pub const SETTINGS: &[Setting] = &[
         "the longest message handed to the provider in one operation; longer ones are read by RMA (for testing that path, or a provider that overstates its limit)",
     ),
     Setting::new(
+        "CH4_OFI_DIRECTED_RECV",
+        "on where the provider offers FI_DIRECTED_RECV",
+        "receives that name their source are posted for that process's address, so no other endpoint's message completes them; off where the provider sees peers under other addresses than their cards (a proxy or NAT between ranks), where such receives would wait for ever",
+    ),
+    Setting::new(
         "FI_OFI_RXM_ENABLE_DYN_RBUF",
         "0 before libfabric 1.18 (set by ch4)",
         "rxm's direct placement into application buffers; on before 1.18 it breaks the endpoint after a truncated receive",

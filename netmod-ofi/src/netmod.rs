@@ -167,6 +167,9 @@ pub(crate) struct QueuedRecv {
     pub cap: usize,
     pub bits: u64,
     pub ignore: u64,
+    /// The address it accepts messages from ([`OfiNetmod::source_address`]), or
+    /// `FI_ADDR_UNSPEC` for any.
+    pub src: u64,
     /// A receive of the program's point-to-point traffic, posted within
     /// [`OfiNetmod::program_cap`]; else one of the library's own (a collective's, an
     /// acknowledgement's, returned credit, a large message's parts), posted within the rest.
@@ -237,6 +240,9 @@ pub struct OfiNetmod {
     /// Credit messages the provider refused for now, by receiver and number of messages (see
     /// [`crate::credit`]): retried from progress, never counted as queued output.
     pub(crate) credit_out: Vec<(Gpid, u32)>,
+    /// Whether receives name the address they accept (`FI_DIRECTED_RECV`, granted by the
+    /// provider): see [`OfiNetmod::source_address`].
+    directed: bool,
     /// Why the endpoint was closed, once it was.
     closed: Option<&'static str>,
     /// Where this rank learns that a peer failed or left (see [`OfiNetmod::watch_peers`]).
@@ -274,6 +280,20 @@ impl OfiNetmod {
                 None => "the OFI netmod was not opened: this job was started on one node".into(),
             },
         )
+    }
+
+    /// The address a receive of a message from process `from` (`None`: any process) is posted
+    /// for. The provider then matches it only with messages that came from that process's
+    /// address-vector entry: a process outside the job, which the address vector does not
+    /// hold, cannot complete it by writing a rank's match bits and CQ data, nor can one rank
+    /// pass for another. Without `FI_DIRECTED_RECV` every receive takes any address, and
+    /// only the match bits say who sent.
+    #[inline(always)]
+    pub(crate) fn source_address(&self, from: Option<Gpid>) -> u64 {
+        match from {
+            Some(g) if self.directed => u64::from(g),
+            _ => FI_ADDR_UNSPEC,
+        }
     }
 
     /// The provider this netmod runs over, if it is open.
@@ -470,7 +490,7 @@ impl OfiNetmod {
                 msg_iov: iov.as_ptr(),
                 desc: null_mut(),
                 iov_count: iov.len(),
-                addr: FI_ADDR_UNSPEC,
+                addr: q.src,
                 tag: q.bits,
                 ignore: q.ignore,
                 context: ctx.cast(),
@@ -485,7 +505,7 @@ impl OfiNetmod {
         // SAFETY: `dst`/`cap` are the receive's buffer (raw parts, or its operation's bounce
         // buffer), kept by the device until the completion is read (`P2p::quiesce`); `ctx` is
         // the operation's fixed slot.
-        let posted = unsafe { ep.trecv(q.dst, q.cap, FI_ADDR_UNSPEC, q.bits, q.ignore, ctx)? };
+        let posted = unsafe { ep.trecv(q.dst, q.cap, q.src, q.bits, q.ignore, ctx)? };
         Ok(posted == Posted::Done)
     }
 
@@ -697,6 +717,7 @@ impl OfiNetmod {
             stub_rooms: Vec::new(),
             credit_receives: 0,
             credit_out: Vec::new(),
+            directed: false,
             closed: None,
             watch: None,
         };
@@ -748,6 +769,7 @@ impl OfiNetmod {
             Some(m) => m.min(info.max_msg_size()),
             None => info.max_msg_size(),
         };
+        net.directed = info.directed_recv();
         net.ep = Some(Endpoint::open(info, size as usize)?);
         net.read_above = read_above(&net);
         if net

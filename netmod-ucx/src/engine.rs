@@ -145,7 +145,14 @@ impl P2p<Net> for UcxEngine {
         Ok(h)
     }
 
-    fn irecv<P: Partner>(cx: &mut Cx<'_, Net, P>, req: ReqHandle, want: &Envelope) -> Result<()> {
+    fn irecv<P: Partner>(
+        cx: &mut Cx<'_, Net, P>,
+        req: ReqHandle,
+        want: &Envelope,
+        // UCX's tagged receives are per worker, never per endpoint: a receive cannot name the
+        // endpoint it accepts (ucp_tag_recv_nbx), so the source is only in the tag.
+        _from: Option<Gpid>,
+    ) -> Result<()> {
         let Some(r) = cx.core.requests.get_mut(req).and_then(Request::recv_mut) else {
             return Err(Error::new(
                 ErrorKind::Internal,

@@ -51,6 +51,11 @@ pub struct Hints {
     pub separate_descriptors: bool,
 }
 
+/// The variable that turns directed receives off (`off`, `0`): without `FI_DIRECTED_RECV` in
+/// [`Hints::optional_caps`] every receive accepts any address (see
+/// `OfiNetmod::source_address`).
+pub const DIRECTED_RECV_VAR: &str = "CH4_OFI_DIRECTED_RECV";
+
 /// The variable that sets [`Hints::max_msg_size`].
 pub const MAX_MSG_SIZE_VAR: &str = "CH4_OFI_MAX_MSG_SIZE";
 
@@ -101,11 +106,15 @@ impl Hints {
                 }
             },
         };
-        Ok(Hints {
+        let mut hints = Hints {
             provider,
             max_msg_size,
             ..Hints::default()
-        })
+        };
+        if ch4_core::env::switch(DIRECTED_RECV_VAR)? == Some(false) {
+            hints.optional_caps &= !FI_DIRECTED_RECV;
+        }
+        Ok(hints)
     }
 
     /// The default hints for provider `name`.

@@ -57,12 +57,12 @@ mod workarounds;
 
 pub use endpoint::{Completions, CqError, Endpoint, Posted, Region};
 pub use error::fi_error;
-pub use info::{select, Hints, Info, MAX_MSG_SIZE_VAR, MIN_MAX_MSG_SIZE};
+pub use info::{select, Hints, Info, DIRECTED_RECV_VAR, MAX_MSG_SIZE_VAR, MIN_MAX_MSG_SIZE};
 pub use workarounds::{linked_version, rxm_eager_limit, rxm_truncation_breaks_endpoint};
 
 /// The libfabric types and flags of the provider layer's signatures, re-exported so that its
 /// users need not name `libfabric-sys` for them.
 pub use libfabric_sys::{
     fi_addr_t, fi_context2, fi_cq_tagged_entry, fi_msg_tagged, iovec, FI_ADDR_UNSPEC, FI_CLAIM,
-    FI_COMPLETION, FI_DISCARD, FI_PEEK,
+    FI_COMPLETION, FI_DIRECTED_RECV, FI_DISCARD, FI_PEEK,
 };
