@@ -301,10 +301,15 @@ run() {
     printf 'round %s: %s at %s ranks, %s: %s\n' "$round" "$app" "$n" "$impl" "$value" >&2
     rm -rf "$dir"
 }
+# Each round starts with the next library (round r runs them from the r-th on): in a fixed
+# order one library always ran first after a change of app, and on this host the time of a
+# run drifts with the minutes around it (a 9-round run read ch4 1.22x on miniAMR at 2 ranks
+# with ch4 always first; minutes later, by hand with the order turning, 1.04x).
 for round in $(seq "$rounds"); do
     for app in "${apps[@]}"; do
         for n in $ranks_list; do
-            for impl in "${impls[@]}"; do
+            for k in "${!impls[@]}"; do
+                impl="${impls[$(((round - 1 + k) % ${#impls[@]}))]}"
                 [ -n "${dropped[$app/$n/$impl]:-}" ] || run "$app" "$n" "$impl" "$round"
             done
         done
