@@ -24,15 +24,18 @@ use netmod_ofi::provider::{fi_cq_tagged_entry, select, Endpoint, Hints, Posted};
 use netmod_ofi::{tag, OfiNetmod};
 use testkit::{irecv_leaked, isend_owned, Harness};
 
-/// Two ranks over `tcp;ofi_rxm` and a third endpoint of the same provider that is no rank:
-/// it knows rank 0's address, rank 0 has never heard of it. `None` where the provider is
-/// missing.
-fn job_and_stranger() -> Option<(Harness<OfiNetmod, NoShm>, Endpoint)> {
+/// Two ranks over libfabric, stepped together.
+type Job = Harness<OfiNetmod, NoShm>;
+
+/// Two ranks over `tcp;ofi_rxm`, each knowing the other's address if `learned[rank]` (a rank
+/// that does not can learn it later, through its device's netmod); `None` where the provider
+/// is missing.
+fn job(learned: [bool; 2]) -> Option<(Job, Vec<Vec<u8>>)> {
     let hints = Hints::for_provider("tcp");
-    let Ok(info) = select(&hints) else {
+    if select(&hints).is_err() {
         eprintln!("note: tcp;ofi_rxm unavailable here, test skipped");
         return None;
-    };
+    }
     let nets: Vec<OfiNetmod> = (0..2)
         .map(|r| OfiNetmod::open_with(&hints, r, 2, true).unwrap())
         .collect();
@@ -41,24 +44,28 @@ fn job_and_stranger() -> Option<(Harness<OfiNetmod, NoShm>, Endpoint)> {
         .into_iter()
         .enumerate()
         .map(|(r, mut net)| {
-            net.learn_cards(&cards).unwrap();
+            if learned[r] {
+                net.learn_cards(&cards).unwrap();
+            }
             Device::new(net, NoShm, r as u32, 2, DeviceConfig::default()).unwrap()
         })
         .collect();
+    Some((Harness::new(devs), cards))
+}
+
+/// [`job`] with both ranks introduced, and a third endpoint of the same provider that is no
+/// rank: it knows rank 0's address, rank 0 has never heard of it.
+fn job_and_stranger() -> Option<(Job, Endpoint)> {
+    let (h, cards) = job([true, true])?;
+    let info = select(&Hints::for_provider("tcp")).ok()?;
     let mut stranger = Endpoint::open(info, 1).unwrap();
     stranger.insert_addresses(&cards[0], 1).unwrap();
-    Some((Harness::new(devs), stranger))
+    Some((h, stranger))
 }
 
 /// Sends `payload` from the stranger to rank 0 with match bits `bits` and remote CQ data
 /// `data`, stepping the job meanwhile (rxm connects inside progress calls).
-fn forge(
-    h: &mut Harness<OfiNetmod, NoShm>,
-    stranger: &Endpoint,
-    payload: &[u8],
-    bits: u64,
-    data: u64,
-) {
+fn forge(h: &mut Job, stranger: &Endpoint, payload: &[u8], bits: u64, data: u64) {
     let started = Instant::now();
     while stranger.tinjectdata(payload, data, 0, bits).unwrap() == Posted::Again {
         let _ = stranger.poll(&mut [fi_cq_tagged_entry::default(); 4]);
@@ -72,7 +79,7 @@ fn forge(
 
 /// Steps the job and the stranger until rank 0's request `req` completes; its status (an
 /// error in `status.error`).
-fn completion(h: &mut Harness<OfiNetmod, NoShm>, stranger: &Endpoint, req: ReqHandle) -> Status {
+fn completion(h: &mut Job, stranger: &Endpoint, req: ReqHandle) -> Status {
     let started = Instant::now();
     loop {
         let _ = stranger.poll(&mut [fi_cq_tagged_entry::default(); 4]);
@@ -150,27 +157,10 @@ fn an_endpoint_outside_the_job_cannot_complete_a_receive_from_any_source() {
 /// lose a fast sender's first messages.
 #[test]
 fn a_message_that_came_before_its_sender_was_known_completes_a_receive_naming_it() {
-    let hints = Hints::for_provider("tcp");
-    if select(&hints).is_err() {
-        eprintln!("note: tcp;ofi_rxm unavailable here, test skipped");
+    // Rank 0 learns the cards only later.
+    let Some((mut h, cards)) = job([false, true]) else {
         return;
-    }
-    let nets: Vec<OfiNetmod> = (0..2)
-        .map(|r| OfiNetmod::open_with(&hints, r, 2, true).unwrap())
-        .collect();
-    let cards: Vec<Vec<u8>> = nets.iter().map(|n| n.business_card().unwrap()).collect();
-    let devs = nets
-        .into_iter()
-        .enumerate()
-        .map(|(r, mut net)| {
-            // Rank 0 learns the cards only later.
-            if r == 1 {
-                net.learn_cards(&cards).unwrap();
-            }
-            Device::new(net, NoShm, r as u32, 2, DeviceConfig::default()).unwrap()
-        })
-        .collect();
-    let mut h: Harness<OfiNetmod, NoShm> = Harness::new(devs);
+    };
     let sent = isend_owned(&mut h[1], 0, 7, b"early".to_vec(), SendMode::Standard);
     // Rank 0's provider takes the connection and the message while its progress runs: a
     // probe for any source sees it there before rank 0 knows rank 1's address.
