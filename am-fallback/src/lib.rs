@@ -116,7 +116,11 @@ impl<T: AmTransport> P2p<T> for Am {
             .am_send(dest, handler::CANCEL_REQ, bytemuck::bytes_of(&hdr), &[])
     }
 
-    fn iprobe<P: Partner>(cx: &mut Cx<'_, T, P>, want: &Envelope) -> Result<Option<Status>> {
+    fn iprobe<P: Partner>(
+        cx: &mut Cx<'_, T, P>,
+        want: &Envelope,
+        _from: Option<Gpid>,
+    ) -> Result<Option<Status>> {
         Ok(cx
             .core
             .unexpected
@@ -127,6 +131,7 @@ impl<T: AmTransport> P2p<T> for Am {
     fn improbe<P: Partner>(
         cx: &mut Cx<'_, T, P>,
         want: &Envelope,
+        _from: Option<Gpid>,
     ) -> Result<Option<(Message, Status)>> {
         Ok(cx.core.unexpected.take_match(want).map(|(_, env, msg)| {
             let st = Status::ok(env.source, env.tag, msg.total);

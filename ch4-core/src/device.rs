@@ -1182,13 +1182,13 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         };
         match gpid {
             Some(g) if self.route_of(g) == Route::Shm => {
-                on_shm!(self, |cx| ShmP2p::<S>::iprobe(cx, &want))
+                on_shm!(self, |cx| ShmP2p::<S>::iprobe(cx, &want, gpid))
             }
-            Some(_) => on_net!(self, |cx| NetP2p::<N>::iprobe(cx, &want)),
+            Some(_) => on_net!(self, |cx| NetP2p::<N>::iprobe(cx, &want, gpid)),
             None => {
-                let found = on_core_queues!(self, iprobe(&want))?;
+                let found = on_core_queues!(self, iprobe(&want, None))?;
                 if found.is_none() && S::PRESENT && self.net_native() && self.net_in_use {
-                    return on_net!(self, |cx| NetP2p::<N>::iprobe(cx, &want));
+                    return on_net!(self, |cx| NetP2p::<N>::iprobe(cx, &want, None));
                 }
                 Ok(found)
             }
@@ -1230,13 +1230,13 @@ impl<N: Netmod, S: Shm> Device<N, S> {
         };
         match gpid {
             Some(g) if self.route_of(g) == Route::Shm => {
-                on_shm!(self, |cx| ShmP2p::<S>::improbe(cx, &want))
+                on_shm!(self, |cx| ShmP2p::<S>::improbe(cx, &want, gpid))
             }
-            Some(_) => on_net!(self, |cx| NetP2p::<N>::improbe(cx, &want)),
+            Some(_) => on_net!(self, |cx| NetP2p::<N>::improbe(cx, &want, gpid)),
             None => {
-                let found = on_core_queues!(self, improbe(&want))?;
+                let found = on_core_queues!(self, improbe(&want, None))?;
                 if found.is_none() && S::PRESENT && self.net_native() && self.net_in_use {
-                    return on_net!(self, |cx| NetP2p::<N>::improbe(cx, &want));
+                    return on_net!(self, |cx| NetP2p::<N>::improbe(cx, &want, None));
                 }
                 Ok(found)
             }

@@ -580,12 +580,18 @@ pub trait P2p<T: AmTransport> {
     fn cancel_recv<P: Partner>(cx: &mut Cx<'_, T, P>, req: ReqHandle) -> Result<bool>;
     /// Asks to cancel a send; the request completes (cancelled or not) when the answer is in.
     fn cancel_send<P: Partner>(cx: &mut Cx<'_, T, P>, req: ReqHandle) -> Result<()>;
-    /// Looks for a matching message without receiving it.
-    fn iprobe<P: Partner>(cx: &mut Cx<'_, T, P>, want: &Envelope) -> Result<Option<Status>>;
-    /// Takes a matching message out of matching, for a later [`P2p::imrecv`].
+    /// Looks for a matching message without receiving it; `from` as in [`P2p::irecv`].
+    fn iprobe<P: Partner>(
+        cx: &mut Cx<'_, T, P>,
+        want: &Envelope,
+        from: Option<Gpid>,
+    ) -> Result<Option<Status>>;
+    /// Takes a matching message out of matching, for a later [`P2p::imrecv`]; `from` as in
+    /// [`P2p::irecv`].
     fn improbe<P: Partner>(
         cx: &mut Cx<'_, T, P>,
         want: &Envelope,
+        from: Option<Gpid>,
     ) -> Result<Option<(Message, Status)>>;
     /// Receives a message taken by [`P2p::improbe`] into request `req`.
     fn imrecv<P: Partner>(cx: &mut Cx<'_, T, P>, msg: Message, req: ReqHandle) -> Result<()>;
@@ -700,12 +706,17 @@ impl<T: AmTransport> P2p<T> for NoEngine {
     fn cancel_send<P: Partner>(_: &mut Cx<'_, T, P>, _: ReqHandle) -> Result<()> {
         Ok(())
     }
-    fn iprobe<P: Partner>(_: &mut Cx<'_, T, P>, _: &Envelope) -> Result<Option<Status>> {
+    fn iprobe<P: Partner>(
+        _: &mut Cx<'_, T, P>,
+        _: &Envelope,
+        _: Option<Gpid>,
+    ) -> Result<Option<Status>> {
         Ok(None)
     }
     fn improbe<P: Partner>(
         _: &mut Cx<'_, T, P>,
         _: &Envelope,
+        _: Option<Gpid>,
     ) -> Result<Option<(Message, Status)>> {
         Ok(None)
     }

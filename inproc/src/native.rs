@@ -478,7 +478,11 @@ impl P2p<Net> for NativeEngine {
         Ok(())
     }
 
-    fn iprobe<P: Partner>(cx: &mut Cx<'_, Net, P>, want: &Envelope) -> Result<Option<Status>> {
+    fn iprobe<P: Partner>(
+        cx: &mut Cx<'_, Net, P>,
+        want: &Envelope,
+        _from: Option<Gpid>,
+    ) -> Result<Option<Status>> {
         Ok(cx
             .transport
             .native
@@ -491,6 +495,7 @@ impl P2p<Net> for NativeEngine {
     fn improbe<P: Partner>(
         cx: &mut Cx<'_, Net, P>,
         want: &Envelope,
+        _from: Option<Gpid>,
     ) -> Result<Option<(Message, Status)>> {
         let nic = &mut cx.transport.native.nic;
         Ok(nic.unexpected.take_match(want).map(|(_, env, m)| {

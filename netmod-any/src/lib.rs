@@ -503,14 +503,16 @@ impl P2p<AnyNetmod> for AnyEngine {
     fn iprobe<P: Partner>(
         cx: &mut Cx<'_, AnyNetmod, P>,
         want: &Envelope,
+        from: Option<Gpid>,
     ) -> Result<Option<Status>> {
-        on_engine!(cx, iprobe(want))
+        on_engine!(cx, iprobe(want, from))
     }
     fn improbe<P: Partner>(
         cx: &mut Cx<'_, AnyNetmod, P>,
         want: &Envelope,
+        from: Option<Gpid>,
     ) -> Result<Option<(Message, Status)>> {
-        on_engine!(cx, improbe(want))
+        on_engine!(cx, improbe(want, from))
     }
     fn imrecv<P: Partner>(
         cx: &mut Cx<'_, AnyNetmod, P>,

@@ -191,15 +191,20 @@ impl P2p<Net> for OfiEngine {
         Ok(())
     }
 
-    fn iprobe<P: Partner>(cx: &mut Cx<'_, Net, P>, want: &Envelope) -> Result<Option<Status>> {
-        Ok(peek(cx, want, false)?.map(|(_, p)| probe_status(&p)))
+    fn iprobe<P: Partner>(
+        cx: &mut Cx<'_, Net, P>,
+        want: &Envelope,
+        from: Option<ch4_core::Gpid>,
+    ) -> Result<Option<Status>> {
+        Ok(peek(cx, want, false, from)?.map(|(_, p)| probe_status(&p)))
     }
 
     fn improbe<P: Partner>(
         cx: &mut Cx<'_, Net, P>,
         want: &Envelope,
+        from: Option<ch4_core::Gpid>,
     ) -> Result<Option<(Message, Status)>> {
-        let Some((i, p)) = peek(cx, want, true)? else {
+        let Some((i, p)) = peek(cx, want, true, from)? else {
             return Ok(None);
         };
         let (source, tag) = tag::source_and_tag(p.bits);
@@ -580,11 +585,14 @@ fn claim(
 }
 
 /// A probe: posts a peek and reads this engine's completions until its answer is in. With
-/// `claim`, a found message stays claimed in the returned slot.
+/// `claim`, a found message stays claimed in the returned slot. A probe that names its source
+/// looks only at what came from that process's address, as its receive would
+/// (`OfiNetmod::source_address`).
 fn peek<P: Partner>(
     cx: &mut Cx<'_, Net, P>,
     want: &Envelope,
     claim: bool,
+    from: Option<ch4_core::Gpid>,
 ) -> Result<Option<(OpIndex, Peeked)>> {
     let (bits, ignore) = tag::recv_tag(want)?;
     let net = &mut *cx.transport;
@@ -599,7 +607,7 @@ fn peek<P: Partner>(
         msg_iov: std::ptr::null(),
         desc: std::ptr::null_mut(),
         iov_count: 0,
-        addr: FI_ADDR_UNSPEC,
+        addr: net.source_address(from),
         tag: bits,
         ignore,
         context: ctx.cast(),

@@ -206,7 +206,11 @@ impl P2p<Net> for UcxEngine {
         Ok(())
     }
 
-    fn iprobe<P: Partner>(cx: &mut Cx<'_, Net, P>, want: &Envelope) -> Result<Option<Status>> {
+    fn iprobe<P: Partner>(
+        cx: &mut Cx<'_, Net, P>,
+        want: &Envelope,
+        _from: Option<Gpid>,
+    ) -> Result<Option<Status>> {
         progress_own(cx)?;
         Ok(probe(cx.transport, want, false)?.map(|(_, info)| probe_status(&info)))
     }
@@ -214,6 +218,7 @@ impl P2p<Net> for UcxEngine {
     fn improbe<P: Partner>(
         cx: &mut Cx<'_, Net, P>,
         want: &Envelope,
+        _from: Option<Gpid>,
     ) -> Result<Option<(Message, Status)>> {
         progress_own(cx)?;
         let Some((msg, info)) = probe(cx.transport, want, true)? else {
