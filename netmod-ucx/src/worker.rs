@@ -870,10 +870,18 @@ mod tests {
             )
         };
         assert!(ucs_ptr_is_ptr(receiving));
-        // Let the request-to-send arrive and match, then rank 1 stops for good.
-        for _ in 0..20 {
+        // Let the request-to-send arrive and match — the first bytes of the data landing show
+        // it did (twenty rounds of progress were not always enough on a loaded host, and an
+        // unmatched receive belongs to no endpoint) — then rank 1 stops for good.
+        let started = std::time::Instant::now();
+        // SAFETY: `into` is alive; UCX writes it only inside the progress calls of this thread.
+        while unsafe { std::ptr::read_volatile(into.as_ptr()) } != 7 {
             w1.progress();
             w0.progress();
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(5),
+                "rank 1's data never began to arrive"
+            );
         }
         let started = std::time::Instant::now();
         while started.elapsed() < std::time::Duration::from_millis(200) {
