@@ -72,9 +72,11 @@ fn bandwidth_bidirectional_and_message_rate_run_their_windows() {
     assert_eq!(h[1], "# [ pairs: 2 ] [ window size: 8 ]");
     check_rows(&rows, &[1024., 2048., 4096.], 2);
     for r in &rows {
-        // MB/s = messages/s × size / 10^6.
+        // MB/s = messages/s × size / 10^6, both printed with two decimals: a slow run (2.57
+        // MB/s on a loaded host) is off by up to the last digit's half, more than 0.1% of it.
         let expected = r[2] * r[0] / 1e6;
-        assert!((r[1] - expected).abs() <= expected * 1e-3, "{r:?}");
+        let slack = (expected * 1e-3).max(0.005 + r[0] * 0.005 / 1e6);
+        assert!((r[1] - expected).abs() <= slack, "{r:?}");
     }
 }
 
