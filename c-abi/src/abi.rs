@@ -250,9 +250,10 @@ impl MpiStatus {
 
     /// Writes `st` through `out` (unless null), leaving its `MPI_ERROR` as it was: functions
     /// that complete one operation do not set it (MPI's rule; MPICH's tests check it). The
-    /// exception is the *empty* status of a null or inactive request (source `MPI_ANY_SOURCE`,
-    /// tag `MPI_ANY_TAG`, which no message has), whose `MPI_ERROR` is `MPI_SUCCESS` by
-    /// definition (MPI 4.1, section 3.7.3; MPICH's `MPIR_Status_set_empty` writes it too):
+    /// exception is the *empty* status of a null or inactive request (`requests::INACTIVE`:
+    /// source `MPI_ANY_SOURCE`, tag `MPI_ANY_TAG`, which no message has), whose `MPI_ERROR`
+    /// is `MPI_SUCCESS` by definition (MPI 4.1, section 3.7.3; MPICH's `MPIR_Status_set_empty`
+    /// writes it too; a cancelled receive's status is not empty and keeps the field):
     /// `MPI_Request_get_status(MPI_REQUEST_NULL, ...)` must not hand back what the caller's
     /// stack held there.
     ///
@@ -262,8 +263,11 @@ impl MpiStatus {
     pub unsafe fn put(out: *mut MpiStatus, st: &Status) {
         // SAFETY: the caller's contract.
         if let Some(o) = unsafe { out.as_mut() } {
-            let empty = st.source == ch4_core::ANY_SOURCE && st.tag == ch4_core::ANY_TAG;
-            let error = if empty { class::SUCCESS } else { o.error };
+            let error = if *st == crate::requests::INACTIVE {
+                class::SUCCESS
+            } else {
+                o.error
+            };
             *o = MpiStatus::of(st, error);
         }
     }
